@@ -1,0 +1,157 @@
+"""Reader and printer for the papers' history notation, the project's lingua franca.
+
+Grammar, one history per chunk::
+
+    r1(x)  w2[3]  c2  a1  rQ1[0]  c1@3      operations, separated by white space or commas
+    arrival S: 1 2 3                        transactions 1, 2, 3 arose from events on S, in order
+    # ...                                   a comment, to the end of the line
+    ---                                     (a line of its own) ends one history, starts the next
+
+Transaction ids are letters, digits and ``_``; items are letters, digits and
+``_.:-``.  ``@k`` after a commit records the broadcast cycle it committed in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+from txstream.errors import NotationError
+from txstream.model.history import History, Operation
+
+_ACCESS = re.compile(r"([rw])([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_.:\-]+)\)|\[([A-Za-z0-9_.:\-]+)\])")
+_END = re.compile(r"([ca])([A-Za-z0-9_]+)(?:@([0-9]+))?")
+_ARRIVAL = re.compile(r"\s*arrival\s+([A-Za-z0-9_.:\-]+)\s*:(.*)")
+_TXN_ID = re.compile(r"[A-Za-z0-9_]+")
+_TOKEN = re.compile(r"[^\s,]+")
+
+
+def parse_operation(token: str) -> Operation | None:
+    """Read one operation such as ``r1(x)`` or ``c2@3``; ``None`` if it is not one."""
+    m = _ACCESS.fullmatch(token)
+    if m is not None:
+        kind, txn, paren, brack = m.groups()
+        if brack is not None:
+            return Operation(kind, txn, brack, None, True)
+        return Operation(kind, txn, paren)
+    m = _END.fullmatch(token)
+    if m is not None:
+        kind, txn, cycle = m.groups()
+        if cycle is not None and kind == "a":
+            return None
+        return Operation(kind, txn, None, int(cycle) if cycle is not None else None)
+    return None
+
+
+def _why_not(token: str) -> str:
+    """Explain in a few words why ``token`` is not an operation."""
+    if not token or token[0] not in "rwca":
+        return "an operation starts with r, w, c or a"
+    if token[0] in "rw":
+        return "a read or write looks like r1(x) or w1[x]"
+    if "@" in token and token[0] == "a":
+        return "only a commit carries a cycle (c1@3)"
+    return "a commit or abort looks like c1, a1 or c1@3"
+
+
+def parse(text: str, source: str = "") -> list[History]:
+    """Read every history in ``text``.
+
+    Raises :class:`NotationError` (line, column, token) on the first malformed
+    token or invalid history.  Empty chunks around ``---`` are skipped; text with
+    no history at all is an error, so that an empty file is not silently "correct".
+    """
+    histories: list[History] = []
+    ops: list[Operation] = []
+    arrivals: dict[str, list[str]] = {}
+    first_line = 1
+    append = ops.append
+    parse_op = parse_operation
+
+    def finish(end_line: int) -> None:
+        if not ops and not arrivals:
+            return
+        history = History(list(ops), dict(arrivals))
+        try:
+            history.validate()
+        except ValueError as exc:
+            raise NotationError(
+                f"invalid history: {exc}", first_line, 1, f"lines {first_line}-{end_line}", source
+            ) from None
+        histories.append(history)
+
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.split("#", 1)[0]
+        stripped = line.strip()
+        if not stripped:
+            continue
+        if stripped == "---":
+            finish(lineno)
+            ops.clear()
+            arrivals = {}
+            first_line = lineno + 1
+            continue
+        if stripped.split(None, 1)[0].split(":", 1)[0] == "arrival":
+            m = _ARRIVAL.fullmatch(line)
+            if m is None:
+                raise NotationError(
+                    "an arrival line looks like 'arrival S: 1 2 3'",
+                    lineno, line.index("arrival") + 1, stripped, source,
+                )
+            stream, rest = m.groups()
+            txns = []
+            for tm in _TOKEN.finditer(rest):
+                if _TXN_ID.fullmatch(tm.group()) is None:
+                    raise NotationError(
+                        "transaction ids are letters, digits and _",
+                        lineno, m.start(2) + tm.start() + 1, tm.group(), source,
+                    )
+                txns.append(tm.group())
+            arrivals.setdefault(stream, []).extend(txns)
+            continue
+        for token in line.replace(",", " ").split():
+            op = parse_op(token)
+            if op is None:
+                raise NotationError(
+                    f"not an operation: {_why_not(token)}",
+                    lineno, _column(line, token), token, source,
+                )
+            append(op)
+    finish(len(text.splitlines()))
+    if not histories:
+        raise NotationError("the input holds no history", 1, 1, text[:20], source)
+    return histories
+
+
+def _column(line: str, token: str) -> int:
+    """1-based column of the first whole-token occurrence of ``token`` in ``line``."""
+    for m in _TOKEN.finditer(line):
+        if m.group() == token:
+            return m.start() + 1
+    return line.find(token) + 1
+
+
+def parse_one(text: str, source: str = "") -> History:
+    """Read text that must hold exactly one history."""
+    histories = parse(text, source)
+    if len(histories) != 1:
+        raise NotationError(
+            f"expected one history, found {len(histories)}", 1, 1, "---", source
+        )
+    return histories[0]
+
+
+def format_history(history: History, per_line: int = 0) -> str:
+    """Print a history in the notation; ``per_line`` > 0 wraps after that many operations."""
+    lines = [f"arrival {s}: {' '.join(ts)}" for s, ts in history.arrivals.items()]
+    words = [str(op) for op in history.operations]
+    if per_line > 0:
+        lines += [" ".join(words[i : i + per_line]) for i in range(0, len(words), per_line)]
+    elif words:
+        lines.append(" ".join(words))
+    return "\n".join(lines)
+
+
+def format_histories(histories: Iterable[History]) -> str:
+    """Print several histories separated by ``---`` lines."""
+    return "\n---\n".join(format_history(h) for h in histories) + "\n"

@@ -1,0 +1,1 @@
+"""Update consistency (uc) decided by APPROX."""

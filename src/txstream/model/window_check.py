@@ -1,0 +1,1 @@
+"""Window-serializability (ws) and latest-window-serializability (lws) checkers."""
