@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.errors import UnknownNameError
-from txstream.model.conflict import ConflictGraph, Witness, conflict_graph
+from txstream.model.conflict import ConflictGraph, Witness, conflict_graph, no_gc
 from txstream.model.graph import find_cycle, topological_order
 from txstream.model.history import History
 
@@ -74,7 +74,9 @@ def get_checker(name: str) -> Checker:
 
 def check(history: History, criterion: str = "cs", options: CheckOptions | None = None) -> Verdict:
     """Check ``history`` against ``criterion``."""
-    return get_checker(criterion)(history, options or CheckOptions())
+    checker = get_checker(criterion)
+    with no_gc():
+        return checker(history, options or CheckOptions())
 
 
 def _load_all() -> None:

@@ -105,6 +105,9 @@ class History:
 
     operations: list[Operation] = field(default_factory=list)
     arrivals: dict[str, list[str]] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)
+    """Annotations from the text: ``title`` (its first comment line), and the
+    directives ``# expect: cs=true ...`` and ``# subwindows: N``."""
 
     def __iter__(self) -> Iterator[Operation]:
         return iter(self.operations)

@@ -4,7 +4,10 @@ Grammar, one history per chunk::
 
     r1(x)  w2[3]  c2  a1  rQ1[0]  c1@3      operations, separated by white space or commas
     arrival S: 1 2 3                        transactions 1, 2, 3 arose from events on S, in order
-    # ...                                   a comment, to the end of the line
+    # ...                                   a comment; the last one before the first
+                                            operation is the history's title
+    # expect: cs=true csao=false            directive: the verdicts a source gives
+    # subwindows: 3                         directive: n for ws/lws
     ---                                     (a line of its own) ends one history, starts the next
 
 Transaction ids are letters, digits and ``_``; items are letters, digits and
@@ -17,6 +20,7 @@ import re
 from collections.abc import Iterable
 
 from txstream.errors import NotationError
+from txstream.model.conflict import no_gc
 from txstream.model.history import History, Operation
 
 _ACCESS = re.compile(r"([rw])([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_.:\-]+)\)|\[([A-Za-z0-9_.:\-]+)\])")
@@ -24,6 +28,8 @@ _END = re.compile(r"([ca])([A-Za-z0-9_]+)(?:@([0-9]+))?")
 _ARRIVAL = re.compile(r"\s*arrival\s+([A-Za-z0-9_.:\-]+)\s*:(.*)")
 _TXN_ID = re.compile(r"[A-Za-z0-9_]+")
 _TOKEN = re.compile(r"[^\s,]+")
+_DIRECTIVE = re.compile(r"#\s*(expect|subwindows)\s*:\s*(.*?)\s*")
+DIRECTIVES = ("expect", "subwindows")
 
 
 def parse_operation(token: str) -> Operation | None:
@@ -61,9 +67,21 @@ def parse(text: str, source: str = "") -> list[History]:
     token or invalid history.  Empty chunks around ``---`` are skipped; text with
     no history at all is an error, so that an empty file is not silently "correct".
     """
+    with no_gc():
+        return _parse(text, source)
+
+
+def _parse(text: str, source: str) -> list[History]:
+    """Read every history in ``text``.
+
+    Raises :class:`NotationError` (line, column, token) on the first malformed
+    token or invalid history.  Empty chunks around ``---`` are skipped; text with
+    no history at all is an error, so that an empty file is not silently "correct".
+    """
     histories: list[History] = []
     ops: list[Operation] = []
     arrivals: dict[str, list[str]] = {}
+    meta: dict[str, str] = {}
     first_line = 1
     append = ops.append
     parse_op = parse_operation
@@ -71,7 +89,7 @@ def parse(text: str, source: str = "") -> list[History]:
     def finish(end_line: int) -> None:
         if not ops and not arrivals:
             return
-        history = History(list(ops), dict(arrivals))
+        history = History(list(ops), dict(arrivals), dict(meta))
         try:
             history.validate()
         except ValueError as exc:
@@ -81,7 +99,9 @@ def parse(text: str, source: str = "") -> list[History]:
         histories.append(history)
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
-        line = raw.split("#", 1)[0]
+        line, hash_, comment = raw.partition("#")
+        if hash_:
+            _note(meta, "#" + comment, heading=not ops and not arrivals)
         stripped = line.strip()
         if not stripped:
             continue
@@ -89,6 +109,7 @@ def parse(text: str, source: str = "") -> list[History]:
             finish(lineno)
             ops.clear()
             arrivals = {}
+            meta = {}
             first_line = lineno + 1
             continue
         if stripped.split(None, 1)[0].split(":", 1)[0] == "arrival":
@@ -121,6 +142,29 @@ def parse(text: str, source: str = "") -> list[History]:
     if not histories:
         raise NotationError("the input holds no history", 1, 1, text[:20], source)
     return histories
+
+
+def _note(meta: dict[str, str], comment: str, heading: bool) -> None:
+    """Keep a directive; the last free comment before the first operation is the title."""
+    m = _DIRECTIVE.fullmatch(comment.strip())
+    if m is not None:
+        meta[m.group(1)] = m.group(2)
+    elif heading and comment.strip("# \t"):
+        meta["title"] = comment.strip("# \t")
+
+
+def expected_verdicts(history: History) -> dict[str, bool]:
+    """The ``# expect: cs=true ...`` directive as a dict; empty when absent.
+
+    Raises :class:`ValueError` on a malformed directive.
+    """
+    out: dict[str, bool] = {}
+    for pair in history.meta.get("expect", "").split():
+        name, _, value = pair.partition("=")
+        if value not in ("true", "false"):
+            raise ValueError(f"expect directive {pair!r} must look like cs=true or cs=false")
+        out[name] = value == "true"
+    return out
 
 
 def _column(line: str, token: str) -> int:

@@ -1,0 +1,37 @@
+# txstream developer tasks. `make help` lists them.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install run test lint bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+install: $(STAMP) ## create .venv and install txstream (editable) with its dev tools
+
+$(STAMP): pyproject.toml
+	@scripts/check-python.sh $(PYTHON)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+run: install ## the main job: check the bundled example histories against their papers' verdicts
+	@scripts/check-java.sh
+	$(BIN)/txstream check --criterion all --format table --expect examples/histories/
+
+test: install lint ## lint, type check and the whole test suite
+	$(BIN)/pytest
+
+lint: install ## ruff and mypy
+	$(BIN)/ruff check src tests
+	$(BIN)/mypy
+
+bench: install ## run the benchmarks (full grids) into bench-out/
+	$(BIN)/txstream bench checker --out bench-out
+
+clean: ## remove the virtual environment and caches
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis bench-out

@@ -1,0 +1,203 @@
+"""The shared bench harness: grids of parameter points, repetitions, CSV and plots.
+
+Call order: :func:`run_experiment` walks ``grid`` (or ``quick_grid``) x
+``repetitions``; for each pair it calls ``run(point, seed)``, which must return a
+dict of metrics; every row (parameters, ``rep``, ``seed``, metrics) goes to
+``<out>/<name>.csv``; afterwards each :class:`Figure` becomes ``<out>/<figure>.png``,
+plotting the mean over repetitions with min-max bars.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+import sys
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TxStreamError
+
+Point = dict[str, Any]
+Metrics = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One plot: ``y`` against ``x``, a line per ``series`` value, a panel per ``facet``.
+
+    ``y`` may name several metric columns; each then becomes a line of its own
+    (and ``series`` further splits them).
+    """
+
+    name: str
+    x: str
+    y: str | tuple[str, ...]
+    title: str
+    series: str | None = None
+    facet: str | None = None
+    logx: bool = False
+    logy: bool = False
+    ylabel: str | None = None
+    hline: float | None = None  # a target line, e.g. a speed goal
+
+
+@dataclass
+class Experiment:
+    """A named experiment: what to vary, how to measure one point, what to plot."""
+
+    name: str
+    description: str
+    grid: list[Point]
+    quick_grid: list[Point]
+    run: Callable[[Point, int], Metrics]
+    figures: list[Figure] = field(default_factory=list)
+    repetitions: int = 3
+    quick_repetitions: int = 1
+
+
+def run_experiment(
+    exp: Experiment, out: Path, quick: bool = False, progress: bool = True, seed: int = 0
+) -> list[dict[str, Any]]:
+    """Run every point of ``exp``, write its CSV and plots into ``out``; return the rows."""
+    grid = exp.quick_grid if quick else exp.grid
+    reps = exp.quick_repetitions if quick else exp.repetitions
+    if not grid or reps < 1:
+        raise TxStreamError(f"experiment {exp.name} has nothing to run")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TxStreamError(f"cannot create output folder {out}: {exc.strerror}") from None
+    tasks = [(point, rep) for point in grid for rep in range(reps)]
+    rows: list[dict[str, Any]] = []
+    with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
+        for point, rep in tasks:
+            run_seed = seed * 1_000_003 + rep * 7919 + len(rows)
+            metrics = exp.run(dict(point), run_seed)
+            rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
+            advance(_describe(point, metrics))
+    write_csv(rows, out / f"{exp.name}.csv")
+    for fig in exp.figures:
+        plot(rows, fig, out / f"{fig.name}.png")
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
+    """Write rows with the union of their keys as columns, in first-seen order."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def aggregate(
+    rows: list[dict[str, Any]], fig: Figure
+) -> dict[Any, dict[Any, list[tuple[Any, float, float, float]]]]:
+    """Group rows as facet -> series -> [(x, mean, min, max)] sorted by x."""
+    groups: dict[Any, dict[Any, dict[Any, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
+    metrics = (fig.y,) if isinstance(fig.y, str) else fig.y
+    for row in rows:
+        facet = row.get(fig.facet) if fig.facet else None
+        for metric in metrics:
+            if row.get(metric) is None:
+                continue
+            if fig.series and len(metrics) > 1:
+                series: Any = f"{row.get(fig.series)} {metric}"
+            elif fig.series:
+                series = row.get(fig.series)
+            else:
+                series = metric
+            groups[facet][series][row[fig.x]].append(float(row[metric]))
+    return {
+        facet: {
+            series: [
+                (x, statistics.fmean(ys), min(ys), max(ys)) for x, ys in sorted(by_x.items())
+            ]
+            for series, by_x in by_series.items()
+        }
+        for facet, by_series in groups.items()
+    }
+
+
+def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
+    """Draw ``fig`` from ``rows`` into a PNG at ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    data = aggregate(rows, fig)
+    facets = list(data) or [None]
+    width = 5.5 * len(facets)
+    figure, axes = plt.subplots(1, len(facets), figsize=(width, 4.2), squeeze=False)
+    for ax, facet in zip(axes[0], facets, strict=True):
+        for series, points in data.get(facet, {}).items():
+            xs = [p[0] for p in points]
+            means = [p[1] for p in points]
+            lows = [p[1] - p[2] for p in points]
+            highs = [p[3] - p[1] for p in points]
+            ax.errorbar(xs, means, yerr=[lows, highs], marker="o", capsize=3, label=str(series))
+        if fig.hline is not None:
+            ax.axhline(fig.hline, color="grey", linestyle="--", linewidth=1)
+        ax.set_xlabel(fig.x)
+        ax.set_ylabel(fig.ylabel or (fig.y if isinstance(fig.y, str) else ", ".join(fig.y)))
+        if fig.logx:
+            ax.set_xscale("log")
+        if fig.logy:
+            ax.set_yscale("log")
+        ax.set_title(f"{fig.title}" + (f" ({fig.facet}={facet})" if fig.facet else ""))
+        ax.grid(True, alpha=0.3)
+        if fig.series or not isinstance(fig.y, str):
+            ax.legend(title=fig.series)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def _describe(point: Point, metrics: Metrics) -> str:
+    shown = ", ".join(f"{k}={v}" for k, v in point.items())
+    first = next(iter(metrics.items()), None)
+    if first is not None:
+        value = f"{first[1]:.4g}" if isinstance(first[1], float) else str(first[1])
+        shown += f" -> {first[0]}={value}"
+    return shown
+
+
+class _progress:
+    """A rich progress bar on stderr when it is a terminal, plain lines otherwise."""
+
+    def __init__(self, enabled: bool, title: str, total: int) -> None:
+        self.enabled = enabled
+        self.title = title
+        self.total = total
+        self.done = 0
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> Callable[[str], None]:
+        if self.enabled and sys.stderr.isatty():
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(), TextColumn("{task.fields[last]}"), transient=False,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.title, total=self.total, last="")
+        return self.advance
+
+    def advance(self, text: str) -> None:
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(self._task, advance=1, last=text)
+        elif self.enabled:
+            print(f"[{self.done}/{self.total}] {self.title}: {text}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,72 @@
+"""The ``txstream`` command line.
+
+Subcommands live beside the subsystem they drive: every module in
+:data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and sets ``func`` on its
+parser; ``func(args)`` returns the exit status.  Errors the user can fix
+(:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from txstream import __version__
+from txstream.errors import TxStreamError
+
+CLI_MODULES: tuple[str, ...] = (
+    "txstream.check_cli",
+    "txstream.bench.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every subsystem's subcommands."""
+    parser = argparse.ArgumentParser(
+        prog="txstream",
+        description="Transactional stream processing: check histories, run engines and benchmarks.",
+    )
+    parser.add_argument("--version", action="version", version=f"txstream {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in CLI_MODULES:
+        importlib.import_module(module).register_cli(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        status: int = func(args)
+        return status
+    except TxStreamError as exc:
+        print(f"txstream: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        name = f" {exc.filename}" if exc.filename else ""
+        print(f"txstream: cannot access{name}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("txstream: interrupted", file=sys.stderr)
+        return 130
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # Output piped into `head` and friends: not an error worth a traceback.
+        sys.stderr.close()
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    entry()
