@@ -49,16 +49,36 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("inputs", nargs="+", metavar="FILE|DIR|-",
-                   help="history files, folders of *.txt history files, or - for stdin")
-    p.add_argument("--criterion", "-c", default="cs", metavar="NAME",
-                   help=f"one of {', '.join(names)}, or 'all' (default: cs)")
-    p.add_argument("--subwindows", type=int, metavar="N",
-                   help="number of sub-windows n for ws/lws (default: from the history)")
-    p.add_argument("--format", choices=("json", "table"), default="json",
-                   help="JSON lines (default) or a readable table")
-    p.add_argument("--expect", action="store_true",
-                   help="compare with each history's '# expect:' directive; exit 0 iff all match")
+    p.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="FILE|DIR|-",
+        help="history files, folders of *.txt history files, or - for stdin",
+    )
+    p.add_argument(
+        "--criterion",
+        "-c",
+        default="cs",
+        metavar="NAME",
+        help=f"one of {', '.join(names)}, or 'all' (default: cs)",
+    )
+    p.add_argument(
+        "--subwindows",
+        type=int,
+        metavar="N",
+        help="number of sub-windows n for ws/lws (default: from the history)",
+    )
+    p.add_argument(
+        "--format",
+        choices=("json", "table"),
+        default="json",
+        help="JSON lines (default) or a readable table",
+    )
+    p.add_argument(
+        "--expect",
+        action="store_true",
+        help="compare with each history's '# expect:' directive; exit 0 iff all match",
+    )
     p.set_defaults(func=run)
 
 

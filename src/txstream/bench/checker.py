@@ -93,7 +93,9 @@ def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
     """Measure one point in a fresh interpreter (clean memory high-water mark)."""
     proc = subprocess.run(
         [sys.executable, "-m", "txstream.bench.checker", str(point["operations"]), str(seed)],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     if proc.returncode != 0:
         raise TxStreamError(f"checker benchmark point failed: {proc.stderr.strip()[-300:]}")
@@ -110,10 +112,23 @@ EXPERIMENT = Experiment(
     repetitions=3,
     quick_repetitions=1,
     figures=[
-        Figure("checker_time", x="operations", y=("parse_s", "scan_s", "check_s", "total_s"),
-               title="cs checker time", ylabel="seconds", logx=True, logy=True),
-        Figure("checker_memory", x="operations", y="peak_mb", title="cs checker peak memory",
-               ylabel="MiB above baseline", logx=True, logy=True),
+        Figure(
+            "checker_time",
+            x="operations",
+            y=("parse_s", "scan_s", "check_s", "total_s"),
+            title="cs checker time",
+            ylabel="seconds",
+            logx=True,
+            logy=True,
+        ),
+        Figure(
+            "checker_memory",
+            x="operations",
+            y="peak_mb",
+            title="cs checker peak memory",
+            ylabel="MiB above baseline",
+            logx=True,
+        ),
     ],
 )
 

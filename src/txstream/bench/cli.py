@@ -28,8 +28,9 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
     exp = get_experiment(args.name)
-    rows = run_experiment(exp, args.out, quick=args.quick, progress=not args.no_progress,
-                          seed=args.seed)
+    rows = run_experiment(
+        exp, args.out, quick=args.quick, progress=not args.no_progress, seed=args.seed
+    )
     files = [args.out / f"{exp.name}.csv", *(args.out / f"{f.name}.png" for f in exp.figures)]
     print(f"{exp.name}: {len(rows)} runs; wrote {', '.join(str(f) for f in files)}")
     return 0

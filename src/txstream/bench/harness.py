@@ -115,9 +115,7 @@ def aggregate(
             groups[facet][series][row[fig.x]].append(float(row[metric]))
     return {
         facet: {
-            series: [
-                (x, statistics.fmean(ys), min(ys), max(ys)) for x, ys in sorted(by_x.items())
-            ]
+            series: [(x, statistics.fmean(ys), min(ys), max(ys)) for x, ys in sorted(by_x.items())]
             for series, by_x in by_series.items()
         }
         for facet, by_series in groups.items()
@@ -184,8 +182,12 @@ class _progress:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
             self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                TimeElapsedColumn(), TextColumn("{task.fields[last]}"), transient=False,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[last]}"),
+                transient=False,
             )
             self._bar.start()
             self._task = self._bar.add_task(self.title, total=self.total, last="")

@@ -11,9 +11,7 @@ import importlib
 from txstream.bench.harness import Experiment
 from txstream.errors import UnknownNameError
 
-EXPERIMENT_MODULES: tuple[str, ...] = (
-    "txstream.bench.checker",
-)
+EXPERIMENT_MODULES: tuple[str, ...] = ("txstream.bench.checker",)
 
 
 def experiments() -> dict[str, Experiment]:

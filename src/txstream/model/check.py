@@ -8,6 +8,7 @@ names users type: ``cs``, ``csao``, ``ws``, ``lws``, ``uc``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,7 +86,9 @@ def _load_all() -> None:
     from txstream.model import uc_check, window_check  # noqa: F401
 
 
-def edge_evidence(a: str, b: str, witness: Witness | None, stream: str | None = None) -> dict[str, Any]:
+def edge_evidence(
+    a: str, b: str, witness: Witness | None, stream: str | None = None
+) -> dict[str, Any]:
     """One edge of a cycle, as JSON: a conflict with its operations, or an arrival order."""
     if witness is not None:
         return {
@@ -137,7 +140,7 @@ def check_csao(history: History, options: CheckOptions) -> Verdict:
     committed = set(graph.nodes)
     for stream, txns in history.arrivals.items():
         kept = [t for t in txns if t in committed]
-        for a, b in zip(kept, kept[1:], strict=False):
+        for a, b in itertools.pairwise(kept):
             if b not in succ[a]:
                 succ[a][b] = None
                 arrival_edges[(a, b)] = stream
@@ -152,4 +155,3 @@ def check_csao(history: History, options: CheckOptions) -> Verdict:
         for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)
     ]
     return Verdict("csao", False, {**evidence, "cycle": edges})
-

@@ -134,9 +134,7 @@ class History:
     def commit_cycles(self) -> dict[str, int]:
         """Broadcast cycle of every commit that recorded one (``c1@3``)."""
         return {
-            op.txn: op.cycle
-            for op in self.operations
-            if op.kind == "c" and op.cycle is not None
+            op.txn: op.cycle for op in self.operations if op.kind == "c" and op.cycle is not None
         }
 
     def committed_projection(self) -> History:

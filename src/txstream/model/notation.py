@@ -117,7 +117,10 @@ def _parse(text: str, source: str) -> list[History]:
             if m is None:
                 raise NotationError(
                     "an arrival line looks like 'arrival S: 1 2 3'",
-                    lineno, line.index("arrival") + 1, stripped, source,
+                    lineno,
+                    line.index("arrival") + 1,
+                    stripped,
+                    source,
                 )
             stream, rest = m.groups()
             txns = []
@@ -125,7 +128,10 @@ def _parse(text: str, source: str) -> list[History]:
                 if _TXN_ID.fullmatch(tm.group()) is None:
                     raise NotationError(
                         "transaction ids are letters, digits and _",
-                        lineno, m.start(2) + tm.start() + 1, tm.group(), source,
+                        lineno,
+                        m.start(2) + tm.start() + 1,
+                        tm.group(),
+                        source,
                     )
                 txns.append(tm.group())
             arrivals.setdefault(stream, []).extend(txns)
@@ -135,7 +141,10 @@ def _parse(text: str, source: str) -> list[History]:
             if op is None:
                 raise NotationError(
                     f"not an operation: {_why_not(token)}",
-                    lineno, _column(line, token), token, source,
+                    lineno,
+                    _column(line, token),
+                    token,
+                    source,
                 )
             append(op)
     finish(len(text.splitlines()))
@@ -179,9 +188,7 @@ def parse_one(text: str, source: str = "") -> History:
     """Read text that must hold exactly one history."""
     histories = parse(text, source)
     if len(histories) != 1:
-        raise NotationError(
-            f"expected one history, found {len(histories)}", 1, 1, "---", source
-        )
+        raise NotationError(f"expected one history, found {len(histories)}", 1, 1, "---", source)
     return histories[0]
 
 

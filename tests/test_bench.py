@@ -1,0 +1,74 @@
+"""The bench harness: grid x repetitions -> CSV + PNG, and the checker benchmark."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from txstream.bench.checker import generate_history_text
+from txstream.bench.harness import Experiment, Figure, run_experiment
+from txstream.cli import main
+from txstream.errors import TxStreamError, UnknownNameError
+from txstream.model import check, parse_one
+
+
+def toy(point: dict[str, int], seed: int) -> dict[str, float]:
+    return {"y": point["x"] * 2 + seed % 3, "z": float(point["x"])}
+
+
+def test_grid_times_repetitions_written_as_csv_and_png(tmp_path: Path) -> None:
+    exp = Experiment(
+        name="toy",
+        description="",
+        grid=[{"x": 1}, {"x": 2}],
+        quick_grid=[{"x": 1}],
+        run=toy,
+        repetitions=3,
+        figures=[Figure("toy", x="x", y=("y", "z"), title="toy")],
+    )
+    rows = run_experiment(exp, tmp_path, progress=False)
+    assert len(rows) == 6
+    with (tmp_path / "toy.csv").open() as fh:
+        table = list(csv.DictReader(fh))
+    assert [r["x"] for r in table] == ["1", "1", "1", "2", "2", "2"]
+    assert {"rep", "seed", "y", "z"} <= set(table[0])
+    png = (tmp_path / "toy.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+    assert len(run_experiment(exp, tmp_path / "q", quick=True, progress=False)) == 1
+
+
+def test_seeds_differ_between_repetitions(tmp_path: Path) -> None:
+    exp = Experiment(
+        name="s", description="", grid=[{"x": 1}], quick_grid=[], run=toy, repetitions=4
+    )
+    seeds = [r["seed"] for r in run_experiment(exp, tmp_path, progress=False)]
+    assert len(set(seeds)) == 4
+    with pytest.raises(TxStreamError, match="nothing to run"):
+        run_experiment(exp, tmp_path, quick=True, progress=False)
+
+
+def test_generated_history_has_the_asked_size() -> None:
+    h = parse_one(generate_history_text(10_000, seed=3))
+    assert 9_000 <= len(h) <= 10_000
+    assert len(h.transactions()) == 1_000
+    assert check(h, "cs").evidence["committed"] > 900
+
+
+def test_bench_checker_quick_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", "checker", "--quick", "--no-progress", "--out", str(tmp_path)]) == 0
+    with (tmp_path / "checker.csv").open() as fh:
+        rows = list(csv.DictReader(fh))
+    assert [int(r["operations"]) for r in rows] == [10_000, 100_000]
+    assert all(float(r["check_s"]) > 0 and float(r["peak_mb"]) >= 0 for r in rows)
+    assert (tmp_path / "checker_time.png").exists() and (tmp_path / "checker_memory.png").exists()
+
+
+def test_unknown_experiment_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "nope"]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+    with pytest.raises(UnknownNameError):
+        from txstream.bench.registry import get_experiment
+
+        get_experiment("nope")
