@@ -29,15 +29,22 @@ from txstream.errors import TxStreamError
 
 
 def generate_history_text(
-    operations: int, ops_per_txn: int = 10, items: int = 50_000, concurrency: int = 8, seed: int = 0
+    operations: int,
+    ops_per_txn: int = 10,
+    items: int | None = None,
+    concurrency: int = 8,
+    seed: int = 0,
 ) -> str:
     """A random interleaved history with about ``operations`` operations.
 
     ``concurrency`` transactions are active at any time; each has
-    ``ops_per_txn - 1`` reads/writes (skewed towards a hot tenth of the items)
-    and then commits, one in twenty aborting.
+    ``ops_per_txn - 1`` reads/writes (30% writes, skewed towards a hot tenth of
+    the items) and then commits, one in twenty aborting.  ``items`` defaults to
+    one per 20 operations, so the conflict density is the same at every size.
     """
     rng = random.Random(seed)
+    if items is None:
+        items = max(100, operations // 20)
     txns = max(1, operations // ops_per_txn)
     accesses = ops_per_txn - 1
     hot = max(1, items // 10)
