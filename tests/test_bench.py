@@ -72,3 +72,12 @@ def test_unknown_experiment_is_named(capsys: pytest.CaptureFixture[str]) -> None
         from txstream.bench.registry import get_experiment
 
         get_experiment("nope")
+
+
+def test_plot_survives_rounding_in_min_max_bars(tmp_path: Path) -> None:
+    # The mean of three equal floats can land a hair above their max.
+    rows = [{"x": 1, "y": 0.1 + 0.2}, {"x": 1, "y": 0.3}, {"x": 1, "y": 0.1 + 0.2}]
+    from txstream.bench.harness import plot
+
+    plot(rows, Figure("r", x="x", y="y", title="r"), tmp_path / "r.png")
+    assert (tmp_path / "r.png").exists()

@@ -137,8 +137,8 @@ def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
         for series, points in data.get(facet, {}).items():
             xs = [p[0] for p in points]
             means = [p[1] for p in points]
-            lows = [p[1] - p[2] for p in points]
-            highs = [p[3] - p[1] for p in points]
+            lows = [max(0.0, p[1] - p[2]) for p in points]
+            highs = [max(0.0, p[3] - p[1]) for p in points]
             ax.errorbar(xs, means, yerr=[lows, highs], marker="o", capsize=3, label=str(series))
         if fig.hline is not None:
             ax.axhline(fig.hline, color="grey", linestyle="--", linewidth=1)
