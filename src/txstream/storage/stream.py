@@ -1,0 +1,252 @@
+"""An append-only stream of events with an ordering attribute.
+
+A stream is a set of events partially ordered by a special attribute (EDBT 2012
+Section 2.1).  Its only update is an *append* - the arrival of an event, a write
+in the page model - and a *read* returns its state: the events so far, or a
+range of them.
+
+Every event gets an id, its position in the stream.  Each slot also remembers
+the commit timestamp of the transaction that appended it (``None`` while that
+transaction runs), so a reader can see the stream as of a snapshot.  Undoing an
+append removes the event: the stream is truncated when it was the last one,
+otherwise the slot becomes a hole that reads skip (another transaction appended
+after it), so ids stay stable.
+
+Lock granularity (Section 4.5.1) decides which data items a read or an append
+touches:
+
+* ``"stream"`` - the whole stream is one item: every append conflicts with
+  every read;
+* ``"event"`` - each event is an item ``<stream>.<id>``: an append conflicts
+  with nothing that came before it;
+* ``"range"`` - events ``[k*n, (k+1)*n)`` share the item ``<stream>.r<k>``,
+  ``n`` being ``range_size``: fewer locks than per-event for long reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Final
+
+from txstream.storage.base import OrderError, StorageError, check_name
+
+GRANULARITIES: Final = ("stream", "event", "range")
+
+OrderBy = str | int | Callable[[Any], Any] | None
+
+
+class _Gone:
+    """Marks the slot of an event whose append was undone."""
+
+    def __repr__(self) -> str:
+        return "GONE"
+
+
+GONE: Final = _Gone()
+
+
+class Stream:
+    """Append-only events, an ordering attribute and a lock granularity.
+
+    ``order_by`` names the ordering attribute: a mapping key or attribute name
+    (``str``), a tuple index (``int``) or a function of the event; ``None`` means
+    arrival order only.  With ``require_order=True`` an event whose ordering
+    value is smaller than the last event's raises :class:`OrderError`.
+    """
+
+    kind = "stream"
+
+    def __init__(
+        self,
+        name: str,
+        order_by: OrderBy = None,
+        require_order: bool = False,
+        granularity: str = "stream",
+        range_size: int = 64,
+    ) -> None:
+        self.name = check_name("stream", name)
+        if granularity not in GRANULARITIES:
+            raise StorageError(
+                f"stream {name}: unknown lock granularity {granularity!r}; "
+                f"choose one of: {', '.join(GRANULARITIES)}"
+            )
+        if not isinstance(range_size, int) or range_size < 1:
+            raise StorageError(f"stream {name}: range_size must be a positive integer")
+        if require_order and order_by is None:
+            raise StorageError(f"stream {name}: require_order needs an ordering attribute")
+        self.order_by = order_by
+        self.require_order = require_order
+        self.granularity = granularity
+        self.range_size = range_size
+        self._events: list[Any] = []
+        self._ts: list[int | None] = []
+        self._live = 0
+
+    def __repr__(self) -> str:
+        return f"Stream({self.name!r}, events={self._live}, granularity={self.granularity!r})"
+
+    def __len__(self) -> int:
+        """Number of slots (the next event id), holes included."""
+        return len(self._events)
+
+    @property
+    def live(self) -> int:
+        """Number of events present (holes excluded)."""
+        return self._live
+
+    # -- ordering ------------------------------------------------------------------
+
+    def order_value(self, event: Any) -> Any:
+        """The ordering attribute of ``event`` (``None`` without ``order_by``)."""
+        spec = self.order_by
+        if spec is None:
+            return None
+        try:
+            if callable(spec):
+                return spec(event)
+            if isinstance(spec, int) or isinstance(event, Mapping):
+                return event[spec]
+            return getattr(event, spec)
+        except (KeyError, IndexError, AttributeError, TypeError) as exc:
+            raise StorageError(
+                f"stream {self.name}: event {event!r} has no ordering attribute {spec!r} ({exc})"
+            ) from None
+
+    def last_order_value(self) -> Any:
+        """The ordering value of the last present event, or ``None``."""
+        events = self._events
+        for i in range(len(events) - 1, -1, -1):
+            if events[i] is not GONE:
+                return self.order_value(events[i])
+        return None
+
+    def check_order(self, event: Any, after: Any = None) -> None:
+        """Raise :class:`OrderError` if ``event`` may not follow the current last event.
+
+        ``after`` is an extra ordering value the event must not precede (the
+        last of a batch not yet appended).
+        """
+        if not self.require_order:
+            return
+        value = self.order_value(event)
+        last = after if after is not None else self.last_order_value()
+        if last is not None and value < last:
+            raise OrderError(
+                f"stream {self.name} requires order by {self.order_by!r}: event {event!r} "
+                f"({value!r}) arrived after {last!r}"
+            )
+
+    # -- items ----------------------------------------------------------------------
+
+    def item_of(self, event_id: int) -> str:
+        """The data item that event ``event_id`` belongs to under this granularity."""
+        if self.granularity == "stream":
+            return self.name
+        if self.granularity == "event":
+            return f"{self.name}.{event_id}"
+        return f"{self.name}.r{event_id // self.range_size}"
+
+    def items_for_read(self, start: int, end: int) -> list[str]:
+        """The items a read of ids ``[start, end)`` touches."""
+        if self.granularity == "stream":
+            return [self.name]
+        if end <= start:
+            return []
+        if self.granularity == "event":
+            return [f"{self.name}.{i}" for i in range(start, end)]
+        size = self.range_size
+        return [f"{self.name}.r{k}" for k in range((start // size), (end - 1) // size + 1)]
+
+    def items_for_append(self) -> list[str]:
+        """Items to lock *before* an append whose id is not yet known.
+
+        Stream granularity: the stream.  Finer granularities return nothing: the
+        new event's own item is locked once its id is assigned.
+        """
+        return [self.name] if self.granularity == "stream" else []
+
+    # -- access ----------------------------------------------------------------------
+
+    def append(self, event: Any) -> int:
+        """Append ``event`` (uncommitted); return its id."""
+        self.check_order(event)
+        self._events.append(event)
+        self._ts.append(None)
+        self._live += 1
+        return len(self._events) - 1
+
+    def bounds(self, start: int = 0, end: int | None = None) -> tuple[int, int]:
+        """Clamp a requested id range to the stream's current slots."""
+        n = len(self._events)
+        if start < 0:
+            raise StorageError(f"stream {self.name}: negative start {start}")
+        stop = n if end is None else min(end, n)
+        return min(start, n), max(min(start, n), stop)
+
+    def read(self, start: int = 0, end: int | None = None) -> list[Any]:
+        """The present events with ids in ``[start, end)``, committed or not."""
+        lo, hi = self.bounds(start, end)
+        return [e for e in self._events[lo:hi] if e is not GONE]
+
+    def read_with_ids(self, start: int = 0, end: int | None = None) -> list[tuple[int, Any]]:
+        """Like :meth:`read`, with each event's id."""
+        lo, hi = self.bounds(start, end)
+        events = self._events
+        return [(i, events[i]) for i in range(lo, hi) if events[i] is not GONE]
+
+    def read_at(self, ts: int, start: int = 0, end: int | None = None) -> list[Any]:
+        """The events committed at or before ``ts`` with ids in ``[start, end)``."""
+        lo, hi = self.bounds(start, end)
+        events, stamps = self._events, self._ts
+        out = []
+        for i in range(lo, hi):
+            s = stamps[i]
+            if s is not None and s <= ts and events[i] is not GONE:
+                out.append(events[i])
+        return out
+
+    def committed(self) -> list[Any]:
+        """Every committed event, in id order."""
+        return [e for e, s in zip(self._events, self._ts, strict=True) if s is not None]
+
+    def remove(self, event_id: int) -> None:
+        """Undo the append of ``event_id``: truncate at the tail, else leave a hole."""
+        events = self._events
+        if event_id >= len(events) or events[event_id] is GONE:
+            return
+        events[event_id] = GONE
+        self._ts[event_id] = None
+        self._live -= 1
+        while events and events[-1] is GONE and self._ts[-1] is None:
+            events.pop()
+            self._ts.pop()
+
+    def install(self, event_id: int, ts: int) -> None:
+        """Mark event ``event_id`` committed at timestamp ``ts``."""
+        self._ts[event_id] = ts
+
+    def place(self, event_id: int, event: Any, ts: int) -> None:
+        """Put a committed event at a given id (log replay); earlier gaps become holes."""
+        events, stamps = self._events, self._ts
+        while len(events) < event_id:
+            events.append(GONE)
+            stamps.append(None)
+        if event_id == len(events):
+            events.append(event)
+            stamps.append(ts)
+        else:
+            if events[event_id] is not GONE:
+                raise StorageError(f"stream {self.name}: event id {event_id} is taken")
+            events[event_id] = event
+            stamps[event_id] = ts
+        self._live += 1
+
+    def describe(self) -> dict[str, Hashable]:
+        """The stream's settings as JSON-ready values (for the log's definitions)."""
+        order_by = self.order_by if isinstance(self.order_by, (str, int)) else None
+        return {
+            "order_by": order_by,
+            "require_order": self.require_order if order_by is not None else False,
+            "granularity": self.granularity,
+            "range_size": self.range_size,
+        }
