@@ -25,6 +25,7 @@ touches:
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Hashable, Mapping
 from typing import Any, Final
 
@@ -81,6 +82,7 @@ class Stream:
         self._events: list[Any] = []
         self._ts: list[int | None] = []
         self._live = 0
+        self._latch = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Stream({self.name!r}, events={self._live}, granularity={self.granularity!r})"
@@ -168,12 +170,13 @@ class Stream:
     # -- access ----------------------------------------------------------------------
 
     def append(self, event: Any) -> int:
-        """Append ``event`` (uncommitted); return its id."""
-        self.check_order(event)
-        self._events.append(event)
-        self._ts.append(None)
-        self._live += 1
-        return len(self._events) - 1
+        """Append ``event`` (uncommitted); return its id.  Safe to call from many threads."""
+        with self._latch:
+            self.check_order(event)
+            self._events.append(event)
+            self._ts.append(None)
+            self._live += 1
+            return len(self._events) - 1
 
     def bounds(self, start: int = 0, end: int | None = None) -> tuple[int, int]:
         """Clamp a requested id range to the stream's current slots."""
@@ -205,21 +208,35 @@ class Stream:
                 out.append(events[i])
         return out
 
+    def read_visible(
+        self, start: int, end: int | None, own: set[int] | None
+    ) -> list[Any]:
+        """Committed events in ``[start, end)`` plus the uncommitted ones in ``own``."""
+        lo, hi = self.bounds(start, end)
+        events, stamps = self._events, self._ts
+        out = []
+        for i in range(lo, hi):
+            e = events[i]
+            if e is not GONE and (stamps[i] is not None or (own is not None and i in own)):
+                out.append(e)
+        return out
+
     def committed(self) -> list[Any]:
         """Every committed event, in id order."""
         return [e for e, s in zip(self._events, self._ts, strict=True) if s is not None]
 
     def remove(self, event_id: int) -> None:
         """Undo the append of ``event_id``: truncate at the tail, else leave a hole."""
-        events = self._events
-        if event_id >= len(events) or events[event_id] is GONE:
-            return
-        events[event_id] = GONE
-        self._ts[event_id] = None
-        self._live -= 1
-        while events and events[-1] is GONE and self._ts[-1] is None:
-            events.pop()
-            self._ts.pop()
+        with self._latch:
+            events = self._events
+            if event_id >= len(events) or events[event_id] is GONE:
+                return
+            events[event_id] = GONE
+            self._ts[event_id] = None
+            self._live -= 1
+            while events and events[-1] is GONE and self._ts[-1] is None:
+                events.pop()
+                self._ts.pop()
 
     def install(self, event_id: int, ts: int) -> None:
         """Mark event ``event_id`` committed at timestamp ``ts``."""

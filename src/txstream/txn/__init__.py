@@ -1,0 +1,38 @@
+"""The transaction manager: protocols, lock manager, orderings, rollback, histories.
+
+Start here: :class:`TransactionManager` (``tm.begin()``, ``with tm.begin() as
+t:``, ``tm.run(fn)``), the protocols by name (:func:`protocols`), the
+transaction-boundary helpers in :mod:`txstream.txn.boundaries`, and
+``txstream stress`` in :mod:`txstream.txn.stress`.
+"""
+
+from txstream.txn.base import (
+    DeadlockError,
+    LockTimeoutError,
+    Protocol,
+    TransactionError,
+    ValidationError,
+    WoundedError,
+    WriteConflictError,
+)
+from txstream.txn.locks import LockManager
+from txstream.txn.manager import Transaction, TransactionManager
+from txstream.txn.protocols import PROTOCOLS, get_protocol, protocols
+from txstream.txn.recorder import HistoryRecorder
+
+__all__ = [
+    "PROTOCOLS",
+    "DeadlockError",
+    "HistoryRecorder",
+    "LockManager",
+    "LockTimeoutError",
+    "Protocol",
+    "Transaction",
+    "TransactionError",
+    "TransactionManager",
+    "ValidationError",
+    "WoundedError",
+    "WriteConflictError",
+    "get_protocol",
+    "protocols",
+]

@@ -1,0 +1,123 @@
+"""The protocol interface of the transaction manager, its errors and states.
+
+A concurrency-control protocol decides *when* a transaction may touch a data
+item and *whether* it may commit; the manager (:mod:`txstream.txn.manager`)
+does the data access, the undo log, the write-ahead log and history recording.
+
+Call order, for every transaction ``t`` (enforced by the manager)::
+
+    begin(t)
+    (before_read(t, item) | before_write(t, item))*     any number, any order
+    validate(t)                                         only when t commits,
+                                                        with the commit mutex held
+    release(t)                                          exactly once, at the end
+
+Invariants a protocol relies on and keeps:
+
+* ``before_read`` / ``before_write`` run *before* the manager reads or changes
+  the item; a protocol that blocks does it there, and may raise a
+  :class:`~txstream.errors.TransientError` (deadlock victim, lock-wait timeout,
+  wounded by an older transaction), after which the manager aborts ``t``;
+* ``begin`` sets how ``t`` sees data: ``t.snapshot_ts`` (read committed versions
+  as of that timestamp) and ``t.deferred`` (buffer writes until commit instead of
+  changing rows in place under an undo log);
+* ``validate`` raises a :class:`~txstream.errors.TransientError` to refuse a
+  commit; nothing has been made visible then;
+* ``release`` runs after the commit is complete (or the undo log has run) and
+  frees whatever the protocol held: after it, no lock of ``t`` remains.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, ClassVar
+
+from txstream.errors import TransientError, TxStreamError
+
+if TYPE_CHECKING:
+    from txstream.txn.manager import Transaction, TransactionManager
+
+ACTIVE = 0
+COMMITTING = 1
+COMMITTED = 2
+ABORTED = 3
+STATE_NAMES = {
+    ACTIVE: "active",
+    COMMITTING: "committing",
+    COMMITTED: "committed",
+    ABORTED: "aborted",
+}
+
+SHARED = 1
+EXCLUSIVE = 2
+
+
+class TransactionError(TxStreamError):
+    """A transaction was used wrongly, e.g. an operation after its commit or abort."""
+
+
+class DeadlockError(TransientError):
+    """Raised in the transaction chosen as the victim to break a deadlock; retry it."""
+
+
+class LockTimeoutError(TransientError):
+    """A lock was not granted within the manager's lock-wait timeout; retry."""
+
+
+class WoundedError(TransientError):
+    """An older transaction needed a lock this one held (predefined ordering); retry."""
+
+
+class ValidationError(TransientError):
+    """Optimistic backward validation failed: an item read was changed since; retry."""
+
+
+class WriteConflictError(TransientError):
+    """Snapshot isolation: another transaction committed a write to the same item first."""
+
+
+class Protocol(ABC):
+    """A concurrency-control protocol, chosen by :attr:`name`.
+
+    One instance serves one :class:`~txstream.txn.manager.TransactionManager`
+    and is called from many threads at once; see the module docstring for the
+    call order and the invariants.
+    """
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    serializable: ClassVar[bool] = True
+    """Whether its histories are conflict-serializable (the ``none`` baseline is not)."""
+    supports_ordering: ClassVar[bool] = False
+    """Whether it can enforce a predefined (arrival) order of conflicting operations."""
+    tracks_writes: ClassVar[bool] = False
+    """Whether the manager must keep the commit timestamp of the last write per item."""
+    records_writes_at_commit: ClassVar[bool] = True
+    """Whether a write is recorded in the history when its transaction commits (it
+    becomes visible then) rather than when it is executed (``none``: at once)."""
+
+    def __init__(self, manager: TransactionManager) -> None:
+        self.manager = manager
+
+    @abstractmethod
+    def begin(self, txn: Transaction) -> None:
+        """Set up ``txn``: its read view (``snapshot_ts``) and write mode (``deferred``)."""
+
+    @abstractmethod
+    def before_read(self, txn: Transaction, item: str) -> None:
+        """Called before ``txn`` reads ``item``; may block or raise a TransientError."""
+
+    @abstractmethod
+    def before_write(self, txn: Transaction, item: str) -> None:
+        """Called before ``txn`` writes ``item``; may block or raise a TransientError."""
+
+    def validate(self, txn: Transaction) -> None:  # noqa: B027 - optional hook
+        """Called with the commit mutex held; raise a TransientError to refuse the commit."""
+
+    @abstractmethod
+    def release(self, txn: Transaction) -> None:
+        """Free everything ``txn`` holds; called exactly once when it has ended."""
+
+    def stats(self) -> dict[str, int]:
+        """Counters worth reporting (deadlocks, timeouts, ...)."""
+        return {}

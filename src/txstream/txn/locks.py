@@ -1,0 +1,329 @@
+"""The lock manager: a Resource Control Block per item, deadlock detection, orderings.
+
+Data structures (EDBT 2012 Section 4.1, after Weikum & Vossen):
+
+* an :class:`RCB` per locked item: the transactions holding it with their
+  modes, and a FIFO queue of waiting requests;
+* the *Transaction Control Block* is the transaction itself: its ``locks`` dict
+  (item -> mode) lists everything to release at the end;
+* a hash table (``dict``) maps each item to its RCB; an RCB is dropped when its
+  last holder leaves and no one waits.
+
+Shared (S) locks are compatible with each other, exclusive (X) locks with
+nothing.  A holder of S that asks for X *upgrades*: it is granted at once when
+it is the only holder, else it waits at the head of the queue.  New requests
+respect the queue (no overtaking), so writers do not starve.
+
+A request that must wait adds edges to the *wait-for graph* (to each
+incompatible holder and each incompatible request ahead of it in the queue);
+the graph is searched at once for a cycle through the requester.  If there is
+one, the youngest transaction on it is the victim: its wait ends with
+:class:`~txstream.txn.base.DeadlockError`, a retryable error, and it is aborted.
+An optional ``timeout`` bounds every wait (:class:`LockTimeoutError`).
+
+With ``ordered=True`` the manager enforces a *predefined order* (Section 4.3):
+each transaction carries a sequence number (its arrival position), conflicting
+operations must follow that order, and commits happen in it.  A request that
+conflicts with a *younger* holder wounds it (wound-wait): the younger
+transaction is aborted with :class:`WoundedError` and retried later under the
+same sequence number; a younger one simply waits for an older one.  Since
+every wait then goes from younger to older, no deadlock can arise, and every
+conflict between committed transactions follows sequence order, so the
+histories are CSAO, not just CS.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING
+
+from txstream.txn.base import (
+    ACTIVE,
+    EXCLUSIVE,
+    SHARED,
+    DeadlockError,
+    LockTimeoutError,
+    TransactionError,
+    WoundedError,
+)
+
+if TYPE_CHECKING:
+    from txstream.txn.manager import Transaction
+
+
+class Waiter:
+    """A queued lock request; its thread sleeps on ``gate`` until it is decided."""
+
+    __slots__ = ("error", "gate", "granted", "item", "mode", "rcb", "txn")
+
+    def __init__(self, txn: Transaction, item: str, mode: int, rcb: RCB) -> None:
+        self.txn = txn
+        self.item = item
+        self.mode = mode
+        self.rcb = rcb
+        self.gate = threading.Lock()
+        self.gate.acquire()
+        self.granted = False
+        self.error: Exception | None = None
+
+
+class RCB:
+    """Resource Control Block: who holds an item, in which mode, and who waits."""
+
+    __slots__ = ("holders", "waiters")
+
+    def __init__(self) -> None:
+        self.holders: dict[Transaction, int] = {}
+        self.waiters: deque[Waiter] = deque()
+
+
+def _compatible(rcb: RCB, txn: Transaction, mode: int) -> bool:
+    """Whether ``txn`` could hold ``mode`` next to the other holders of ``rcb``."""
+    for other, held in rcb.holders.items():
+        if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE):
+            return False
+    return True
+
+
+class LockManager:
+    """Shared/exclusive locks with FIFO queues, upgrades and deadlock detection."""
+
+    def __init__(self, timeout: float | None = None, ordered: bool = False) -> None:
+        self.timeout = timeout
+        self.ordered = ordered
+        self.mutex = threading.Lock()
+        self.turn = threading.Condition(self.mutex)
+        self.table: dict[str, RCB] = {}
+        self.deadlocks = 0
+        self.timeouts = 0
+        self.wounds = 0
+        self.waits = 0
+        # predefined ordering: sequence numbers finished and the lowest unfinished one
+        self._next_seq = 0
+        self._finished: set[int] = set()
+
+    # -- acquiring -----------------------------------------------------------------------
+
+    def acquire(self, txn: Transaction, item: str, mode: int) -> None:
+        """Grant ``txn`` a lock of ``mode`` on ``item``, waiting if need be."""
+        held = txn.locks.get(item, 0)
+        if held >= mode:
+            return
+        with self.mutex:
+            if txn.doomed is not None:
+                raise txn.doomed
+            rcb = self.table.get(item)
+            if rcb is None:
+                rcb = self.table[item] = RCB()
+                rcb.holders[txn] = mode
+                txn.locks[item] = mode
+                return
+            if (held or not rcb.waiters) and _compatible(rcb, txn, mode):
+                rcb.holders[txn] = mode
+                txn.locks[item] = mode
+                return
+            waiter = Waiter(txn, item, mode, rcb)
+            self._enqueue(rcb, waiter, upgrade=bool(held))
+            txn.waiting = waiter
+            self.waits += 1
+            if self.ordered:
+                self._wound_younger(waiter)
+            else:
+                self._detect(waiter)
+        self._wait(waiter)
+
+    def _enqueue(self, rcb: RCB, waiter: Waiter, upgrade: bool) -> None:
+        queue = rcb.waiters
+        if self.ordered:
+            # Older transactions (smaller sequence numbers) go first.
+            seq = waiter.txn.order
+            pos = len(queue)
+            while pos and queue[pos - 1].txn.order > seq:
+                pos -= 1
+            queue.insert(pos, waiter)
+        elif upgrade:
+            queue.appendleft(waiter)
+        else:
+            queue.append(waiter)
+
+    def _wait(self, waiter: Waiter) -> None:
+        txn = waiter.txn
+        if not waiter.gate.acquire(timeout=-1 if self.timeout is None else self.timeout):
+            with self.mutex:
+                if not waiter.granted and waiter.error is None:
+                    self._dequeue(waiter)
+                    self.timeouts += 1
+                    waiter.error = LockTimeoutError(
+                        f"transaction {txn.hid} waited more than {self.timeout} s for a "
+                        f"lock on {waiter.item}"
+                    )
+        txn.waiting = None
+        if waiter.error is not None:
+            raise waiter.error
+
+    def _dequeue(self, waiter: Waiter) -> None:
+        """Take a waiting request out of its queue (mutex held) and wake whoever can go."""
+        try:
+            waiter.rcb.waiters.remove(waiter)
+        except ValueError:
+            return
+        waiter.txn.waiting = None
+        self._grant(waiter.item, waiter.rcb)
+
+    def _cancel(self, waiter: Waiter, error: Exception) -> None:
+        """End a wait with ``error`` (mutex held)."""
+        if waiter.granted or waiter.error is not None:
+            return
+        waiter.error = error
+        self._dequeue(waiter)
+        waiter.gate.release()
+
+    # -- deadlocks ------------------------------------------------------------------
+
+    def _blockers(self, waiter: Waiter) -> list[Transaction]:
+        """The transactions ``waiter`` waits for: wait-for edges out of its transaction."""
+        txn, mode, rcb = waiter.txn, waiter.mode, waiter.rcb
+        out = [
+            other
+            for other, held in rcb.holders.items()
+            if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE)
+        ]
+        for ahead in rcb.waiters:
+            if ahead is waiter:
+                break
+            if ahead.txn is not txn and (mode == EXCLUSIVE or ahead.mode == EXCLUSIVE):
+                out.append(ahead.txn)
+        return out
+
+    def _detect(self, waiter: Waiter) -> None:
+        """Search the wait-for graph for a cycle through ``waiter.txn``; break it."""
+        start = waiter.txn
+        path: list[Transaction] = [start]
+        seen: set[int] = {start.id}
+        stack = [iter(self._blockers(waiter))]
+        cycle: list[Transaction] | None = None
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                path.pop()
+                continue
+            if nxt is start:
+                cycle = list(path)
+                break
+            if nxt.id in seen:
+                continue
+            pending = nxt.waiting
+            if pending is None or pending.granted or pending.error is not None:
+                continue
+            seen.add(nxt.id)
+            path.append(nxt)
+            stack.append(iter(self._blockers(pending)))
+        if cycle is None:
+            return
+        victim = max(cycle, key=lambda t: t.id)
+        self.deadlocks += 1
+        names = " -> ".join(t.hid for t in [*cycle, cycle[0]])
+        victim_waiter = victim.waiting
+        assert victim_waiter is not None
+        self._cancel(
+            victim_waiter,
+            DeadlockError(
+                f"transaction {victim.hid} aborted to break the deadlock {names}; retry it"
+            ),
+        )
+
+    # -- predefined ordering -------------------------------------------------------
+
+    def _wound_younger(self, waiter: Waiter) -> None:
+        """Wound every younger transaction that ``waiter`` would wait for."""
+        me = waiter.txn
+        for other in self._blockers(waiter):
+            if other.order > me.order:
+                self.wound(other, f"wounded by older transaction {me.hid} on {waiter.item}")
+
+    def wound(self, txn: Transaction, reason: str) -> None:
+        """Doom ``txn`` (mutex held): it aborts at its next call into the manager."""
+        if txn.doomed is not None or txn.state != ACTIVE:
+            return
+        self.wounds += 1
+        txn.doomed = WoundedError(f"transaction {txn.hid} {reason}; retry it")
+        if txn.waiting is not None:
+            self._cancel(txn.waiting, txn.doomed)
+        self.turn.notify_all()
+
+    def wait_turn(self, txn: Transaction) -> None:
+        """Block until every transaction ordered before ``txn`` has finished."""
+        with self.mutex:
+            while self._next_seq < txn.order and txn.doomed is None:
+                self.turn.wait()
+            if txn.doomed is not None:
+                raise txn.doomed
+
+    def finish_order(self, seq: int) -> None:
+        """Sequence number ``seq`` is done (committed, or abandoned for good)."""
+        with self.mutex:
+            self._finished.add(seq)
+            while self._next_seq in self._finished:
+                self._finished.discard(self._next_seq)
+                self._next_seq += 1
+            self.turn.notify_all()
+
+    # -- ending ------------------------------------------------------------------------
+
+    def start_commit(self, txn: Transaction, committing: int) -> None:
+        """Check ``txn`` was not doomed and mark it committing, atomically."""
+        with self.mutex:
+            if txn.doomed is not None:
+                raise txn.doomed
+            txn.state = committing
+
+    def release_all(self, txn: Transaction) -> None:
+        """Release every lock of ``txn`` (its TCB) and grant what can be granted."""
+        locks = txn.locks
+        if not locks:
+            return
+        table = self.table
+        with self.mutex:
+            for item in locks:
+                rcb = table.get(item)
+                if rcb is None:  # pragma: no cover - defensive
+                    continue
+                rcb.holders.pop(txn, None)
+                if rcb.waiters:
+                    self._grant(item, rcb)
+                elif not rcb.holders:
+                    del table[item]
+        locks.clear()
+
+    def _grant(self, item: str, rcb: RCB) -> None:
+        """Grant queued requests from the head while they are compatible (mutex held)."""
+        queue = rcb.waiters
+        while queue:
+            waiter = queue[0]
+            if not _compatible(rcb, waiter.txn, waiter.mode):
+                break
+            queue.popleft()
+            rcb.holders[waiter.txn] = waiter.mode
+            waiter.txn.locks[item] = waiter.mode
+            waiter.granted = True
+            waiter.txn.waiting = None
+            waiter.gate.release()
+        if not queue and not rcb.holders:
+            self.table.pop(item, None)
+
+    def holders(self, item: str) -> dict[str, int]:
+        """Who holds ``item`` and in which mode (for tests and tools)."""
+        with self.mutex:
+            rcb = self.table.get(item)
+            return {} if rcb is None else {t.hid: m for t, m in rcb.holders.items()}
+
+    def check_idle(self) -> None:
+        """Raise :class:`TransactionError` if any lock is still held (for tests)."""
+        with self.mutex:
+            if self.table:
+                raise TransactionError(f"locks still held on {sorted(self.table)[:5]}")
+
+
+__all__ = ["EXCLUSIVE", "RCB", "SHARED", "LockManager", "Waiter"]

@@ -1,0 +1,747 @@
+"""The transaction manager: the paper's five methods, transactions, commit and rollback.
+
+:class:`TransactionManager` sits between the code that processes events and
+the storage (EDBT 2012 Figure 2).  It offers the five methods of Section 4.2 -
+:meth:`~TransactionManager.start_transaction`, :meth:`~TransactionManager.read`,
+:meth:`~TransactionManager.write`, :meth:`~TransactionManager.commit`,
+:meth:`~TransactionManager.abort` - and, more conveniently, transaction objects
+used as context managers::
+
+    tm = TransactionManager(protocol="ss2pl")
+    accounts = tm.table("accounts")
+    with tm.begin() as t:                 # commits on a clean exit,
+        t.increment(accounts, "a", -10)   # aborts on an exception
+        t.increment(accounts, "b", +10)
+
+Thread-safe: any number of threads may run transactions at once, each
+transaction being used by one thread.  The protocol, chosen by name, decides
+when a transaction may touch an item and whether it may commit
+(:mod:`txstream.txn.protocols`).
+
+Rollback uses an *undo log of inverse operations*: every in-place change
+pushes its inverse (an increment by ``d`` is undone by an increment by ``-d``,
+an insert by a delete, an append by removing the event); an abort runs them
+newest first, so the state after the abort is the state before the
+transaction.  Protocols that buffer writes until commit (``snapshot``,
+``optimistic``) have nothing to undo.
+
+A transaction that fails with a :class:`~txstream.errors.TransientError`
+(deadlock victim, failed validation, lock-wait timeout, wound) is aborted
+before the error reaches the caller; run it again, e.g. with
+:meth:`TransactionManager.run`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+from txstream.errors import TransientError, TxStreamError
+from txstream.model.history import History, Operation
+from txstream.storage import ABSENT, DuplicateKeyError, MissingKeyError, Store, Stream, Table
+from txstream.storage.base import StorageError
+from txstream.storage.stream import OrderBy
+from txstream.txn.base import (
+    ABORTED,
+    ACTIVE,
+    COMMITTED,
+    COMMITTING,
+    STATE_NAMES,
+    Protocol,
+    TransactionError,
+)
+from txstream.txn.locks import LockManager, Waiter
+from txstream.txn.recorder import HistoryRecorder
+
+T = TypeVar("T")
+
+TableRef = Table | str
+StreamRef = Stream | str
+
+
+class Transaction:
+    """One transaction: its Transaction Control Block and the operations on it.
+
+    Created by :meth:`TransactionManager.begin`.  ``id`` grows with start time
+    (younger = larger); ``hid`` is its name in recorded histories; ``order`` is
+    its position in the predefined order (kept across retries).
+    """
+
+    __slots__ = (
+        "deferred",
+        "doomed",
+        "hid",
+        "id",
+        "locks",
+        "manager",
+        "offsets",
+        "order",
+        "own_events",
+        "read_only",
+        "reads",
+        "slot",
+        "snapshot_ts",
+        "state",
+        "undo_log",
+        "waiting",
+        "wappends",
+        "wevents",
+        "wrows",
+        "wset",
+    )
+
+    def __init__(self, manager: TransactionManager, tid: int, order: int, read_only: bool) -> None:
+        self.manager = manager
+        self.id = tid
+        self.hid = str(tid)
+        self.order = order
+        self.read_only = read_only
+        self.state = ACTIVE
+        self.locks: dict[str, int] = {}
+        self.waiting: Waiter | None = None
+        self.doomed: TransientError | None = None
+        self.snapshot_ts: int | None = None
+        self.deferred = False
+        self.slot: list[Operation] | None = None
+        self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
+        self.wrows: dict[tuple[Table, Hashable], str] = {}
+        self.wevents: list[tuple[Stream, int]] = []
+        self.own_events: set[int] | None = None
+        self.wset: dict[tuple[Table, Hashable], Any] = {}
+        self.wappends: list[tuple[Stream, Any]] = []
+        self.reads: dict[str, int] = {}
+        self.offsets: dict[str, Any] = {}
+
+    def __repr__(self) -> str:
+        return f"Transaction({self.hid}, {STATE_NAMES[self.state]})"
+
+    @property
+    def status(self) -> str:
+        """``"active"``, ``"committing"``, ``"committed"`` or ``"aborted"``."""
+        return STATE_NAMES[self.state]
+
+    # -- context manager ------------------------------------------------------------
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self.state != ACTIVE:
+            return
+        if exc_type is None:
+            self.commit()
+        else:
+            self._abort(keep_order=isinstance(exc, TransientError))
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _inactive(self, what: str) -> TransactionError:
+        return TransactionError(
+            f"cannot {what} in transaction {self.hid}: it is {STATE_NAMES[self.state]}"
+        )
+
+    def _guard(self, what: str) -> None:
+        if self.state != ACTIVE:
+            raise self._inactive(what)
+        if self.doomed is not None:
+            self._fail(self.doomed)
+
+    def _fail(self, error: TransientError) -> None:
+        """Abort after a retryable failure and raise it."""
+        self.manager._count(type(error).__name__)
+        self._abort(keep_order=True)
+        raise error
+
+    def _no_writes(self) -> None:
+        if self.read_only:
+            raise TransactionError(f"transaction {self.hid} is read-only and cannot write")
+
+    def _read_item(self, item: str) -> None:
+        try:
+            self.manager.protocol.before_read(self, item)
+        except TransientError as exc:
+            self._fail(exc)
+
+    def _write_item(self, item: str) -> None:
+        try:
+            self.manager.protocol.before_write(self, item)
+        except TransientError as exc:
+            self._fail(exc)
+
+    def _record_read(self, item: str) -> None:
+        rec = self.manager.recorder
+        if rec is not None:
+            op = Operation("r", self.hid, item)
+            if self.slot is not None:
+                self.slot.append(op)
+            else:
+                rec.op(op)
+
+    # -- table operations -----------------------------------------------------------
+
+    def read(self, table: TableRef, key: Hashable, default: Any = None) -> Any:
+        """The row of ``key`` as this transaction may see it, or ``default``."""
+        if self.state != ACTIVE or self.doomed is not None:
+            self._guard("read")
+        mgr = self.manager
+        tbl = table if table.__class__ is Table else mgr.store.get_table(table)  # type: ignore[arg-type]
+        item = tbl.item(key)
+        self._read_item(item)
+        snap = self.snapshot_ts
+        if self.deferred or snap is not None:
+            value = self.wset.get((tbl, key), self) if self.wset else self
+            if value is self:
+                if snap is not None:
+                    value = tbl.read_at(key, snap, ABSENT)
+                else:
+                    value = tbl.read(key, ABSENT)
+            self._record_read(item)
+            return default if value is ABSENT else value
+        latch = mgr.latch
+        if latch is not None:
+            with latch:
+                value = tbl.read(key, default)
+                self._record_read(item)
+            return value
+        value = tbl.read(key, default)
+        if mgr.recorder is not None:
+            self._record_read(item)
+        return value
+
+    def _visible(self, tbl: Table, key: Hashable, item: str) -> Any:
+        """Deferred mode: the row this transaction sees (own writes first); counts as a read."""
+        self._read_item(item)
+        self._record_read(item)
+        value = self.wset.get((tbl, key), self)
+        if value is self:
+            snap = self.snapshot_ts
+            value = tbl.read_at(key, snap, ABSENT) if snap is not None else tbl.read(key, ABSENT)
+        return value
+
+    def _change(self, table: TableRef, key: Hashable, op: str, arg: Any, field: Any = None) -> None:
+        if self.state != ACTIVE or self.doomed is not None:
+            self._guard(op)
+        if self.read_only:
+            self._no_writes()
+        mgr = self.manager
+        tbl = table if table.__class__ is Table else mgr.store.get_table(table)  # type: ignore[arg-type]
+        item = tbl.item(key)
+        if self.deferred:
+            self._change_deferred(tbl, key, item, op, arg, field)
+            return
+        self._write_item(item)
+        latch = mgr.latch
+        if latch is not None:
+            with latch:
+                self._apply(tbl, key, op, arg, field)
+                mgr.recorder.op(Operation("w", self.hid, item))  # type: ignore[union-attr]
+        else:
+            self._apply(tbl, key, op, arg, field)
+        self.wrows[(tbl, key)] = item
+
+    def _apply(self, tbl: Table, key: Hashable, op: str, arg: Any, field: Any) -> None:
+        if op == "put":
+            undo = tbl.put(key, arg)
+        elif op == "increment":
+            undo = tbl.increment(key, arg, field)
+        elif op == "insert":
+            undo = tbl.insert(key, arg)
+        elif op == "update":
+            undo = tbl.update(key, arg)
+        else:
+            undo = tbl.delete(key)
+        self.undo_log.append((tbl.undo, undo))
+
+    def _change_deferred(
+        self, tbl: Table, key: Hashable, item: str, op: str, arg: Any, field: Any
+    ) -> None:
+        self._write_item(item)
+        if op == "put":
+            self.wset[(tbl, key)] = arg
+            return
+        old = self._visible(tbl, key, item)
+        if op == "insert":
+            if old is not ABSENT:
+                raise DuplicateKeyError(f"table {tbl.name}: key {key!r} already exists")
+            new = arg
+        elif op == "delete":
+            if old is ABSENT:
+                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to delete")
+            new = ABSENT
+        elif op == "update":
+            if old is ABSENT:
+                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to update")
+            new = arg
+        else:
+            if old is ABSENT:
+                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to increment")
+            scratch = Table(tbl.name)
+            scratch.put(key, old)
+            scratch.increment(key, arg, field)
+            new = scratch.read(key)
+        self.wset[(tbl, key)] = new
+
+    def put(self, table: TableRef, key: Hashable, row: Any) -> None:
+        """Insert or replace the row of ``key``."""
+        self._change(table, key, "put", row)
+
+    def insert(self, table: TableRef, key: Hashable, row: Any) -> None:
+        """Insert a new row (:class:`~txstream.storage.DuplicateKeyError` if it exists)."""
+        self._change(table, key, "insert", row)
+
+    def update(self, table: TableRef, key: Hashable, row: Any) -> None:
+        """Replace an existing row (:class:`~txstream.storage.MissingKeyError` if none)."""
+        self._change(table, key, "update", row)
+
+    def delete(self, table: TableRef, key: Hashable) -> None:
+        """Delete an existing row (:class:`~txstream.storage.MissingKeyError` if none)."""
+        self._change(table, key, "delete", None)
+
+    def increment(
+        self, table: TableRef, key: Hashable, delta: Any, field: Hashable | None = None
+    ) -> None:
+        """``row += delta`` (or ``row[field] += delta``), undone by the opposite increment."""
+        self._change(table, key, "increment", delta, field)
+
+    # -- stream operations ------------------------------------------------------------
+
+    def append(self, stream: StreamRef, event: Any) -> int | None:
+        """Append ``event`` to ``stream`` (an event arrival, a write).
+
+        Returns the event's id; ``None`` under protocols that buffer writes, where
+        the id is assigned at commit.
+        """
+        if self.state != ACTIVE or self.doomed is not None:
+            self._guard("append")
+        if self.read_only:
+            self._no_writes()
+        mgr = self.manager
+        s = stream if stream.__class__ is Stream else mgr.store.get_stream(stream)  # type: ignore[arg-type]
+        assert isinstance(s, Stream)
+        if self.deferred:
+            after = None
+            for other, ev in reversed(self.wappends):
+                if other is s:
+                    after = s.order_value(ev)
+                    break
+            s.check_order(event, after)
+            for item in s.items_for_append():
+                self._write_item(item)
+            self.wappends.append((s, event))
+            return None
+        for item in s.items_for_append():
+            self._write_item(item)
+        latch = mgr.latch
+        if latch is not None:
+            latch.acquire()
+        try:
+            event_id = s.append(event)
+            self.undo_log.append((s.remove, event_id))
+            item = s.item_of(event_id)
+            if latch is not None:
+                mgr.recorder.op(Operation("w", self.hid, item))  # type: ignore[union-attr]
+        finally:
+            if latch is not None:
+                latch.release()
+        self.wevents.append((s, event_id))
+        if self.own_events is None:
+            self.own_events = set()
+        self.own_events.add(event_id)
+        if s.granularity != "stream":
+            self._write_item(item)
+        return event_id
+
+    def scan(self, stream: StreamRef, start: int = 0, end: int | None = None) -> list[Any]:
+        """Read the stream's state: its events with ids in ``[start, end)`` (a read)."""
+        if self.state != ACTIVE or self.doomed is not None:
+            self._guard("read")
+        mgr = self.manager
+        s = stream if stream.__class__ is Stream else mgr.store.get_stream(stream)  # type: ignore[arg-type]
+        assert isinstance(s, Stream)
+        lo, hi = s.bounds(start, end)
+        items = s.items_for_read(lo, hi)
+        for item in items:
+            self._read_item(item)
+        snap = self.snapshot_ts
+        if snap is not None or self.deferred:
+            events = s.read_at(snap, lo, hi) if snap is not None else s.read_visible(lo, hi, None)
+            events.extend(ev for other, ev in self.wappends if other is s)
+        elif mgr.latch is not None:
+            with mgr.latch:
+                events = s.read(lo, hi)
+                for item in items:
+                    self._record_read(item)
+            return events
+        else:
+            events = s.read_visible(lo, hi, self.own_events)
+        for item in items:
+            self._record_read(item)
+        return events
+
+    def commit_offset(self, source: str, offset: Any) -> None:
+        """Commit ``offset`` for stream source ``source`` atomically with this transaction."""
+        if self.state != ACTIVE:
+            raise self._inactive("commit an offset")
+        self.offsets[source] = offset
+
+    # -- ending -------------------------------------------------------------------------
+
+    def commit(self) -> None:
+        """Commit: make the effects visible (and durable); release the locks."""
+        if self.state != ACTIVE:
+            raise self._inactive("commit")
+        self.manager._commit(self)
+
+    def abort(self) -> None:
+        """Abort: undo every change, release the locks; a no-op if already aborted."""
+        if self.state == ABORTED:
+            return
+        if self.state != ACTIVE:
+            raise self._inactive("abort")
+        self._abort(keep_order=False)
+
+    def _abort(self, keep_order: bool) -> None:
+        if self.state == ABORTED or self.state == COMMITTED:
+            return
+        mgr = self.manager
+        undo = self.undo_log
+        latch = mgr.latch
+        if latch is not None:
+            latch.acquire()
+        try:
+            while undo:
+                fn, arg = undo.pop()
+                fn(arg)
+            self.state = ABORTED
+            if mgr.recorder is not None:
+                mgr.recorder.op(Operation("a", self.hid))
+        finally:
+            if latch is not None:
+                latch.release()
+        mgr._ended(self, committed=False, keep_order=keep_order)
+
+
+class TransactionManager:
+    """Runs transactions over a :class:`~txstream.storage.Store` under a protocol.
+
+    ``protocol``: ``ss2pl`` (default), ``snapshot``, ``optimistic`` or ``none``.
+    ``path``: a directory for the write-ahead log (``None``: in memory only);
+    ``sync``: ``commit``, ``group`` or ``off``.  ``ordered``: enforce the
+    predefined order of transactions (their start order, kept across retries)
+    on conflicting operations and commits.  ``lock_timeout``: seconds a lock
+    request may wait.  ``record``: keep the history of the run.
+    ``snapshot_updates``: under ``snapshot``, ``"si"`` (update transactions run
+    on snapshots with first-committer-wins) or ``"locking"`` (only read-only
+    transactions use snapshots; update transactions use SS2PL).
+    """
+
+    def __init__(
+        self,
+        protocol: str = "ss2pl",
+        *,
+        path: str | Path | None = None,
+        sync: str = "commit",
+        group_delay: float = 0.0,
+        ordered: bool = False,
+        lock_timeout: float | None = None,
+        record: bool = False,
+        snapshot_updates: str = "si",
+        arrival_stream: str = "arrival",
+        store: Store | None = None,
+    ) -> None:
+        from txstream.txn.protocols import get_protocol
+
+        cls = get_protocol(protocol)
+        if ordered and not cls.supports_ordering:
+            raise TxStreamError(
+                f"protocol {protocol} cannot enforce a predefined order; use ss2pl or optimistic"
+            )
+        if snapshot_updates not in ("si", "locking"):
+            raise TxStreamError(
+                f"unknown snapshot_updates {snapshot_updates!r}; choose one of: locking, si"
+            )
+        if lock_timeout is not None and lock_timeout <= 0:
+            raise TxStreamError("lock_timeout must be a positive number of seconds")
+        self.store = store if store is not None else Store(path, sync, group_delay)
+        self.ordered = ordered
+        self.snapshot_updates = snapshot_updates
+        self.arrival_stream = arrival_stream
+        self.locks = LockManager(timeout=lock_timeout, ordered=ordered)
+        self.recorder: HistoryRecorder | None = HistoryRecorder() if record else None
+        self.commit_mutex = threading.Lock()
+        self.clock = self.store.last_ts
+        self.last_write: dict[str, int] = {}
+        self.snapshots: dict[int, int] = {}
+        self._ids = itertools.count(1)
+        self._orders = itertools.count(0)
+        self.protocol: Protocol = cls(self)
+        self.latch: threading.Lock | None = (
+            threading.Lock() if record and not self.protocol.records_writes_at_commit else None
+        )
+        self.committed = 0
+        self.aborted = 0
+        self.failures: dict[str, int] = {}
+
+    def __repr__(self) -> str:
+        return f"TransactionManager(protocol={self.protocol.name!r})"
+
+    # -- catalog --------------------------------------------------------------------
+
+    def table(self, name: str) -> Table:
+        """The table called ``name`` (created if new)."""
+        return self.store.table(name)
+
+    def stream(
+        self,
+        name: str,
+        order_by: OrderBy = None,
+        require_order: bool = False,
+        granularity: str = "stream",
+        range_size: int = 64,
+    ) -> Stream:
+        """The stream called ``name`` (created if new); see :class:`~txstream.storage.Stream`."""
+        return self.store.stream(name, order_by, require_order, granularity, range_size)
+
+    def offset(self, source: str, default: Any = None) -> Any:
+        """The last committed offset of stream source ``source``."""
+        return self.store.offset(source, default)
+
+    @property
+    def recovery(self) -> Any:
+        """The :class:`~txstream.storage.RecoveryReport` of a durable store (else ``None``)."""
+        return self.store.recovery
+
+    # -- the five methods -----------------------------------------------------------------
+
+    def begin(self, read_only: bool = False, retry_of: Transaction | None = None) -> Transaction:
+        """Start a transaction (``startTransaction`` of the paper).
+
+        ``retry_of``: the aborted transaction this one repeats; it keeps that
+        one's place in the predefined order.
+        """
+        tid = next(self._ids)
+        if retry_of is not None:
+            if retry_of.state != ABORTED:
+                raise TransactionError(
+                    f"transaction {retry_of.hid} is {retry_of.status}; only an aborted one "
+                    "can be retried"
+                )
+            order = retry_of.order
+        else:
+            order = next(self._orders)
+        txn = Transaction(self, tid, order, read_only)
+        self.protocol.begin(txn)
+        return txn
+
+    start_transaction = begin
+
+    def read(self, txn: Transaction, table: TableRef, key: Hashable, default: Any = None) -> Any:
+        """Read the row ``key`` of ``table`` in ``txn``."""
+        return txn.read(table, key, default)
+
+    def write(self, txn: Transaction, table: TableRef, key: Hashable, row: Any) -> None:
+        """Write (insert or replace) the row ``key`` of ``table`` in ``txn``."""
+        txn.put(table, key, row)
+
+    def commit(self, txn: Transaction) -> None:
+        """Commit ``txn``."""
+        txn.commit()
+
+    def abort(self, txn: Transaction) -> None:
+        """Abort ``txn``, undoing its changes."""
+        txn.abort()
+
+    def give_up(self, txn: Transaction) -> None:
+        """Declare that aborted ``txn`` will not be retried (frees its place in the order)."""
+        if txn.state != ABORTED:
+            raise TransactionError(f"transaction {txn.hid} is {txn.status}, not aborted")
+        if self.ordered:
+            self.locks.finish_order(txn.order)
+
+    def run(
+        self,
+        work: Callable[[Transaction], T],
+        *,
+        read_only: bool = False,
+        retries: int = 100,
+        on_retry: Callable[[TransientError], None] | None = None,
+    ) -> T:
+        """Run ``work(txn)`` in a transaction and commit; retry on transient failures."""
+        previous: Transaction | None = None
+        for attempt in range(retries + 1):
+            txn = self.begin(read_only=read_only, retry_of=previous)
+            try:
+                with txn:
+                    result = work(txn)
+                return result
+            except TransientError as exc:
+                previous = txn
+                if attempt == retries:
+                    self.give_up(txn)
+                    raise
+                if on_retry is not None:
+                    on_retry(exc)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- snapshots ---------------------------------------------------------------------
+
+    def take_snapshot(self, txn: Transaction) -> None:
+        """Give ``txn`` a snapshot of everything committed so far (and its history slot)."""
+        with self.commit_mutex:
+            txn.snapshot_ts = self.clock
+            self.snapshots[txn.id] = self.clock
+            if self.recorder is not None:
+                txn.slot = self.recorder.slot()
+
+    def _keep_since(self) -> int | None:
+        snaps = self.snapshots
+        if not snaps:
+            return None
+        return min(snaps.values())
+
+    # -- commit --------------------------------------------------------------------------
+
+    def _commit(self, txn: Transaction) -> None:
+        try:
+            if txn.doomed is not None:
+                raise txn.doomed
+            if self.ordered:
+                self.locks.wait_turn(txn)
+            if txn.locks or self.ordered:
+                self.locks.start_commit(txn, COMMITTING)
+            else:
+                txn.state = COMMITTING
+        except TransientError as exc:
+            txn._fail(exc)
+        failure: BaseException | None = None
+        lsn = 0
+        with self.commit_mutex:
+            try:
+                self.protocol.validate(txn)
+                ts = self.clock + 1
+                lsn = self._publish(txn, ts)
+                self.clock = ts
+            except BaseException as exc:
+                failure = exc
+        if failure is not None:
+            txn.state = ACTIVE
+            txn._abort(keep_order=isinstance(failure, TransientError))
+            if isinstance(failure, TransientError):
+                self._count(type(failure).__name__)
+            raise failure
+        if lsn:
+            self.store.sync(lsn)
+        txn.state = COMMITTED
+        self._ended(txn, committed=True, keep_order=False)
+
+    def _publish(self, txn: Transaction, ts: int) -> int:
+        """Log, install and record the effects of ``txn`` at timestamp ``ts`` (mutex held)."""
+        store = self.store
+        keep = self._keep_since() if self.snapshots else None
+        items: list[str]
+        if txn.deferred:
+            appended: list[tuple[Stream, int, Any]] = []
+            try:
+                for s, ev in txn.wappends:
+                    appended.append((s, s.append(ev), ev))
+                rows = [(tbl, key, row) for (tbl, key), row in txn.wset.items()]
+                lsn = store.log_commit(ts, rows, appended, txn.offsets)
+            except BaseException:
+                for s, event_id, _ in appended:
+                    s.remove(event_id)
+                raise
+            for tbl, key, row in rows:
+                tbl.apply(key, row, ts, keep)
+            for s, event_id, _ in appended:
+                s.install(event_id, ts)
+            items = [tbl.item(key) for tbl, key, _ in rows]
+            items.extend(s.item_of(event_id) for s, event_id, _ in appended)
+        else:
+            wrows = txn.wrows
+            if store.wal is not None:
+                rows = [(tbl, key, tbl.read(key, ABSENT)) for tbl, key in wrows]
+                events = [(s, i, s._events[i]) for s, i in txn.wevents]
+                lsn = store.log_commit(ts, rows, events, txn.offsets)
+            else:
+                lsn = store.log_commit(ts, [], [], txn.offsets) if txn.offsets else 0
+            for tbl, key in wrows:
+                tbl.install(key, ts, keep)
+            if txn.wevents:
+                for s, event_id in txn.wevents:
+                    s.install(event_id, ts)
+                items = list(wrows.values())
+                items.extend(s.item_of(i) for s, i in txn.wevents)
+            else:
+                items = list(wrows.values())
+        rec = self.recorder
+        if rec is not None:
+            hid = txn.hid
+            if self.protocol.records_writes_at_commit:
+                for item in dict.fromkeys(items):
+                    rec.op(Operation("w", hid, item))
+            rec.op(Operation("c", hid))
+            if self.ordered:
+                rec.arrival(self.arrival_stream, hid)
+        if self.protocol.tracks_writes:
+            last = self.last_write
+            for item in items:
+                last[item] = ts
+        return lsn
+
+    def _ended(self, txn: Transaction, committed: bool, keep_order: bool) -> None:
+        self.protocol.release(txn)
+        if txn.snapshot_ts is not None:
+            self.snapshots.pop(txn.id, None)
+        if committed:
+            self.committed += 1
+        else:
+            self.aborted += 1
+        if self.ordered and not keep_order:
+            self.locks.finish_order(txn.order)
+
+    def _count(self, name: str) -> None:
+        self.failures[name] = self.failures.get(name, 0) + 1
+
+    # -- results -------------------------------------------------------------------------
+
+    def history(self, committed_only: bool = False) -> History:
+        """The recorded history; :class:`TxStreamError` if recording is off."""
+        if self.recorder is None:
+            raise TxStreamError("this transaction manager does not record (use record=True)")
+        return self.recorder.history(committed_only)
+
+    def stats(self) -> dict[str, int]:
+        """Counters: committed, aborted, deadlocks, lock waits, wounds, timeouts, ..."""
+        lm = self.locks
+        out = {
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "deadlocks": lm.deadlocks,
+            "lock_waits": lm.waits,
+            "wounds": lm.wounds,
+            "timeouts": lm.timeouts,
+        }
+        out.update(self.protocol.stats())
+        return out
+
+    def close(self) -> None:
+        """Close the write-ahead log."""
+        self.store.close()
+
+    def __enter__(self) -> TransactionManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["StorageError", "Transaction", "TransactionManager"]

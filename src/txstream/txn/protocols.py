@@ -1,0 +1,221 @@
+"""The concurrency-control protocols, chosen by name.
+
+* ``ss2pl`` - strong strict two-phase locking (EDBT 2012 Section 4.1): a shared
+  lock before every read, an exclusive lock before every write, all released
+  at commit or abort.  Conflict-serializable and recoverable; with the
+  manager's ``ordered`` setting, CSAO.
+* ``none`` - the NOT SERIALIZABLE baseline of the paper's experiments: writers
+  take exclusive locks on what they modify (so two writers never interleave on
+  one item), readers take none and see whatever is there, uncommitted data
+  included.
+* ``snapshot`` - multi-version snapshots: a transaction reads the committed
+  state as of its start; writes are buffered and validated at commit,
+  first-committer-wins (a write to an item someone committed since the
+  snapshot aborts).  That is snapshot isolation, which allows write skew; with
+  ``snapshot_updates="locking"`` only read-only transactions use snapshots and
+  update transactions run under SS2PL, which is serializable.
+* ``optimistic`` - optimistic concurrency control with backward validation:
+  reads see the latest committed state and remember the commit timestamp of
+  the version they saw; writes are buffered; commit fails if any item read has
+  been overwritten since.  Serializable in commit order (and CSAO with
+  ``ordered``, which makes commits follow the predefined order).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from txstream.errors import UnknownNameError
+from txstream.txn.base import (
+    EXCLUSIVE,
+    SHARED,
+    Protocol,
+    ValidationError,
+    WriteConflictError,
+)
+
+if TYPE_CHECKING:
+    from txstream.txn.manager import Transaction, TransactionManager
+
+
+class SS2PL(Protocol):
+    """Strong strict two-phase locking over the manager's lock manager."""
+
+    name: ClassVar[str] = "ss2pl"
+    summary: ClassVar[str] = "strong strict 2PL: S/X locks held to the end, deadlock detection"
+    supports_ordering: ClassVar[bool] = True
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__(manager)
+        self._acquire = manager.locks.acquire
+        self._release = manager.locks.release_all
+
+    def begin(self, txn: Transaction) -> None:
+        """Nothing to set up: reads and writes go to the current rows under locks."""
+
+    def before_read(self, txn: Transaction, item: str) -> None:
+        """Take a shared lock."""
+        if item not in txn.locks:
+            self._acquire(txn, item, SHARED)
+
+    def before_write(self, txn: Transaction, item: str) -> None:
+        """Take an exclusive lock (upgrading a shared one)."""
+        if txn.locks.get(item) != EXCLUSIVE:
+            self._acquire(txn, item, EXCLUSIVE)
+
+    def release(self, txn: Transaction) -> None:
+        """Release every lock in the transaction's control block."""
+        if txn.locks:
+            self._release(txn)
+
+    def stats(self) -> dict[str, int]:
+        """Deadlocks found and broken."""
+        return {}
+
+
+class NoControl(Protocol):
+    """No isolation for readers; exclusive locks for writers only."""
+
+    name: ClassVar[str] = "none"
+    summary: ClassVar[str] = "baseline: writers lock, readers read anything (not serializable)"
+    serializable: ClassVar[bool] = False
+    records_writes_at_commit: ClassVar[bool] = False
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__(manager)
+        self._acquire = manager.locks.acquire
+        self._release = manager.locks.release_all
+
+    def begin(self, txn: Transaction) -> None:
+        """Nothing to set up."""
+
+    def before_read(self, txn: Transaction, item: str) -> None:
+        """Readers take no lock."""
+
+    def before_write(self, txn: Transaction, item: str) -> None:
+        """Writers take an exclusive lock, held to the end."""
+        if txn.locks.get(item) != EXCLUSIVE:
+            self._acquire(txn, item, EXCLUSIVE)
+
+    def release(self, txn: Transaction) -> None:
+        """Release the writer's locks."""
+        if txn.locks:
+            self._release(txn)
+
+
+class SnapshotIsolation(Protocol):
+    """Snapshot reads; first-committer-wins writes (or SS2PL updates, by setting)."""
+
+    name: ClassVar[str] = "snapshot"
+    summary: ClassVar[str] = "multi-version snapshot reads, first-committer-wins writes"
+    tracks_writes: ClassVar[bool] = True
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__(manager)
+        self._acquire = manager.locks.acquire
+        self._release = manager.locks.release_all
+        self._locking_updates = manager.snapshot_updates == "locking"
+        self.write_conflicts = 0
+
+    def begin(self, txn: Transaction) -> None:
+        """Read-only transactions (and, under ``si``, all) get a snapshot."""
+        if txn.read_only or not self._locking_updates:
+            self.manager.take_snapshot(txn)
+            txn.deferred = not txn.read_only
+
+    def before_read(self, txn: Transaction, item: str) -> None:
+        """Snapshot readers need nothing; locking updaters take a shared lock."""
+        if txn.snapshot_ts is None and item not in txn.locks:
+            self._acquire(txn, item, SHARED)
+
+    def before_write(self, txn: Transaction, item: str) -> None:
+        """Locking updaters take an exclusive lock; snapshot writers buffer."""
+        if txn.snapshot_ts is None and txn.locks.get(item) != EXCLUSIVE:
+            self._acquire(txn, item, EXCLUSIVE)
+
+    def validate(self, txn: Transaction) -> None:
+        """First committer wins: no item written may have a commit after the snapshot."""
+        snap = txn.snapshot_ts
+        if snap is None or not txn.deferred:
+            return
+        last = self.manager.last_write
+        items = [tbl.item(key) for tbl, key in txn.wset]
+        items.extend(item for s, _ in txn.wappends for item in s.items_for_append())
+        for item in items:
+            if last.get(item, 0) > snap:
+                self.write_conflicts += 1
+                raise WriteConflictError(
+                    f"transaction {txn.hid}: {item} was changed by a transaction that "
+                    f"committed after its snapshot ({snap}); retry it"
+                )
+
+    def release(self, txn: Transaction) -> None:
+        """Release the locks of a locking updater."""
+        if txn.locks:
+            self._release(txn)
+
+    def stats(self) -> dict[str, int]:
+        """Write conflicts (first-committer-wins aborts)."""
+        return {"write_conflicts": self.write_conflicts}
+
+
+class Optimistic(Protocol):
+    """Optimistic concurrency control with backward validation at commit."""
+
+    name: ClassVar[str] = "optimistic"
+    summary: ClassVar[str] = "optimistic: buffered writes, backward validation of reads"
+    supports_ordering: ClassVar[bool] = True
+    tracks_writes: ClassVar[bool] = True
+
+    def __init__(self, manager: TransactionManager) -> None:
+        super().__init__(manager)
+        self._last = manager.last_write
+        self.validation_failures = 0
+
+    def begin(self, txn: Transaction) -> None:
+        """Writes are buffered until commit."""
+        txn.deferred = True
+
+    def before_read(self, txn: Transaction, item: str) -> None:
+        """Remember the commit timestamp of the version about to be read."""
+        reads = txn.reads
+        if item not in reads:
+            reads[item] = self._last.get(item, 0)
+
+    def before_write(self, txn: Transaction, item: str) -> None:
+        """Nothing: the write is buffered."""
+
+    def validate(self, txn: Transaction) -> None:
+        """Fail if an item read was overwritten by a commit since it was read."""
+        last = self._last
+        for item, seen in txn.reads.items():
+            if last.get(item, 0) != seen:
+                self.validation_failures += 1
+                raise ValidationError(
+                    f"transaction {txn.hid}: {item} changed after it was read; retry it"
+                )
+
+    def release(self, txn: Transaction) -> None:
+        """Nothing is held."""
+
+    def stats(self) -> dict[str, int]:
+        """Validation failures."""
+        return {"validation_failures": self.validation_failures}
+
+
+PROTOCOLS: dict[str, type[Protocol]] = {
+    cls.name: cls for cls in (SS2PL, SnapshotIsolation, Optimistic, NoControl)
+}
+
+
+def get_protocol(name: str) -> type[Protocol]:
+    """The protocol class called ``name``; :class:`UnknownNameError` otherwise."""
+    try:
+        return PROTOCOLS[name]
+    except KeyError:
+        raise UnknownNameError("protocol", str(name), list(PROTOCOLS)) from None
+
+
+def protocols() -> dict[str, str]:
+    """Every protocol name with its one-line summary."""
+    return {name: cls.summary for name, cls in PROTOCOLS.items()}
