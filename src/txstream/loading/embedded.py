@@ -159,11 +159,14 @@ class EmbeddedTarget(Target):
         for rel, rel_rows in base.items():
             if not rel_rows:
                 continue
-            self.tables[rel].load(rel_rows)
+            self.tables[rel].load({k: v for k, v in rel_rows.items()})
             for index in self.rel_indexes[rel]:
                 for key, row in rel_rows.items():
                     index.add(row, key)
-        full = {r: dict(self.tables[r].snapshot()) for r in self.schema.relations}
+        full: dict[str, dict[Key, Row]] = {
+            r: {_key(k): v for k, v in self.tables[r].snapshot().items()}
+            for r in self.schema.relations
+        }
         for view in self.schema.views.values():
             combos = join_rows(view, full)
             vt = self.view_tables[view.name]
@@ -213,7 +216,9 @@ class EmbeddedTarget(Target):
     def state(self) -> State:
         """Committed rows of every relation and the contents of every view."""
         self._manager()
-        base = {r: {k: dict(v) for k, v in t.snapshot().items()} for r, t in self.tables.items()}
+        base = {
+            r: {_key(k): dict(v) for k, v in t.snapshot().items()} for r, t in self.tables.items()
+        }
         views: dict[str, dict[tuple[Any, ...], Any]] = {}
         for view in self.schema.views.values():
             rows = self.view_tables[view.name].snapshot()
@@ -225,8 +230,9 @@ class EmbeddedTarget(Target):
                 views[view.name] = counts
                 continue
             sums: dict[tuple[Any, ...], dict[str, Any]] = {}
-            for (g, _uid), d in rows.items():
-                acc = sums.setdefault(tuple(g), {})
+            for vkey, d in rows.items():
+                g = _key(_key(vkey)[0])
+                acc = sums.setdefault(g, {})
                 for name, value in d.items():
                     acc[name] = acc.get(name, 0) + value
             views[view.name] = {
@@ -253,6 +259,11 @@ class EmbeddedTarget(Target):
         """Close the write-ahead log."""
         if self.tm is not None:
             self.tm.close()
+
+
+def _key(key: Hashable) -> Key:
+    assert isinstance(key, tuple)
+    return key
 
 
 def _aggregate_values(view: ResolvedView, acc: dict[str, Any]) -> tuple[Any, ...]:
@@ -358,8 +369,10 @@ class _EmbeddedSession(TargetSession):
         for view in self.schema.views_of(op.relation):
             self._maintain(t, view, op.relation, old, new)
 
-    def _combos(self, t: Transaction, view: ResolvedView, rel: str, row: Row) -> list[dict[str, Row]]:
-        """The join rows of ``view`` that ``row`` of ``rel`` takes part in; S-locks what it reads."""
+    def _combos(
+        self, t: Transaction, view: ResolvedView, rel: str, row: Row
+    ) -> list[dict[str, Row]]:
+        """The join rows of ``view`` that ``row`` of ``rel`` is in; S-locks what it reads."""
         target = self.target
         rels = self.schema.relations
         combos: list[dict[str, Row]] = [{rel: row}]

@@ -102,7 +102,9 @@ class Loader:
         max_attempts: int = 10_000,
     ) -> None:
         if isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1:
-            raise TxStreamError(f"the number of sessions k must be an integer >= 1, not {sessions!r}")
+            raise TxStreamError(
+                f"the number of sessions k must be an integer >= 1, not {sessions!r}"
+            )
         if isinstance(grouping, bool) or not isinstance(grouping, int) or grouping < 1:
             raise TxStreamError(f"the grouping factor n must be an integer >= 1, not {grouping!r}")
         if max_attempts < 1:
@@ -139,7 +141,9 @@ class Loader:
         method.bind(self.schema, self.k, stable_hash((self.seed, batch_id)))
         return method
 
-    def validate(self, operations: Iterable[Any]) -> tuple[list[Modification], list[tuple[int, str]]]:
+    def validate(
+        self, operations: Iterable[Any]
+    ) -> tuple[list[Modification], list[tuple[int, str]]]:
         """Check every operation: (the good ones, (position, reason) of the bad ones)."""
         good: list[Modification] = []
         bad: list[tuple[int, str]] = []
@@ -158,9 +162,7 @@ class Loader:
         again (after a crash) applies every operation exactly once, provided the
         batch has the same operations in the same order.
         """
-        report = LoadReport(
-            self.method_name, self.target.name, self.k, self.n, self.preaggregate
-        )
+        report = LoadReport(self.method_name, self.target.name, self.k, self.n, self.preaggregate)
         while len(self._sessions) < self.k:
             self._sessions.append(self.target.connect(len(self._sessions), self.k))
         method = self._method(batch_id)
@@ -258,9 +260,7 @@ class Loader:
                 if method.drained(m):
                     return
                 continue
-            statements = (
-                preaggregate(self.schema, txn.ops) if self.preaggregate else list(txn.ops)
-            )
+            statements = preaggregate(self.schema, txn.ops) if self.preaggregate else list(txn.ops)
             deadlocks = retries = attempted = 0
             applied = False
             try:

@@ -91,7 +91,9 @@ class QueueMethod(LoadingMethod):
         """Action 2: the session is free again."""
         with self._lock:
             if self.running.get(txn.session) is not txn:
-                raise TxStreamError(f"transaction {txn.seq} is not running in session {txn.session}")
+                raise TxStreamError(
+                    f"transaction {txn.seq} is not running in session {txn.session}"
+                )
             del self.running[txn.session]
             self._after_done(txn)
 
@@ -160,7 +162,7 @@ class Reorder(Partition):
         self.r_since = time.monotonic()
 
     def _advance_r(self) -> None:
-        """r moves to the next non-empty queue after r (cyclically), or to 'none'."""
+        """Move r to the next non-empty queue after r (cyclically), or to 'none'."""
         k = self.k
         for step in range(1, k + 1):
             cand = (self.r + step) % k
@@ -195,10 +197,13 @@ class Reorder(Partition):
         for other in self.conflicts[txn.relation]:
             if J[other]:
                 return False
-        if header is not None and txn is not header:
-            if header.relation in self.conflicts[txn.relation]:
-                self.counters["skipped_for_header"] += 1
-                return False
+        if (
+            header is not None
+            and txn is not header
+            and header.relation in self.conflicts[txn.relation]
+        ):
+            self.counters["skipped_for_header"] += 1
+            return False
         return True
 
     def _pick(self, m: int) -> LoadTransaction | None:
@@ -233,9 +238,7 @@ class Reorder(Partition):
                     cond.notify()
 
 
-METHODS: dict[str, type[LoadingMethod]] = {
-    cls.name: cls for cls in (Naive, Partition, Reorder)
-}
+METHODS: dict[str, type[LoadingMethod]] = {cls.name: cls for cls in (Naive, Partition, Reorder)}
 
 
 def get_method(name: str, starvation_ts: float = 1.0) -> LoadingMethod:

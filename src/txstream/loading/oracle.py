@@ -66,9 +66,7 @@ def apply(schema: Schema, base: Base, op: Modification) -> None:
                     row[col] = val
 
 
-def apply_serial(
-    schema: Schema, ops: Iterable[Modification], initial: Base | None = None
-) -> Base:
+def apply_serial(schema: Schema, ops: Iterable[Modification], initial: Base | None = None) -> Base:
     """The base relations after applying ``ops`` in order to ``initial`` (default: empty)."""
     base = {r: {k: dict(v) for k, v in rows.items()} for r, rows in (initial or {}).items()}
     for name in schema.relations:
@@ -176,9 +174,9 @@ def differences(schema: Schema, actual: State, expected: State, limit: int = 5) 
         a = _norm_view(actual.views.get(name, {}))
         e = _norm_view(expected.views.get(name, {}))
         if a != e:
-            extra = [(k, v) for k, v in a.items() if e.get(k) != v][:limit]
-            missing = [(k, v) for k, v in e.items() if a.get(k) != v][:limit]
-            problems.append(f"view {name}: stored-but-not-expected {extra}, expected {missing}")
+            wrong = [(k, v) for k, v in a.items() if e.get(k) != v][:limit]
+            absent = [(k, v) for k, v in e.items() if a.get(k) != v][:limit]
+            problems.append(f"view {name}: stored-but-not-expected {wrong}, expected {absent}")
     return problems
 
 

@@ -80,7 +80,7 @@ class PostgresServer:
     # -- lifecycle -------------------------------------------------------------------
 
     def start(self) -> PostgresServer:
-        """initdb + pg_ctl start; raise :class:`TxStreamError` with the server's words on failure."""
+        """Run initdb and pg_ctl start; :class:`TxStreamError` with the reason on failure."""
         bindir = find_bindir()
         if bindir is None:
             raise TxStreamError(f"PostgreSQL server binaries (initdb) not found; {INSTALL_HINT}")
@@ -175,7 +175,10 @@ class PostgresServer:
         data = self.dir / "data"
         if (data / "postmaster.pid").exists():
             with contextlib.suppress(TxStreamError):
-                self._run([str(self.bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"], "stop")
+                self._run(
+                    [str(self.bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+                    "stop",
+                )
         shutil.rmtree(self.dir, ignore_errors=True)
         self.dir = None
 

@@ -122,10 +122,10 @@ class PostgresTarget(Target):
         out: list[str] = []
         for rel in self.schema.relations.values():
             cols = ", ".join(f"{_q(c)} {SQL_TYPES[t]}" for c, t in rel.columns.items())
-            out.append(
-                f"CREATE TABLE {_q(rel.name)} ({cols}, PRIMARY KEY ({_cols(rel.key)}))"
-            )
-        out.append("CREATE TABLE txstream_ledger (batch bigint, seq bigint, PRIMARY KEY (batch, seq))")
+            out.append(f"CREATE TABLE {_q(rel.name)} ({cols}, PRIMARY KEY ({_cols(rel.key)}))")
+        out.append(
+            "CREATE TABLE txstream_ledger (batch bigint, seq bigint, PRIMARY KEY (batch, seq))"
+        )
         out.append("CREATE TABLE txstream_batches (batch bigint PRIMARY KEY)")
         for view in self.schema.views.values():
             out.extend(self._view_ddl(view))
@@ -140,7 +140,10 @@ class PostgresTarget(Target):
         rels = self.schema.relations
         out: list[str] = []
         if not view.is_aggregate:
-            cols = [f"{_q(c.name)} {SQL_TYPES[rels[c.relation].columns[c.column]]}" for c in view.columns]
+            cols = [
+                f"{_q(c.name)} {SQL_TYPES[rels[c.relation].columns[c.column]]}"
+                for c in view.columns
+            ]
             cols += [f"{_q(n)} {SQL_TYPES[rels[r].columns[c]]}" for r, c, n in self._keys(view)]
             out.append(f"CREATE TABLE {_q(view.name)} ({', '.join(cols)})")
             for r in view.relations:
@@ -150,20 +153,29 @@ class PostgresTarget(Target):
                 )
         else:
             delta = f"{view.name}__delta"
-            cols = [f"{_q(c.name)} {SQL_TYPES[rels[c.relation].columns[c.column]]}" for c in view.columns]
+            cols = [
+                f"{_q(c.name)} {SQL_TYPES[rels[c.relation].columns[c.column]]}"
+                for c in view.columns
+            ]
             cols.append("_count bigint")
             selects = [_q(c.name) for c in view.columns]
             for func, col, name in view.aggregates:
                 if col is None:
                     selects.append(f"SUM(_count)::bigint AS {_q(name)}")
                     continue
-                typ = "numeric" if rels[col.relation].columns[col.column] == "int" else "double precision"
+                typ = (
+                    "numeric"
+                    if rels[col.relation].columns[col.column] == "int"
+                    else "double precision"
+                )
                 cols += [f"{_q('s_' + name)} {typ}", f"{_q('n_' + name)} bigint"]
                 s, n = _q("s_" + name), _q("n_" + name)
                 if func == "count":
                     selects.append(f"SUM({n})::bigint AS {_q(name)}")
                 elif func == "sum":
-                    selects.append(f"CASE WHEN SUM({n}) = 0 THEN NULL ELSE SUM({s}) END AS {_q(name)}")
+                    selects.append(
+                        f"CASE WHEN SUM({n}) = 0 THEN NULL ELSE SUM({s}) END AS {_q(name)}"
+                    )
                 else:
                     selects.append(f"SUM({s}) / NULLIF(SUM({n}), 0) AS {_q(name)}")
             out.append(f"CREATE TABLE {_q(delta)} ({', '.join(cols)})")
@@ -219,9 +231,12 @@ class PostgresTarget(Target):
             return ""
         out = []
         for other, pairs in self._edges(view, rel):
-            gate = self._gate(view.name, other, [t for _, t in pairs], [f"{var}.{_q(m)}" for m, _ in pairs])
+            gate = self._gate(
+                view.name, other, [t for _, t in pairs], [f"{var}.{_q(m)}" for m, _ in pairs]
+            )
             out.append(
-                f"PERFORM pg_advisory_xact_lock_shared({gate}, s) FROM generate_series(0, nslots) s;"
+                f"PERFORM pg_advisory_xact_lock_shared({gate}, s) "
+                "FROM generate_series(0, nslots) s;"
             )
         return "\n    ".join(out)
 
@@ -240,7 +255,6 @@ class PostgresTarget(Target):
         return "\n    ".join(out)
 
     def _trigger_body(self, view: ResolvedView, rel: str) -> str:
-        rels = self.schema.relations
         join_cols = view.join_columns(rel)
         same = " AND ".join(f"OLD.{_q(c)} IS NOT DISTINCT FROM NEW.{_q(c)}" for c in join_cols)
         frm_new, where_new = self._from_where(view, rel, "NEW")
@@ -248,8 +262,10 @@ class PostgresTarget(Target):
         lock_new = f"PERFORM 1 FROM {frm_new} WHERE {where_new} FOR SHARE;"
         lock_old = f"PERFORM 1 FROM {frm_old} WHERE {where_old} FOR SHARE;"
         head = (
-            "DECLARE\n  slot int := coalesce(nullif(current_setting('txstream.slot', true), ''), '0')::int;\n"
-            "  nslots int := coalesce(nullif(current_setting('txstream.slots', true), ''), '1')::int - 1;\n"
+            "DECLARE\n  slot int := "
+            "coalesce(nullif(current_setting('txstream.slot', true), ''), '0')::int;\n"
+            "  nslots int := "
+            "coalesce(nullif(current_setting('txstream.slots', true), ''), '1')::int - 1;\n"
             "BEGIN\n"
         )
         wlocks = self._writer_locks(view, rel)
@@ -268,8 +284,7 @@ class PostgresTarget(Target):
                 f"FROM {frm_new} WHERE {where_new} FOR SHARE;"
             )
             return (
-                head
-                + f"  IF TG_OP = 'UPDATE' AND {same} THEN\n"
+                head + f"  IF TG_OP = 'UPDATE' AND {same} THEN\n"
                 f"    {self._reader_locks(view, rel, 'NEW')}\n"
                 f"    {lock_new}\n"
                 f"    {update_in_place}\n"
@@ -298,37 +313,39 @@ class PostgresTarget(Target):
             for _func, col, _name in view.aggregates:
                 if col is not None:
                     x = self._expr(rel, var, col.relation, col.column)
-                    exprs += [f"{sign}coalesce({x}, 0)", f"CASE WHEN {x} IS NULL THEN 0 ELSE {sign}1 END"]
+                    exprs += [
+                        f"{sign}coalesce({x}, 0)",
+                        f"CASE WHEN {x} IS NULL THEN 0 ELSE {sign}1 END",
+                    ]
             cols = [f"{e} AS {_q(t)}" for e, t in zip(exprs, targets, strict=True)]
             return f"SELECT {', '.join(cols)} FROM {frm} WHERE {where}"
 
         sums = [_q(c.name) for c in view.columns]
         nonzero = []
-        for t in targets[len(view.columns):]:
+        for t in targets[len(view.columns) :]:
             sums.append(f"SUM({_q(t)})")
             nonzero.append(f"SUM({_q(t)}) <> 0")
         group = f" GROUP BY {_cols([c.name for c in view.columns])}" if view.columns else ""
 
-        def insert(source: str) -> str:
+        def add_deltas(source: str) -> str:
             return (
                 f"INSERT INTO {delta} ({_cols(targets)}) SELECT {', '.join(sums)} FROM ({source}) d"
                 f"{group} HAVING {' OR '.join(nonzero)};"
             )
 
         return (
-            head
-            + "  IF TG_OP IN ('UPDATE', 'DELETE') THEN\n"
+            head + "  IF TG_OP IN ('UPDATE', 'DELETE') THEN\n"
             f"    {self._reader_locks(view, rel, 'OLD')}\n"
             f"    {lock_old}\n  END IF;\n"
             "  IF TG_OP IN ('UPDATE', 'INSERT') THEN\n"
             + (f"    IF TG_OP = 'INSERT' OR NOT ({same}) THEN {wlocks} END IF;\n" if wlocks else "")
             + f"    {self._reader_locks(view, rel, 'NEW')}\n"
             f"    {lock_new}\n  END IF;\n"
-            f"  IF TG_OP = 'INSERT' THEN\n    {insert(contrib('NEW', '+'))}\n"
-            f"  ELSIF TG_OP = 'DELETE' THEN\n    {insert(contrib('OLD', '-'))}\n"
-            f"  ELSE\n    {insert(contrib('OLD', '-') + ' UNION ALL ' + contrib('NEW', '+'))}\n"
+            f"  IF TG_OP = 'INSERT' THEN\n    {add_deltas(contrib('NEW', '+'))}\n"
+            f"  ELSIF TG_OP = 'DELETE' THEN\n    {add_deltas(contrib('OLD', '-'))}\n"
+            f"  ELSE\n    {add_deltas(contrib('OLD', '-') + ' UNION ALL ' + contrib('NEW', '+'))}\n"
             "  END IF;\n  RETURN NULL;\nEND;"
-        ) if rels else ""
+        )
 
     # -- data ---------------------------------------------------------------------------------
 
@@ -359,14 +376,17 @@ class PostgresTarget(Target):
                     conn.execute(f"DELETE FROM {delta}")
                     frm, where = self._from_where(view, first, _q(first))
                     targets = [c.name for c in view.columns] + ["_count"]
-                    exprs = [f"{_q(c.relation)}.{_q(c.column)}" for c in view.columns] + ["count(*)"]
+                    exprs = [f"{_q(c.relation)}.{_q(c.column)}" for c in view.columns] + [
+                        "count(*)"
+                    ]
                     for _func, col, name in view.aggregates:
                         if col is not None:
                             x = f"{_q(col.relation)}.{_q(col.column)}"
                             targets += [f"s_{name}", f"n_{name}"]
                             exprs += [f"coalesce(sum({x}), 0)", f"count({x})"]
                     group = (
-                        " GROUP BY " + ", ".join(f"{_q(c.relation)}.{_q(c.column)}" for c in view.columns)
+                        " GROUP BY "
+                        + ", ".join(f"{_q(c.relation)}.{_q(c.column)}" for c in view.columns)
                         if view.columns
                         else ""
                     )
@@ -463,7 +483,7 @@ def _statement_sql(rel: Relation, kind: str, cols: tuple[str, ...]) -> str:
         sql = f"INSERT INTO {table} ({_cols(allc)}) VALUES ({ph}) ON CONFLICT ({_cols(rel.key)}) "
         if kind == "insert":
             return sql + "DO NOTHING"
-        sets = []
+        sets: list[str] = []
         for c in cols:
             if c in rel.aggregates:
                 sets.append(f"{_q(c)} = {table}.{_q(c)} + EXCLUDED.{_q(c)}")
@@ -473,10 +493,10 @@ def _statement_sql(rel: Relation, kind: str, cols: tuple[str, ...]) -> str:
     if kind == "delete":
         return f"DELETE FROM {table} WHERE {where}"
     if kind == "update":
-        sets = ", ".join(f"{_q(c)} = %s" for c in cols)
-        return f"UPDATE {table} SET {sets} WHERE {where}"
-    sets = ", ".join(f"{_q(c)} = {_q(c)} + %s" for c in cols)
-    return f"UPDATE {table} SET {sets} WHERE {where}"
+        assign = ", ".join(f"{_q(c)} = %s" for c in cols)
+        return f"UPDATE {table} SET {assign} WHERE {where}"
+    adds = ", ".join(f"{_q(c)} = {_q(c)} + %s" for c in cols)
+    return f"UPDATE {table} SET {adds} WHERE {where}"
 
 
 class _PostgresSession(TargetSession):

@@ -40,7 +40,7 @@ def preaggregate(schema: Schema, ops: list[Modification]) -> list[Modification]:
         run = runs.get(tkey)
         if op.kind == "increment":
             if run is not None:
-                pos, kind, amounts, others = run
+                amounts = run[2]
                 for col, val in op.values:
                     amounts[col] = amounts.get(col, 0) + val
                 continue
@@ -50,7 +50,7 @@ def preaggregate(schema: Schema, ops: list[Modification]) -> list[Modification]:
         if op.kind == "upsert":
             vals = dict(op.values)
             if run is not None and run[1] == "upsert":
-                pos, kind, amounts, others = run
+                amounts, others = run[2], run[3]
                 for col in aggs:
                     amounts[col] = amounts.get(col, 0) + vals[col]
                 others.update({c: v for c, v in vals.items() if c not in aggs})

@@ -258,7 +258,9 @@ class Schema:
         if len(rels) < 2:
             raise SchemaError(f"view {view.name}: a join view needs at least two relations")
         if len(set(rels)) != len(rels):
-            raise SchemaError(f"view {view.name}: a relation appears twice (self-joins unsupported)")
+            raise SchemaError(
+                f"view {view.name}: a relation appears twice (self-joins unsupported)"
+            )
         for r in rels:
             if r not in self.relations:
                 raise SchemaError(
@@ -290,9 +292,7 @@ class Schema:
             )
         if view.aggregates:
             if view.select:
-                raise SchemaError(
-                    f"view {view.name}: an aggregate view lists group_by, not select"
-                )
+                raise SchemaError(f"view {view.name}: an aggregate view lists group_by, not select")
             columns = tuple(self._column(view, g) for g in view.group_by)
             aggs = []
             for agg in view.aggregates:
