@@ -19,6 +19,7 @@ from txstream.errors import TxStreamError
 CLI_MODULES: tuple[str, ...] = (
     "txstream.check_cli",
     "txstream.bench.cli",
+    "txstream.loading.cli",
 )
 
 

@@ -11,7 +11,7 @@ import importlib
 from txstream.bench.harness import Experiment
 from txstream.errors import UnknownNameError
 
-EXPERIMENT_MODULES: tuple[str, ...] = ("txstream.bench.checker",)
+EXPERIMENT_MODULES: tuple[str, ...] = ("txstream.bench.checker", "txstream.bench.loading")
 
 
 def experiments() -> dict[str, Experiment]:

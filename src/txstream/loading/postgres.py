@@ -127,6 +127,16 @@ class PostgresTarget(Target):
             "CREATE TABLE txstream_ledger (batch bigint, seq bigint, PRIMARY KEY (batch, seq))"
         )
         out.append("CREATE TABLE txstream_batches (batch bigint PRIMARY KEY)")
+        indexed: set[tuple[str, tuple[str, ...]]] = set()
+        for view in self.schema.views.values():
+            for rname in view.relations:
+                jcols = view.join_columns(rname)
+                key = self.schema.relations[rname].key
+                if tuple(jcols[: len(key)]) == key or (rname, jcols) in indexed:
+                    continue  # the primary key's index serves the join
+                indexed.add((rname, jcols))
+                name = f"{rname}__join_{len(indexed)}"
+                out.append(f"CREATE INDEX {_q(name)} ON {_q(rname)} ({_cols(jcols)})")
         for view in self.schema.views.values():
             out.extend(self._view_ddl(view))
         return out

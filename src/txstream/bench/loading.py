@@ -1,0 +1,227 @@
+"""``txstream bench loading``: Luo et al. Figures 3-5 and the pre-aggregation study.
+
+The demand/inventory/onhand_demand workload of Section 5.1
+(:mod:`txstream.loading.workloads`), scaled down: ``s`` = 10,000 active parts,
+one inventory tuple each and 4 matching demand tuples (40,000 demand tuples;
+the paper had 8M demand and 2M inventory tuples, of which only today's active
+parts are touched).  Each point loads a fresh copy of that data, then a stream
+of operations (p = 50% demand inserts, 50% inventory updates) through k
+sessions with grouping factor n, and verifies that the join view equals the
+join recomputed from the base relations and the base relations equal the
+serial application of the stream (every operation applied exactly once).
+
+* Figure 3 (``loading_naive``): naive throughput against n, a line per k.
+* Figure 4 (``loading_reorder``): reorder throughput against n, a line per k.
+* Figure 5 (``loading_ratio``): reorder / naive throughput.
+* ``loading_deadlocks``: deadlocks of naive (reorder has none).
+* ``loading_preagg``: statements and throughput with and without
+  pre-aggregation on a stream of repeated increments to 50 parts.
+
+The target is ``postgres`` (a throwaway server started once per process) or
+``embedded``; choose it with ``txstream loading bench --target`` or the
+environment variable ``TXSTREAM_LOADING_TARGET`` for ``txstream bench loading``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure
+from txstream.errors import TxStreamError
+from txstream.loading import EmbeddedTarget, Loader, Target
+from txstream.loading.oracle import apply_serial, base_from_rows, differences, expected_state
+from txstream.loading.workloads import demand_schema, demand_stream, increment_stream, initial_rows
+
+PARTS = 10_000
+QUICK_PARTS = 2_000
+KS = (2, 4, 8, 16)
+NS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+_servers: dict[str, Any] = {}
+_initial: dict[int, dict[str, list[dict[str, Any]]]] = {}
+_naive: dict[tuple[Any, ...], list[float]] = {}
+
+
+def operations_for(k: int, n: int, quick: bool) -> int:
+    """Stream length of one point: enough for several transactions per session."""
+    if quick:
+        return min(3000, max(1000, 4 * k * n))
+    return min(32_768, max(16_000, 16 * k * n))
+
+
+def make_target(name: str, **options: Any) -> Target:
+    """A target by name; the postgres server is started once per process."""
+    schema = demand_schema()
+    if name == "embedded":
+        return EmbeddedTarget(schema, statement_delay=options.get("statement_delay", 0.0))
+    if name == "postgres":
+        from txstream.loading.pgserver import PostgresServer
+        from txstream.loading.postgres import PostgresTarget
+
+        server = _servers.get("postgres")
+        if server is None:
+            server = PostgresServer(deadlock_timeout_ms=options.get("deadlock_timeout_ms", 50))
+            server.start()
+            _servers["postgres"] = server
+            atexit.register(server.stop)
+        return PostgresTarget(schema, server)
+    raise TxStreamError(f"unknown target {name!r}; choose one of: embedded, postgres")
+
+
+def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Load one stream at one point; return throughput, deadlocks and the check."""
+    target_name = point["target"]
+    quick = bool(point.get("quick", False))
+    parts = QUICK_PARTS if quick else PARTS
+    k, n = int(point["k"]), int(point["n"])
+    target = make_target(target_name)
+    schema = target.schema
+    if point["study"] == "preagg":
+        ops = increment_stream(operations_for(k, n, quick), 50, seed=seed)
+    else:
+        ops = demand_stream(operations_for(k, n, quick), parts, p=0.5, seed=seed)
+    init = _initial.get(parts)
+    if init is None:
+        init = _initial[parts] = initial_rows(parts, seed=1)
+    target.setup()
+    target.bulk_load(init)
+    method = point["method"]
+    with Loader(
+        target, method, sessions=k, grouping=n, preaggregate=bool(point.get("preaggregate"))
+    ) as loader:
+        report = loader.load(ops)
+    state = target.state()
+    expected = expected_state(schema, apply_serial(schema, ops, base_from_rows(schema, init)))
+    problems = differences(schema, state, expected)
+    target.close()
+    if problems:
+        raise TxStreamError(f"loading benchmark: wrong final state at {point}: {problems[0]}")
+    out: dict[str, Any] = {
+        "throughput": round(report.throughput, 1),
+        "deadlocks": report.deadlocks,
+        "operations": report.operations,
+        "transactions": report.transactions,
+        "statements": report.statements,
+        "elapsed_s": round(report.elapsed, 3),
+        "view_ok": True,
+    }
+    if point["study"] == "preagg":
+        label = "preagg" if point.get("preaggregate") else "plain"
+        out[f"{label}_throughput"] = out["throughput"]
+        out[f"{label}_statements"] = report.statements
+        return out
+    out[f"{method}_throughput"] = out["throughput"]
+    key = (target_name, k, n, quick)
+    if method == "naive":
+        out["naive_deadlocks"] = report.deadlocks
+        _naive.setdefault(key, []).append(report.throughput)
+    elif key in _naive:
+        base = sum(_naive[key]) / len(_naive[key])
+        out["ratio"] = round(report.throughput / base, 3) if base else None
+    return out
+
+
+def grid(target: str, quick: bool) -> list[dict[str, Any]]:
+    """Concurrency points (naive before reorder at each k, n) and pre-aggregation points."""
+    ks = (2, 8) if quick else KS
+    ns = (1, 16, 128) if quick else NS
+    points: list[dict[str, Any]] = []
+    for k in ks:
+        for n in ns:
+            for method in ("naive", "reorder"):
+                points.append(
+                    {"target": target, "study": "concurrency", "method": method, "k": k, "n": n}
+                )
+    pre_ns = (4, 64) if quick else (1, 4, 16, 64, 128)
+    for n in pre_ns:
+        for pre in (False, True):
+            points.append(
+                {
+                    "target": target,
+                    "study": "preagg",
+                    "method": "reorder",
+                    "k": 4,
+                    "n": n,
+                    "preaggregate": pre,
+                }
+            )
+    if quick:
+        for p in points:
+            p["quick"] = True
+    return points
+
+
+FIGURES = [
+    Figure(
+        "loading_naive",
+        x="n",
+        y="naive_throughput",
+        series="k",
+        title="Fig. 3: throughput of the naive method",
+        ylabel="operations / s",
+        logx=True,
+    ),
+    Figure(
+        "loading_reorder",
+        x="n",
+        y="reorder_throughput",
+        series="k",
+        title="Fig. 4: throughput of the reordering method",
+        ylabel="operations / s",
+        logx=True,
+    ),
+    Figure(
+        "loading_ratio",
+        x="n",
+        y="ratio",
+        series="k",
+        title="Fig. 5: reorder / naive throughput",
+        ylabel="ratio",
+        logx=True,
+        hline=1.0,
+    ),
+    Figure(
+        "loading_deadlocks",
+        x="n",
+        y="naive_deadlocks",
+        series="k",
+        title="deadlocks of the naive method (reorder: none)",
+        ylabel="deadlocks per run",
+        logx=True,
+    ),
+    Figure(
+        "loading_preagg",
+        x="n",
+        y=("plain_throughput", "preagg_throughput"),
+        title="pre-aggregation: throughput (k = 4, reorder)",
+        ylabel="operations / s",
+        logx=True,
+    ),
+    Figure(
+        "loading_preagg_statements",
+        x="n",
+        y=("plain_statements", "preagg_statements"),
+        title="pre-aggregation: SQL statements executed",
+        ylabel="statements",
+        logx=True,
+    ),
+]
+
+
+def experiment(target: str = "postgres") -> Experiment:
+    """The experiment for one target."""
+    return Experiment(
+        name="loading",
+        description="continuous loading: naive vs reorder (Luo et al. Figs. 3-5), pre-aggregation",
+        grid=grid(target, quick=False),
+        quick_grid=grid(target, quick=True),
+        run=run_point,
+        figures=FIGURES,
+        repetitions=2,
+        quick_repetitions=1,
+    )
+
+
+EXPERIMENT = experiment(os.environ.get("TXSTREAM_LOADING_TARGET", "postgres"))
