@@ -20,6 +20,7 @@ CLI_MODULES: tuple[str, ...] = (
     "txstream.check_cli",
     "txstream.bench.cli",
     "txstream.loading.cli",
+    "txstream.txn.stress",
 )
 
 

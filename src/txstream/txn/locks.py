@@ -130,7 +130,9 @@ class LockManager:
             if self.ordered:
                 self._wound_younger(waiter)
             else:
-                self._detect(waiter)
+                # The new edges may close several cycles; break them one by one.
+                while self._detect(waiter) and waiter.error is None:
+                    pass
         self._wait(waiter)
 
     def _enqueue(self, rcb: RCB, waiter: Waiter, upgrade: bool) -> None:
@@ -196,8 +198,11 @@ class LockManager:
                 out.append(ahead.txn)
         return out
 
-    def _detect(self, waiter: Waiter) -> None:
-        """Search the wait-for graph for a cycle through ``waiter.txn``; break it."""
+    def _detect(self, waiter: Waiter) -> bool:
+        """Search the wait-for graph for a cycle through ``waiter.txn``; break it.
+
+        Returns whether a cycle was found (there may be more: search again).
+        """
         start = waiter.txn
         path: list[Transaction] = [start]
         seen: set[int] = {start.id}
@@ -221,7 +226,7 @@ class LockManager:
             path.append(nxt)
             stack.append(iter(self._blockers(pending)))
         if cycle is None:
-            return
+            return False
         victim = max(cycle, key=lambda t: t.id)
         self.deadlocks += 1
         names = " -> ".join(t.hid for t in [*cycle, cycle[0]])
@@ -233,6 +238,7 @@ class LockManager:
                 f"transaction {victim.hid} aborted to break the deadlock {names}; retry it"
             ),
         )
+        return True
 
     # -- predefined ordering -------------------------------------------------------
 
