@@ -455,7 +455,7 @@ class TransactionManager:
         lock_timeout: float | None = None,
         record: bool = False,
         snapshot_updates: str = "si",
-        arrival_stream: str = "arrival",
+        arrival_stream: str = "events",
         store: Store | None = None,
     ) -> None:
         from txstream.txn.protocols import get_protocol
