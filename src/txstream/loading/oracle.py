@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from txstream.loading.base import State
+from txstream.loading.base import State, Target
 from txstream.loading.ops import Key, Modification
 from txstream.loading.schema import ResolvedView, Schema
 
@@ -188,3 +188,20 @@ def verify(schema: Schema, state: State) -> list[str]:
     """Differences between the stored views and the views recomputed from the base rows."""
     expected = expected_state(schema, state.base)
     return differences(schema, state, expected)
+
+
+def check_loaded(
+    target: Target, initial: dict[str, list[dict[str, Any]]], ops: Iterable[Modification]
+) -> list[str]:
+    """Problems with ``target`` after loading ``ops`` onto ``initial`` (empty: all good).
+
+    The stored views must equal their definitions on the stored base rows, and
+    the base rows must equal the serial application of ``ops`` (every operation
+    applied exactly once; exact only when operations on one tuple kept their
+    order, or commute).
+    """
+    schema = target.schema
+    state = target.state()
+    problems = verify(schema, state)
+    expected = expected_state(schema, apply_serial(schema, ops, base_from_rows(schema, initial)))
+    return problems + differences(schema, state, expected)
