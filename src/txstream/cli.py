@@ -21,6 +21,7 @@ CLI_MODULES: tuple[str, ...] = (
     "txstream.bench.cli",
     "txstream.loading.cli",
     "txstream.txn.stress",
+    "txstream.broadcast.cli",
 )
 
 

@@ -37,9 +37,10 @@ class UnknownObjectError(BroadcastError, KeyError):
     def __init__(self, name: str, objects: Sequence[str]) -> None:
         self.name = name
         shown = ", ".join(objects[:5]) + (", ..." if len(objects) > 5 else "")
+        count = f"{len(objects)} object" + ("s" if len(objects) != 1 else "")
         super().__init__(
-            f"object {name!r} does not exist; the database holds {len(objects)} objects "
-            f"({shown}): read only objects that the server broadcasts"
+            f"object {name!r} does not exist; the database holds {count} ({shown}): "
+            "use only objects that the server broadcasts"
         )
 
     def __str__(self) -> str:
