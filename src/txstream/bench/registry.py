@@ -11,7 +11,11 @@ import importlib
 from txstream.bench.harness import Experiment
 from txstream.errors import UnknownNameError
 
-EXPERIMENT_MODULES: tuple[str, ...] = ("txstream.bench.checker", "txstream.bench.loading")
+EXPERIMENT_MODULES: tuple[str, ...] = (
+    "txstream.bench.checker",
+    "txstream.bench.loading",
+    "txstream.bench.broadcast",
+)
 
 
 def experiments() -> dict[str, Experiment]:

@@ -1,0 +1,212 @@
+"""``txstream bench broadcast``: Figures 1-3 of Shanmugasundaram et al. (SIGMOD 1999).
+
+Each grid point varies one parameter of Table 1 (a *sweep*) for one algorithm
+(``f-matrix``, ``r-matrix``, ``datacycle``, ``f-matrix-no``):
+
+* ``client_txn_length`` (Figure 1: response time and restarts),
+* ``server_txn_length`` and ``server_interarrival`` (Figure 2),
+* ``objects`` and ``object_bytes`` (Figure 3).
+
+A point runs independent replications of 1000 client transactions, each
+measured on its last 500, until the 95% confidence interval of the mean response
+time is within 10% of the mean (at least ``min_reps``, at most ``max_reps``).
+Rows carry the point (``sweep``, ``x``, ``algorithm``), every parameter, the
+means over replications, the interval's half-width and the replication count.
+
+Two ways to run it, with identical rows (same seeds, same code per point):
+
+* ``txstream bench broadcast [--quick] [--out DIR]``: the shared harness, one
+  point after another in this process;
+* ``python -m txstream.bench.broadcast --spark [--quick] [--out DIR]``: every
+  point a Spark task on a local SparkSession (the harness has no hook for
+  parallel points yet), then the same CSV and plots through the harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure, plot, write_csv
+from txstream.broadcast.sim import SimParams, simulate
+from txstream.errors import TxStreamError
+
+ALGORITHMS = ("f-matrix", "r-matrix", "datacycle", "f-matrix-no")
+
+SWEEPS: dict[str, list[float]] = {
+    "client_txn_length": [2, 4, 6, 8, 10],
+    "server_txn_length": [2, 4, 8, 12, 16],
+    "server_interarrival": [100_000, 175_000, 250_000, 400_000, 600_000],
+    "objects": [100, 200, 300, 400, 500],
+    "object_bytes": [64, 128, 256, 512, 1024, 2048],
+}
+
+QUICK_SWEEPS: dict[str, list[float]] = {
+    "client_txn_length": [2, 8],
+    "object_bytes": [128, 1024],
+}
+
+# Two-sided 95% quantiles of Student's t by degrees of freedom.
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def params_for(point: dict[str, Any]) -> SimParams:
+    """The simulation parameters of a grid point (Table 1 plus the swept value)."""
+    sweep = point["sweep"]
+    x = point["x"]
+    base = SimParams(
+        algorithm=point["algorithm"],
+        transactions=int(point.get("transactions", 1000)),
+        measured=int(point.get("measured", 500)),
+    )
+    if sweep == "object_bytes":
+        return _replace(base, object_bits=int(x) * 8)
+    if sweep in ("client_txn_length", "server_txn_length", "objects"):
+        return _replace(base, **{sweep: int(x)})
+    if sweep == "server_interarrival":
+        return _replace(base, server_interarrival=float(x))
+    raise TxStreamError(f"unknown sweep {sweep!r}; choose one of: {', '.join(SWEEPS)}")
+
+
+def _replace(p: SimParams, **changes: Any) -> SimParams:
+    from dataclasses import replace
+
+    return replace(p, **changes)
+
+
+def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Replicate the simulation of one point until the 95% CI is within 10% of the mean."""
+    params = params_for(point)
+    min_reps = int(point.get("min_reps", 3))
+    max_reps = int(point.get("max_reps", 8))
+    rts: list[float] = []
+    rss: list[float] = []
+    started = time.perf_counter()
+    half = math.inf
+    while len(rts) < max_reps:
+        result = simulate(params, seed * 101 + len(rts))
+        rts.append(result.response_time)
+        rss.append(result.restarts)
+        if len(rts) >= 2:
+            t = _T95[min(len(rts) - 2, len(_T95) - 1)]
+            half = t * statistics.stdev(rts) / math.sqrt(len(rts))
+        if len(rts) >= min_reps and half <= 0.1 * statistics.fmean(rts):
+            break
+    return {
+        "response_time": statistics.fmean(rts),
+        "restarts": statistics.fmean(rss),
+        "response_time_ci": half if math.isfinite(half) else None,
+        "replications": len(rts),
+        "client_txn_length": params.client_txn_length,
+        "server_txn_length": params.server_txn_length,
+        "server_interarrival": params.server_interarrival,
+        "objects": params.objects,
+        "object_bytes": params.object_bits // 8,
+        "cycle_length": result.cycle_length,
+        "wall_s": round(time.perf_counter() - started, 2),
+    }
+
+
+def run_task(task: tuple[dict[str, Any], int]) -> dict[str, Any]:
+    """One ``(point, seed)`` as a row, the way the harness builds rows (for Spark tasks)."""
+    point, seed = task
+    return {**point, "rep": 0, "seed": seed, **run_point(dict(point), seed)}
+
+
+def _grid(sweeps: dict[str, list[float]], **extra: Any) -> list[dict[str, Any]]:
+    return [
+        {"sweep": sweep, "x": x, "algorithm": algorithm, **extra}
+        for sweep, xs in sweeps.items()
+        for x in xs
+        for algorithm in ALGORITHMS
+    ]
+
+
+FIGURES = [
+    Figure(
+        name="broadcast_response",
+        x="x",
+        y="response_time",
+        title="Response time (bit-units)",
+        series="algorithm",
+        facet="sweep",
+        logy=True,
+        ylabel="response time (bit-units, log)",
+    ),
+    Figure(
+        name="broadcast_restarts",
+        x="x",
+        y="restarts",
+        title="Restarts per transaction",
+        series="algorithm",
+        facet="sweep",
+        ylabel="restarts per transaction",
+    ),
+]
+
+EXPERIMENT = Experiment(
+    name="broadcast",
+    description="F-Matrix, R-Matrix, Datacycle: response time and restarts (Figures 1-3)",
+    grid=_grid(SWEEPS),
+    quick_grid=_grid(QUICK_SWEEPS, transactions=300, measured=150, min_reps=1, max_reps=1),
+    run=run_point,
+    figures=FIGURES,
+    repetitions=1,
+    quick_repetitions=1,
+)
+
+
+def tasks(quick: bool = False, seed: int = 0) -> list[tuple[dict[str, Any], int]]:
+    """The ``(point, seed)`` pairs, seeded exactly as the harness seeds them."""
+    grid = EXPERIMENT.quick_grid if quick else EXPERIMENT.grid
+    return [(dict(point), seed * 1_000_003 + i) for i, point in enumerate(grid)]
+
+
+def run_with_spark(
+    out: Path, quick: bool = False, seed: int = 0, spark: Any | None = None
+) -> list[dict[str, Any]]:
+    """Run the sweep with one Spark task per point; write the CSV and plots like the harness."""
+    from txstream.spark.sweep import run_points
+
+    rows = run_points(run_task, tasks(quick, seed), spark=spark)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TxStreamError(f"cannot create output folder {out}: {exc.strerror}") from None
+    write_csv(rows, out / f"{EXPERIMENT.name}.csv")
+    for fig in EXPERIMENT.figures:
+        plot(rows, fig, out / f"{fig.name}.png")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m txstream.bench.broadcast --spark``: the sweep as a Spark job."""
+    parser = argparse.ArgumentParser(prog="python -m txstream.bench.broadcast")
+    parser.add_argument("--spark", action="store_true", help="one Spark task per point")
+    parser.add_argument("--quick", action="store_true", help="the small grid used in CI")
+    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    started = time.perf_counter()
+    try:
+        if args.spark:
+            rows = run_with_spark(args.out, args.quick, args.seed)
+        else:
+            from txstream.bench.harness import run_experiment
+
+            rows = run_experiment(EXPERIMENT, args.out, quick=args.quick, seed=args.seed)
+    except TxStreamError as exc:
+        print(f"txstream: {exc}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - started
+    print(f"broadcast: {len(rows)} points in {elapsed:.0f} s; wrote {args.out}/broadcast.csv")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
