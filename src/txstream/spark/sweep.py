@@ -42,7 +42,7 @@ def run_points(
     if spark is None:
         from txstream.spark.session import local_session
 
-        spark = local_session("txstream-sweep")
+        spark = local_session("txstream-sweep", ui_showConsoleProgress="false")
     sc = spark.sparkContext
     rdd = sc.parallelize(list(enumerate(items)), slices or len(items))
     pairs: list[tuple[int, R]] = rdd.map(lambda kv: (kv[0], fn(kv[1]))).collect()
