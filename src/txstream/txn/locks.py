@@ -125,6 +125,12 @@ class LockManager:
                 return
             waiter = Waiter(txn, item, mode, rcb)
             self._enqueue(rcb, waiter, upgrade=bool(held))
+            if rcb.waiters[0] is waiter:
+                # Queued at the head (an older transaction, or an upgrade): it may be
+                # grantable right away.
+                self._grant(item, rcb)
+                if waiter.granted:
+                    return
             txn.waiting = waiter
             self.waits += 1
             if self.ordered:
