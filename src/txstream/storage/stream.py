@@ -208,9 +208,7 @@ class Stream:
                 out.append(events[i])
         return out
 
-    def read_visible(
-        self, start: int, end: int | None, own: set[int] | None
-    ) -> list[Any]:
+    def read_visible(self, start: int, end: int | None, own: set[int] | None) -> list[Any]:
         """Committed events in ``[start, end)`` plus the uncommitted ones in ``own``."""
         lo, hi = self.bounds(start, end)
         events, stamps = self._events, self._ts
