@@ -74,7 +74,7 @@ def test_simulate_bad_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
 def test_bench_experiment_is_registered_and_quick_points_run() -> None:
     exp = get_experiment("broadcast")
     assert exp is EXPERIMENT
-    assert len(exp.grid) == 26 * 4 and len(exp.quick_grid) == 16
+    assert len(exp.grid) == 26 * 4 + 6 and len(exp.quick_grid) == 16
     point = {"sweep": "client_txn_length", "x": 2, "algorithm": "r-matrix"}
     row = run_point({**point, "transactions": 40, "measured": 20, "max_reps": 2}, seed=1)
     assert {"response_time", "restarts", "client_txn_length"} <= set(row)

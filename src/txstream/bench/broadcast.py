@@ -5,7 +5,10 @@ Each grid point varies one parameter of Table 1 (a *sweep*) for one algorithm
 
 * ``client_txn_length`` (Figure 1: response time and restarts),
 * ``server_txn_length`` and ``server_interarrival`` (Figure 2),
-* ``objects`` and ``object_bytes`` (Figure 3).
+* ``objects`` and ``object_bytes`` (Figure 3);
+* ``groups``: the grouped matrix with g groups at client length 8 (the spectrum
+  between Datacycle's vector and F-Matrix that Section 3.2.2 describes but does
+  not measure).
 
 A point runs independent replications of 1000 client transactions, each
 measured on its last 500, until the 95% confidence interval of the mean response
@@ -46,6 +49,11 @@ SWEEPS: dict[str, list[float]] = {
     "object_bytes": [64, 128, 256, 512, 1024, 2048],
 }
 
+# The grouped matrix's spectrum (Section 3.2.2): g groups at client length 8,
+# from one group (Datacycle's vector) to one per object (F-Matrix).
+GROUP_SWEEP: dict[str, list[float]] = {"groups": [1, 3, 10, 30, 100, 300]}
+GROUPS_CLIENT_LENGTH = 8
+
 QUICK_SWEEPS: dict[str, list[float]] = {
     "client_txn_length": [2, 8],
     "object_bytes": [128, 1024],
@@ -70,7 +78,10 @@ def params_for(point: dict[str, Any]) -> SimParams:
         return _replace(base, **{sweep: int(x)})
     if sweep == "server_interarrival":
         return _replace(base, server_interarrival=float(x))
-    raise TxStreamError(f"unknown sweep {sweep!r}; choose one of: {', '.join(SWEEPS)}")
+    if sweep == "groups":
+        return _replace(base, groups=int(x), client_txn_length=GROUPS_CLIENT_LENGTH)
+    known = [*SWEEPS, *GROUP_SWEEP]
+    raise TxStreamError(f"unknown sweep {sweep!r}; choose one of: {', '.join(known)}")
 
 
 def _replace(p: SimParams, **changes: Any) -> SimParams:
@@ -107,6 +118,7 @@ def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
         "server_interarrival": params.server_interarrival,
         "objects": params.objects,
         "object_bytes": params.object_bits // 8,
+        "groups": params.groups,
         "cycle_length": result.cycle_length,
         "wall_s": round(time.perf_counter() - started, 2),
     }
@@ -118,12 +130,14 @@ def run_task(task: tuple[dict[str, Any], int]) -> dict[str, Any]:
     return {**point, "rep": 0, "seed": seed, **run_point(dict(point), seed)}
 
 
-def _grid(sweeps: dict[str, list[float]], **extra: Any) -> list[dict[str, Any]]:
+def _grid(
+    sweeps: dict[str, list[float]], algorithms: tuple[str, ...] = ALGORITHMS, **extra: Any
+) -> list[dict[str, Any]]:
     return [
         {"sweep": sweep, "x": x, "algorithm": algorithm, **extra}
         for sweep, xs in sweeps.items()
         for x in xs
-        for algorithm in ALGORITHMS
+        for algorithm in algorithms
     ]
 
 
@@ -152,7 +166,7 @@ FIGURES = [
 EXPERIMENT = Experiment(
     name="broadcast",
     description="F-Matrix, R-Matrix, Datacycle: response time and restarts (Figures 1-3)",
-    grid=_grid(SWEEPS),
+    grid=_grid(SWEEPS) + _grid(GROUP_SWEEP, ("grouped",)),
     quick_grid=_grid(QUICK_SWEEPS, transactions=300, measured=150, min_reps=1, max_reps=1),
     run=run_point,
     figures=FIGURES,
