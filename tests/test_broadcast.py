@@ -396,3 +396,14 @@ def test_bad_engine_use() -> None:
         simulate(SimParams(objects=3, client_txn_length=4))
     with pytest.raises(BroadcastError, match="groups must be between"):
         make_algorithm("grouped", 4, groups=9)
+
+
+def test_grouped_spans_datacycle_to_f_matrix() -> None:
+    # g = n is F-Matrix and g = 1 is Datacycle's vector: the same runs, read for read.
+    def run(algorithm: str, groups: int | None = None) -> list[float]:
+        p = _small(algorithm=algorithm, groups=groups, record=False, transactions=40)
+        return simulate(p, seed=11).response_times
+
+    assert run("grouped", 8) == run("f-matrix")
+    assert run("grouped", 1) == run("datacycle")
+    assert run("grouped", 1) != run("f-matrix")
