@@ -15,6 +15,7 @@ EXPERIMENT_MODULES: tuple[str, ...] = (
     "txstream.bench.checker",
     "txstream.bench.loading",
     "txstream.bench.broadcast",
+    "txstream.bench.tm",
 )
 
 

@@ -60,6 +60,8 @@ class Table:
 
     def item(self, key: Hashable) -> str:
         """The data item of row ``key`` (``<table>.<key>``) as the notation prints it."""
+        if key.__class__ is int:
+            return f"{self.name}.{key}"
         name = self._items.get(key)
         if name is None:
             name = self._items[key] = item_name(self.name, key)
@@ -200,7 +202,13 @@ class Table:
         ``keep_since`` is the oldest snapshot timestamp still in use (``None``:
         no snapshot is open); versions no reader can need any more are dropped.
         """
-        self.install_value(key, ts, self._current.get(key, ABSENT), keep_since)
+        row = self._current.get(key, ABSENT)
+        if keep_since is None:
+            chain = self._versions.get(key)
+            if chain is not None and len(chain) == 1:
+                chain[0] = (ts, row)
+                return
+        self.install_value(key, ts, row, keep_since)
 
     def install_value(
         self, key: Hashable, ts: int, row: Any, keep_since: int | None = None
@@ -210,19 +218,23 @@ class Table:
         if chain is None:
             self._versions[key] = [(ts, row)]
             return
+        if keep_since is None:
+            # No snapshot open: only the newest version can ever be read.
+            if len(chain) == 1:
+                chain[0] = (ts, row)
+            else:
+                chain[:] = [(ts, row)]
+            return
         chain.append((ts, row))
-        if len(chain) > 1:
-            if keep_since is None:
-                del chain[:-1]
-            elif len(chain) > 4:
-                # Keep the newest version visible at keep_since and all later ones.
-                cut = 0
-                for i in range(len(chain) - 1, -1, -1):
-                    if chain[i][0] <= keep_since:
-                        cut = i
-                        break
-                if cut:
-                    del chain[:cut]
+        if len(chain) > 4:
+            # Keep the newest version visible at keep_since and all later ones.
+            cut = 0
+            for i in range(len(chain) - 1, -1, -1):
+                if chain[i][0] <= keep_since:
+                    cut = i
+                    break
+            if cut:
+                del chain[:cut]
 
     def apply(self, key: Hashable, row: Any, ts: int, keep_since: int | None = None) -> None:
         """Set the current row and its committed version at once (deferred writes, replay)."""

@@ -75,7 +75,7 @@ class RCB:
 
     def __init__(self) -> None:
         self.holders: dict[Transaction, int] = {}
-        self.waiters: deque[Waiter] = deque()
+        self.waiters: deque[Waiter] | None = None  # created at the first wait
 
 
 def _compatible(rcb: RCB, txn: Transaction, mode: int) -> bool:
@@ -125,7 +125,7 @@ class LockManager:
                 return
             waiter = Waiter(txn, item, mode, rcb)
             self._enqueue(rcb, waiter, upgrade=bool(held))
-            if rcb.waiters[0] is waiter:
+            if rcb.waiters and rcb.waiters[0] is waiter:
                 # Queued at the head (an older transaction, or an upgrade): it may be
                 # grantable right away.
                 self._grant(item, rcb)
@@ -143,6 +143,8 @@ class LockManager:
 
     def _enqueue(self, rcb: RCB, waiter: Waiter, upgrade: bool) -> None:
         queue = rcb.waiters
+        if queue is None:
+            queue = rcb.waiters = deque()
         if self.ordered:
             # Older transactions (smaller sequence numbers) go first.
             seq = waiter.txn.order
@@ -173,8 +175,8 @@ class LockManager:
     def _dequeue(self, waiter: Waiter) -> None:
         """Take a waiting request out of its queue (mutex held) and wake whoever can go."""
         try:
-            waiter.rcb.waiters.remove(waiter)
-        except ValueError:
+            waiter.rcb.waiters.remove(waiter)  # type: ignore[union-attr]
+        except (ValueError, AttributeError):
             return
         waiter.txn.waiting = None
         self._grant(waiter.item, waiter.rcb)
@@ -197,7 +199,7 @@ class LockManager:
             for other, held in rcb.holders.items()
             if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE)
         ]
-        for ahead in rcb.waiters:
+        for ahead in rcb.waiters or ():
             if ahead is waiter:
                 break
             if ahead.txn is not txn and (mode == EXCLUSIVE or ahead.mode == EXCLUSIVE):

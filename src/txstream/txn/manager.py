@@ -63,6 +63,10 @@ TableRef = Table | str
 StreamRef = Stream | str
 
 
+_NO_LIST: list[Any] = []
+_NO_DICT: dict[Any, Any] = {}
+
+
 class Transaction:
     """One transaction: its Transaction Control Block and the operations on it.
 
@@ -109,15 +113,24 @@ class Transaction:
         self.slot: list[Operation] | None = None
         self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
         self.wrows: dict[tuple[Table, Hashable], str] = {}
-        self.wevents: list[tuple[Stream, int]] = []
+        # Containers most transactions never fill start as shared empty ones;
+        # they are replaced by fresh ones before the first insertion (see
+        # ``buffers`` and the methods that fill them).
+        self.wevents: list[tuple[Stream, int]] = _NO_LIST
         self.own_events: set[int] | None = None
-        self.wset: dict[tuple[Table, Hashable], Any] = {}
-        self.wappends: list[tuple[Stream, Any]] = []
-        self.reads: dict[str, int] = {}
-        self.offsets: dict[str, Any] = {}
+        self.wset: dict[tuple[Table, Hashable], Any] = _NO_DICT
+        self.wappends: list[tuple[Stream, Any]] = _NO_LIST
+        self.reads: dict[str, int] = _NO_DICT
+        self.offsets: dict[str, Any] = _NO_DICT
 
     def __repr__(self) -> str:
         return f"Transaction({self.hid}, {STATE_NAMES[self.state]})"
+
+    def buffers(self) -> None:
+        """Give this transaction private write and read sets (deferred protocols)."""
+        self.wset = {}
+        self.wappends = []
+        self.reads = {}
 
     @property
     def status(self) -> str:
@@ -195,7 +208,10 @@ class Transaction:
         mgr = self.manager
         tbl = table if table.__class__ is Table else mgr.store.get_table(table)  # type: ignore[arg-type]
         item = tbl.item(key)
-        self._read_item(item)
+        try:
+            mgr.protocol.before_read(self, item)
+        except TransientError as exc:
+            self._fail(exc)
         snap = self.snapshot_ts
         if self.deferred or snap is not None:
             value = self.wset.get((tbl, key), self) if self.wset else self
@@ -238,7 +254,10 @@ class Transaction:
         if self.deferred:
             self._change_deferred(tbl, key, item, op, arg, field)
             return
-        self._write_item(item)
+        try:
+            mgr.protocol.before_write(self, item)
+        except TransientError as exc:
+            self._fail(exc)
         latch = mgr.latch
         if latch is not None:
             with latch:
@@ -352,6 +371,8 @@ class Transaction:
         finally:
             if latch is not None:
                 latch.release()
+        if self.wevents is _NO_LIST:
+            self.wevents = []
         self.wevents.append((s, event_id))
         if self.own_events is None:
             self.own_events = set()
@@ -391,6 +412,8 @@ class Transaction:
         """Commit ``offset`` for stream source ``source`` atomically with this transaction."""
         if self.state != ACTIVE:
             raise self._inactive("commit an offset")
+        if self.offsets is _NO_DICT:
+            self.offsets = {}
         self.offsets[source] = offset
 
     # -- ending -------------------------------------------------------------------------
@@ -484,6 +507,7 @@ class TransactionManager:
         self._ids = itertools.count(1)
         self._orders = itertools.count(0)
         self.protocol: Protocol = cls(self)
+        self._validates = cls.validate is not Protocol.validate
         self.latch: threading.Lock | None = (
             threading.Lock() if record and not self.protocol.records_writes_at_commit else None
         )
@@ -615,8 +639,9 @@ class TransactionManager:
             if txn.doomed is not None:
                 raise txn.doomed
             if self.ordered:
+                # Only ordered managers wound; the check and the state change must be
+                # atomic with respect to wounds.
                 self.locks.wait_turn(txn)
-            if txn.locks or self.ordered:
                 self.locks.start_commit(txn, COMMITTING)
             else:
                 txn.state = COMMITTING
@@ -626,7 +651,8 @@ class TransactionManager:
         lsn = 0
         with self.commit_mutex:
             try:
-                self.protocol.validate(txn)
+                if self._validates:
+                    self.protocol.validate(txn)
                 ts = self.clock + 1
                 lsn = self._publish(txn, ts)
                 self.clock = ts

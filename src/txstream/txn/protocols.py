@@ -122,6 +122,8 @@ class SnapshotIsolation(Protocol):
         if txn.read_only or not self._locking_updates:
             self.manager.take_snapshot(txn)
             txn.deferred = not txn.read_only
+            if txn.deferred:
+                txn.buffers()
 
     def before_read(self, txn: Transaction, item: str) -> None:
         """Snapshot readers need nothing; locking updaters take a shared lock."""
@@ -175,6 +177,7 @@ class Optimistic(Protocol):
     def begin(self, txn: Transaction) -> None:
         """Writes are buffered until commit."""
         txn.deferred = True
+        txn.buffers()
 
     def before_read(self, txn: Transaction, item: str) -> None:
         """Remember the commit timestamp of the version about to be read."""
