@@ -39,14 +39,23 @@ def test_stress_histories_are_serializable(protocol, ordered) -> None:
     tm.locks.check_idle()
 
 
-def test_high_contention_run_finishes_with_deadlocks_resolved() -> None:
+@pytest.fixture
+def fast_switching():
+    """Switch threads often, so that short runs really interleave."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    yield
+    sys.setswitchinterval(old)
+
+
+def test_high_contention_run_finishes_with_deadlocks_resolved(fast_switching) -> None:
     summary, tm = run_stress("ss2pl", threads=8, transactions=3000, items=4, seed=3)
     assert summary["committed"] == 3000 and summary["deadlocks"] > 0
     assert summary["retries"] == summary["aborted"] and summary["sum_ok"]
     assert check(tm.history(committed_only=True), "cs").holds
 
 
-def test_none_produces_non_serializable_histories_under_contention() -> None:
+def test_none_produces_non_serializable_histories_under_contention(fast_switching) -> None:
     failures = 0
     for seed in range(5):
         _summary, tm = run_stress("none", threads=4, transactions=3000, items=10, seed=seed)
@@ -56,7 +65,7 @@ def test_none_produces_non_serializable_histories_under_contention() -> None:
     assert failures, "none never produced a non-serializable history in 5 runs"
 
 
-def test_snapshot_isolation_updates_are_not_serializable() -> None:
+def test_snapshot_isolation_updates_are_not_serializable(fast_switching) -> None:
     bad = 0
     for seed in range(5):
         _, tm = run_stress("snapshot", 4, 2000, items=10, seed=seed, snapshot_updates="si")
