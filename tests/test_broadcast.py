@@ -23,6 +23,7 @@ from txstream.broadcast import (
     make_algorithm,
 )
 from txstream.broadcast.algorithms import ALGORITHMS, CMatrix, FMatrix
+from txstream.broadcast.base import ALGORITHM_NAMES
 from txstream.broadcast.sim import SimParams, simulate
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import History, Operation, check, conflict_graph, criteria, parse_one
@@ -346,6 +347,7 @@ def test_cache_reuses_values_within_currency() -> None:
 
 
 def test_algorithms_by_name() -> None:
+    assert tuple(ALGORITHMS) == ALGORITHM_NAMES
     assert set(ALGORITHMS) == {"f-matrix", "r-matrix", "datacycle", "grouped", "f-matrix-no"}
     assert make_algorithm("grouped", 10, groups=5).control_entries() == 5
     assert make_algorithm("f-matrix", 10).control_entries() == 10
@@ -407,3 +409,13 @@ def test_grouped_spans_datacycle_to_f_matrix() -> None:
     assert run("grouped", 8) == run("f-matrix")
     assert run("grouped", 1) == run("datacycle")
     assert run("grouped", 1) != run("f-matrix")
+
+
+def test_package_exports_load_lazily() -> None:
+    import txstream.broadcast as pkg
+
+    assert sorted(pkg.__all__) == sorted(pkg._WHERE)
+    for name in pkg.__all__:
+        assert getattr(pkg, name) is not None
+    with pytest.raises(AttributeError):
+        _ = pkg.NoSuchThing

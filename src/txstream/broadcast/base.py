@@ -21,6 +21,9 @@ from typing import Any, NamedTuple
 
 from txstream.errors import TransientError, TxStreamError
 
+ALGORITHM_NAMES = ("f-matrix", "r-matrix", "datacycle", "grouped", "f-matrix-no")
+"""The algorithms :func:`txstream.broadcast.make_algorithm` knows, by name."""
+
 Column = Any
 """The control information a client keeps for one read object: a sequence indexed
 by object number (an F-Matrix column ``C(., j)``, a grouped column ``MC(., s)``, or

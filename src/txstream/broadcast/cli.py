@@ -13,10 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from txstream.broadcast.algorithms import ALGORITHMS
-from txstream.broadcast.base import BroadcastError
-from txstream.broadcast.cmatrix import c_matrix
-from txstream.broadcast.sim import SimParams, simulate
+from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
+from txstream.broadcast.params import SimParams
 from txstream.model import format_history, parse_one
 
 
@@ -51,7 +49,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         description="Simulate one server and one client; times are in bit-units.",
     )
     d = SimParams()
-    s.add_argument("--algorithm", "-a", default=d.algorithm, help=", ".join(ALGORITHMS))
+    s.add_argument("--algorithm", "-a", default=d.algorithm, help=", ".join(ALGORITHM_NAMES))
     s.add_argument("--groups", type=int, help="number of groups (grouped algorithm only)")
     s.add_argument("--client-length", type=int, default=d.client_txn_length)
     s.add_argument("--server-length", type=int, default=d.server_txn_length)
@@ -84,6 +82,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def run_cmatrix(args: argparse.Namespace) -> int:
     """Execute ``txstream broadcast cmatrix``."""
+    from txstream.broadcast.cmatrix import c_matrix
+
     if args.file == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
@@ -101,6 +101,8 @@ def run_cmatrix(args: argparse.Namespace) -> int:
 
 def run_simulate(args: argparse.Namespace) -> int:
     """Execute ``txstream broadcast simulate``."""
+    from txstream.broadcast.sim import simulate
+
     if args.object_bytes < 1:
         raise BroadcastError(f"--object-bytes must be positive, got {args.object_bytes}")
     params = SimParams(

@@ -31,55 +31,14 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from txstream.broadcast.base import BroadcastError, ReadConditionFailed, ValidationFailed
+from txstream.broadcast.base import ReadConditionFailed, ValidationFailed
 from txstream.broadcast.client import Client, ClientTransaction
+from txstream.broadcast.params import SimParams
 from txstream.broadcast.recorder import HistoryRecorder
 from txstream.broadcast.server import Server
 from txstream.model import History
 
-
-@dataclass(frozen=True)
-class SimParams:
-    """Simulation parameters; the defaults are Table 1 of the paper."""
-
-    algorithm: str = "f-matrix"
-    groups: int | None = None
-    client_txn_length: int = 4
-    server_txn_length: int = 8
-    server_interarrival: float = 250_000.0
-    objects: int = 300
-    object_bits: int = 8 * 1024
-    server_read_prob: float = 0.5
-    op_delay: float = 65_536.0
-    txn_delay: float = 131_072.0
-    restart_delay: float = 0.0
-    timestamp_bits: int = 8
-    transactions: int = 1000
-    measured: int = 500
-    cache_cycles: float | None = None
-    client_update_prob: float = 0.0
-    max_cycles: int | None = None
-    record: bool = False
-
-    def validate(self) -> None:
-        """Raise :class:`BroadcastError` on a parameter that makes no sense."""
-        if self.objects < 1:
-            raise BroadcastError(f"objects must be at least 1, got {self.objects}")
-        if not 1 <= self.client_txn_length <= self.objects:
-            raise BroadcastError(
-                f"client transaction length must be between 1 and the number of objects "
-                f"({self.objects}), got {self.client_txn_length}"
-            )
-        if self.server_txn_length < 0:
-            raise BroadcastError("server transaction length must not be negative")
-        if self.server_interarrival <= 0 or self.op_delay < 0 or self.txn_delay < 0:
-            raise BroadcastError("delays must be positive (the server inter-arrival time > 0)")
-        if self.object_bits < 1 or self.timestamp_bits < 0:
-            raise BroadcastError("object size must be positive and timestamp size >= 0")
-        if not 0 <= self.server_read_prob <= 1 or not 0 <= self.client_update_prob <= 1:
-            raise BroadcastError("probabilities must lie between 0 and 1")
-        if not 1 <= self.measured <= self.transactions:
-            raise BroadcastError("measured must be between 1 and the number of transactions")
+__all__ = ["SimParams", "SimResult", "simulate"]
 
 
 @dataclass
