@@ -121,9 +121,8 @@ EXPERIMENT = Experiment(
             y="txn_per_s",
             series="protocol",
             facet="contention",
-            title="TM throughput, 4-operation transactions (dashed: 50,000/s goal)",
+            title="TM throughput (dashed: 50,000/s goal)",
             ylabel="committed transactions / s",
-            logx=True,
             hline=50_000.0,
         ),
         Figure(
@@ -132,9 +131,8 @@ EXPERIMENT = Experiment(
             y="abort_rate",
             series="protocol",
             facet="contention",
-            title="TM abort rate (aborted attempts / attempts)",
-            ylabel="abort rate",
-            logx=True,
+            title="TM abort rate",
+            ylabel="aborted attempts / attempts",
         ),
     ],
 )
