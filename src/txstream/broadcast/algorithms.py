@@ -171,21 +171,30 @@ class Grouped(ControlAlgorithm):
             )
         self.groups = groups
         self.group_of = [j * groups // n for j in range(n)]
-        self.members = [[j for j in range(n) if self.group_of[j] == s] for s in range(groups)]
+        members = [[j for j in range(n) if self.group_of[j] == s] for s in range(groups)]
+        self.position = [members[self.group_of[j]].index(j) for j in range(n)]
+        # Per group an n x |s| block of C's columns, updated in place, so that a
+        # group's MC column is one vectorised maximum over the block's rows.
+        self.blocks = [np.zeros((n, len(m)), dtype=np.int64) for m in members]
         self.matrix = CMatrix(n)
-        self._mc: list[Matrix] = [self.matrix.cols[0]] * groups
+        zero = np.zeros(n, dtype=np.int64)
+        zero.flags.writeable = False
+        self._mc: list[Matrix] = [zero] * groups
         self._dirty: set[int] = set()
 
     def on_commit(self, reads: Sequence[int], writes: Sequence[int], cycle: int) -> None:
         """Keep the full C (the server can afford it); groups are folded per snapshot."""
         self.matrix.commit(reads, writes, cycle)
-        self._dirty.update(self.group_of[j] for j in writes)
+        cols = self.matrix.cols
+        for j in writes:
+            s = self.group_of[j]
+            self.blocks[s][:, self.position[j]] = cols[j]
+            self._dirty.add(s)
 
     def snapshot(self, cycle: int) -> tuple[Matrix, ...]:
         """The g columns of MC: the maximum of C over each group's columns."""
-        cols = self.matrix.cols
         for s in self._dirty:
-            mc = np.maximum.reduce([cols[j] for j in self.members[s]])
+            mc = self.blocks[s].max(axis=1)
             mc.flags.writeable = False
             self._mc[s] = mc
         self._dirty.clear()
