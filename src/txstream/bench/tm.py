@@ -48,7 +48,15 @@ def measure(
     aborts = [0] * threads
     start_gate = threading.Barrier(threads + 1)
 
+    errors: list[BaseException] = []
+
     def worker(i: int) -> None:
+        try:
+            body(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    def body(i: int) -> None:
         begin = tm.begin
         failed = 0
         start_gate.wait()
@@ -76,6 +84,8 @@ def measure(
     for th in pool:
         th.join()
     seconds = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
     failed = sum(aborts)
     return {
         "txn_per_s": round(transactions / seconds, 1),

@@ -186,42 +186,48 @@ class Stream:
         stop = n if end is None else min(end, n)
         return min(start, n), max(min(start, n), stop)
 
+    def _slots(self, start: int, end: int | None) -> tuple[int, list[Any], list[int | None]]:
+        """A consistent copy of the slots in ``[start, end)``.
+
+        Undoing an append may shorten the lists concurrently, so they are copied
+        under the latch.
+        """
+        with self._latch:
+            lo, hi = self.bounds(start, end)
+            return lo, self._events[lo:hi], self._ts[lo:hi]
+
     def read(self, start: int = 0, end: int | None = None) -> list[Any]:
         """The present events with ids in ``[start, end)``, committed or not."""
-        lo, hi = self.bounds(start, end)
-        return [e for e in self._events[lo:hi] if e is not GONE]
+        _, events, _ = self._slots(start, end)
+        return [e for e in events if e is not GONE]
 
     def read_with_ids(self, start: int = 0, end: int | None = None) -> list[tuple[int, Any]]:
         """Like :meth:`read`, with each event's id."""
-        lo, hi = self.bounds(start, end)
-        events = self._events
-        return [(i, events[i]) for i in range(lo, hi) if events[i] is not GONE]
+        lo, events, _ = self._slots(start, end)
+        return [(lo + i, e) for i, e in enumerate(events) if e is not GONE]
 
     def read_at(self, ts: int, start: int = 0, end: int | None = None) -> list[Any]:
         """The events committed at or before ``ts`` with ids in ``[start, end)``."""
-        lo, hi = self.bounds(start, end)
-        events, stamps = self._events, self._ts
-        out = []
-        for i in range(lo, hi):
-            s = stamps[i]
-            if s is not None and s <= ts and events[i] is not GONE:
-                out.append(events[i])
-        return out
+        _, events, stamps = self._slots(start, end)
+        return [
+            e
+            for e, s in zip(events, stamps, strict=True)
+            if s is not None and s <= ts and e is not GONE
+        ]
 
     def read_visible(self, start: int, end: int | None, own: set[int] | None) -> list[Any]:
         """Committed events in ``[start, end)`` plus the uncommitted ones in ``own``."""
-        lo, hi = self.bounds(start, end)
-        events, stamps = self._events, self._ts
-        out = []
-        for i in range(lo, hi):
-            e = events[i]
-            if e is not GONE and (stamps[i] is not None or (own is not None and i in own)):
-                out.append(e)
-        return out
+        lo, events, stamps = self._slots(start, end)
+        return [
+            e
+            for i, (e, s) in enumerate(zip(events, stamps, strict=True))
+            if e is not GONE and (s is not None or (own is not None and lo + i in own))
+        ]
 
     def committed(self) -> list[Any]:
         """Every committed event, in id order."""
-        return [e for e, s in zip(self._events, self._ts, strict=True) if s is not None]
+        _, events, stamps = self._slots(0, None)
+        return [e for e, s in zip(events, stamps, strict=True) if s is not None]
 
     def remove(self, event_id: int) -> None:
         """Undo the append of ``event_id``: truncate at the tail, else leave a hole."""

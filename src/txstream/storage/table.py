@@ -218,12 +218,14 @@ class Table:
         if chain is None:
             self._versions[key] = [(ts, row)]
             return
+        # Readers may be walking a chain while this runs: a chain is only ever
+        # appended to or replaced whole, never shortened in place.
         if keep_since is None:
             # No snapshot open: only the newest version can ever be read.
             if len(chain) == 1:
                 chain[0] = (ts, row)
             else:
-                chain[:] = [(ts, row)]
+                self._versions[key] = [(ts, row)]
             return
         chain.append((ts, row))
         if len(chain) > 4:
@@ -234,7 +236,7 @@ class Table:
                     cut = i
                     break
             if cut:
-                del chain[:cut]
+                self._versions[key] = chain[cut:]
 
     def apply(self, key: Hashable, row: Any, ts: int, keep_since: int | None = None) -> None:
         """Set the current row and its committed version at once (deferred writes, replay)."""
