@@ -2,6 +2,7 @@
 
 import contextlib
 import itertools
+import sys
 import threading
 import time
 
@@ -434,3 +435,43 @@ def test_boundary_helpers() -> None:
     n = run_groups(tm, grouping("timestamp")(events), lambda t, g: [t.append(out, e) for e in g])
     assert n == 4 and out.committed() == events
     assert check(tm.history(), "csao").holds
+
+
+def test_snapshot_readers_race_with_version_pruning_and_stream_undo() -> None:
+    """Regression: readers walking version chains / stream slots while writers prune."""
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    try:
+        tm = TransactionManager("snapshot")
+        x = tm.table("x")
+        x.load({k: 0 for k in range(4)})
+        s = tm.stream("s", granularity="event")
+        errors: list[BaseException] = []
+
+        def writer(seed: int) -> None:
+            for i in range(400):
+                try:
+                    tm.run(lambda t, i=i: (t.increment(x, (seed + i) % 4, 1), t.append(s, i)))
+                except BaseException as exc:
+                    errors.append(exc)
+
+        def reader() -> None:
+            for _ in range(800):
+                try:
+                    with tm.begin(read_only=True) as t:
+                        rows = [t.read(x, k) for k in range(4)]
+                        t.scan(s)
+                        assert all(v is not None for v in rows)
+                except BaseException as exc:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(3)]
+        threads += [threading.Thread(target=reader) for _ in range(3)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=60)
+        assert not errors, errors[:3]
+        assert sum(x.snapshot().values()) == 1200 and len(s.committed()) == 1200
+    finally:
+        sys.setswitchinterval(old)
