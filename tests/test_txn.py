@@ -475,3 +475,52 @@ def test_snapshot_readers_race_with_version_pruning_and_stream_undo() -> None:
         assert sum(x.snapshot().values()) == 1200 and len(s.committed()) == 1200
     finally:
         sys.setswitchinterval(old)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    programs=st.lists(OPS, min_size=2, max_size=4),
+    protocol=st.sampled_from(["ss2pl", "ss2pl-ordered", "optimistic", "snapshot-locking"]),
+)
+def test_threaded_runs_match_a_serial_execution(programs, protocol) -> None:
+    """Real threads and retries: the committed attempts equal a serial run (oracle)."""
+    name, _, variant = protocol.partition("-")
+    tm = TransactionManager(
+        name, ordered=variant == "ordered", snapshot_updates="locking", lock_timeout=10
+    )
+    initial = {0: 0, 1: 0, 2: 0}
+    x = tm.table("x")
+    x.load(initial)
+    seen: dict[int, list[int]] = {}
+    order: dict[int, int] = {}
+
+    def body(i: int, t) -> None:
+        reads = []
+        for op, key, val in programs[i]:
+            if op == "r":
+                reads.append(t.read(x, key))
+            elif op == "w":
+                t.put(x, key, val)
+            else:
+                t.increment(x, key, val)
+            time.sleep(0)
+        seen[i], order[i] = reads, t.order
+
+    threads = [
+        threading.Thread(target=lambda i=i: tm.run(lambda t: body(i, t), retries=1000))
+        for i in range(len(programs))
+    ]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=30)
+    assert len(seen) == len(programs)
+    final = x.snapshot()
+    perms = itertools.permutations(range(len(programs)))
+    if variant == "ordered":
+        perms = iter([tuple(sorted(range(len(programs)), key=order.__getitem__))])
+    assert any(
+        serial_outcome(perm, programs, initial) == (final, {t: seen[t] for t in perm})
+        for perm in perms
+    )
+    tm.locks.check_idle()
