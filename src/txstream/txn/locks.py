@@ -73,8 +73,8 @@ class RCB:
 
     __slots__ = ("holders", "waiters")
 
-    def __init__(self) -> None:
-        self.holders: dict[Transaction, int] = {}
+    def __init__(self, txn: Transaction, mode: int) -> None:
+        self.holders: dict[Transaction, int] = {txn: mode}
         self.waiters: deque[Waiter] | None = None  # created at the first wait
 
 
@@ -105,18 +105,23 @@ class LockManager:
 
     # -- acquiring -----------------------------------------------------------------------
 
-    def acquire(self, txn: Transaction, item: str, mode: int) -> None:
-        """Grant ``txn`` a lock of ``mode`` on ``item``, waiting if need be."""
-        held = txn.locks.get(item, 0)
+    def acquire(self, txn: Transaction, item: str, mode: int, held: int | None = None) -> None:
+        """Grant ``txn`` a lock of ``mode`` on ``item``, waiting if need be.
+
+        ``held`` is the mode ``txn`` already holds on ``item`` (0: none), when the
+        caller has looked it up already.
+        """
+        if held is None:
+            held = txn.locks.get(item, 0)
         if held >= mode:
             return
         with self.mutex:
             if txn.doomed is not None:
                 raise txn.doomed
-            rcb = self.table.get(item)
+            table = self.table
+            rcb = table.get(item)
             if rcb is None:
-                rcb = self.table[item] = RCB()
-                rcb.holders[txn] = mode
+                table[item] = RCB(txn, mode)
                 txn.locks[item] = mode
                 return
             if (held or not rcb.waiters) and _compatible(rcb, txn, mode):

@@ -508,6 +508,10 @@ class TransactionManager:
         self._orders = itertools.count(0)
         self.protocol: Protocol = cls(self)
         self._validates = cls.validate is not Protocol.validate
+        # In-place protocol, no validation, no recorder, no ordering: commit is short.
+        self._plain = not (
+            ordered or record or self._validates or cls.tracks_writes or cls.name == "snapshot"
+        )
         self.latch: threading.Lock | None = (
             threading.Lock() if record and not self.protocol.records_writes_at_commit else None
         )
@@ -635,6 +639,22 @@ class TransactionManager:
     # -- commit --------------------------------------------------------------------------
 
     def _commit(self, txn: Transaction) -> None:
+        if self._plain and not txn.wevents and self.store.wal is None:
+            # The common case of in-place protocols without a log, recorder or
+            # ordering: install the versions, release the locks.
+            txn.state = COMMITTING
+            with self.commit_mutex:
+                ts = self.clock + 1
+                keep = self._keep_since() if self.snapshots else None
+                for tbl, key in txn.wrows:
+                    tbl.install(key, ts, keep)
+                if txn.offsets:
+                    self.store.offsets.update(txn.offsets)
+                self.clock = ts
+            txn.state = COMMITTED
+            self.protocol.release(txn)
+            self.committed += 1
+            return
         try:
             if txn.doomed is not None:
                 raise txn.doomed

@@ -56,12 +56,13 @@ class SS2PL(Protocol):
     def before_read(self, txn: Transaction, item: str) -> None:
         """Take a shared lock."""
         if item not in txn.locks:
-            self._acquire(txn, item, SHARED)
+            self._acquire(txn, item, SHARED, 0)
 
     def before_write(self, txn: Transaction, item: str) -> None:
         """Take an exclusive lock (upgrading a shared one)."""
-        if txn.locks.get(item) != EXCLUSIVE:
-            self._acquire(txn, item, EXCLUSIVE)
+        held = txn.locks.get(item, 0)
+        if held != EXCLUSIVE:
+            self._acquire(txn, item, EXCLUSIVE, held)
 
     def release(self, txn: Transaction) -> None:
         """Release every lock in the transaction's control block."""
