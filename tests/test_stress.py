@@ -57,8 +57,8 @@ def test_high_contention_run_finishes_with_deadlocks_resolved(fast_switching) ->
 
 def test_none_produces_non_serializable_histories_under_contention(fast_switching) -> None:
     failures = 0
-    for seed in range(5):
-        _summary, tm = run_stress("none", threads=4, transactions=3000, items=10, seed=seed)
+    for seed in range(12):
+        _summary, tm = run_stress("none", threads=8, transactions=3000, items=6, seed=seed)
         if not check(tm.history(committed_only=True), "cs").holds:
             failures += 1
             break
@@ -67,8 +67,8 @@ def test_none_produces_non_serializable_histories_under_contention(fast_switchin
 
 def test_snapshot_isolation_updates_are_not_serializable(fast_switching) -> None:
     bad = 0
-    for seed in range(5):
-        _, tm = run_stress("snapshot", 4, 2000, items=10, seed=seed, snapshot_updates="si")
+    for seed in range(12):
+        _, tm = run_stress("snapshot", 8, 2000, items=6, seed=seed, snapshot_updates="si")
         if not check(tm.history(committed_only=True), "cs").holds:
             bad += 1
             break

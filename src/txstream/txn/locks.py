@@ -115,15 +115,26 @@ class LockManager:
             held = txn.locks.get(item, 0)
         if held >= mode:
             return
+        table = self.table
+        if not held:
+            # Fast path for an item nobody has locked: publish a new RCB with
+            # ``dict.setdefault``, which is atomic under the GIL, so no mutex is
+            # needed.  Everything else about an RCB changes under the mutex, and an
+            # RCB is only removed from the table under it.
+            fresh = RCB(txn, mode)
+            if table.setdefault(item, fresh) is fresh:
+                txn.locks[item] = mode
+                return
         with self.mutex:
             if txn.doomed is not None:
                 raise txn.doomed
-            table = self.table
             rcb = table.get(item)
             if rcb is None:
-                table[item] = RCB(txn, mode)
-                txn.locks[item] = mode
-                return
+                fresh = RCB(txn, mode)
+                rcb = table.setdefault(item, fresh)  # a fast path may race us here
+                if rcb is fresh:
+                    txn.locks[item] = mode
+                    return
             if (held or not rcb.waiters) and _compatible(rcb, txn, mode):
                 rcb.holders[txn] = mode
                 txn.locks[item] = mode
@@ -329,8 +340,8 @@ class LockManager:
             waiter.granted = True
             waiter.txn.waiting = None
             waiter.gate.release()
-        if not queue and not rcb.holders:
-            self.table.pop(item, None)
+        if not queue and not rcb.holders and self.table.get(item) is rcb:
+            del self.table[item]
 
     def holders(self, item: str) -> dict[str, int]:
         """Who holds ``item`` and in which mode (for tests and tools)."""
