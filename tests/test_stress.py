@@ -12,6 +12,7 @@ import pytest
 
 from txstream.cli import main
 from txstream.model import check, parse_one
+from txstream.storage import OrderError
 from txstream.testing import counter_process
 from txstream.txn import TransactionManager
 from txstream.txn.stress import run_stress
@@ -170,3 +171,32 @@ def test_uncommitted_work_vanishes_on_reopen(tmp_path) -> None:
     again = TransactionManager("ss2pl", path=tmp_path)
     assert again.table("acct").rows() == {"a": 1}
     assert again.recovery.clean and again.recovery.transactions == 1
+
+
+@pytest.mark.parametrize("protocol", ["ss2pl", "optimistic", "snapshot", "none"])
+def test_every_protocol_is_durable(tmp_path, protocol) -> None:
+    tm = TransactionManager(protocol, path=tmp_path, sync="group")
+    acct = tm.table("acct")
+    out = tm.stream("out", order_by=0, require_order=True, granularity="range", range_size=2)
+    for i in range(5):
+        with tm.begin() as t:
+            if i == 0:
+                t.insert(acct, "a", 0)
+            else:
+                t.increment(acct, "a", i)
+            t.append(out, [i, f"e{i}"])
+            t.commit_offset("src", i + 1)
+    with pytest.raises(RuntimeError), tm.begin() as t:
+        t.increment(acct, "a", 100)
+        t.append(out, [9, "lost"])
+        raise RuntimeError
+    tm.close()
+    again = TransactionManager(protocol, path=tmp_path)
+    assert again.table("acct").snapshot() == {"a": 10}
+    assert again.stream("out").committed() == [[i, f"e{i}"] for i in range(5)]
+    assert again.offset("src") == 5 and again.recovery.transactions == 5
+    with again.begin() as t:
+        t.append("out", [5, "e5"])
+        with pytest.raises(OrderError):
+            t.append("out", [4, "late"])
+    again.close()
