@@ -11,6 +11,7 @@ import time
 import pytest
 
 from txstream.cli import main
+from txstream.errors import TxStreamError
 from txstream.model import check, parse_one
 from txstream.storage import OrderError
 from txstream.testing import counter_process
@@ -139,8 +140,9 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(tmp_path) -> Non
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     for round_no in range(22):
         sync = ("commit", "group", "off")[round_no % 3]
+        every = "37" if round_no % 2 else "0"  # checkpoints in every other round
         proc = subprocess.Popen(
-            [sys.executable, "-m", "txstream.testing", str(path), sync],
+            [sys.executable, "-m", "txstream.testing", str(path), sync, every],
             stdout=subprocess.PIPE,
             env=env,
         )
@@ -200,3 +202,30 @@ def test_every_protocol_is_durable(tmp_path, protocol) -> None:
         with pytest.raises(OrderError):
             t.append("out", [4, "late"])
     again.close()
+
+
+def test_checkpoint_empties_the_log_and_recovery_uses_it(tmp_path) -> None:
+    tm = TransactionManager("ss2pl", path=tmp_path)
+    acct = tm.table("acct")
+    out = tm.stream("out", granularity="event")
+    for i in range(10):
+        with tm.begin() as t:
+            t.put(acct, (i % 3, "k"), {"n": i})
+            t.append(out, i)
+            t.commit_offset("src", i + 1)
+    running = tm.begin()  # in flight across the checkpoint: not in it
+    running.append(out, "pending")
+    size_before = (tmp_path / "wal.log").stat().st_size
+    assert tm.checkpoint() > 0
+    assert (tmp_path / "wal.log").stat().st_size < size_before
+    running.commit()
+    with tm.begin() as t:
+        t.delete(acct, (0, "k"))
+        t.commit_offset("src", 11)
+    tm.close()
+    again = TransactionManager("ss2pl", path=tmp_path)
+    assert again.table("acct").snapshot() == {(1, "k"): {"n": 7}, (2, "k"): {"n": 8}}
+    assert again.stream("out").committed() == [*range(10), "pending"]
+    assert again.offset("src") == 11 and again.recovery.transactions == 2
+    with pytest.raises(TxStreamError, match="no log"):
+        TransactionManager().checkpoint()

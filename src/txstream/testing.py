@@ -9,7 +9,7 @@
 * :func:`counter_process` - the worker that the crash test kills with
   SIGKILL: it consumes a numbered source exactly once per event, committing
   the source offset in the same log record as the effects
-  (``python -m txstream.testing DIR [SYNC]``).
+  (``python -m txstream.testing DIR [SYNC [CHECKPOINT_EVERY]]``).
 """
 
 from __future__ import annotations
@@ -68,13 +68,16 @@ class FailAfter:
             raise self.error
 
 
-def counter_process(path: str, sync: str = "commit", limit: int | None = None) -> int:
+def counter_process(
+    path: str, sync: str = "commit", limit: int | None = None, checkpoint_every: int = 0
+) -> int:
     """Consume source ``gen`` (events 0, 1, 2, ...) exactly once, durably.
 
     Each event ``i`` is one transaction: add ``i`` to row ``i % 7`` of table
     ``sums``, append ``i`` to stream ``out`` and commit offset ``i + 1`` of
     ``gen``.  Starts from the committed offset; prints ``ready <offset>``.
     Returns the offset reached (only with ``limit``; else runs until killed).
+    With ``checkpoint_every=n`` it checkpoints after every ``n`` events.
     """
     tm = TransactionManager("ss2pl", path=path, sync=sync)
     sums = tm.table("sums")
@@ -92,9 +95,15 @@ def counter_process(path: str, sync: str = "commit", limit: int | None = None) -
             t.append(out, i)
             t.commit_offset("gen", i + 1)
         i += 1
+        if checkpoint_every and i % checkpoint_every == 0:
+            tm.checkpoint()
     tm.close()
     return i
 
 
 if __name__ == "__main__":  # pragma: no cover - used by the crash test
-    counter_process(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "commit")
+    counter_process(
+        sys.argv[1],
+        sys.argv[2] if len(sys.argv) > 2 else "commit",
+        checkpoint_every=int(sys.argv[3]) if len(sys.argv) > 3 else 0,
+    )

@@ -25,7 +25,10 @@ back as tuples, other tuples come back as lists.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +95,7 @@ class Store:
         self.path = Path(path) if path is not None else None
         self.wal: WriteAheadLog | None = None
         self.recovery: RecoveryReport | None = None
+        self._catalog = threading.Lock()
         if self.path is not None:
             self._open(self.path, sync, group_delay)
 
@@ -101,11 +105,14 @@ class Store:
         """The table called ``name``, created (and logged) if new."""
         table = self.tables.get(name)
         if table is None:
-            table = Table(name)
-            if name in self.streams:
-                raise StorageError(f"{name} is already a stream")
-            self._define({"def": "table", "name": name})
-            self.tables[name] = table
+            with self._catalog:
+                if name in self.tables:
+                    return self.tables[name]
+                table = Table(name)
+                if name in self.streams:
+                    raise StorageError(f"{name} is already a stream")
+                self._define({"def": "table", "name": name})
+                self.tables[name] = table
         return table
 
     def stream(
@@ -144,8 +151,11 @@ class Store:
             log.info(
                 "stream %s orders by a function; it is not logged, pass it again on open", name
             )
-        self._define({"def": "stream", "name": name, **stream.describe()})
-        self.streams[name] = stream
+        with self._catalog:
+            if name in self.streams:
+                return self.streams[name]
+            self._define({"def": "stream", "name": name, **stream.describe()})
+            self.streams[name] = stream
         return stream
 
     def get_table(self, name: str) -> Table:
@@ -210,6 +220,48 @@ class Store:
         if self.wal is not None and lsn:
             self.wal.sync(lsn)
 
+    def checkpoint(self, ts: int) -> int:
+        """Write the committed state as of ``ts`` to ``checkpoint.json``; empty the log.
+
+        The caller must keep commits out while this runs (the transaction manager
+        holds its commit mutex).  The file is written beside the log, flushed and
+        renamed into place before the log is emptied, so a crash at any moment
+        leaves either the old checkpoint plus the full log or the new checkpoint
+        (records it already holds are skipped on replay).  Returns its size.
+        """
+        if self.wal is None or self.path is None:
+            raise StorageError("an in-memory store has no log to checkpoint")
+        with self._catalog:
+            state: dict[str, Any] = {
+                "ts": ts,
+                "tables": {
+                    name: [[k, v] for k, v in t.snapshot().items()]
+                    for name, t in self.tables.items()
+                },
+                "streams": {
+                    name: {**s.describe(), "events": s.committed_with_ids()}
+                    for name, s in self.streams.items()
+                },
+                "offsets": dict(self.offsets),
+            }
+            try:
+                data = json.dumps(state, separators=(",", ":")).encode()
+            except (TypeError, ValueError) as exc:
+                raise StorageError(f"cannot write a checkpoint: {exc}") from None
+            tmp = self.path / "checkpoint.json.tmp"
+            with tmp.open("wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path / "checkpoint.json")
+            dir_fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            self.wal.reset()
+        return len(data)
+
     def close(self) -> None:
         """Close the log (the store stays readable in memory)."""
         if self.wal is not None:
@@ -223,6 +275,7 @@ class Store:
     def _open(self, path: Path, sync: str, group_delay: float) -> None:
         if path.exists() and not path.is_dir():
             raise StorageError(f"{path} is not a directory")
+        checkpoint_ts = self._load_checkpoint(path / "checkpoint.json")
         wal, scan = WriteAheadLog.open(path / "wal.log", sync, group_delay)
         report = RecoveryReport(
             str(path / "wal.log"),
@@ -234,7 +287,7 @@ class Store:
             for record in scan.records:
                 if "def" in record:
                     self._replay_definition(record)
-                else:
+                elif int(record["ts"]) > checkpoint_ts:
                     self._replay_commit(record)
                     report.transactions += 1
         except (StorageError, KeyError, TypeError, IndexError, ValueError) as exc:
@@ -245,6 +298,29 @@ class Store:
         self.wal = wal
         if report.problem:
             log.warning("%s", report)
+
+    def _load_checkpoint(self, file: Path) -> int:
+        """Load ``checkpoint.json`` if there is one; return its timestamp (0 if none)."""
+        if not file.exists():
+            return 0
+        try:
+            state = json.loads(file.read_bytes())
+            ts = int(state["ts"])
+            for name, rows in state["tables"].items():
+                table = self.tables.setdefault(name, Table(name))
+                for key, row in rows:
+                    table.apply(_key(key), row, ts)
+            for name, spec in state["streams"].items():
+                events = spec.pop("events")
+                self._replay_definition({"def": "stream", "name": name, **spec})
+                stream = self.streams[name]
+                for event_id, event in events:
+                    stream.place(int(event_id), event, ts)
+            self.offsets.update(state["offsets"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise StorageError(f"cannot read checkpoint {file}: {exc}") from None
+        self.last_ts = max(self.last_ts, ts)
+        return ts
 
     def _replay_definition(self, record: dict[str, Any]) -> None:
         name = record["name"]

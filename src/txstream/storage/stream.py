@@ -224,6 +224,15 @@ class Stream:
             if e is not GONE and (s is not None or (own is not None and lo + i in own))
         ]
 
+    def committed_with_ids(self) -> list[tuple[int, Any]]:
+        """Every committed event with its id, in id order."""
+        lo, events, stamps = self._slots(0, None)
+        return [
+            (lo + i, e)
+            for i, (e, s) in enumerate(zip(events, stamps, strict=True))
+            if s is not None
+        ]
+
     def committed(self) -> list[Any]:
         """Every committed event, in id order."""
         _, events, stamps = self._slots(0, None)

@@ -779,6 +779,15 @@ class TransactionManager:
         out.update(self.protocol.stats())
         return out
 
+    def checkpoint(self) -> int:
+        """Write the committed state to ``checkpoint.json`` and empty the log.
+
+        Commits wait while it runs; running transactions go on.  Returns the
+        checkpoint's size in bytes.
+        """
+        with self.commit_mutex:
+            return self.store.checkpoint(self.clock)
+
     def close(self) -> None:
         """Close the write-ahead log."""
         self.store.close()
