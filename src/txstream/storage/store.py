@@ -276,6 +276,8 @@ class Store:
         if path.exists() and not path.is_dir():
             raise StorageError(f"{path} is not a directory")
         checkpoint_ts = self._load_checkpoint(path / "checkpoint.json")
+        # A checkpoint cut short by a crash never replaced the real one.
+        (path / "checkpoint.json.tmp").unlink(missing_ok=True)
         wal, scan = WriteAheadLog.open(path / "wal.log", sync, group_delay)
         report = RecoveryReport(
             str(path / "wal.log"),
