@@ -17,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@scripts/pg-install.sh
 	@touch $(STAMP)
 
 run: install ## the main job: check the bundled example histories against their papers' verdicts
@@ -24,6 +25,7 @@ run: install ## the main job: check the bundled example histories against their 
 	$(BIN)/txstream check --criterion all --format table --expect examples/histories/
 
 test: install lint ## lint, type check and the whole test suite
+	@scripts/pg-install.sh
 	$(BIN)/pytest
 
 lint: install ## ruff and mypy

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import time
 from typing import Any
 
 import pytest
@@ -294,18 +293,17 @@ def test_interleavings_of_the_examples_agree_with_oracle(
 
 
 @pytest.mark.parametrize("concurrency", [1, 8])
-def test_large_history_is_quick(concurrency: int) -> None:
+def test_large_history_checks(concurrency: int) -> None:
+    # Speed is measured by `txstream bench checker`; here only that a large
+    # history is decided and its evidence serialises.
     from txstream.bench.checker import generate_history_text
 
     h = parse_one(generate_history_text(100_000, concurrency=concurrency, seed=1))
-    start = time.perf_counter()
     got = check(h, "uc")
-    elapsed = time.perf_counter() - start
     assert got.evidence["operations"] == len(h)
     if concurrency == 1:  # a serial history is update consistent
         assert got.holds
     json.dumps(got.to_json())
-    assert elapsed < 5.0
 
 
 def test_evidence_stays_compact() -> None:
