@@ -5,10 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint bench clean
+.PHONY: help install run test lint bench bench-quick clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 install: $(STAMP) ## create .venv and install txstream (editable) with its dev tools
 
@@ -32,8 +32,13 @@ lint: install ## ruff and mypy
 	$(BIN)/ruff check src tests
 	$(BIN)/mypy
 
-bench: install ## run the benchmarks (full grids) into bench-out/
-	$(BIN)/txstream bench checker --out bench-out
+bench: install ## run every benchmark (full grids, about an hour) into bench-out/
+	@scripts/pg-install.sh
+	$(BIN)/txstream bench all --out bench-out
+
+bench-quick: install ## every benchmark on its small grid (a few minutes) into bench-out/
+	@scripts/pg-install.sh
+	$(BIN)/txstream bench all --quick --out bench-out
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis bench-out
