@@ -22,6 +22,7 @@ CLI_MODULES: tuple[str, ...] = (
     "txstream.loading.cli",
     "txstream.txn.stress",
     "txstream.broadcast.cli",
+    "txstream.windows.cli",
 )
 
 

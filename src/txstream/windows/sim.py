@@ -53,6 +53,7 @@ class WindowParams:
     duration: float | None = None  # default: one window length, n * t
     seed: int = 0
     record: bool = False
+    queries: list[Query] | None = None  # given long-running queries instead of random ones
 
     def validate(self) -> None:
         """Raise :class:`WindowError` (or UnknownNameError) on a bad setting."""
@@ -87,8 +88,26 @@ def packets(rng: random.Random, p: WindowParams, start: float) -> list[Row]:
 
 
 def long_groups(rng: random.Random, p: WindowParams, window: SlidingWindow) -> list[QueryGroup]:
-    """``long_queries`` top-k / percentile queries in groups of ``group_size``."""
+    """``long_queries`` top-k / percentile queries in groups of ``group_size``.
+
+    With ``p.queries`` given, those instead: one group per (aggregate, attribute).
+    """
     groups = []
+    if p.queries is not None:
+        by_kind: dict[tuple[str, str], list[Query]] = {}
+        for q in p.queries:
+            by_kind.setdefault((q.aggregate, q.attr), []).append(q)
+        return [
+            QueryGroup(
+                qs,
+                window,
+                mode=p.mode,
+                name=f"G{g}:{agg}({attr})",
+                cost=p.long_cost,
+                scope=p.long_scope,
+            )
+            for g, ((agg, attr), qs) in enumerate(by_kind.items())
+        ]
     for g in range((p.long_queries + p.group_size - 1) // p.group_size):
         aggregate = rng.choice(LONG_AGGREGATES)
         attr = rng.choice(("src", "dst"))
