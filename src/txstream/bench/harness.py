@@ -42,6 +42,7 @@ class Figure:
     logy: bool = False
     ylabel: str | None = None
     hline: float | None = None  # a target line, e.g. a speed goal
+    where: tuple[tuple[str, Any], ...] = ()  # plot only rows with these (column, value)s
 
 
 @dataclass
@@ -102,6 +103,8 @@ def aggregate(
     )
     metrics = (fig.y,) if isinstance(fig.y, str) else fig.y
     for row in rows:
+        if any(row.get(k) != v for k, v in fig.where):
+            continue
         facet = row.get(fig.facet) if fig.facet else None
         for metric in metrics:
             if row.get(metric) is None:

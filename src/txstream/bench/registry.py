@@ -16,6 +16,7 @@ EXPERIMENT_MODULES: tuple[str, ...] = (
     "txstream.bench.loading",
     "txstream.bench.broadcast",
     "txstream.bench.tm",
+    "txstream.bench.windows",
 )
 
 

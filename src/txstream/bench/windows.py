@@ -1,0 +1,140 @@
+"""``txstream bench windows``: Figures 8-14 of Golab et al. (sliding-window concurrency).
+
+Two workloads on the simulated clock of :mod:`txstream.windows.sim`, each a run
+the length of one window (``n*t`` simulated seconds), the same stream and
+queries for every scheduler of a repetition:
+
+* ``long`` - long-running top-k and percentile queries only: 40 of them for
+  t = 1 s, 100 for t = 5 s, in groups of five, re-executed after every slide;
+  n = 10..100 sub-windows.  Figure 8 (aborts, ``lws`` vs ``ttu``), Figures 9-11
+  (freshness, inter-execution time, throughput; all four schedulers).
+* ``mixed`` - t = 5 s, 100 long-running queries plus snapshot queries arriving
+  once a second on average (higher priority).  Figures 12-14 (snapshot response
+  time and freshness, long-running freshness).
+
+CSV columns: ``workload,scheduler,t,n,...,abort_pct,lr_freshness,lr_inter_exec,
+throughput,snap_response,snap_freshness``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure
+from txstream.windows.sim import WindowParams, run
+
+SCHEDULERS = ("serial", "ws", "lws", "ttu")
+SIZES = tuple(range(10, 101, 10))
+
+
+def _point(workload: str, scheduler: str, t: float, n: int) -> dict[str, Any]:
+    queries = 40 if t == 1 else 100
+    return {"workload": workload, "scheduler": scheduler, "t": t, "n": n, "queries": queries}
+
+
+GRID = [
+    *(_point("long", s, t, n) for t in (1, 5) for n in SIZES for s in SCHEDULERS),
+    *(_point("mixed", s, 5, n) for n in SIZES for s in SCHEDULERS),
+]
+QUICK = [
+    *(_point("long", s, 1, n) for n in (10, 50) for s in SCHEDULERS),
+    *(_point("mixed", s, 5, 10) for s in SCHEDULERS),
+]
+
+
+def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One simulated run."""
+    params = WindowParams(
+        scheduler=point["scheduler"],
+        n=point["n"],
+        t=float(point["t"]),
+        long_queries=point["queries"],
+        snapshot_interval=1.0 if point["workload"] == "mixed" else 0.0,
+        seed=seed,
+    )
+    return run(params).metrics
+
+
+def _fig(name: str, y: str, title: str, workload: str, ylabel: str, **kw: Any) -> Figure:
+    where: tuple[tuple[str, Any], ...] = (("workload", workload),)
+    if "scheduler" in kw:
+        where += (("scheduler", kw.pop("scheduler")),)
+    return Figure(
+        name, x="n", y=y, title=title, series="scheduler", ylabel=ylabel, where=where, **kw
+    )
+
+
+EXPERIMENT = Experiment(
+    name="windows",
+    description="Golab et al. Figures 8-14: lws/ttu aborts, freshness, throughput, snapshots",
+    grid=GRID,
+    quick_grid=QUICK,
+    run=measure,
+    repetitions=3,
+    figures=[
+        Figure(
+            "windows_fig8_aborts",
+            x="n",
+            y="abort_pct",
+            title="Fig. 8: aborted read-only transactions, lws vs ttu",
+            series="scheduler",
+            facet="t",
+            ylabel="aborted read-only transactions (%)",
+            where=(("workload", "long"),),
+        ),
+        Figure(
+            "windows_fig9_freshness",
+            x="n",
+            y="lr_freshness",
+            title="Fig. 9: long-running query freshness",
+            series="scheduler",
+            facet="t",
+            ylabel="freshness (s, lower is better)",
+            where=(("workload", "long"),),
+        ),
+        Figure(
+            "windows_fig10_inter_exec",
+            x="n",
+            y="lr_inter_exec",
+            title="Fig. 10: inter-execution time",
+            series="scheduler",
+            facet="t",
+            ylabel="inter-execution time (s)",
+            logy=True,
+            where=(("workload", "long"),),
+        ),
+        Figure(
+            "windows_fig11_throughput",
+            x="n",
+            y="throughput",
+            title="Fig. 11: read-only transactions per second",
+            series="scheduler",
+            facet="t",
+            ylabel="committed queries / s",
+            logy=True,
+            where=(("workload", "long"),),
+        ),
+        _fig(
+            "windows_fig12_snapshot_response",
+            "snap_response",
+            "Fig. 12: snapshot response time (t = 5 s)",
+            "mixed",
+            "response time (s)",
+            logy=True,
+        ),
+        _fig(
+            "windows_fig13_snapshot_freshness",
+            "snap_freshness",
+            "Fig. 13: snapshot freshness (t = 5 s)",
+            "mixed",
+            "freshness (s)",
+        ),
+        _fig(
+            "windows_fig14_long_freshness",
+            "lr_freshness",
+            "Fig. 14: long-running freshness, mixed workload (t = 5 s)",
+            "mixed",
+            "freshness (s)",
+        ),
+    ],
+)
