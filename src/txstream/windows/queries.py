@@ -124,13 +124,12 @@ class QueryGroup:
         first = queries[0]
         for q in queries:
             q.validate(window)
-            if (q.aggregate, q.attr, q.value, q.subset) != (
-                first.aggregate,
-                first.attr,
-                first.value,
-                first.subset,
-            ):
-                raise WindowError("queries of one group must share aggregate and attributes")
+            if _shares(q) != _shares(first):
+                raise WindowError(
+                    "queries of one group must read the same partial results: simple "
+                    "aggregates of one attribute (and subset), or top-k / percentile / "
+                    "count-distinct of one attribute"
+                )
         self.queries = list(queries)
         self.window = window
         self.mode = mode
@@ -253,6 +252,13 @@ class QueryGroup:
             return None
         rank = max(1, math.ceil(q.p / 100 * len(totals)))
         return totals[rank - 1]
+
+
+def _shares(q: Query) -> tuple[Any, ...]:
+    """What a query's per-sub-window partial result depends on."""
+    if q.aggregate in _SIMPLE:
+        return (True, q.value, q.subset)
+    return (False, q.attr, q.value)
 
 
 def evaluate_directly(group: QueryGroup, subs: Sequence[SubWindow]) -> list[Any]:

@@ -211,9 +211,11 @@ class SlidingWindow:
         """Insert tuples into sub-window ``i`` (a materialized sub-result, Section 4.3)."""
         sub = self.current(i)
         added = list(rows)
-        for row in added:
-            sub.tuples.append(row)
-            sub.summary.add(row, self.numeric, self.groups, self.measure)
+        # Copy on write: running queries hold references to the old summary's
+        # entries as their partial results, and get the new tuples passed
+        # separately (WindowEngine.insert).
+        sub.tuples = sub.tuples + added
+        sub.summary = self.build(i, sub.version, sub.tuples).summary
         return added
 
     # -- retained versions -------------------------------------------------------------
