@@ -1,0 +1,198 @@
+"""Continuous queries as operator trees, and the events that flow through them.
+
+Oyamada, Kawashima and Kitagawa, *Continuous Query Processing with Concurrency
+Control* (SAC 2013).  An operator tree has stream sources at its leaves; its
+operators are
+
+* stateless: :class:`Select`, :class:`Project`;
+* **reference operators**, which read a non-streaming resource (a txstream
+  table that other systems update): :class:`RefJoin` (stream-table equi-join)
+  and :class:`Reference` (apply a resource held in a table row, e.g. a model);
+* **window-based operators**: :class:`WindowAgg` (COUNT/SUM/AVG/MIN/MAX over
+  count-based windows of range ``r`` and slide ``s``; overlapping when ``s < r``).
+
+An :class:`Event` carries its timestamp, its low water-mark (LWM, Definition
+4.1: the lowest input timestamp it depends on) and the reads it depends on:
+``refs`` is TXN(e) of Definition 3.1, the union of REF over its dependencies
+(DEP, Definition 2.2), each read as (table, key, table version seen).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from txstream.errors import TxStreamError
+
+Row = dict[str, Any]
+
+
+class CQError(TxStreamError, ValueError):
+    """A continuous query is malformed (unknown table or column, bad window, ...)."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """A stream event ``<s, t>`` with its LWM and the resource reads it depends on."""
+
+    value: Row
+    ts: int
+    lwm: int
+    refs: tuple[tuple[str, Any, int], ...] = ()
+
+
+class Operator:
+    """A node of an operator tree; ``name`` is stable and unique within a query."""
+
+    kind: ClassVar[str] = "operator"
+    is_reference: ClassVar[bool] = False
+    is_window: ClassVar[bool] = False
+
+    def __init__(self, name: str, *children: Operator) -> None:
+        if not name:
+            raise CQError("every operator needs a name")
+        self.name = name
+        self.children = list(children)
+
+    def walk(self) -> list[Operator]:
+        """The operator and everything below it, parents before children."""
+        out: list[Operator] = [self]
+        for c in self.children:
+            out.extend(c.walk())
+        return out
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Source(Operator):
+    """A leaf: a raw input stream of the query."""
+
+    kind = "source"
+
+    def __init__(self, name: str, columns: tuple[str, ...]) -> None:
+        super().__init__(name)
+        self.columns = columns
+
+
+class Select(Operator):
+    """Keep the events whose value satisfies ``predicate``."""
+
+    kind = "select"
+
+    def __init__(self, name: str, child: Operator, predicate: Callable[[Row], bool]) -> None:
+        super().__init__(name, child)
+        self.predicate = predicate
+
+
+class Project(Operator):
+    """Map each event's value with ``fn``, which yields the ``columns`` named."""
+
+    kind = "project"
+
+    def __init__(
+        self, name: str, child: Operator, fn: Callable[[Row], Row], columns: tuple[str, ...]
+    ) -> None:
+        super().__init__(name, child)
+        self.fn = fn
+        self.columns = columns
+
+
+class RefJoin(Operator):
+    """Equi-join each event with the row of ``table`` whose key is ``value[key]``.
+
+    The row's columns are added to the event (prefixed by ``prefix``); an
+    event without a matching row is dropped (inner join).
+    """
+
+    kind = "refjoin"
+    is_reference = True
+
+    def __init__(self, name: str, child: Operator, table: str, key: str, prefix: str = "") -> None:
+        super().__init__(name, child)
+        self.table = table
+        self.key = key
+        self.prefix = prefix
+
+
+class Reference(Operator):
+    """Apply a resource held in one row of a table (e.g. a classifier) to each event.
+
+    ``apply(value, resource)`` returns the new value (with ``columns`` added)
+    or None to drop the event.
+    """
+
+    kind = "reference"
+    is_reference = True
+
+    def __init__(
+        self,
+        name: str,
+        child: Operator,
+        table: str,
+        key: Any,
+        apply: Callable[[Row, Any], Row | None],
+        columns: tuple[str, ...] = (),
+    ) -> None:
+        super().__init__(name, child)
+        self.table = table
+        self.key = key
+        self.apply = apply
+        self.columns = columns
+
+
+AGGREGATES = ("count", "sum", "avg", "min", "max")
+
+
+class WindowAgg(Operator):
+    """An aggregate of ``column`` over count-based windows of range ``r``, slide ``s``."""
+
+    kind = "window"
+    is_window = True
+
+    def __init__(
+        self, name: str, child: Operator, aggregate: str, column: str, r: int, s: int | None = None
+    ) -> None:
+        super().__init__(name, child)
+        if aggregate not in AGGREGATES:
+            raise CQError(
+                f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
+            )
+        s = r if s is None else s
+        if not isinstance(r, int) or not isinstance(s, int) or r < 1 or s < 1:
+            raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
+        if s > r:
+            raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
+        self.aggregate = aggregate
+        self.column = column
+        self.r = r
+        self.s = s
+
+    def compute(self, values: list[float]) -> float | None:
+        """The aggregate of one window's values."""
+        if self.aggregate == "count":
+            return float(len(values))
+        if not values:
+            return None
+        if self.aggregate == "sum":
+            return float(sum(values))
+        if self.aggregate == "avg":
+            return sum(values) / len(values)
+        return float(min(values) if self.aggregate == "min" else max(values))
+
+
+@dataclass
+class Result:
+    """One output of the query: the window aggregate and the table versions it read."""
+
+    value: Any
+    window: int
+    lwm: int
+    versions: frozenset[int] = field(default_factory=frozenset)
+    attempts: int = 1
+
+    @property
+    def consistent(self) -> bool:
+        """All of its reads saw one version of the referenced table."""
+        return len(self.versions) <= 1

@@ -1,0 +1,492 @@
+"""Running a continuous query under a CQ-processing strategy, with concurrent updaters.
+
+Strategies, by name (:data:`STRATEGIES`), each a :class:`Strategy` that maps
+onto a transaction-manager protocol:
+
+* ``naive`` - today's engines: reference operators read the current rows with
+  no transaction, and an overlapping window reuses the join results of the
+  previous window (its synopsis);
+* ``s2pl`` - two-phase lock strategy (Section 4.1): the CQ-derived transaction
+  read-locks what it references until the commit operator emits (``ss2pl``);
+* ``snapshot`` - snapshot strategy (Section 4.2): the transaction reads the
+  table as of its start (``snapshot``);
+* ``optimistic`` - Section 5: read phase, then validation of every read's
+  referenced-resource timestamp at commit; on failure abort and redo
+  (``optimistic``).
+
+The transactional strategies evaluate one window per CQ-derived transaction.
+Overlapping windows (slide < range) are handled as in Section 4.3: the events
+entering the reference operator are kept in a **redo queue**; when a
+transaction commits, the synopsis is reset and the events from the biggest LWM
+of the overlap on are re-input, so the next transaction references the table
+itself instead of reusing reads of the previous one; events below the LWM are
+pruned from the queue.
+
+A table's *version* is a counter row that every update transaction increments
+(the resource ``x`` that becomes ``x'`` in Figure 2); each read records the
+version it saw, so each :class:`Result` says which versions it mixed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from txstream.cq.base import (
+    CQError,
+    Event,
+    Operator,
+    Project,
+    Reference,
+    RefJoin,
+    Result,
+    Row,
+    Select,
+)
+from txstream.cq.plan import commit_operator, pipeline, setup_redo_queues, validate
+from txstream.errors import TransientError, UnknownNameError
+from txstream.storage import Table
+from txstream.txn import Transaction, TransactionManager
+
+VERSION_KEY = "__version__"
+"""The row of each referenced table that counts its committed update transactions."""
+
+
+class Strategy(ABC):
+    """A CQ-processing strategy: the protocol its transactions run under."""
+
+    name: ClassVar[str]
+    protocol: ClassVar[str]
+    summary: ClassVar[str]
+    transactional: ClassVar[bool] = True
+
+
+class Naive(Strategy):
+    """No concurrency control (today's engines)."""
+
+    name = "naive"
+    protocol = "none"
+    summary = "no concurrency control: reads see whatever rows are current"
+    transactional = False
+
+
+class TwoPhaseLock(Strategy):
+    """Read locks from the first reference until the commit operator."""
+
+    name = "s2pl"
+    protocol = "ss2pl"
+    summary = "read locks held until the CQ-derived transaction commits"
+
+
+class SnapshotStrategy(Strategy):
+    """Reads the table version as of the transaction's start."""
+
+    name = "snapshot"
+    protocol = "snapshot"
+    summary = "the transaction reads a snapshot taken at its start"
+
+
+class Optimistic(Strategy):
+    """Validate reads at commit; abort and redo on a conflict."""
+
+    name = "optimistic"
+    protocol = "optimistic"
+    summary = "validate referenced-resource timestamps at commit, redo on failure"
+
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    c.name: c for c in (Naive, TwoPhaseLock, SnapshotStrategy, Optimistic)
+}
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    """The strategy class called ``name``; :class:`UnknownNameError` otherwise."""
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise UnknownNameError("strategy", name, list(STRATEGIES)) from None
+
+
+def make_manager(strategy: str, *, record: bool = False) -> TransactionManager:
+    """A transaction manager with the protocol ``strategy`` needs."""
+    return TransactionManager(protocol=get_strategy(strategy).protocol, record=record)
+
+
+@dataclass
+class RunStats:
+    """What a run did besides its results."""
+
+    redos: int = 0
+    reads: int = 0
+    reevaluated: int = 0  # events re-input from a redo queue
+    max_redo_queue: int = 0
+
+
+class CQEngine:
+    """Evaluates one continuous query over a finite input under a strategy.
+
+    Call :meth:`run` with the raw events; it returns the results in window
+    order.  ``tables`` maps each referenced table to its columns (for
+    validation); the tables live in ``tm``'s store.
+    """
+
+    def __init__(
+        self,
+        root: Operator,
+        tm: TransactionManager,
+        strategy: str,
+        tables: Mapping[str, tuple[str, ...]],
+    ) -> None:
+        self.strategy = get_strategy(strategy)
+        if tm.protocol.name != self.strategy.protocol:
+            raise CQError(
+                f"strategy {strategy!r} needs a transaction manager with protocol "
+                f"{self.strategy.protocol!r}, not {tm.protocol.name!r} (use make_manager)"
+            )
+        validate(root, tables)
+        self.root = root
+        self.tm = tm
+        self.source, self.pre, self.window, self.post = pipeline(root)
+        self.commit_op = commit_operator(root)
+        self.redo_queues = setup_redo_queues(root)
+        self.stats = RunStats()
+        self._versions: dict[str, int] = {}  # table -> version read by the current transaction
+        self._raw: Sequence[Row] = ()
+        self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
+
+    # -- reading a referenced resource --------------------------------------------------
+
+    def _read(self, txn: Transaction | None, table: str, key: Any) -> tuple[Any, int]:
+        """The row and the version of its table that the read saw.
+
+        Inside a transaction the version is read once, at the table's first
+        reference (and first, so that under ``s2pl`` the lock on the version row
+        is taken before any row lock: updaters lock it first too, so no cycle).
+        That one version is the version of every read of the transaction:
+        snapshot reads are of one state, ``s2pl`` holds the version row's read
+        lock to the end, and ``optimistic`` validates it at commit.
+        """
+        self.stats.reads += 1
+        if txn is None:
+            tbl = self._tables[table]
+            return tbl.read(key), int(tbl.read(VERSION_KEY, 0))
+        version = self._versions.get(table)
+        if version is None:
+            version = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
+        return txn.read(table, key), version
+
+    def _pre(self, raw: Row, ts: int, txn: Transaction | None) -> Event | None:
+        """Push one raw event through the operators below the window."""
+        e = Event(raw, ts, ts)
+        for op in self.pre:
+            if isinstance(op, Select):
+                if not op.predicate(e.value):
+                    return None
+            elif isinstance(op, Project):
+                e = Event(op.fn(e.value), e.ts, e.lwm, e.refs)
+            elif isinstance(op, RefJoin):
+                key = e.value[op.key]
+                row, version = self._read(txn, op.table, key)
+                if row is None:
+                    return None
+                joined = {**e.value, **{op.prefix + k: v for k, v in row.items()}}
+                e = Event(joined, e.ts, e.lwm, (*e.refs, (op.table, key, version)))
+            elif isinstance(op, Reference):
+                resource, version = self._read(txn, op.table, op.key)
+                value = op.apply(e.value, resource)
+                if value is None:
+                    return None
+                e = Event(value, e.ts, e.lwm, (*e.refs, (op.table, op.key, version)))
+        return e
+
+    def _post(self, value: Row) -> Row | None:
+        for op in self.post:
+            if isinstance(op, Select) and not op.predicate(value):
+                return None
+            if isinstance(op, Project):
+                value = op.fn(value)
+        return value
+
+    # -- running ------------------------------------------------------------------------
+
+    def run(
+        self,
+        events: Sequence[Row],
+        *,
+        max_results: int | None = None,
+        until: float | None = None,
+        on_result: Callable[[Result], None] | None = None,
+    ) -> list[Result]:
+        """Process ``events`` (their index is their timestamp); return the results.
+
+        Stops at the end of the input, after ``max_results`` results, or at the
+        wall-clock time ``until`` (``time.monotonic()``).
+        """
+        self._raw = events
+        if self.window is None:
+            return self._run_per_event(events, max_results, until, on_result)
+        if not self.strategy.transactional:
+            return self._run_naive(events, max_results, until, on_result)
+        return self._run_transactional(events, max_results, until, on_result)
+
+    def _emit(
+        self, results: list[Result], result: Result, on_result: Callable[[Result], None] | None
+    ) -> None:
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+
+    def _run_per_event(
+        self,
+        events: Sequence[Row],
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> list[Result]:
+        # Without a window the reference operator is the commit operator: one
+        # CQ-derived transaction per event.
+        results: list[Result] = []
+        for ts, raw in enumerate(events):
+            if _stop(results, max_results, until):
+                break
+            attempts = 0
+            while True:
+                attempts += 1
+                txn = self.tm.begin(read_only=True) if self.strategy.transactional else None
+                self._versions = {}
+                try:
+                    e = self._pre(raw, ts, txn)
+                    value = self._post(e.value) if e is not None else None
+                    if txn is not None:
+                        txn.commit()
+                    break
+                except TransientError:
+                    self.stats.redos += 1
+            if e is not None and value is not None:
+                versions = frozenset(v for _, _, v in e.refs)
+                self._emit(
+                    results, Result(value, len(results), e.lwm, versions, attempts), on_result
+                )
+        return results
+
+    def _run_naive(
+        self,
+        events: Sequence[Row],
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> list[Result]:
+        window = self.window
+        assert window is not None
+        synopsis: deque[Event] = deque(maxlen=window.r)
+        since = 0
+        results: list[Result] = []
+        for ts, raw in enumerate(events):
+            if _stop(results, max_results, until):
+                break
+            e = self._pre(raw, ts, None)
+            if e is None:
+                continue
+            synopsis.append(e)
+            since += 1
+            if len(synopsis) == window.r and (not results or since >= window.s):
+                since = 0
+                self._window_result(list(synopsis), results, 1, on_result)
+        return results
+
+    def _window_result(
+        self,
+        acc: list[Event],
+        results: list[Result],
+        attempts: int,
+        on_result: Callable[[Result], None] | None,
+    ) -> None:
+        window = self.window
+        assert window is not None
+        values = [float(a.value[window.column]) for a in acc] if window.column else []
+        agg = window.compute(values)
+        out = self._post({"window": len(results), "value": agg})
+        versions = frozenset(v for a in acc for _, _, v in a.refs)
+        lwm = min(a.lwm for a in acc)
+        if out is not None:
+            self._emit(
+                results, Result(out["value"], len(results), lwm, versions, attempts), on_result
+            )
+
+    def _run_transactional(
+        self,
+        events: Sequence[Row],
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> list[Result]:
+        window = self.window
+        assert window is not None
+        results: list[Result] = []
+        pos = 0  # the redo queue holds events[pos:], everything from the current LWM on
+        reinput = 0
+        carried: list[Event] = []  # the synopsis: the overlap of the previous window
+        while pos < len(events) and not _stop(results, max_results, until):
+            attempts = 0
+            while True:
+                attempts += 1
+                txn = self.tm.begin(read_only=True)
+                self._versions = {}
+                try:
+                    acc = self._reuse(txn, carried)
+                    i = pos
+                    while len(acc) < window.r and i < len(events):
+                        e = self._pre(events[i], i, txn)
+                        if i < reinput:
+                            self.stats.reevaluated += 1
+                        i += 1
+                        if e is not None:
+                            acc.append(e)
+                    if len(acc) < window.r:  # the input ended inside the window
+                        txn.abort()
+                        return results
+                    txn.commit()
+                    break
+                except TransientError:
+                    # validation failed (or a deadlock victim): abort and redo the window
+                    self.stats.redos += 1
+                    reinput = max(reinput, i)
+            self._window_result(acc, results, attempts, on_result)
+            reinput = max(reinput, i)
+            if window.s < window.r:
+                # The next window starts with acc[s]: its LWM is the biggest LWM of
+                # the overlap, so everything below it leaves the redo queue.
+                carried = acc[window.s :]
+                pos = i  # events[pos:] are new; the overlap is carried or re-input
+                self.stats.max_redo_queue = max(self.stats.max_redo_queue, i - carried[0].lwm)
+            else:
+                carried, pos = [], i
+        return results
+
+    def _reuse(self, txn: Transaction, carried: list[Event]) -> list[Event]:
+        """The overlap for the next window: reused, or re-input from the redo queue.
+
+        Reusing the synopsis is serializable only if the tables it read are
+        still at the versions it read (every update transaction changes the
+        version row): then its reads are exactly what this transaction would
+        read.  Otherwise its events are re-input from the LWM (Section 4.3.2).
+        """
+        if not carried:
+            return []
+        seen = {table: version for e in carried for table, _, version in e.refs}
+        for table, version in seen.items():
+            now = self._versions.get(table)
+            if now is None:
+                self.stats.reads += 1
+                now = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
+            if now != version:
+                return self._reinput(txn, carried)
+        return list(carried)
+
+    def _reinput(self, txn: Transaction, carried: list[Event]) -> list[Event]:
+        """Reset the synopsis and re-evaluate its raw events under ``txn``."""
+        out = []
+        for e in carried:
+            self.stats.reevaluated += 1
+            again = self._pre(self._raw[e.ts], e.ts, txn)
+            if again is not None:
+                out.append(again)
+        return out
+
+
+def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:
+    if max_results is not None and len(results) >= max_results:
+        return True
+    return until is not None and time.monotonic() >= until
+
+
+class Updaters:
+    """Other systems updating a referenced table through the transaction manager.
+
+    ``threads`` threads together run ``rate`` update transactions per second
+    (as fast as they can when the rate is above what they reach); each
+    increments the table's version row and rewrites one random row with
+    ``new_row(rng)``.
+    """
+
+    def __init__(
+        self,
+        tm: TransactionManager,
+        table: str,
+        keys: Sequence[Any],
+        rate: float,
+        new_row: Callable[[Any], Row],
+        *,
+        threads: int = 2,
+        seed: int = 0,
+    ) -> None:
+        if rate <= 0:
+            raise CQError(f"update rate must be > 0 transactions per second, got {rate}")
+        self.tm = tm
+        self.table = table
+        self.keys = list(keys)
+        self.rate = rate
+        self.new_row = new_row
+        self.threads = threads
+        self.seed = seed
+        self.committed = 0
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._workers: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+        self.started = 0.0
+        self.stopped = 0.0
+
+    def _work(self, k: int) -> None:
+        import random
+
+        rng = random.Random(self.seed * 1000 + k)
+        period = self.threads / self.rate
+        due = time.monotonic()
+        done = 0
+        try:
+            while not self._stop.is_set():
+                key = rng.choice(self.keys)
+                row = self.new_row(rng)
+
+                def update(t: Transaction, key: Any = key, row: Row = row) -> None:
+                    t.increment(self.table, VERSION_KEY, 1)
+                    t.put(self.table, key, row)
+
+                self.tm.run(update, retries=1000)
+                done += 1
+                due += period
+                delay = due - time.monotonic()
+                if delay > 0:
+                    self._stop.wait(delay)
+                elif delay < -1.0:
+                    due = time.monotonic()  # far behind: do not burst to catch up
+        except BaseException as exc:  # surfaced by stop()
+            self._errors.append(exc)
+        finally:
+            with self._lock:
+                self.committed += done
+
+    def start(self) -> Updaters:
+        """Start the threads."""
+        self.started = time.monotonic()
+        for k in range(self.threads):
+            t = threading.Thread(target=self._work, args=(k,), daemon=True)
+            t.start()
+            self._workers.append(t)
+        return self
+
+    def stop(self) -> float:
+        """Stop the threads; the committed update transactions per second."""
+        self._stop.set()
+        for t in self._workers:
+            t.join(timeout=30)
+        self.stopped = time.monotonic()
+        if self._errors:
+            raise self._errors[0]
+        return self.committed / max(1e-9, self.stopped - self.started)

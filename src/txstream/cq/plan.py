@@ -1,0 +1,144 @@
+"""Static analysis of an operator tree: validation, the commit operator, redo queues.
+
+* :func:`commit_operator` - Definition 3.2: the topmost operator among the
+  window-based and reference operators; a result leaving it commits its
+  CQ-derived transaction.
+* :func:`setup_redo_queues` - Algorithm 1 (SETUP-REDO-QUEUES): the input streams
+  whose events must be backed up so that, with overlapping windows, the next
+  transaction re-evaluates its reference operators instead of reusing results
+  of the previous transaction held in a synopsis.
+* :func:`validate` - unknown tables or columns and malformed trees fail before
+  anything runs.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+
+from txstream.cq.base import (
+    CQError,
+    Operator,
+    Project,
+    Reference,
+    RefJoin,
+    Select,
+    Source,
+    WindowAgg,
+)
+
+
+def commit_operator(root: Operator) -> Operator | None:
+    """The topmost window-based or reference operator (breadth first from the root)."""
+    queue: deque[Operator] = deque([root])
+    while queue:
+        op = queue.popleft()
+        if op.is_window or op.is_reference:
+            return op
+        queue.extend(op.children)
+    return None
+
+
+def setup_redo_queues(root: Operator) -> set[tuple[str, str]]:
+    """Algorithm 1: the (operator, input child) pairs that get a redo queue.
+
+    An input stream is named by the operator it feeds and the child it comes
+    from.  (1) Every input of a reference operator that has a window-based
+    operator downstream and no reference operator upstream; (2) every input of
+    a window-based operator that has a reference operator upstream, when that
+    input itself has none upstream.
+    """
+    queues: set[tuple[str, str]] = set()
+
+    def visit(op: Operator, has_win_down: bool) -> bool:
+        if isinstance(op, Source):
+            return False
+        has_win_down = op.is_window or has_win_down
+        has_ref_up = False
+        with_ref: set[str] = set()
+        for child in op.children:
+            child_has_ref = visit(child, has_win_down)
+            has_ref_up = has_ref_up or child_has_ref
+            if child_has_ref:
+                with_ref.add(child.name)
+        if op.is_reference and has_win_down and not has_ref_up:
+            queues.update((op.name, c.name) for c in op.children)
+        elif op.is_window:
+            queues.update(
+                (op.name, c.name) for c in op.children if has_ref_up and c.name not in with_ref
+            )
+        return has_ref_up or op.is_reference
+
+    visit(root, False)
+    return queues
+
+
+def validate(root: Operator, tables: Mapping[str, tuple[str, ...]]) -> None:
+    """Check names, tables and columns through the tree; :class:`CQError` otherwise.
+
+    ``tables`` maps each table the query may reference to its columns.
+    """
+    names = [op.name for op in root.walk()]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise CQError(f"operator names must be unique; repeated: {', '.join(dupes)}")
+    _columns(root, tables)
+
+
+def _columns(op: Operator, tables: Mapping[str, tuple[str, ...]]) -> tuple[str, ...]:
+    """The columns of ``op``'s output stream (validating on the way)."""
+    if isinstance(op, Source):
+        return op.columns
+    if len(op.children) != 1:
+        raise CQError(f"operator {op.name!r} needs exactly one input")
+    cols = _columns(op.children[0], tables)
+    if isinstance(op, RefJoin | Reference) and op.table not in tables:
+        known = ", ".join(sorted(tables)) or "none"
+        raise CQError(
+            f"operator {op.name!r} references unknown table {op.table!r} (known: {known})"
+        )
+    if isinstance(op, RefJoin):
+        if op.key not in cols:
+            raise CQError(f"join {op.name!r}: unknown column {op.key!r}; the stream has {cols}")
+        return cols + tuple(op.prefix + c for c in tables[op.table])
+    if isinstance(op, Reference):
+        return cols + op.columns
+    if isinstance(op, Project):
+        return op.columns
+    if isinstance(op, WindowAgg):
+        if op.column not in cols and op.aggregate != "count":
+            raise CQError(
+                f"window {op.name!r}: unknown column {op.column!r}; the stream has {cols}"
+            )
+        return ("window", "value")
+    if isinstance(op, Select):
+        return cols
+    raise CQError(f"unknown operator type {type(op).__name__}")
+
+
+def pipeline(root: Operator) -> tuple[Source, list[Operator], WindowAgg | None, list[Operator]]:
+    """A linear tree as (source, operators before the window, window, operators after).
+
+    The engine executes linear pipelines (one source, one window at most); the
+    analysis functions above accept any tree.
+    """
+    chain = []
+    op = root
+    while not isinstance(op, Source):
+        if len(op.children) != 1:
+            raise CQError(
+                f"operator {op.name!r} has {len(op.children)} inputs; the engine runs linear "
+                "pipelines (one source, at most one window)"
+            )
+        chain.append(op)
+        op = op.children[0]
+    chain.reverse()
+    windows = [i for i, o in enumerate(chain) if isinstance(o, WindowAgg)]
+    if len(windows) > 1:
+        raise CQError("the engine runs at most one window operator per query")
+    if not windows:
+        return op, chain, None, []
+    w = windows[0]
+    window = chain[w]
+    assert isinstance(window, WindowAgg)
+    return op, chain[:w], window, chain[w + 1 :]
