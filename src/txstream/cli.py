@@ -23,6 +23,7 @@ CLI_MODULES: tuple[str, ...] = (
     "txstream.txn.stress",
     "txstream.broadcast.cli",
     "txstream.windows.cli",
+    "txstream.cq.cli",
 )
 
 

@@ -17,6 +17,7 @@ EXPERIMENT_MODULES: tuple[str, ...] = (
     "txstream.bench.broadcast",
     "txstream.bench.tm",
     "txstream.bench.windows",
+    "txstream.bench.cq",
 )
 
 

@@ -22,13 +22,15 @@ TABLE = "parts"
 COLUMNS = ("price", "cat")
 
 
-def build_query(r: int, s: int | None = None) -> Operator:
-    """join(parts) -> select(price <= 50) -> mean(price) over windows (r, s)."""
+def build_query(
+    r: int, s: int | None = None, *, table: str = TABLE, column: str = "price"
+) -> Operator:
+    """join(parts) -> select(price <= 50) -> mean(column) over windows (r, s)."""
     s = max(1, r // 2) if s is None else s
     src = Source("events", ("id", "part", "qty"))
-    join = RefJoin("join_parts", src, TABLE, "part")
+    join = RefJoin("join_parts", src, table, "part")
     cheap = Select("cheap", join, lambda v: v["price"] <= 50)
-    return WindowAgg("mean_price", cheap, "avg", "price", r, s)
+    return WindowAgg("mean_price", cheap, "avg", column, r, s)
 
 
 def new_part(rng: random.Random) -> Row:
@@ -36,10 +38,19 @@ def new_part(rng: random.Random) -> Row:
     return {"price": rng.randint(1, 100), "cat": rng.randrange(4)}
 
 
+_EVENTS: dict[tuple[int, int, int], list[Row]] = {}
+
+
 def events(n: int, rows: int, seed: int) -> list[Row]:
-    """``n`` raw events over parts ``0 .. rows-1``."""
-    rng = random.Random(seed)
-    return [{"id": k, "part": rng.randrange(rows), "qty": rng.randint(1, 9)} for k in range(n)]
+    """``n`` raw events over parts ``0 .. rows-1`` (kept for reuse: runs repeat them)."""
+    key = (n, rows, seed)
+    if key not in _EVENTS:
+        rng = random.Random(seed)
+        _EVENTS.clear()
+        _EVENTS[key] = [
+            {"id": k, "part": rng.randrange(rows), "qty": rng.randint(1, 9)} for k in range(n)
+        ]
+    return _EVENTS[key]
 
 
 @dataclass
@@ -49,6 +60,9 @@ class CQRun:
     strategy: str = "snapshot"
     update_rate: float = 1000.0  # update transactions per second; 0: no updaters
     r: int = 5
+    s: int | None = None  # slide; default floor(r/2)
+    table: str = TABLE
+    column: str = "price"
     rows: int = 10_000
     seconds: float = 2.0
     events: int = 400_000
@@ -59,8 +73,9 @@ class CQRun:
 
 def run(p: CQRun) -> dict[str, Any]:
     """Run the query for ``p.seconds`` under ``p.strategy`` with updaters; the metrics."""
-    if p.r < 1 or p.rows < 1 or p.seconds <= 0 or p.update_rate < 0 or p.threads < 1:
-        raise CQError("r, rows, seconds and threads must be positive, update_rate >= 0")
+    if p.rows < 1 or p.seconds <= 0 or p.update_rate < 0 or p.threads < 1 or p.events < 1:
+        raise CQError("rows, seconds, events and threads must be positive, update_rate >= 0")
+    query = build_query(p.r, p.s, table=p.table, column=p.column)  # checks r and s
     tm = make_manager(p.strategy, record=p.record)
     rng = random.Random(p.seed)
     tm.table(TABLE)
@@ -68,7 +83,7 @@ def run(p: CQRun) -> dict[str, Any]:
         t.put(TABLE, VERSION_KEY, 0)
         for key in range(p.rows):
             t.put(TABLE, key, new_part(rng))
-    engine = CQEngine(build_query(p.r), tm, p.strategy, {TABLE: COLUMNS})
+    engine = CQEngine(query, tm, p.strategy, {TABLE: COLUMNS})
     stream = events(p.events, p.rows, p.seed + 1)
     updaters = None
     if p.update_rate > 0:
@@ -91,5 +106,7 @@ def run(p: CQRun) -> dict[str, Any]:
         "reevaluated": engine.stats.reevaluated,
     }
     if p.record:
-        out["cs"] = check(tm.history(), "cs").holds
+        history = tm.history()
+        out["cs"] = check(history, "cs").holds
+        out["history"] = history
     return out

@@ -1,0 +1,114 @@
+"""``txstream bench cq``: Figures 7 and 8 of Oyamada et al. (SAC 2013).
+
+* ``sweep=rate`` (Figure 7): window range r = 5 (slide 2), update rates 1 to
+  100,000 transactions per second: the proportion of consistent results and
+  the CQ throughput per strategy;
+* ``sweep=range`` (Figure 8): r = 5 to 640 (slide floor(r/2)) at the highest
+  update rate: update-transaction and CQ throughput per strategy.
+
+Each run lets the query run for ``seconds`` of wall-clock time against a
+10,000-row table while two updater threads dispatch update transactions at the
+rate (rates above what Python threads reach are measured as reached: the
+``update_throughput`` column). ``naive`` in the same run is the baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure
+from txstream.cq.workload import CQRun, run
+
+STRATEGIES = ("naive", "s2pl", "snapshot", "optimistic")
+RATES = (1, 10, 100, 1_000, 10_000, 100_000)
+RANGES = (5, 10, 20, 40, 80, 160, 320, 640)
+
+
+def _grid(rates: tuple[int, ...], ranges: tuple[int, ...], seconds: float) -> list[dict[str, Any]]:
+    points = [
+        {"sweep": "rate", "strategy": s, "update_rate": rate, "window_range": 5, "seconds": seconds}
+        for rate in rates
+        for s in STRATEGIES
+    ]
+    points += [
+        {
+            "sweep": "range",
+            "strategy": s,
+            "update_rate": max(rates),
+            "window_range": r,
+            "seconds": seconds,
+        }
+        for r in ranges
+        for s in STRATEGIES
+    ]
+    return points
+
+
+def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One run of the query under updaters."""
+    seconds = float(point["seconds"])
+    m = run(
+        CQRun(
+            strategy=point["strategy"],
+            update_rate=float(point["update_rate"]),
+            r=int(point["window_range"]),
+            seconds=seconds,
+            events=int(300_000 * seconds),
+            seed=seed,
+        )
+    )
+    return {k: m[k] for k in ("consistent_ratio", "cq_throughput", "update_throughput", "redos")}
+
+
+EXPERIMENT = Experiment(
+    name="cq",
+    description="Oyamada et al. Figures 7-8: consistency and throughput per CQ strategy",
+    grid=_grid(RATES, RANGES, 2.0),
+    quick_grid=_grid((1, 1_000, 100_000), (5, 80), 0.5),
+    run=measure,
+    repetitions=2,
+    figures=[
+        Figure(
+            "cq_fig7a_consistency",
+            x="update_rate",
+            y="consistent_ratio",
+            title="Fig. 7a: proportion of consistent results (r = 5)",
+            series="strategy",
+            logx=True,
+            ylabel="consistent results / results",
+            where=(("sweep", "rate"),),
+        ),
+        Figure(
+            "cq_fig7b_cq_throughput",
+            x="update_rate",
+            y="cq_throughput",
+            title="Fig. 7b: CQ throughput (r = 5)",
+            series="strategy",
+            logx=True,
+            logy=True,
+            ylabel="results / s",
+            where=(("sweep", "rate"),),
+        ),
+        Figure(
+            "cq_fig8a_update_throughput",
+            x="window_range",
+            y="update_throughput",
+            title="Fig. 8a: update transactions committed per second",
+            series="strategy",
+            logx=True,
+            ylabel="update txn / s",
+            where=(("sweep", "range"),),
+        ),
+        Figure(
+            "cq_fig8b_cq_throughput",
+            x="window_range",
+            y="cq_throughput",
+            title="Fig. 8b: CQ throughput at the highest update rate",
+            series="strategy",
+            logx=True,
+            logy=True,
+            ylabel="results / s",
+            where=(("sweep", "range"),),
+        ),
+    ],
+)
