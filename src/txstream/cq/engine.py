@@ -156,7 +156,8 @@ class CQEngine:
         self.redo_queues = setup_redo_queues(root)
         self.stats = RunStats()
         self._versions: dict[str, int] = {}  # table -> version read by the current transaction
-        self._raw: Sequence[Row] = ()
+        self._raw: list[Row] = []
+        self._reset()
         self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
 
     # -- reading a referenced resource --------------------------------------------------
@@ -227,82 +228,106 @@ class CQEngine:
         Stops at the end of the input, after ``max_results`` results, or at the
         wall-clock time ``until`` (``time.monotonic()``).
         """
-        self._raw = events
-        if self.window is None:
-            return self._run_per_event(events, max_results, until, on_result)
-        if not self.strategy.transactional:
-            return self._run_naive(events, max_results, until, on_result)
-        return self._run_transactional(events, max_results, until, on_result)
+        self._reset()
+        self._raw = list(events)
+        return self._advance(max_results, until, on_result)
 
-    def _emit(
-        self, results: list[Result], result: Result, on_result: Callable[[Result], None] | None
-    ) -> None:
-        results.append(result)
+    def feed(
+        self, events: Sequence[Row], on_result: Callable[[Result], None] | None = None
+    ) -> list[Result]:
+        """Streaming use: append raw events; run every window now complete; the new results.
+
+        Events of a window that is not complete yet wait in the redo queue, so
+        a window's CQ-derived transaction covers events of several micro-batches
+        and still reads one table version.
+        """
+        self._raw.extend(events)
+        before = len(self._results)
+        self._advance(None, None, on_result)
+        return self._results[before:]
+
+    def _reset(self) -> None:
+        self._results: list[Result] = []
+        self._pos = 0  # next raw event not yet input
+        self._carried: list[Event] = []  # the synopsis: overlap of the previous window
+        self._synopsis: deque[Event] = deque(maxlen=self.window.r if self.window else 1)
+        self._since = 0
+        self._reinput = 0
+
+    def _advance(
+        self,
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> list[Result]:
+        if self.window is None:
+            self._run_per_event(max_results, until, on_result)
+        elif not self.strategy.transactional:
+            self._run_naive(max_results, until, on_result)
+        else:
+            self._run_transactional(max_results, until, on_result)
+        return self._results
+
+    def _emit(self, result: Result, on_result: Callable[[Result], None] | None) -> None:
+        self._results.append(result)
         if on_result is not None:
             on_result(result)
 
     def _run_per_event(
         self,
-        events: Sequence[Row],
         max_results: int | None,
         until: float | None,
         on_result: Callable[[Result], None] | None,
-    ) -> list[Result]:
+    ) -> None:
         # Without a window the reference operator is the commit operator: one
         # CQ-derived transaction per event.
-        results: list[Result] = []
-        for ts, raw in enumerate(events):
-            if _stop(results, max_results, until):
-                break
+        events = self._raw
+        while self._pos < len(events) and not _stop(self._results, max_results, until):
+            ts = self._pos
             attempts = 0
             while True:
                 attempts += 1
                 txn = self.tm.begin(read_only=True) if self.strategy.transactional else None
                 self._versions = {}
                 try:
-                    e = self._pre(raw, ts, txn)
+                    e = self._pre(events[ts], ts, txn)
                     value = self._post(e.value) if e is not None else None
                     if txn is not None:
                         txn.commit()
                     break
                 except TransientError:
                     self.stats.redos += 1
+            self._pos += 1
             if e is not None and value is not None:
                 versions = frozenset(v for _, _, v in e.refs)
-                self._emit(
-                    results, Result(value, len(results), e.lwm, versions, attempts), on_result
-                )
-        return results
+                n = len(self._results)
+                self._emit(Result(value, n, e.lwm, versions, attempts), on_result)
 
     def _run_naive(
         self,
-        events: Sequence[Row],
         max_results: int | None,
         until: float | None,
         on_result: Callable[[Result], None] | None,
-    ) -> list[Result]:
+    ) -> None:
         window = self.window
         assert window is not None
-        synopsis: deque[Event] = deque(maxlen=window.r)
-        since = 0
-        results: list[Result] = []
-        for ts, raw in enumerate(events):
-            if _stop(results, max_results, until):
-                break
-            e = self._pre(raw, ts, None)
+        events = self._raw
+        while self._pos < len(events) and not _stop(self._results, max_results, until):
+            ts = self._pos
+            self._pos += 1
+            e = self._pre(events[ts], ts, None)
             if e is None:
                 continue
-            synopsis.append(e)
-            since += 1
-            if len(synopsis) == window.r and (not results or since >= window.s):
-                since = 0
-                self._window_result(list(synopsis), results, 1, on_result)
-        return results
+            self._synopsis.append(e)
+            self._since += 1
+            full = len(self._synopsis) == window.r
+            if full and (not self._results or self._since >= window.s):
+                self._since = 0
+                self._window_result(list(self._synopsis), 1, on_result)
 
     def _window_result(
         self,
         acc: list[Event],
-        results: list[Result],
         attempts: int,
         on_result: Callable[[Result], None] | None,
     ) -> None:
@@ -310,74 +335,76 @@ class CQEngine:
         assert window is not None
         values = [float(a.value[window.column]) for a in acc] if window.column else []
         agg = window.compute(values)
-        out = self._post({"window": len(results), "value": agg})
+        n = len(self._results)
+        out = self._post({"window": n, "value": agg})
         versions = frozenset(v for a in acc for _, _, v in a.refs)
         lwm = min(a.lwm for a in acc)
         if out is not None:
-            self._emit(
-                results, Result(out["value"], len(results), lwm, versions, attempts), on_result
-            )
+            self._emit(Result(out["value"], n, lwm, versions, attempts), on_result)
 
     def _run_transactional(
         self,
-        events: Sequence[Row],
         max_results: int | None,
         until: float | None,
         on_result: Callable[[Result], None] | None,
-    ) -> list[Result]:
+    ) -> None:
         window = self.window
         assert window is not None
-        results: list[Result] = []
-        pos = 0  # the redo queue holds events[pos:], everything from the current LWM on
-        reinput = 0
-        carried: list[Event] = []  # the synopsis: the overlap of the previous window
-        while pos < len(events) and not _stop(results, max_results, until):
+        events = self._raw
+        while self._pos <= len(events) and not _stop(self._results, max_results, until):
+            pos, carried = self._pos, self._carried
             attempts = 0
             while True:
                 attempts += 1
                 txn = self.tm.begin(read_only=True)
                 self._versions = {}
+                i = pos
                 try:
-                    acc = self._reuse(txn, carried)
-                    i = pos
+                    acc, i = self._reuse(txn, carried, pos, window.r)
                     while len(acc) < window.r and i < len(events):
                         e = self._pre(events[i], i, txn)
-                        if i < reinput:
+                        if i < self._reinput:
                             self.stats.reevaluated += 1
                         i += 1
                         if e is not None:
                             acc.append(e)
-                    if len(acc) < window.r:  # the input ended inside the window
+                    if len(acc) < window.r:
+                        # The input ends inside the window: wait for more events
+                        # (they stay in the redo queue) without committing.
                         txn.abort()
-                        return results
+                        return
                     txn.commit()
                     break
                 except TransientError:
                     # validation failed (or a deadlock victim): abort and redo the window
                     self.stats.redos += 1
-                    reinput = max(reinput, i)
-            self._window_result(acc, results, attempts, on_result)
-            reinput = max(reinput, i)
+                    self._reinput = max(self._reinput, i)
+            self._window_result(acc, attempts, on_result)
+            self._reinput = max(self._reinput, i)
             if window.s < window.r:
                 # The next window starts with acc[s]: its LWM is the biggest LWM of
                 # the overlap, so everything below it leaves the redo queue.
-                carried = acc[window.s :]
-                pos = i  # events[pos:] are new; the overlap is carried or re-input
-                self.stats.max_redo_queue = max(self.stats.max_redo_queue, i - carried[0].lwm)
+                self._carried = acc[window.s :]
+                self.stats.max_redo_queue = max(self.stats.max_redo_queue, i - self._carried[0].lwm)
             else:
-                carried, pos = [], i
-        return results
+                self._carried = []
+            self._pos = i
 
-    def _reuse(self, txn: Transaction, carried: list[Event]) -> list[Event]:
+    def _reuse(
+        self, txn: Transaction, carried: list[Event], pos: int, r: int
+    ) -> tuple[list[Event], int]:
         """The overlap for the next window: reused, or re-input from the redo queue.
 
         Reusing the synopsis is serializable only if the tables it read are
         still at the versions it read (every update transaction changes the
         version row): then its reads are exactly what this transaction would
-        read.  Otherwise its events are re-input from the LWM (Section 4.3.2).
+        read.  Otherwise the synopsis is reset and the redo queue's raw events
+        from the biggest LWM of the overlap up to ``pos`` are re-input
+        (Section 4.3.2): all of them, since a changed row may change what the
+        selection lets through.
         """
         if not carried:
-            return []
+            return [], pos
         seen = {table: version for e in carried for table, _, version in e.refs}
         for table, version in seen.items():
             now = self._versions.get(table)
@@ -385,18 +412,16 @@ class CQEngine:
                 self.stats.reads += 1
                 now = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
             if now != version:
-                return self._reinput(txn, carried)
-        return list(carried)
-
-    def _reinput(self, txn: Transaction, carried: list[Event]) -> list[Event]:
-        """Reset the synopsis and re-evaluate its raw events under ``txn``."""
-        out = []
-        for e in carried:
-            self.stats.reevaluated += 1
-            again = self._pre(self._raw[e.ts], e.ts, txn)
-            if again is not None:
-                out.append(again)
-        return out
+                out: list[Event] = []
+                ts = carried[0].lwm
+                while ts < pos and len(out) < r:
+                    self.stats.reevaluated += 1
+                    again = self._pre(self._raw[ts], ts, txn)
+                    ts += 1
+                    if again is not None:
+                        out.append(again)
+                return out, ts
+        return list(carried), pos
 
 
 def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:
@@ -447,7 +472,10 @@ class Updaters:
 
         rng = random.Random(self.seed * 1000 + k)
         period = self.threads / self.rate
-        due = time.monotonic()
+        # staggered start, so that a short run at a low rate does not count a burst
+        due = time.monotonic() + rng.uniform(0, period)
+        if self._stop.wait(due - time.monotonic()):
+            return
         done = 0
         try:
             while not self._stop.is_set():

@@ -1,0 +1,244 @@
+"""CQ-derived transactions: the analysis of operator trees, every strategy against an oracle."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from txstream.cli import main
+from txstream.cq import (
+    STRATEGIES,
+    VERSION_KEY,
+    CQEngine,
+    CQError,
+    Operator,
+    Project,
+    RefJoin,
+    Result,
+    Select,
+    Source,
+    WindowAgg,
+    commit_operator,
+    make_manager,
+    setup_redo_queues,
+)
+from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, run
+from txstream.errors import UnknownNameError
+from txstream.model import check
+
+TRANSACTIONAL = ["s2pl", "snapshot", "optimistic"]
+
+
+class WindowJoin(Operator):
+    """A two-input window-based operator (analysis only)."""
+
+    kind = "window-join"
+    is_window: ClassVar[bool] = True
+
+
+def test_commit_operator_and_redo_queues_follow_definition_3_2_and_algorithm_1() -> None:
+    src1 = Source("s1", ("k",))
+    src2 = Source("s2", ("k",))
+    sel = Select("sel", src1, lambda v: True)
+    ref = RefJoin("ref", sel, "t", "k")
+    wjoin = WindowJoin("wjoin", ref, src2)
+    root = Project("proj", wjoin, lambda v: v, ("k",))
+    assert commit_operator(root) is wjoin
+    # (1) the reference operator's input; (2) the window's input without a reference upstream
+    assert setup_redo_queues(root) == {("ref", "sel"), ("wjoin", "s2")}
+    # no window downstream: no redo queue; the reference operator commits
+    flat = RefJoin("ref", Source("s", ("k",)), "t", "k")
+    assert setup_redo_queues(flat) == set() and commit_operator(flat) is flat
+
+
+def fresh(strategy: str, rows: dict[int, dict[str, int]], record: bool = False) -> Any:
+    tm = make_manager(strategy, record=record)
+    tm.table(TABLE)
+    with tm.begin() as t:
+        t.put(TABLE, VERSION_KEY, 0)
+        for k, row in rows.items():
+            t.put(TABLE, k, row)
+    return tm
+
+
+def oracle(
+    events: list[dict[str, int]],
+    states: list[dict[int, dict[str, int]]],
+    r: int,
+    s: int,
+) -> list[float]:
+    """Brute force: window k is computed entirely under table state k (Section 4.3.2)."""
+    out, pos = [], 0
+    for state in states:
+        sel: list[tuple[int, int]] = []
+        i = pos
+        while len(sel) < r and i < len(events):
+            row = state.get(events[i]["part"])
+            if row is not None and row["price"] <= 50:
+                sel.append((i, row["price"]))
+            i += 1
+        if len(sel) < r:
+            break
+        out.append(sum(p for _, p in sel) / r)
+        pos = sel[s][0] if s < r else i
+    return out
+
+
+@settings(max_examples=40)
+@given(
+    seed=st.integers(0, 10_000),
+    r=st.integers(1, 6),
+    slide=st.integers(1, 6),
+    strategy=st.sampled_from(TRANSACTIONAL),
+)
+def test_transactional_strategies_equal_the_oracle_when_updates_come_between_windows(
+    seed: int, r: int, slide: int, strategy: str
+) -> None:
+    s = min(slide, r)
+    rng = random.Random(seed)
+    rows = {k: {"price": rng.randint(1, 100), "cat": 0} for k in range(6)}
+    events = [{"id": i, "part": rng.randrange(7), "qty": 1} for i in range(120)]
+    tm = fresh(strategy, rows)
+    engine = CQEngine(build_query(r, s), tm, strategy, {TABLE: COLUMNS})
+    states = [dict(rows)]
+    updates = [(rng.randrange(6), rng.randint(1, 100)) for _ in range(200)]
+
+    def after(result: Result) -> None:
+        # another system updates the table between two CQ-derived transactions
+        key, price = updates[len(states) - 1]
+        with tm.begin() as t:
+            t.increment(TABLE, VERSION_KEY, 1)
+            t.put(TABLE, key, {"price": price, "cat": 0})
+        state = dict(states[-1])
+        state[key] = {"price": price, "cat": 0}
+        states.append(state)
+
+    results = engine.run(events, on_result=after)
+    expected = oracle(events, states, r, s)
+    assert [res.value for res in results] == pytest.approx(expected[: len(results)])
+    assert len(results) >= len(expected) - 1
+    assert all(res.consistent for res in results)
+
+
+@settings(max_examples=30)
+@given(seed=st.integers(0, 10_000), r=st.integers(1, 6), slide=st.integers(1, 6))
+def test_every_strategy_equals_the_oracle_without_updates(seed: int, r: int, slide: int) -> None:
+    s = min(slide, r)
+    rng = random.Random(seed)
+    rows = {k: {"price": rng.randint(1, 100), "cat": 0} for k in range(6)}
+    events = [{"id": i, "part": rng.randrange(7), "qty": 1} for i in range(120)]
+    expected = oracle(events, [rows] * 200, r, s)
+    for strategy in sorted(STRATEGIES):
+        engine = CQEngine(build_query(r, s), fresh(strategy, rows), strategy, {TABLE: COLUMNS})
+        got = [res.value for res in engine.run(events)]
+        assert got == pytest.approx(expected), strategy
+
+
+def test_naive_mixes_versions_in_overlapping_windows_and_transactional_strategies_do_not() -> None:
+    rng = random.Random(1)
+    rows = {k: {"price": rng.randint(1, 50), "cat": 0} for k in range(20)}
+    events = [{"id": i, "part": rng.randrange(20), "qty": 1} for i in range(400)]
+    mixed = {}
+    for strategy in sorted(STRATEGIES):
+        tm = fresh(strategy, rows)
+        engine = CQEngine(build_query(6, 2), tm, strategy, {TABLE: COLUMNS})
+        n = 0
+
+        def after(result: Result, tm: Any = tm) -> None:
+            nonlocal n
+            n += 1
+            with tm.begin() as t:
+                t.increment(TABLE, VERSION_KEY, 1)
+                t.put(TABLE, n % 20, {"price": 1 + n % 50, "cat": 0})
+
+        results = engine.run(events, on_result=after)
+        mixed[strategy] = sum(1 for res in results if not res.consistent)
+    assert mixed["naive"] > 0
+    assert all(mixed[s] == 0 for s in TRANSACTIONAL)
+
+
+@pytest.mark.parametrize("strategy", TRANSACTIONAL)
+def test_concurrent_updaters_never_make_an_inconsistent_result_and_histories_are_cs(
+    strategy: str,
+) -> None:
+    m = run(CQRun(strategy=strategy, update_rate=2000, r=10, seconds=0.6, rows=50, record=True))
+    assert m["results"] > 0 and m["update_throughput"] > 0
+    assert m["consistent_ratio"] == 1.0
+    assert m["cs"] is True
+    assert check(m["history"], "cs").holds
+
+
+def test_naive_under_concurrent_updaters_produces_inconsistent_results() -> None:
+    m = run(CQRun(strategy="naive", update_rate=20_000, r=80, seconds=0.8, rows=50))
+    assert m["consistent_ratio"] < 1.0
+
+
+def test_optimistic_redoes_windows_when_validation_fails() -> None:
+    m = run(CQRun(strategy="optimistic", update_rate=20_000, r=40, seconds=0.6, rows=50))
+    assert m["redos"] > 0 and m["consistent_ratio"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: build_query(5, 6), "larger than its range"),
+        (lambda: build_query(0, 1), "positive integers"),
+        (lambda: WindowAgg("w", Source("s", ("a",)), "median", "a", 3), "unknown aggregate"),
+    ],
+)
+def test_bad_windows_fail_when_built(build: Any, message: str) -> None:
+    with pytest.raises(CQError, match=message):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        (build_query(5, table="nope"), "unknown table 'nope'"),
+        (build_query(5, column="nope"), "unknown column 'nope'"),
+        (RefJoin("j", Source("s", ("a",)), TABLE, "part"), "unknown column 'part'"),
+    ],
+)
+def test_bad_queries_fail_before_anything_runs(query: Operator, message: str) -> None:
+    with pytest.raises(CQError, match=message):
+        CQEngine(query, make_manager("snapshot"), "snapshot", {TABLE: COLUMNS})
+
+
+def test_unknown_strategy_and_a_mismatched_manager() -> None:
+    with pytest.raises(UnknownNameError):
+        make_manager("eventual")
+    with pytest.raises(CQError, match="protocol"):
+        CQEngine(build_query(5), make_manager("snapshot"), "s2pl", {TABLE: COLUMNS})
+
+
+def test_cli_run_and_record(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "h.txt"
+    args = ["cq", "run", "--strategy", "s2pl", "--seconds", "0.3", "--rows", "100"]
+    assert main([*args, "--update-rate", "500", "--record", str(out)]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["consistent_ratio"] == 1.0 and summary["cs"] is True
+    assert main(["check", "--criterion", "cs", str(out)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--strategy", "eventual"], "unknown strategy 'eventual'"),
+        (["--window", "4", "--slide", "5"], "larger than its range"),
+        (["--table", "nope"], "unknown table"),
+        (["--column", "nope"], "unknown column"),
+        (["--update-rate", "-3"], "update_rate"),
+    ],
+)
+def test_cli_bad_input_is_one_line(
+    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["cq", "run", "--seconds", "0.1", "--rows", "10", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err
