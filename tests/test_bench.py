@@ -81,3 +81,16 @@ def test_plot_survives_rounding_in_min_max_bars(tmp_path: Path) -> None:
 
     plot(rows, Figure("r", x="x", y="y", title="r"), tmp_path / "r.png")
     assert (tmp_path / "r.png").exists()
+
+
+def test_set_overrides_a_parameter_and_unknown_ones_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import csv
+
+    args = ["bench", "windows", "--quick", "--no-progress", "--out", str(tmp_path)]
+    assert main([*args, "--set", "queries=5"]) == 0
+    rows = list(csv.DictReader((tmp_path / "windows.csv").open()))
+    assert rows and {r["queries"] for r in rows} == {"5"}
+    assert main([*args, "--set", "nope=1"]) == 2
+    assert "has no parameter nope" in capsys.readouterr().err

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import Any
 
-from txstream.bench.harness import run_experiment
+from txstream.bench.harness import Experiment, run_experiment
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
+from txstream.errors import TxStreamError
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -24,16 +27,60 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
     p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="override a parameter in every point, e.g. --set target=embedded (loading)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
+    overrides = _overrides(args.set)
     for exp in chosen:
+        exp = _with(exp, overrides)
         rows = run_experiment(
             exp, args.out, quick=args.quick, progress=not args.no_progress, seed=args.seed
         )
         files = [args.out / f"{exp.name}.csv", *(args.out / f"{f.name}.png" for f in exp.figures)]
         print(f"{exp.name}: {len(rows)} runs; wrote {', '.join(str(f) for f in files)}", flush=True)
     return 0
+
+
+def _overrides(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise TxStreamError(f"--set {item!r} is not PARAM=VALUE")
+        value: Any = text
+        for cast in (int, float):
+            try:
+                value = cast(text)
+                break
+            except ValueError:
+                continue
+        out[key] = value
+    return out
+
+
+def _with(exp: Experiment, overrides: dict[str, Any]) -> Experiment:
+    """``exp`` with ``overrides`` applied to every point of both grids."""
+    if not overrides:
+        return exp
+    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point}
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise TxStreamError(
+            f"experiment {exp.name} has no parameter {', '.join(unknown)}; "
+            f"its parameters: {', '.join(sorted(known))}"
+        )
+    return dataclasses.replace(
+        exp,
+        grid=[{**p, **overrides} for p in exp.grid],
+        quick_grid=[{**p, **overrides} for p in exp.quick_grid],
+    )

@@ -18,8 +18,8 @@ serial application of the stream (every operation applied exactly once).
   pre-aggregation on a stream of repeated increments to 50 parts.
 
 The target is ``postgres`` (a throwaway server started once per process) or
-``embedded``; choose it with ``txstream loading bench --target`` or the
-environment variable ``TXSTREAM_LOADING_TARGET`` for ``txstream bench loading``.
+``embedded``; choose it with ``txstream bench loading --set target=embedded``
+or the environment variable ``TXSTREAM_LOADING_TARGET``.
 """
 
 from __future__ import annotations

@@ -490,7 +490,10 @@ class Updaters:
                 done += 1
                 due += period
                 delay = due - time.monotonic()
-                if delay > 0:
+                if delay > 0.002:
+                    # Sleep only when well ahead: a sleeping thread gives up the
+                    # GIL and may wait a whole switch interval (5 ms) to get it
+                    # back, which would cap the rate far below what it can do.
                     self._stop.wait(delay)
                 elif delay < -1.0:
                     due = time.monotonic()  # far behind: do not burst to catch up

@@ -4,8 +4,8 @@
   loads the demand/inventory workload (or ``--input FILE`` of JSON lines) and
   prints a JSON summary: throughput, deadlocks, statements and whether the
   final state is right (``view_ok``, ``exact``).
-* The experiment is ``txstream bench loading`` (target postgres; set
-  ``TXSTREAM_LOADING_TARGET=embedded`` for the embedded target).
+* The experiment is ``txstream bench loading`` (target postgres;
+  ``--set target=embedded`` for the embedded target).
 * ``txstream loading methods`` lists the loading methods.
 """
 
