@@ -444,3 +444,32 @@ def test_ledger_skips_committed_transactions() -> None:
     assert first.transactions > 0 and first.skipped == 0
     assert again.transactions == 0 and again.skipped == first.transactions
     assert check_loaded(target, init, ops) == []
+
+
+@pytest.mark.parametrize(("k", "n"), [(16, 128), (8, 32), (2, 1)])
+def test_embedded_reorder_never_deadlocks_and_loads_exactly(k: int, n: int) -> None:
+    s = demand_schema(aggregate_view=True)
+    init = initial_rows(200, seed=5)
+    ops = demand_stream(max(2000, 4 * k * n), 200, seed=6)
+    target = EmbeddedTarget(s)
+    target.setup()
+    target.bulk_load(init)
+    with Loader(target, "reorder", sessions=k, grouping=n, seed=1) as loader:
+        report = loader.load(ops)
+    assert report.deadlocks == 0 and report.operations == len(ops)
+    expected = expected_state(s, apply_serial(s, ops, base_from_rows(s, init)))
+    assert not differences(s, target.state(), expected)
+
+
+def test_embedded_naive_deadlocks_at_large_k_and_n_yet_loads_exactly() -> None:
+    s = demand_schema(aggregate_view=True)
+    init = initial_rows(200, seed=5)
+    ops = demand_stream(8192, 200, seed=6)
+    target = EmbeddedTarget(s)
+    target.setup()
+    target.bulk_load(init)
+    with Loader(target, "naive", sessions=16, grouping=64, seed=1) as loader:
+        report = loader.load(ops)
+    assert report.deadlocks > 0
+    expected = expected_state(s, apply_serial(s, ops, base_from_rows(s, init)))
+    assert not differences(s, target.state(), expected)

@@ -179,12 +179,14 @@ def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:
     from rich.table import Table
 
     table = Table(title="txstream check", show_lines=False)
-    table.add_column("source", no_wrap=True)
-    table.add_column("#", justify="right")
-    table.add_column("history", no_wrap=True, overflow="ellipsis", max_width=50)
-    table.add_column("txns", justify="right")
+    # The verdicts are the point of the table: they keep their width and the
+    # file and title columns give way on a narrow terminal.
+    table.add_column("source", overflow="ellipsis", max_width=24, no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("history", overflow="fold", ratio=1, min_width=12)
+    table.add_column("txns", justify="right", no_wrap=True)
     for name in chosen:
-        table.add_column(name, justify="center")
+        table.add_column(name, justify="center", no_wrap=True, min_width=6)
     if expect:
         table.add_column("paper", no_wrap=True)
     for row in rows:

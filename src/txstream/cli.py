@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from txstream import __version__
 from txstream.errors import TxStreamError
@@ -27,9 +28,17 @@ CLI_MODULES: tuple[str, ...] = (
 )
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (``txstream: ...``, exit 2) instead of a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the error in one line and exit 2; ``-h`` shows the usage."""
+        self.exit(2, f"{self.prog}: {message} (see -h)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The full argument parser with every subsystem's subcommands."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="txstream",
         description="Transactional stream processing: check histories, run engines and benchmarks.",
     )
@@ -57,6 +66,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         name = f" {exc.filename}" if exc.filename else ""
         print(f"txstream: cannot access{name}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except UnicodeDecodeError as exc:
+        print(
+            f"txstream: input is not UTF-8 text ({exc.reason} at byte {exc.start})", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("txstream: interrupted", file=sys.stderr)

@@ -34,13 +34,18 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="PARAM=VALUE",
         help="override a parameter in every point, e.g. --set target=embedded (loading)",
     )
+    p.add_argument(
+        "--target",
+        metavar="NAME",
+        help="shorthand for --set target=NAME (loading: postgres or embedded)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
-    overrides = _overrides(args.set)
+    overrides = _overrides(args.set + ([f"target={args.target}"] if args.target else []))
     for exp in chosen:
         exp = _with(exp, overrides)
         rows = run_experiment(

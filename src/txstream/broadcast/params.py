@@ -49,3 +49,5 @@ class SimParams:
             raise BroadcastError("probabilities must lie between 0 and 1")
         if not 1 <= self.measured <= self.transactions:
             raise BroadcastError("measured must be between 1 and the number of transactions")
+        if self.cache_cycles is not None and self.cache_cycles < 0:
+            raise BroadcastError(f"cache currency must be >= 0 cycles, got {self.cache_cycles}")
