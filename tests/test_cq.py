@@ -28,7 +28,7 @@ from txstream.cq import (
     make_manager,
     setup_redo_queues,
 )
-from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, run
+from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, load_table, run
 from txstream.errors import UnknownNameError
 from txstream.model import check
 
@@ -58,13 +58,7 @@ def test_commit_operator_and_redo_queues_follow_definition_3_2_and_algorithm_1()
 
 
 def fresh(strategy: str, rows: dict[int, dict[str, int]], record: bool = False) -> Any:
-    tm = make_manager(strategy, record=record)
-    tm.table(TABLE)
-    with tm.begin() as t:
-        t.put(TABLE, VERSION_KEY, 0)
-        for k, row in rows.items():
-            t.put(TABLE, k, row)
-    return tm
+    return load_table(strategy, dict(rows), record=record)
 
 
 def oracle(

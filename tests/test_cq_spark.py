@@ -7,8 +7,8 @@ import random
 from pathlib import Path
 from typing import Any
 
-from txstream.cq import VERSION_KEY, CQEngine, make_manager
-from txstream.cq.workload import COLUMNS, TABLE, build_query
+from txstream.cq import VERSION_KEY, CQEngine
+from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table
 
 
 def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
@@ -26,13 +26,7 @@ def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
     query = build_query(8, 4)
 
     def fresh(strategy: str) -> Any:
-        tm = make_manager(strategy)
-        tm.table(TABLE)
-        with tm.begin() as t:
-            t.put(TABLE, VERSION_KEY, 0)
-            for k, row in rows.items():
-                t.put(TABLE, k, row)
-        return tm
+        return load_table(strategy, dict(rows))
 
     def updater(tm: Any) -> Any:
         def update(batch_id: int) -> None:  # another system changes every price

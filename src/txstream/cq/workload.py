@@ -53,6 +53,17 @@ def events(n: int, rows: int, seed: int) -> list[Row]:
     return _EVENTS[key]
 
 
+def load_table(strategy: str, rows: dict[int, Row], *, record: bool = False) -> Any:
+    """A transaction manager for ``strategy`` with the parts table loaded (version 0)."""
+    tm = make_manager(strategy, record=record)
+    tm.table(TABLE)
+    with tm.begin() as t:
+        t.put(TABLE, VERSION_KEY, 0)
+        for key, row in rows.items():
+            t.put(TABLE, key, row)
+    return tm
+
+
 @dataclass
 class CQRun:
     """Settings of one run (defaults: the paper's, scaled to a few seconds)."""
@@ -76,13 +87,8 @@ def run(p: CQRun) -> dict[str, Any]:
     if p.rows < 1 or p.seconds <= 0 or p.update_rate < 0 or p.threads < 1 or p.events < 1:
         raise CQError("rows, seconds, events and threads must be positive, update_rate >= 0")
     query = build_query(p.r, p.s, table=p.table, column=p.column)  # checks r and s
-    tm = make_manager(p.strategy, record=p.record)
     rng = random.Random(p.seed)
-    tm.table(TABLE)
-    with tm.begin() as t:
-        t.put(TABLE, VERSION_KEY, 0)
-        for key in range(p.rows):
-            t.put(TABLE, key, new_part(rng))
+    tm = load_table(p.strategy, {key: new_part(rng) for key in range(p.rows)}, record=p.record)
     engine = CQEngine(query, tm, p.strategy, {TABLE: COLUMNS})
     stream = events(p.events, p.rows, p.seed + 1)
     updaters = None
