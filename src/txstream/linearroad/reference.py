@@ -1,0 +1,276 @@
+"""Expected Linear Road answers, computed from the whole input at once with pandas.
+
+This is the validator's oracle: a batch computation, independent of any
+streaming code.  Semantics (checked against the independent reference answers
+in ``../shared/linearroad/``, see ``docs/linear-road-data.md``):
+
+- minute ``m`` of time ``t`` is ``t // 60 + 1``;
+- a toll notification answers every position report that puts a car in a new
+  segment (its first report included), except on the exit lane (4);
+- LAV of segment ``s`` in minute ``m``: over minutes ``m-5 .. m-1``; ``raw-mean``
+  is the plain mean of every speed reported there, ``spec`` the mean over those
+  minutes of the per-minute mean of the per-car mean speeds; rounded half up;
+- toll ``2 * (cars - 50)^2`` when LAV < 40, more than 50 distinct cars reported
+  in the segment in minute ``m-1`` and no accident active within 4 segments
+  downstream, else 0;
+- a car is stopped at its fourth consecutive report with the same expressway,
+  direction, lane and position; an accident is two cars stopped at one
+  position; it is active from the minute after the second car's fourth report
+  up to the minute after the last report of a car stopped there;
+- an accident notification goes with a toll notification when an accident is
+  active in the car's segment or up to 4 segments downstream;
+- the toll of a notification is charged when the car next enters a segment;
+  a balance answer is the sum of the charges up to the query's time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd  # type: ignore[import-untyped]
+
+from txstream.errors import TxStreamError, UnknownNameError
+from txstream.linearroad.formats import (
+    INPUT_FIELDS,
+    MalformedTupleError,
+    open_text,
+    parse_input_line,
+)
+
+LAV_DEFINITIONS = ("spec", "raw-mean")
+"""The two LAV definitions, by name."""
+
+_SEG = ["XWay", "Dir", "Seg"]
+_KEY = [*_SEG, "m"]
+
+
+def check_lav(lav: str) -> str:
+    """Return ``lav`` if it names a LAV definition, else raise :class:`UnknownNameError`."""
+    if lav not in LAV_DEFINITIONS:
+        raise UnknownNameError("LAV definition", lav, list(LAV_DEFINITIONS))
+    return lav
+
+
+@dataclass
+class Expected:
+    """Expected answers as DataFrames, one per answer type.
+
+    ``tolls`` (type 0): VID, Time, LAV, Toll; ``accidents`` (type 1): Time,
+    XWay, Seg, Dir, VID; ``balances`` (type 2): Time, ResultTime, QID,
+    Balance, and Balance5 (one charge old); ``expenditures`` (type 3): Time,
+    QID, Toll.  ``rejected`` lists ``(line_no, reason, raw)`` of malformed input.
+    """
+
+    tolls: Any
+    accidents: Any
+    balances: Any
+    expenditures: Any
+    rejected: list[tuple[int, str, str]]
+
+    def lines(self) -> list[str]:
+        """Every expected answer in the answers-file format (Emit 0), types 0-3."""
+        out = [f"0,{r[0]},{r[1]},0.000,{r[2]},{r[3]}" for r in self.tolls.itertuples(index=False)]
+        out += [
+            f"1,{r[0]},0.000,{r[1]},{r[2]},{r[3]},{r[4]}"
+            for r in self.accidents.itertuples(index=False)
+        ]
+        out += [
+            f"2,{r[0]},0.000,{r[1]},{r[2]},{r[3]}"
+            for r in self.balances[["Time", "ResultTime", "QID", "Balance"]].itertuples(index=False)
+        ]
+        out += [f"3,{r[0]},0.000,{r[1]},{r[2]}" for r in self.expenditures.itertuples(index=False)]
+        return out
+
+
+def read_input(path: str | Path) -> tuple[Any, list[tuple[int, str, str]]]:
+    """The input as a DataFrame, plus the malformed lines ``(line_no, reason, raw)``."""
+    rows: list[tuple[int, ...]] = []
+    rejected: list[tuple[int, str, str]] = []
+    with open_text(path) as f:
+        try:
+            for no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    rows.append(parse_input_line(line))
+                except MalformedTupleError as exc:
+                    rejected.append((no, str(exc), line.rstrip("\n")))
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            raise TxStreamError(f"cannot read {path}: {exc}") from None
+    arr = np.array(rows, dtype=np.int64).reshape(-1, len(INPUT_FIELDS))
+    return pd.DataFrame(arr, columns=list(INPUT_FIELDS)), rejected
+
+
+def read_tolls(path: str | Path) -> Any:
+    """Historical tolls ``VID,Day,XWay,Toll`` as a DataFrame."""
+    try:
+        df = pd.read_csv(path, header=None, names=["VID", "Day", "XWay", "Toll"], dtype=np.int64)
+    except (OSError, ValueError) as exc:
+        raise TxStreamError(f"cannot read historical tolls {path}: {exc}") from None
+    return df
+
+
+def _lav(p: Any, lav: str) -> Any:
+    """LAV per segment and minute (over the five minutes before it)."""
+    if lav == "raw-mean":
+        st = p.groupby(_KEY).agg(s=("Spd", "sum"), c=("Spd", "size")).reset_index()
+    else:
+        per_car = p.groupby([*_KEY, "VID"])["Spd"].mean().reset_index()
+        st = per_car.groupby(_KEY).agg(s=("Spd", "mean")).reset_index()
+        st["c"] = 1
+    frames = []
+    for d in range(1, 6):
+        x = st.copy()
+        x["m"] = x["m"] + d
+        frames.append(x)
+    w = pd.concat(frames).groupby(_KEY)[["s", "c"]].sum().reset_index()
+    w["LAV"] = np.floor(w["s"] / w["c"] + 0.5).astype(np.int64)
+    return w[[*_KEY, "LAV"]]
+
+
+def _accidents(p: Any) -> Any:
+    """Accidents: XWay, Dir, Seg, first and last active minute."""
+    p = p.sort_values(["VID", "Time"], kind="stable")
+    g = p.groupby("VID")
+    same = np.ones(len(p), dtype=bool)
+    for s in (1, 2, 3):
+        pr = g[["Pos", "Lane", "XWay", "Dir"]].shift(s)
+        same &= (
+            (pr["Pos"] == p["Pos"])
+            & (pr["Lane"] == p["Lane"])
+            & (pr["XWay"] == p["XWay"])
+            & (pr["Dir"] == p["Dir"])
+        ).to_numpy()
+    stopped = p[same]
+    cols = ["XWay", "Dir", "Seg", "Pos", "Time", "VID"]
+    if stopped.empty:
+        return pd.DataFrame(columns=["XWay", "Dir", "Seg", "m0", "m1"], dtype=np.int64)
+    # A stop episode per car and position: first (4th identical) and last stopped report.
+    ep = stopped[cols].groupby(["XWay", "Dir", "Seg", "Pos", "VID"])["Time"].agg(["min", "max"])
+    ep = ep.reset_index()
+    acc = []
+    for (x, d, seg, _pos), grp in ep.groupby(["XWay", "Dir", "Seg", "Pos"]):
+        if grp["VID"].nunique() < 2:
+            continue
+        starts = sorted(grp["min"])
+        detect = starts[1]
+        end = int(grp["max"].max())
+        if detect > end:
+            continue
+        acc.append((x, d, seg, detect // 60 + 2, end // 60 + 2))
+    return pd.DataFrame(acc, columns=["XWay", "Dir", "Seg", "m0", "m1"], dtype=np.int64)
+
+
+def _accident_near(n: Any, acc: Any) -> Any:
+    """For each notification row of ``n``: the accident segment nearby, or -1."""
+    near = np.full(len(n), -1, dtype=np.int64)
+    xw, di, sg, mm = (n[c].to_numpy() for c in ("XWay", "Dir", "Seg", "m"))
+    for a in acc.itertuples(index=False):
+        downstream = (a.Seg - sg) if a.Dir == 0 else (sg - a.Seg)
+        hit = (
+            (xw == a.XWay)
+            & (di == a.Dir)
+            & (downstream >= 0)
+            & (downstream <= 4)
+            & (mm >= a.m0)
+            & (mm <= a.m1)
+        )
+        near[hit & (near < 0)] = a.Seg
+    return near
+
+
+def expected_frames(
+    input_path: str | Path, *, lav: str = "spec", tolls_path: str | Path | None = None
+) -> Expected:
+    """Every expected answer of the input, as :class:`Expected`."""
+    check_lav(lav)
+    df, rejected = read_input(input_path)
+    p = df[df["Type"] == 0].copy()
+    p["m"] = p["Time"] // 60 + 1
+    p = p.sort_values(["VID", "Time"], kind="stable")
+    prev = p.groupby("VID")[["Seg", "XWay", "Dir"]].shift()
+    new_seg = (
+        prev["Seg"].isna()
+        | (prev["Seg"] != p["Seg"])
+        | (prev["XWay"] != p["XWay"])
+        | (prev["Dir"] != p["Dir"])
+    )
+    cars = p.groupby(_KEY)["VID"].nunique().rename("cars").reset_index()
+    cars["m"] = cars["m"] + 1
+    n = p[new_seg & (p["Lane"] != 4)][["VID", "Time", *_KEY]]
+    n = n.merge(_lav(p, lav), on=_KEY, how="left").merge(cars, on=_KEY, how="left")
+    n = n.fillna({"LAV": 0, "cars": 0}).astype({"LAV": np.int64, "cars": np.int64})
+    acc = _accidents(p)
+    near = _accident_near(n, acc)
+    toll = np.where((n["cars"] > 50) & (n["LAV"] < 40) & (near < 0), 2 * (n["cars"] - 50) ** 2, 0)
+    n["Toll"] = toll.astype(np.int64)
+    n["near"] = near
+    n = n.sort_values(["Time", "VID"], kind="stable").reset_index(drop=True)
+    tolls = n[["VID", "Time", "LAV", "Toll"]]
+    an = n[n["near"] >= 0]
+    accidents = pd.DataFrame(
+        {
+            "Time": an["Time"],
+            "XWay": an["XWay"],
+            "Seg": an["near"],
+            "Dir": an["Dir"],
+            "VID": an["VID"],
+        }
+    ).reset_index(drop=True)
+    balances = _balances(df, n)
+    expenditures = _expenditures(df, tolls_path)
+    return Expected(tolls, accidents, balances, expenditures, rejected)
+
+
+def _balances(df: Any, n: Any) -> Any:
+    """Balance answers: charges are each toll, taken when the car next enters a segment."""
+    q = df[df["Type"] == 2][["Time", "VID", "QID"]]
+    ch = n.sort_values(["VID", "Time"], kind="stable")[["VID", "Time", "Toll"]].copy()
+    ch["ChargeTime"] = ch.groupby("VID")["Time"].shift(-1)
+    ch = ch[ch["ChargeTime"].notna() & (ch["Toll"] > 0)]
+    ch = ch.astype({"ChargeTime": np.int64}).sort_values("ChargeTime", kind="stable")
+    ch["cum"] = ch.groupby("VID")["Toll"].cumsum()
+    q = q.sort_values("Time", kind="stable")
+    m = pd.merge_asof(
+        q, ch[["VID", "ChargeTime", "Toll", "cum"]], left_on="Time", right_on="ChargeTime",
+        by="VID", direction="backward",
+    )  # fmt: skip
+    bal = m["cum"].fillna(0).astype(np.int64)
+    last = m["Toll"].fillna(0).astype(np.int64)
+    return pd.DataFrame(
+        {
+            "Time": m["Time"],
+            "ResultTime": m["Time"],
+            "QID": m["QID"],
+            "Balance": bal,
+            "Balance5": bal - last,
+        }
+    ).reset_index(drop=True)
+
+
+def _expenditures(df: Any, tolls_path: str | Path | None) -> Any:
+    """Daily-expenditure answers from the historical tolls (0 where none is known)."""
+    q = df[df["Type"] == 3][["Time", "VID", "QID", "XWay", "Day"]]
+    if tolls_path is None:
+        h = pd.DataFrame(columns=["VID", "Day", "XWay", "Toll"], dtype=np.int64)
+    else:
+        h = read_tolls(tolls_path)
+    m = q.merge(h, on=["VID", "Day", "XWay"], how="left")
+    miss = m["Toll"].isna()
+    if miss.any():
+        # Queries without an expressway (-1) match any expressway of that car and day.
+        alt = q[q["XWay"] < 0].merge(h.drop(columns="XWay"), on=["VID", "Day"], how="left")
+        alt = alt.drop_duplicates("QID").set_index("QID")["Toll"]
+        m.loc[miss, "Toll"] = m.loc[miss, "QID"].map(alt)
+    m["Toll"] = m["Toll"].fillna(0).astype(np.int64)
+    return m[["Time", "QID", "Toll"]].reset_index(drop=True)
+
+
+def expected_answers(
+    input_path: str | Path, *, lav: str = "spec", tolls_path: str | Path | None = None
+) -> list[str]:
+    """The expected answers of the input as answers-file lines (Emit 0.000)."""
+    return expected_frames(input_path, lav=lav, tolls_path=tolls_path).lines()
