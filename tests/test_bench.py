@@ -2,6 +2,7 @@
 
 import csv
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,7 +87,6 @@ def test_plot_survives_rounding_in_min_max_bars(tmp_path: Path) -> None:
 def test_set_overrides_a_parameter_and_unknown_ones_are_named(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import csv
 
     args = ["bench", "windows", "--quick", "--no-progress", "--out", str(tmp_path)]
     assert main([*args, "--set", "queries=5"]) == 0
@@ -94,3 +94,23 @@ def test_set_overrides_a_parameter_and_unknown_ones_are_named(
     assert rows and {r["queries"] for r in rows} == {"5"}
     assert main([*args, "--set", "nope=1"]) == 2
     assert "has no parameter nope" in capsys.readouterr().err
+
+
+def test_a_mapper_runs_the_same_points_with_the_same_seeds(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def mapper(fn: Any, items: list[Any]) -> list[Any]:  # what Spark's run_points does
+        calls.append(len(items))
+        return [fn(item) for item in reversed(items)][::-1]
+
+    exp = Experiment(
+        name="m",
+        description="",
+        grid=[{"x": 1}, {"x": 2}],
+        quick_grid=[],
+        run=lambda point, seed: {"y": point["x"] * 10 + seed % 7},
+        repetitions=2,
+    )
+    plain = run_experiment(exp, tmp_path / "a", progress=False)
+    mapped = run_experiment(exp, tmp_path / "b", progress=False, mapper=mapper)
+    assert plain == mapped and calls == [4]

@@ -18,11 +18,11 @@ means over replications, the interval's half-width and the replication count.
 
 Two ways to run it, with identical rows (same seeds, same code per point):
 
-* ``txstream bench broadcast [--quick] [--out DIR]``: the shared harness, one
-  point after another in this process;
-* ``python -m txstream.bench.broadcast --spark [--quick] [--out DIR]``: every
-  point a Spark task on a local SparkSession (the harness has no hook for
-  parallel points yet), then the same CSV and plots through the harness.
+* ``txstream bench broadcast [--out DIR]``: the full grid runs as a Spark job,
+  every point a task on a local SparkSession (``--no-spark``: one point after
+  another in this process); ``--quick`` runs in this process unless ``--spark``;
+* ``python -m txstream.bench.broadcast --spark [--quick] [--out DIR]``: the
+  same Spark job, without the ``txstream`` command.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure, plot, write_csv
+from txstream.bench.harness import Experiment, Figure
 from txstream.broadcast.sim import SimParams, simulate
 from txstream.errors import TxStreamError
 
@@ -172,6 +172,7 @@ EXPERIMENT = Experiment(
     figures=FIGURES,
     repetitions=1,
     quick_repetitions=1,
+    spark_default=True,
 )
 
 
@@ -185,17 +186,14 @@ def run_with_spark(
     out: Path, quick: bool = False, seed: int = 0, spark: Any | None = None
 ) -> list[dict[str, Any]]:
     """Run the sweep with one Spark task per point; write the CSV and plots like the harness."""
+    from functools import partial
+
+    from txstream.bench.harness import run_experiment
     from txstream.spark.sweep import run_points
 
-    rows = run_points(run_task, tasks(quick, seed), spark=spark)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TxStreamError(f"cannot create output folder {out}: {exc.strerror}") from None
-    write_csv(rows, out / f"{EXPERIMENT.name}.csv")
-    for fig in EXPERIMENT.figures:
-        plot(rows, fig, out / f"{fig.name}.png")
-    return rows
+    return run_experiment(
+        EXPERIMENT, out, quick=quick, seed=seed, mapper=partial(run_points, spark=spark)
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

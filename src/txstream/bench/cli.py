@@ -35,6 +35,13 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="override a parameter in every point, e.g. --set target=embedded (loading)",
     )
     p.add_argument(
+        "--spark",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="run the points as Spark tasks on a local session (default: on for the full "
+        "grid of experiments with independent simulated points, e.g. broadcast)",
+    )
+    p.add_argument(
         "--target",
         metavar="NAME",
         help="shorthand for --set target=NAME (loading: postgres or embedded)",
@@ -48,12 +55,25 @@ def run(args: argparse.Namespace) -> int:
     overrides = _overrides(args.set + ([f"target={args.target}"] if args.target else []))
     for exp in chosen:
         exp = _with(exp, overrides)
+        spark = args.spark if args.spark is not None else exp.spark_default and not args.quick
         rows = run_experiment(
-            exp, args.out, quick=args.quick, progress=not args.no_progress, seed=args.seed
+            exp,
+            args.out,
+            quick=args.quick,
+            progress=not args.no_progress,
+            seed=args.seed,
+            mapper=_spark_mapper() if spark else None,
         )
         files = [args.out / f"{exp.name}.csv", *(args.out / f"{f.name}.png" for f in exp.figures)]
         print(f"{exp.name}: {len(rows)} runs; wrote {', '.join(str(f) for f in files)}", flush=True)
     return 0
+
+
+def _spark_mapper() -> Any:
+    """Run the points as Spark tasks (one per point) on a local session."""
+    from txstream.spark.sweep import run_points
+
+    return run_points
 
 
 def _overrides(items: list[str]) -> dict[str, Any]:

@@ -57,12 +57,28 @@ class Experiment:
     figures: list[Figure] = field(default_factory=list)
     repetitions: int = 3
     quick_repetitions: int = 1
+    spark_default: bool = False
+    """Run the full grid's points as Spark tasks unless told otherwise (independent,
+    simulated-time points such as the broadcast sweep)."""
+
+
+Mapper = Callable[[Callable[[tuple[Point, int]], Metrics], list[tuple[Point, int]]], list[Metrics]]
+"""Runs ``fn`` over a list of ``(point, seed)`` pairs, keeping their order (e.g. as Spark tasks)."""
 
 
 def run_experiment(
-    exp: Experiment, out: Path, quick: bool = False, progress: bool = True, seed: int = 0
+    exp: Experiment,
+    out: Path,
+    quick: bool = False,
+    progress: bool = True,
+    seed: int = 0,
+    mapper: Mapper | None = None,
 ) -> list[dict[str, Any]]:
-    """Run every point of ``exp``, write its CSV and plots into ``out``; return the rows."""
+    """Run every point of ``exp``, write its CSV and plots into ``out``; return the rows.
+
+    With ``mapper`` the points run through it (all at once, e.g. one Spark task
+    each) instead of one after another with a progress bar; seeds are the same.
+    """
     grid = exp.quick_grid if quick else exp.grid
     reps = exp.quick_repetitions if quick else exp.repetitions
     if not grid or reps < 1:
@@ -72,13 +88,23 @@ def run_experiment(
     except OSError as exc:
         raise TxStreamError(f"cannot create output folder {out}: {exc.strerror}") from None
     tasks = [(point, rep) for point in grid for rep in range(reps)]
+    seeded = [
+        (dict(point), seed * 1_000_003 + rep * 7919 + i) for i, (point, rep) in enumerate(tasks)
+    ]
     rows: list[dict[str, Any]] = []
-    with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
-        for point, rep in tasks:
-            run_seed = seed * 1_000_003 + rep * 7919 + len(rows)
-            metrics = exp.run(dict(point), run_seed)
+    if mapper is not None:
+        if progress:
+            print(f"bench {exp.name}: {len(seeded)} runs as parallel tasks", flush=True)
+        run = exp.run
+        results = mapper(lambda ps: run(dict(ps[0]), ps[1]), seeded)
+        for (point, rep), (_, run_seed), metrics in zip(tasks, seeded, results, strict=True):
             rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
-            advance(_describe(point, metrics))
+    else:
+        with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
+            for (point, rep), (_, run_seed) in zip(tasks, seeded, strict=True):
+                metrics = exp.run(dict(point), run_seed)
+                rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
+                advance(_describe(point, metrics))
     write_csv(rows, out / f"{exp.name}.csv")
     for fig in exp.figures:
         plot(rows, fig, out / f"{fig.name}.png")
