@@ -220,16 +220,18 @@ def expected_frames(
             "VID": an["VID"],
         }
     ).reset_index(drop=True)
-    balances = _balances(df, n)
+    balances = _balances(df, n, p[new_seg][["VID", "Time"]])
     expenditures = _expenditures(df, tolls_path)
     return Expected(tolls, accidents, balances, expenditures, rejected)
 
 
-def _balances(df: Any, n: Any) -> Any:
+def _balances(df: Any, n: Any, entries: Any) -> Any:
     """Balance answers: charges are each toll, taken when the car next enters a segment."""
     q = df[df["Type"] == 2][["Time", "VID", "QID"]]
-    ch = n.sort_values(["VID", "Time"], kind="stable")[["VID", "Time", "Toll"]].copy()
-    ch["ChargeTime"] = ch.groupby("VID")["Time"].shift(-1)
+    # Entering a segment on the exit lane charges the previous toll too.
+    ent = entries.sort_values(["VID", "Time"], kind="stable").copy()
+    ent["ChargeTime"] = ent.groupby("VID")["Time"].shift(-1)
+    ch = n[["VID", "Time", "Toll"]].merge(ent, on=["VID", "Time"], how="left")
     ch = ch[ch["ChargeTime"].notna() & (ch["Toll"] > 0)]
     ch = ch.astype({"ChargeTime": np.int64}).sort_values("ChargeTime", kind="stable")
     ch["cum"] = ch.groupby("VID")["Toll"].cumsum()
