@@ -113,3 +113,21 @@ def test_committed_projection_drops_aborted_and_active() -> None:
     p = h.committed_projection()
     assert [str(op) for op in p] == ["w1(x)", "c1"]
     assert p.arrivals == {"S": ["1"]}
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "column", "token"),
+    [
+        ("r1(x) a1 w1(x) c1", 1, 10, "w1(x)"),
+        ("# t\nr1(x) c1\nr2(x)\n  c2 c2@4", 4, 6, "c2@4"),
+        ("arrival S: 1 2 9\nw1(S) c1 w2(S) c2", 1, 16, "9"),
+        ("arrival S: 1 2 1\nw1(S) c1 w2(S) c2", 1, 12, "1"),
+    ],
+)
+def test_invariant_errors_point_at_the_operation(
+    text: str, line: int, column: int, token: str
+) -> None:
+    with pytest.raises(NotationError) as info:
+        parse(text, source="f.txt")
+    err = info.value
+    assert (err.line, err.column, err.token) == (line, column, token)

@@ -90,6 +90,15 @@ def abort(txn: str | int) -> Operation:
     return Operation("a", str(txn))
 
 
+class HistoryInvariantError(ValueError):
+    """A history breaks an invariant; says which operation (or arrival entry) does."""
+
+    def __init__(self, message: str, position: int | None = None, arrival: str | None = None):
+        super().__init__(message)
+        self.position = position  # index of the offending operation
+        self.arrival = arrival  # transaction named by the offending arrival entry
+
+
 @dataclass
 class History:
     """An interleaved sequence of operations plus declared arrival orders.
@@ -150,14 +159,15 @@ class History:
         return [op for op in self.operations if op.txn == txn]
 
     def validate(self) -> None:
-        """Raise :class:`ValueError` naming the first operation that breaks an invariant."""
+        """Raise :class:`HistoryInvariantError` naming the first operation breaking an invariant."""
         ended: dict[str, Operation] = {}
         for position, op in enumerate(self.operations):
             end = ended.get(op.txn)
             if end is not None:
-                raise ValueError(
+                raise HistoryInvariantError(
                     f"operation {position + 1} ({op}) comes after {end}, which already "
-                    f"ended transaction {op.txn}"
+                    f"ended transaction {op.txn}",
+                    position=position,
                 )
             if op.kind == "c" or op.kind == "a":
                 ended[op.txn] = op
@@ -165,12 +175,17 @@ class History:
         for stream, txns in self.arrivals.items():
             for txn in txns:
                 if txn not in present:
-                    raise ValueError(
+                    raise HistoryInvariantError(
                         f"arrival order of stream {stream} names transaction {txn}, "
-                        "which has no operation in the history"
+                        "which has no operation in the history",
+                        arrival=txn,
                     )
-            if len(set(txns)) != len(txns):
-                raise ValueError(f"arrival order of stream {stream} names a transaction twice")
+            twice = [t for t in txns if txns.count(t) > 1]
+            if twice:
+                raise HistoryInvariantError(
+                    f"arrival order of stream {stream} names transaction {twice[0]} twice",
+                    arrival=twice[0],
+                )
 
     @classmethod
     def of_operations(

@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from txstream.errors import NotationError
 from txstream.model.conflict import no_gc
-from txstream.model.history import History, Operation
+from txstream.model.history import History, HistoryInvariantError, Operation
 
 _ACCESS = re.compile(r"([rw])([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_.:\-]+)\)|\[([A-Za-z0-9_.:\-]+)\])")
 _END = re.compile(r"([ca])([A-Za-z0-9_]+)(?:@([0-9]+))?")
@@ -83,6 +83,7 @@ def _parse(text: str, source: str) -> list[History]:
     arrivals: dict[str, list[str]] = {}
     meta: dict[str, str] = {}
     first_line = 1
+    lines = text.splitlines()
     append = ops.append
     parse_op = parse_operation
 
@@ -92,10 +93,9 @@ def _parse(text: str, source: str) -> list[History]:
         history = History(list(ops), dict(arrivals), dict(meta))
         try:
             history.validate()
-        except ValueError as exc:
-            raise NotationError(
-                f"invalid history: {exc}", first_line, 1, f"lines {first_line}-{end_line}", source
-            ) from None
+        except HistoryInvariantError as exc:
+            line, col, token = _locate(lines, first_line, end_line, exc)
+            raise NotationError(f"invalid history: {exc}", line, col, token, source) from None
         histories.append(history)
 
     for lineno, raw in enumerate(text.splitlines(), start=1):
@@ -151,6 +151,34 @@ def _parse(text: str, source: str) -> list[History]:
     if not histories:
         raise NotationError("the input holds no history", 1, 1, text[:20], source)
     return histories
+
+
+def _locate(
+    lines: list[str], first: int, last: int, exc: HistoryInvariantError
+) -> tuple[int, int, str]:
+    """Line, column and token of what ``exc`` blames, found again in the text.
+
+    Validation errors are rare, so positions are not kept while parsing (a
+    million operations would pay for them); the text is scanned once more.
+    """
+    seen = 0
+    for lineno in range(first, min(last, len(lines)) + 1):
+        line = lines[lineno - 1].partition("#")[0]
+        is_arrival = line.strip().split(None, 1)[:1] and _ARRIVAL.fullmatch(line) is not None
+        for m in _TOKEN.finditer(line):
+            if is_arrival:
+                if (
+                    exc.arrival is not None
+                    and m.group() == exc.arrival
+                    and m.start() > line.index(":")
+                ):
+                    return lineno, m.start() + 1, m.group()
+                continue
+            if exc.position is not None:
+                if seen == exc.position:
+                    return lineno, m.start() + 1, m.group()
+                seen += 1
+    return first, 1, f"lines {first}-{last}"
 
 
 def _note(meta: dict[str, str], comment: str, heading: bool) -> None:
