@@ -190,7 +190,10 @@ def command(args: argparse.Namespace) -> int:
     summary["operations"] = len(history)
     summary["check"] = {"criterion": criterion, "holds": verdict.holds}
     if not verdict.holds:
-        summary["check"]["cycle"] = verdict.evidence.get("cycle", [])[:6]
+        cycle = verdict.evidence.get("cycle", [])
+        summary["check"]["cycle"] = cycle[:6]  # the whole cycle: `txstream check FILE`
+        summary["check"]["cycle_length"] = len(cycle)
+        summary["check"]["cycle_shown"] = min(6, len(cycle))
     json.dump(summary, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0 if verdict.holds and summary["sum_ok"] else 1
