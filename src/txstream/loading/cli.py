@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         summary = report.summary()
         summary["view_ok"] = not verify(schema, state)
         summary["exact"] = not differences(schema, state, expected)
-        summary["rejected_examples"] = [f"#{i}: {msg}" for i, msg in report.rejected[:3]]
+        # Operation numbers are 1-based: with --input, the line among the non-blank lines.
+        summary["rejected_examples"] = [f"#{i + 1}: {msg}" for i, msg in report.rejected[:10]]
+        for i, msg in report.rejected[:10]:
+            print(f"txstream: rejected operation {i + 1}: {msg}", file=sys.stderr)
+        if len(report.rejected) > 10:
+            print(
+                f"txstream: ... and {len(report.rejected) - 10} more rejected operations",
+                file=sys.stderr,
+            )
         summary.update({f"target_{k}": v for k, v in target.stats().items()})
     finally:
         target.close()
