@@ -25,6 +25,7 @@ CLI_MODULES: tuple[str, ...] = (
     "txstream.broadcast.cli",
     "txstream.windows.cli",
     "txstream.cq.cli",
+    "txstream.linearroad_cli",
 )
 
 

@@ -68,7 +68,8 @@ def lanes_of(L: float) -> list[tuple[int, int]]:
     return [(h // 2, h % 2) for h in range(halves)]
 
 
-def _check(minutes: int, rate: float) -> None:
+def check_params(minutes: int, rate: float) -> None:
+    """Raise :class:`TxStreamError` unless ``minutes`` and ``rate`` are in range."""
     if minutes < 1 or minutes > 180:
         raise TxStreamError(f"minutes must be between 1 and 180, got {minutes}")
     if not 0.01 <= rate <= 20.0:
@@ -83,7 +84,7 @@ def generate_direction(
     ``rate`` is the mean number of cars entering per second (half of it
     outside the congested period).
     """
-    _check(minutes, rate)
+    check_params(minutes, rate)
     rng = random.Random(f"lr/{seed}/{xway}/{direction}")
     lane_id = xway * 2 + direction
     seconds = minutes * 60
@@ -161,12 +162,12 @@ def generate_direction(
             drive(new_vid(), t, entry * FEET_PER_SEGMENT + rng.randint(0, 5279), exit_seg, None)
 
     # Accidents: two cars stop at one position for 5-8 reports, then drive on.
-    for start in range(120, seconds - 300, 600):
-        t = start + rng.randint(0, 200)
+    for start in range(30, max(31, seconds - 360), 600):
+        t = start + rng.randint(0, 120)
         seg = rng.randint(55, 85)
         where = seg * FEET_PER_SEGMENT + rng.randint(0, 5279)
         for k in range(2):
-            fwd = (seg - 2) * FEET_PER_SEGMENT
+            fwd = (seg - 1) * FEET_PER_SEGMENT
             # The first car stays longer, so both are stopped together for 4+ reports.
             reports = rng.randint(9, 11) if k == 0 else rng.randint(5, 7)
             drive(new_vid(), t + 7 * k, fwd, min(SEGMENTS - 1, seg + 6), (where, reports))
@@ -211,6 +212,6 @@ def generate(
 ) -> GeneratedPaths:
     """Write ``input.dat`` and ``tolls.dat`` for ``L`` expressways and ``minutes`` minutes."""
     lanes = lanes_of(L)
-    _check(minutes, rate)
+    check_params(minutes, rate)
     streams = [generate_direction(x, d, minutes=minutes, seed=seed, rate=rate) for x, d in lanes]
     return write_files(Path(out_dir), streams, L=L, minutes=minutes, seed=seed)

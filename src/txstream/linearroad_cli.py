@@ -1,0 +1,141 @@
+"""``txstream linear-road``: generate Linear Road inputs and validate answers.
+
+``txstream linear-road generate --out DIR [--L X] [--minutes D] [--seed S]
+[--spark]`` writes ``DIR/input.dat`` and ``DIR/tolls.dat`` and prints the
+tuple density (tuples per expressway-second), which labels any L rating
+measured on the input.
+
+``txstream linear-road validate --input FILE [--answers FILE] [--lav
+spec|raw-mean] [--tolls FILE] [--expected FILE] [--format table|json]``
+recomputes the expected answers from the input and counts wrong, missing and
+duplicate answers per type (exit 1 if any); with ``--expected`` it also
+reports the per-field agreement with a reference answers file.  Without
+``--answers`` the validator's own expected answers are checked, which with
+``--expected`` measures the validator against an independent one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TxStreamError, UnknownNameError
+
+FORMATS = ("table", "json")
+SPARK_FROM_L = 8.0
+"""From this L on, ``generate`` runs as a Spark job even without ``--spark``."""
+
+
+def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``linear-road`` subcommand group (``generate``, ``validate``)."""
+    p = sub.add_parser(
+        "linear-road",
+        help="Linear Road: generate inputs, validate answers",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    group = p.add_subparsers(dest="lr_command", metavar="COMMAND")
+    p.set_defaults(func=lambda args: _usage(p))
+
+    g = group.add_parser("generate", help="write a deterministic input and historical tolls")
+    g.add_argument("--out", type=Path, required=True, metavar="DIR")
+    g.add_argument("--L", dest="L", type=float, default=1.0, help="expressways (halves allowed)")
+    g.add_argument("--minutes", type=int, default=10, help="simulated minutes")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--rate", type=float, default=2.0, help="cars entering per second and direction")
+    g.add_argument(
+        "--spark",
+        action="store_true",
+        help=f"one Spark task per expressway (default from L={SPARK_FROM_L:g})",
+    )
+    g.set_defaults(func=_generate)
+
+    v = group.add_parser("validate", help="check an answers file against the input")
+    v.add_argument("--input", type=Path, required=True, metavar="FILE")
+    v.add_argument("--answers", type=Path, metavar="FILE", help="default: the validator's own")
+    v.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
+    v.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls VID,Day,XWay,Toll")
+    v.add_argument("--expected", type=Path, metavar="FILE", help="reference answers to compare")
+    v.add_argument("--format", default="table", help="table or json")
+    v.set_defaults(func=_validate)
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from txstream.linearroad.generate import check_params, generate, lanes_of
+
+    lanes_of(args.L)
+    check_params(args.minutes, args.rate)
+    if args.spark or args.L >= SPARK_FROM_L:
+        from txstream.spark.lrgen import generate_spark
+
+        paths = generate_spark(
+            args.out, L=args.L, minutes=args.minutes, seed=args.seed, rate=args.rate
+        )
+    else:
+        paths = generate(args.out, L=args.L, minutes=args.minutes, seed=args.seed, rate=args.rate)
+    print(f"input: {paths.input} ({paths.tuples} tuples)")
+    print(f"tolls: {paths.tolls}")
+    print(f"density: {paths.density:.1f} tuples per expressway-second (L={args.L:g})")
+    return 0
+
+
+def _validate(args: argparse.Namespace) -> int:
+    from txstream.linearroad.reference import check_lav, expected_answers
+    from txstream.linearroad.validate import compare_expected, validate
+
+    check_lav(args.lav)
+    if args.format not in FORMATS:
+        raise UnknownNameError("format", args.format, list(FORMATS))
+    for path in (args.input, args.answers, args.tolls, args.expected):
+        if path is not None and not path.is_file():
+            raise TxStreamError(f"no such file: {path}")
+    with tempfile.TemporaryDirectory() as tmp:
+        answers = args.answers
+        if answers is None:
+            answers = Path(tmp) / "answers.txt"
+            lines = expected_answers(args.input, lav=args.lav, tolls_path=args.tolls)
+            answers.write_text("".join(line + "\n" for line in lines))
+        report = validate(args.input, answers, lav=args.lav, tolls_path=args.tolls)
+        agreement = compare_expected(answers, args.expected) if args.expected else None
+    if args.format == "json":
+        out: dict[str, Any] = json.loads(report.to_json())
+        if agreement is not None:
+            out["agreement"] = agreement
+        print(json.dumps(out))
+    else:
+        _print_table(report, agreement)
+    return 0 if report.ok else 1
+
+
+def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:
+    print(
+        f"{'type':<12}{'expected':>10}{'got':>10}{'correct':>10}{'wrong':>8}{'missing':>9}{'dup':>6}"
+    )
+    for name, c in report.by_type.items():
+        print(
+            f"{name:<12}{c.expected:>10}{c.got:>10}{c.correct:>10}"
+            f"{c.wrong:>8}{c.missing:>9}{c.duplicates:>6}"
+        )
+    for line, reason in report.malformed[:20]:
+        print(f"malformed answer, line {line}: {reason}")
+    for line, reason, _raw in report.rejected_input[:20]:
+        print(f"rejected input, line {line}: {reason}")
+    if agreement is None:
+        return
+    print("agreement with the reference answers (per field, % of matched answers):")
+    for name, a in agreement.items():
+        if not isinstance(a, dict):
+            continue
+        fields = ", ".join(f"{f} {v['pct']:.2f}%" for f, v in a["fields"].items())
+        print(
+            f"  {name:<12} reference {a['reference']}, matched {a['matched']}, "
+            f"missing {a['missing']}, extra {a['extra']}: {fields}"
+        )
