@@ -175,12 +175,17 @@ def generate_direction(
     return out
 
 
-def historical_tolls(vids: Iterable[int], *, seed: int, xways: int) -> Iterator[str]:
-    """``VID,Day,XWay,Toll`` lines: one per car and day 1-69, tolls 0-99."""
+def historical_tolls(vids: Iterable[int], *, seed: int) -> Iterator[str]:
+    """``VID,Day,XWay,Toll`` lines: one per car and day 1-69, tolls 0-99.
+
+    A car's expressway is the one it drives on today (``vid % VID_STRIDE // 2``),
+    so the daily-expenditure queries, which name that expressway, find a toll.
+    """
     for vid in vids:
         rng = random.Random(f"lr-tolls/{seed}/{vid}")
+        xway = vid % VID_STRIDE // 2
         for day in range(1, 70):
-            yield f"{vid},{day},{rng.randrange(xways)},{rng.randint(0, 99)}"
+            yield f"{vid},{day},{xway},{rng.randint(0, 99)}"
 
 
 def write_files(
@@ -198,9 +203,8 @@ def write_files(
                 f.write(format_input(tup) + "\n")
                 vids.add(tup[2])
                 n += 1
-        xways = max(1, int(L + 0.5))
         with tolls_path.open("w") as f:
-            for line in historical_tolls(sorted(vids), seed=seed, xways=xways):
+            for line in historical_tolls(sorted(vids), seed=seed):
                 f.write(line + "\n")
     except OSError as exc:
         raise TxStreamError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
