@@ -146,13 +146,27 @@ AGGREGATES = ("count", "sum", "avg", "min", "max")
 
 
 class WindowAgg(Operator):
-    """An aggregate of ``column`` over count-based windows of range ``r``, slide ``s``."""
+    """An aggregate of ``column`` over windows of range ``r`` and slide ``s``.
+
+    Count-based by default (``r`` and ``s`` count events); with ``time_column``
+    time-based: window ``k`` holds the events whose ``time_column`` lies in
+    ``[t0 + k*s, t0 + k*s + r)``, ``t0`` being the first event's time (the
+    column must come from the source, in non-decreasing order).
+    """
 
     kind = "window"
     is_window = True
 
     def __init__(
-        self, name: str, child: Operator, aggregate: str, column: str, r: int, s: int | None = None
+        self,
+        name: str,
+        child: Operator,
+        aggregate: str,
+        column: str,
+        r: int,
+        s: int | None = None,
+        *,
+        time_column: str | None = None,
     ) -> None:
         super().__init__(name, child)
         if aggregate not in AGGREGATES:
@@ -168,6 +182,7 @@ class WindowAgg(Operator):
         self.column = column
         self.r = r
         self.s = s
+        self.time_column = time_column
 
     def compute(self, values: list[float]) -> float | None:
         """The aggregate of one window's values."""

@@ -253,6 +253,12 @@ class CQEngine:
         self._synopsis: deque[Event] = deque(maxlen=self.window.r if self.window else 1)
         self._since = 0
         self._reinput = 0
+        # time-based windows: the current window's start, the raw index of its
+        # first event (the redo queue's head) and the versions its reads saw
+        self._wstart: float | None = None
+        self._rpos = 0
+        self._seen_versions: dict[str, int] = {}
+        self._tsyn: list[Event] = []
 
     def _advance(
         self,
@@ -262,6 +268,11 @@ class CQEngine:
     ) -> list[Result]:
         if self.window is None:
             self._run_per_event(max_results, until, on_result)
+        elif self.window.time_column is not None:
+            if self.strategy.transactional:
+                self._run_transactional_time(max_results, until, on_result)
+            else:
+                self._run_naive_time(max_results, until, on_result)
         elif not self.strategy.transactional:
             self._run_naive(max_results, until, on_result)
         else:
@@ -330,6 +341,7 @@ class CQEngine:
         acc: list[Event],
         attempts: int,
         on_result: Callable[[Result], None] | None,
+        lwm: int = 0,
     ) -> None:
         window = self.window
         assert window is not None
@@ -338,7 +350,7 @@ class CQEngine:
         n = len(self._results)
         out = self._post({"window": n, "value": agg})
         versions = frozenset(v for a in acc for _, _, v in a.refs)
-        lwm = min(a.lwm for a in acc)
+        lwm = min((a.lwm for a in acc), default=lwm)
         if out is not None:
             self._emit(Result(out["value"], n, lwm, versions, attempts), on_result)
 
@@ -389,6 +401,105 @@ class CQEngine:
             else:
                 self._carried = []
             self._pos = i
+
+    # -- time-based windows ---------------------------------------------------------------
+
+    def _time(self, k: int) -> float:
+        assert self.window is not None and self.window.time_column is not None
+        return float(self._raw[k][self.window.time_column])
+
+    def _run_naive_time(
+        self,
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> None:
+        window = self.window
+        assert window is not None
+        events = self._raw
+        while self._pos < len(events) and not _stop(self._results, max_results, until):
+            ts = self._pos
+            now = self._time(ts)
+            if self._wstart is None:
+                self._wstart = now
+            while now >= self._wstart + window.r:  # this event closes the window
+                end = self._wstart + window.r
+                inside = [e for e in self._tsyn if self._time(e.ts) < end]
+                self._window_result(inside, 1, on_result, lwm=ts)
+                self._wstart += window.s
+                start = self._wstart
+                self._tsyn = [e for e in self._tsyn if self._time(e.ts) >= start]
+            self._pos += 1
+            e = self._pre(events[ts], ts, None)
+            if e is not None:
+                self._tsyn.append(e)
+
+    def _run_transactional_time(
+        self,
+        max_results: int | None,
+        until: float | None,
+        on_result: Callable[[Result], None] | None,
+    ) -> None:
+        window = self.window
+        assert window is not None
+        events = self._raw
+        while not _stop(self._results, max_results, until):
+            if self._wstart is None:
+                if not events:
+                    return
+                self._wstart = self._time(0)
+            end = self._wstart + window.r
+            attempts = 0
+            while True:
+                attempts += 1
+                txn = self.tm.begin(read_only=True)
+                self._versions = {}
+                i = self._pos
+                try:
+                    acc = self._reuse_time(txn)
+                    complete = False
+                    while i < len(events):
+                        if self._time(i) >= end:
+                            complete = True
+                            break
+                        e = self._pre(events[i], i, txn)
+                        i += 1
+                        if e is not None:
+                            acc.append(e)
+                    if not complete:  # wait for an event past the window's end
+                        txn.abort()
+                        return
+                    txn.commit()
+                    break
+                except TransientError:
+                    self.stats.redos += 1
+            self._window_result(acc, attempts, on_result, lwm=self._rpos)
+            start = self._wstart + window.s
+            self._carried = [e for e in acc if self._time(e.ts) >= start]
+            j = self._rpos
+            while j < i and self._time(j) < start:
+                j += 1
+            self._rpos, self._pos, self._wstart = j, i, start
+            self._seen_versions = dict(self._versions)
+
+    def _reuse_time(self, txn: Transaction) -> list[Event]:
+        """The overlap with the previous window: reused, or its raw events re-input."""
+        if self._rpos >= self._pos:
+            return []
+        for table, version in self._seen_versions.items():
+            now = self._versions.get(table)
+            if now is None:
+                self.stats.reads += 1
+                now = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
+            if now != version:
+                out = []
+                for ts in range(self._rpos, self._pos):
+                    self.stats.reevaluated += 1
+                    again = self._pre(self._raw[ts], ts, txn)
+                    if again is not None:
+                        out.append(again)
+                return out
+        return list(self._carried)
 
     def _reuse(
         self, txn: Transaction, carried: list[Event], pos: int, r: int

@@ -110,10 +110,21 @@ def _columns(op: Operator, tables: Mapping[str, tuple[str, ...]]) -> tuple[str, 
             raise CQError(
                 f"window {op.name!r}: unknown column {op.column!r}; the stream has {cols}"
             )
+        if op.time_column is not None and op.time_column not in _source(op).columns:
+            raise CQError(
+                f"window {op.name!r}: time column {op.time_column!r} is not a column of the "
+                f"source {_source(op).name!r} ({_source(op).columns})"
+            )
         return ("window", "value")
     if isinstance(op, Select):
         return cols
     raise CQError(f"unknown operator type {type(op).__name__}")
+
+
+def _source(op: Operator) -> Source:
+    while not isinstance(op, Source):
+        op = op.children[0]
+    return op
 
 
 def pipeline(root: Operator) -> tuple[Source, list[Operator], WindowAgg | None, list[Operator]]:
