@@ -91,7 +91,7 @@ def generate_direction(
     jam_from, jam_to = seconds // 5, seconds * 4 // 5
     out: list[tuple[int, ...]] = []
     next_vid = 0
-    qid = 0
+    qid = lane_id  # QIDs, like VIDs, are unique across directions
 
     def new_vid() -> int:
         nonlocal next_vid
@@ -128,13 +128,13 @@ def generate_direction(
                     (ACCOUNT_BALANCE, t, vid, spd, xway, lane_now, direction,
                      pos // FEET_PER_SEGMENT, pos, qid, -1, -1, -1, -1, -1)
                 )  # fmt: skip
-                qid += 1
+                qid += VID_STRIDE
             elif r < 0.012:
                 out.append(
                     (DAILY_EXPENDITURE, t, vid, spd, xway, lane_now, direction,
                      pos // FEET_PER_SEGMENT, pos, qid, -1, -1, -1, -1, rng.randint(1, 69))
                 )  # fmt: skip
-                qid += 1
+                qid += VID_STRIDE
             if at_exit:
                 return
             t += REPORT_EVERY
