@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txstream.cli import main
@@ -26,8 +26,6 @@ from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import _accidents, expected_frames, read_input
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "linearroad"
-if not SHARED.is_dir():
-    SHARED = Path("/work/shared/linearroad")
 
 
 @pytest.fixture(scope="module")
@@ -183,3 +181,27 @@ def test_cli_generate_prints_density(tmp_path: Path, capsys: pytest.CaptureFixtu
 def test_unreadable_file_is_a_txstream_error(tmp_path: Path) -> None:
     with pytest.raises(TxStreamError, match="cannot read"):
         open_text(tmp_path / "missing.dat")
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    st.sampled_from([0.5, 1.0, 1.5]),
+    st.integers(1, 2),
+    st.integers(0, 10**6),
+    st.sampled_from([0.1, 1.0, 3.0]),
+)
+def test_any_seed_gives_valid_sorted_unique_input(
+    L: float, minutes: int, seed: int, rate: float
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        g = generate(tmp, L=L, minutes=minutes, seed=seed, rate=rate)
+        with open_text(g.input) as f:
+            rows = [parse_input_line(line) for line in f]
+    assert [r[1] for r in rows] == sorted(r[1] for r in rows)
+    assert all(r[1] < minutes * 60 for r in rows)
+    assert len({(r[1], r[2]) for r in rows if r[0] == 0}) == sum(r[0] == 0 for r in rows)
+    qids = [r[9] for r in rows if r[0] != 0]
+    assert len(qids) == len(set(qids))
+    assert {r[4] * 2 + r[6] for r in rows} <= set(range(int(L * 2)))

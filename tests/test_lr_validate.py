@@ -22,7 +22,7 @@ from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import expected_answers, expected_frames
 from txstream.linearroad.validate import compare_expected, validate
 
-SHARED = Path("/work/shared/linearroad")
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "linearroad"
 SAMPLE = SHARED / "datafile20seconds.dat"
 
 
