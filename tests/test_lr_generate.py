@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shared_data import LINEARROAD
 from txstream.cli import main
 from txstream.errors import TxStreamError
 from txstream.linearroad.formats import (
@@ -25,7 +26,7 @@ from txstream.linearroad.formats import (
 from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import _accidents, expected_frames, read_input
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "linearroad"
+SHARED = LINEARROAD
 
 
 @pytest.fixture(scope="module")

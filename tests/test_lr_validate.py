@@ -16,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from shared_data import LINEARROAD
 from txstream.cli import main
 from txstream.errors import UnknownNameError
 from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import expected_answers, expected_frames
 from txstream.linearroad.validate import compare_expected, validate
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "linearroad"
+SHARED = LINEARROAD
 SAMPLE = SHARED / "datafile20seconds.dat"
 
 
