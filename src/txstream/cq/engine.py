@@ -365,34 +365,25 @@ class CQEngine:
         events = self._raw
         while self._pos <= len(events) and not _stop(self._results, max_results, until):
             pos, carried = self._pos, self._carried
-            attempts = 0
-            while True:
-                attempts += 1
-                txn = self.tm.begin(read_only=True)
-                self._versions = {}
-                i = pos
-                try:
-                    acc, i = self._reuse(txn, carried, pos, window.r)
-                    while len(acc) < window.r and i < len(events):
-                        e = self._pre(events[i], i, txn)
-                        if i < self._reinput:
-                            self.stats.reevaluated += 1
-                        i += 1
-                        if e is not None:
-                            acc.append(e)
-                    if len(acc) < window.r:
-                        # The input ends inside the window: wait for more events
-                        # (they stay in the redo queue) without committing.
-                        txn.abort()
-                        return
-                    txn.commit()
-                    break
-                except TransientError:
-                    # validation failed (or a deadlock victim): abort and redo the window
-                    self.stats.redos += 1
+
+            def fill(txn: Transaction, pos: int = pos, carried: list[Event] = carried) -> Any:
+                acc, i = self._reuse(txn, carried, pos, window.r)
+                while len(acc) < window.r and i < len(events):
+                    e = self._pre(events[i], i, txn)
+                    if i < self._reinput:
+                        self.stats.reevaluated += 1
+                    i += 1
                     self._reinput = max(self._reinput, i)
+                    if e is not None:
+                        acc.append(e)
+                # the input ends inside the window: wait for more events
+                return (acc, i) if len(acc) == window.r else None
+
+            done, attempts = self._transact(fill)
+            if done is None:
+                return
+            acc, i = done
             self._window_result(acc, attempts, on_result)
-            self._reinput = max(self._reinput, i)
             if window.s < window.r:
                 # The next window starts with acc[s]: its LWM is the biggest LWM of
                 # the overlap, so everything below it leaves the redo queue.
@@ -401,6 +392,30 @@ class CQEngine:
             else:
                 self._carried = []
             self._pos = i
+
+    def _transact(self, fill: Callable[[Transaction], Any]) -> tuple[Any, int]:
+        """Run ``fill`` in a CQ-derived transaction; redo it on a transient failure.
+
+        ``fill`` returns the window's events (and where the input stands), or
+        None when the window is not complete yet: then the transaction aborts
+        and the events wait in the redo queue.  Returns (what ``fill`` returned,
+        attempts).
+        """
+        attempts = 0
+        while True:
+            attempts += 1
+            txn = self.tm.begin(read_only=True)
+            self._versions = {}
+            try:
+                out = fill(txn)
+                if out is None:
+                    txn.abort()
+                else:
+                    txn.commit()
+                return out, attempts
+            except TransientError:
+                # validation failed (or a deadlock victim): abort and redo the window
+                self.stats.redos += 1
 
     # -- time-based windows ---------------------------------------------------------------
 
@@ -449,30 +464,23 @@ class CQEngine:
                     return
                 self._wstart = self._time(0)
             end = self._wstart + window.r
-            attempts = 0
-            while True:
-                attempts += 1
-                txn = self.tm.begin(read_only=True)
-                self._versions = {}
+
+            def fill(txn: Transaction, end: float = end) -> Any:
+                acc = self._reuse_time(txn)
                 i = self._pos
-                try:
-                    acc = self._reuse_time(txn)
-                    complete = False
-                    while i < len(events):
-                        if self._time(i) >= end:
-                            complete = True
-                            break
-                        e = self._pre(events[i], i, txn)
-                        i += 1
-                        if e is not None:
-                            acc.append(e)
-                    if not complete:  # wait for an event past the window's end
-                        txn.abort()
-                        return
-                    txn.commit()
-                    break
-                except TransientError:
-                    self.stats.redos += 1
+                while i < len(events):
+                    if self._time(i) >= end:
+                        return acc, i
+                    e = self._pre(events[i], i, txn)
+                    i += 1
+                    if e is not None:
+                        acc.append(e)
+                return None  # wait for an event past the window's end
+
+            done, attempts = self._transact(fill)
+            if done is None:
+                return
+            acc, i = done
             self._window_result(acc, attempts, on_result, lwm=self._rpos)
             start = self._wstart + window.s
             self._carried = [e for e in acc if self._time(e.ts) >= start]
