@@ -157,6 +157,8 @@ class CQEngine:
         self.stats = RunStats()
         self._versions: dict[str, int] = {}  # table -> version read by the current transaction
         self._raw: list[Row] = []
+        self._limits: tuple[int | None, float | None] = (None, None)
+        self._on_result: Callable[[Result], None] | None = None
         self._reset()
         self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
 
@@ -266,34 +268,35 @@ class CQEngine:
         until: float | None,
         on_result: Callable[[Result], None] | None,
     ) -> list[Result]:
+        self._limits = (max_results, until)
+        self._on_result = on_result
         if self.window is None:
-            self._run_per_event(max_results, until, on_result)
+            self._run_per_event()
         elif self.window.time_column is not None:
             if self.strategy.transactional:
-                self._run_transactional_time(max_results, until, on_result)
+                self._run_transactional_time()
             else:
-                self._run_naive_time(max_results, until, on_result)
+                self._run_naive_time()
         elif not self.strategy.transactional:
-            self._run_naive(max_results, until, on_result)
+            self._run_naive()
         else:
-            self._run_transactional(max_results, until, on_result)
+            self._run_transactional()
         return self._results
 
-    def _emit(self, result: Result, on_result: Callable[[Result], None] | None) -> None:
+    def _emit(self, result: Result) -> None:
         self._results.append(result)
-        if on_result is not None:
-            on_result(result)
+        if self._on_result is not None:
+            self._on_result(result)
 
-    def _run_per_event(
-        self,
-        max_results: int | None,
-        until: float | None,
-        on_result: Callable[[Result], None] | None,
-    ) -> None:
+    def _stopped(self) -> bool:
+        """Whether the run's result count or deadline is reached."""
+        return _stop(self._results, *self._limits)
+
+    def _run_per_event(self) -> None:
         # Without a window the reference operator is the commit operator: one
         # CQ-derived transaction per event.
         events = self._raw
-        while self._pos < len(events) and not _stop(self._results, max_results, until):
+        while self._pos < len(events) and not self._stopped():
             ts = self._pos
             attempts = 0
             while True:
@@ -312,18 +315,13 @@ class CQEngine:
             if e is not None and value is not None:
                 versions = frozenset(v for _, _, v in e.refs)
                 n = len(self._results)
-                self._emit(Result(value, n, e.lwm, versions, attempts), on_result)
+                self._emit(Result(value, n, e.lwm, versions, attempts))
 
-    def _run_naive(
-        self,
-        max_results: int | None,
-        until: float | None,
-        on_result: Callable[[Result], None] | None,
-    ) -> None:
+    def _run_naive(self) -> None:
         window = self.window
         assert window is not None
         events = self._raw
-        while self._pos < len(events) and not _stop(self._results, max_results, until):
+        while self._pos < len(events) and not self._stopped():
             ts = self._pos
             self._pos += 1
             e = self._pre(events[ts], ts, None)
@@ -334,15 +332,9 @@ class CQEngine:
             full = len(self._synopsis) == window.r
             if full and (not self._results or self._since >= window.s):
                 self._since = 0
-                self._window_result(list(self._synopsis), 1, on_result)
+                self._window_result(list(self._synopsis), 1)
 
-    def _window_result(
-        self,
-        acc: list[Event],
-        attempts: int,
-        on_result: Callable[[Result], None] | None,
-        lwm: int = 0,
-    ) -> None:
+    def _window_result(self, acc: list[Event], attempts: int, lwm: int = 0) -> None:
         window = self.window
         assert window is not None
         values = [float(a.value[window.column]) for a in acc] if window.column else []
@@ -352,18 +344,13 @@ class CQEngine:
         versions = frozenset(v for a in acc for _, _, v in a.refs)
         lwm = min((a.lwm for a in acc), default=lwm)
         if out is not None:
-            self._emit(Result(out["value"], n, lwm, versions, attempts), on_result)
+            self._emit(Result(out["value"], n, lwm, versions, attempts))
 
-    def _run_transactional(
-        self,
-        max_results: int | None,
-        until: float | None,
-        on_result: Callable[[Result], None] | None,
-    ) -> None:
+    def _run_transactional(self) -> None:
         window = self.window
         assert window is not None
         events = self._raw
-        while self._pos <= len(events) and not _stop(self._results, max_results, until):
+        while self._pos <= len(events) and not self._stopped():
             pos, carried = self._pos, self._carried
 
             def fill(txn: Transaction, pos: int = pos, carried: list[Event] = carried) -> Any:
@@ -383,7 +370,7 @@ class CQEngine:
             if done is None:
                 return
             acc, i = done
-            self._window_result(acc, attempts, on_result)
+            self._window_result(acc, attempts)
             if window.s < window.r:
                 # The next window starts with acc[s]: its LWM is the biggest LWM of
                 # the overlap, so everything below it leaves the redo queue.
@@ -423,16 +410,11 @@ class CQEngine:
         assert self.window is not None and self.window.time_column is not None
         return float(self._raw[k][self.window.time_column])
 
-    def _run_naive_time(
-        self,
-        max_results: int | None,
-        until: float | None,
-        on_result: Callable[[Result], None] | None,
-    ) -> None:
+    def _run_naive_time(self) -> None:
         window = self.window
         assert window is not None
         events = self._raw
-        while self._pos < len(events) and not _stop(self._results, max_results, until):
+        while self._pos < len(events) and not self._stopped():
             ts = self._pos
             now = self._time(ts)
             if self._wstart is None:
@@ -440,7 +422,7 @@ class CQEngine:
             while now >= self._wstart + window.r:  # this event closes the window
                 end = self._wstart + window.r
                 inside = [e for e in self._tsyn if self._time(e.ts) < end]
-                self._window_result(inside, 1, on_result, lwm=ts)
+                self._window_result(inside, 1, lwm=ts)
                 self._wstart += window.s
                 start = self._wstart
                 self._tsyn = [e for e in self._tsyn if self._time(e.ts) >= start]
@@ -449,16 +431,11 @@ class CQEngine:
             if e is not None:
                 self._tsyn.append(e)
 
-    def _run_transactional_time(
-        self,
-        max_results: int | None,
-        until: float | None,
-        on_result: Callable[[Result], None] | None,
-    ) -> None:
+    def _run_transactional_time(self) -> None:
         window = self.window
         assert window is not None
         events = self._raw
-        while not _stop(self._results, max_results, until):
+        while not self._stopped():
             if self._wstart is None:
                 if not events:
                     return
@@ -481,7 +458,7 @@ class CQEngine:
             if done is None:
                 return
             acc, i = done
-            self._window_result(acc, attempts, on_result, lwm=self._rpos)
+            self._window_result(acc, attempts, lwm=self._rpos)
             start = self._wstart + window.s
             self._carried = [e for e in acc if self._time(e.ts) >= start]
             j = self._rpos
