@@ -56,11 +56,18 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
 
 
 def _fig(name: str, y: str, title: str, workload: str, ylabel: str, **kw: Any) -> Figure:
-    where: tuple[tuple[str, Any], ...] = (("workload", workload),)
-    if "scheduler" in kw:
-        where += (("scheduler", kw.pop("scheduler")),)
+    """A metric against n, a line per scheduler, from the rows of one workload."""
+    if workload == "long":
+        kw.setdefault("facet", "t")
     return Figure(
-        name, x="n", y=y, title=title, series="scheduler", ylabel=ylabel, where=where, **kw
+        name,
+        x="n",
+        y=y,
+        title=title,
+        series="scheduler",
+        ylabel=ylabel,
+        where=(("workload", workload),),
+        **kw,
     )
 
 
@@ -72,47 +79,35 @@ EXPERIMENT = Experiment(
     run=measure,
     repetitions=3,
     figures=[
-        Figure(
+        _fig(
             "windows_fig8_aborts",
-            x="n",
-            y="abort_pct",
-            title="Fig. 8: aborted read-only transactions, lws vs ttu",
-            series="scheduler",
-            facet="t",
-            ylabel="aborted read-only transactions (%)",
-            where=(("workload", "long"),),
+            "abort_pct",
+            "Fig. 8: aborted read-only transactions, lws vs ttu",
+            "long",
+            "aborted read-only transactions (%)",
         ),
-        Figure(
+        _fig(
             "windows_fig9_freshness",
-            x="n",
-            y="lr_freshness",
-            title="Fig. 9: long-running query freshness",
-            series="scheduler",
-            facet="t",
-            ylabel="freshness (s, lower is better)",
-            where=(("workload", "long"),),
+            "lr_freshness",
+            "Fig. 9: long-running query freshness",
+            "long",
+            "freshness (s, lower is better)",
         ),
-        Figure(
+        _fig(
             "windows_fig10_inter_exec",
-            x="n",
-            y="lr_inter_exec",
-            title="Fig. 10: inter-execution time",
-            series="scheduler",
-            facet="t",
-            ylabel="inter-execution time (s)",
+            "lr_inter_exec",
+            "Fig. 10: inter-execution time",
+            "long",
+            "inter-execution time (s)",
             logy=True,
-            where=(("workload", "long"),),
         ),
-        Figure(
+        _fig(
             "windows_fig11_throughput",
-            x="n",
-            y="throughput",
-            title="Fig. 11: read-only transactions per second",
-            series="scheduler",
-            facet="t",
-            ylabel="committed queries / s",
+            "throughput",
+            "Fig. 11: read-only transactions per second",
+            "long",
+            "committed queries / s",
             logy=True,
-            where=(("workload", "long"),),
         ),
         _fig(
             "windows_fig12_snapshot_response",

@@ -21,11 +21,14 @@ from __future__ import annotations
 
 import gzip
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from txstream.errors import TxStreamError
+
+T = TypeVar("T")
 
 INPUT_FIELDS: tuple[str, ...] = (
     "Type", "Time", "VID", "Spd", "XWay", "Lane", "Dir", "Seg", "Pos",
@@ -72,6 +75,29 @@ def open_text(path: str | Path) -> TextIO:
     except OSError as exc:
         raise TxStreamError(f"cannot read {p}: {exc.strerror or exc}") from None
 
+
+
+def read_lines(
+    path: str | Path, parse: Callable[[str], T]
+) -> tuple[list[T], list[tuple[int, str, str]]]:
+    """Parse every non-blank line of ``path``; also the malformed ones ``(line_no, reason, raw)``.
+
+    An unreadable file (missing, not text, a broken ``.gz``) is a :class:`TxStreamError`.
+    """
+    items: list[T] = []
+    rejected: list[tuple[int, str, str]] = []
+    with open_text(path) as f:
+        try:
+            for no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    items.append(parse(line))
+                except MalformedTupleError as exc:
+                    rejected.append((no, str(exc), line.rstrip("\n")))
+        except (UnicodeDecodeError, OSError, EOFError) as exc:
+            raise TxStreamError(f"cannot read {path}: {exc}") from None
+    return items, rejected
 
 def _ints(line: str, n: int, what: str) -> tuple[int, ...]:
     parts = line.strip().split(",")

@@ -35,9 +35,8 @@ import pandas as pd  # type: ignore[import-untyped]
 from txstream.errors import TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
     INPUT_FIELDS,
-    MalformedTupleError,
-    open_text,
     parse_input_line,
+    read_lines,
 )
 
 LAV_DEFINITIONS = ("spec", "raw-mean")
@@ -87,19 +86,7 @@ class Expected:
 
 def read_input(path: str | Path) -> tuple[Any, list[tuple[int, str, str]]]:
     """The input as a DataFrame, plus the malformed lines ``(line_no, reason, raw)``."""
-    rows: list[tuple[int, ...]] = []
-    rejected: list[tuple[int, str, str]] = []
-    with open_text(path) as f:
-        try:
-            for no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    rows.append(parse_input_line(line))
-                except MalformedTupleError as exc:
-                    rejected.append((no, str(exc), line.rstrip("\n")))
-        except (UnicodeDecodeError, OSError, EOFError) as exc:
-            raise TxStreamError(f"cannot read {path}: {exc}") from None
+    rows, rejected = read_lines(path, parse_input_line)
     arr = np.array(rows, dtype=np.int64).reshape(-1, len(INPUT_FIELDS))
     return pd.DataFrame(arr, columns=list(INPUT_FIELDS)), rejected
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
-from txstream.linearroad.formats import Answer, MalformedTupleError, open_text, parse_answer_line
+from txstream.linearroad.formats import Answer, parse_answer_line, read_lines
 from txstream.linearroad.reference import Expected, expected_frames
 
 TYPE_NAMES = {0: "toll", 1: "accident", 2: "balance", 3: "expenditure"}
@@ -91,20 +91,8 @@ class ValidationReport:
 
 def read_answers(path: str | Path) -> tuple[list[Answer], list[tuple[int, str]]]:
     """Every answer line of ``path``, plus the malformed ones ``(line_no, reason)``."""
-    answers: list[Answer] = []
-    bad: list[tuple[int, str]] = []
-    with open_text(path) as f:
-        try:
-            for no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    answers.append(parse_answer_line(line))
-                except MalformedTupleError as exc:
-                    bad.append((no, str(exc)))
-        except (UnicodeDecodeError, OSError, EOFError) as exc:
-            raise TxStreamError(f"cannot read {path}: {exc}") from None
-    return answers, bad
+    answers, bad = read_lines(path, parse_answer_line)
+    return answers, [(no, reason) for no, reason, _ in bad]
 
 
 def _expected_by_key(exp: Expected) -> dict[int, dict[tuple[int, ...], tuple[Any, ...]]]:
