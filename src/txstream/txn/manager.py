@@ -424,13 +424,18 @@ class Transaction:
             raise self._inactive("commit")
         self.manager._commit(self)
 
-    def abort(self) -> None:
-        """Abort: undo every change, release the locks; a no-op if already aborted."""
+    def abort(self, retry: bool = False) -> None:
+        """Abort: undo every change, release the locks; a no-op if already aborted.
+
+        ``retry=True``: the caller will run the work again with
+        ``begin(retry_of=this)``, so an ordered manager keeps this transaction's
+        place in the predefined order instead of letting younger ones pass.
+        """
         if self.state == ABORTED:
             return
         if self.state != ACTIVE:
             raise self._inactive("abort")
-        self._abort(keep_order=False)
+        self._abort(keep_order=retry)
 
     def _abort(self, keep_order: bool) -> None:
         if self.state == ABORTED or self.state == COMMITTED:

@@ -1,0 +1,749 @@
+"""Linear Road under the transaction manager: Figure 3's stores, Section 5.3's transactions.
+
+The stores are txstream tables in one :class:`~txstream.txn.TransactionManager`
+(durable when ``state_dir`` is given: write-ahead log plus checkpoints):
+
+=================  ================================  ===========================================
+store              key                               row
+=================  ================================  ===========================================
+``cars``           VID                               the car's last report, stop counter, whether
+                                                     that report entered a segment, and its
+                                                     running speed sum in the current
+                                                     segment-minute (CAR SEGM CHANGE)
+``segstats``       (XWay, Dir, Seg, minute)          speed sum, report count, distinct cars, sum
+                                                     of per-car mean speeds (POSITION REPORTS
+                                                     aggregated as they arrive)
+``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last]``
+``accidents``      (XWay, Dir, Seg)                  ``[minute, active]`` (ACCIDENTS)
+``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll]`` (TOLLS)
+``balance``        VID                               ``[balance, pending toll, last entry time]``
+``toll_alerts``    (VID, Time)                       ``[LAV, toll, emit]`` (TOLL ALERTS)
+``acc_alerts``     (VID, Time)                       ``[XWay, Seg, Dir, emit]`` (ACCIDENT ALERTS)
+``bal_reports``    QID                               ``[Time, balance, emit]`` (BALANCE REPORTS)
+``exp_reports``    QID                               ``[Time, toll, emit]``
+``rejected``       input line number                 ``[reason, raw line]``
+=================  ================================  ===========================================
+
+HISTORICAL TOLLS is a static relation, read without locks.
+
+The processing paths run concurrently, one thread each, like the queries of
+Figure 3 connected by stores:
+
+* **ingest** (the caller's thread, e.g. Spark's ``foreachBatch``): one
+  transaction per run of input tuples within a minute updates ``cars``,
+  ``segstats`` and ``stops`` and yields the segment entries and queries;
+* **minute**: at each minute boundary, the minute's accidents in one
+  transaction ``{r(stops) w(accidents)}``, then the minute's tolls in one
+  ``{r(segstats) r(accidents) w(tolls)}``, then the output sink;
+* **toll**: one transaction per toll notification (or per 1, 2 or 3 seconds of
+  them, ``txn_size``): ``r(tolls) r(accidents) w(balance) w(toll_alerts)
+  [w(acc_alerts)]``;
+* **query**: account-balance and daily-expenditure queries.
+
+Variants:
+
+* ``serializable``: SS2PL with the *predefined order* (the tuples' arrival
+  order): every transaction takes its place in the order when the ingest
+  path creates it, so a notification of minute ``m`` is ordered after the
+  tolls and accidents of minute ``m`` and waits for them if that path is
+  behind; commits follow the order.
+* ``not-serializable``: the same transactions with writers' locks only
+  (protocol ``none``) and no order: a notification reads whatever the stores
+  hold when it runs, so when the minute path is behind it uses the previous
+  minute's tolls and misses new accidents.  Alerts are written without a key
+  check, so a duplicated input report produces a duplicate alert and a double
+  charge (the ADHOC implementation's behaviour).
+
+A re-delivered report (a duplicate from a faulty source, or a replay after a
+crash) re-emits its segment entry; the notification charges the balance, then
+inserts the alert, whose key already exists, so the transaction manager rolls
+the transaction back: balance restored, no duplicate alert.
+
+Exactly-once after a crash: each transaction commits, with its effects, the
+highest input line number whose transactions have all been created before
+it; in the serializable variant commits follow creation order, so the
+recovered offset is a prefix and the replay from it is idempotent (see above).
+Answers leave the stores through the sink, which appends them to the answers
+file and commits the file's new length; on restart the file is cut back to
+the committed length.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TransientError, TxStreamError, UnknownNameError
+from txstream.linearroad.formats import (
+    ACCOUNT_BALANCE,
+    DAILY_EXPENDITURE,
+    DAY,
+    DIR,
+    EXIT_LANE,
+    LANE,
+    POS,
+    POSITION_REPORT,
+    QID,
+    SEG,
+    SEGMENTS,
+    SPD,
+    TIME,
+    TYPE,
+    VID,
+    XWAY,
+)
+from txstream.storage import DuplicateKeyError
+from txstream.txn import Transaction, TransactionManager
+
+VARIANTS: dict[str, str] = {
+    "serializable": "SS2PL with the arrival order: notifications read the committed tolls "
+    "and accidents of the previous minute",
+    "not-serializable": "writers lock, no order: reads take whatever the stores hold",
+}
+"""The variants by name, as the command line takes them."""
+
+TXN_SIZES: dict[str, int] = {"event": 0, "1s": 1, "2s": 2, "3s": 3}
+"""Toll-notification transaction size: one per event, or per 1, 2 or 3 seconds."""
+
+LAV_DEFINITIONS = ("spec", "raw-mean")
+
+MEAN_SCALE = 2520
+"""Per-car mean speeds are kept as ``MEAN_SCALE * sum / count``: exact for up to 10
+reports per car and segment-minute (a car reports every 30 seconds)."""
+
+# Indexes into a ``cars`` row.
+C_TIME, C_XWAY, C_DIR, C_SEG, C_LANE, C_POS, C_SAME, C_ENTERED, C_MINUTE, C_SUM, C_COUNT = range(11)
+
+Tuple = tuple[int, ...]
+Arrival = tuple[int, float, Tuple]
+"""An input tuple as the engine gets it: ``(line number, handoff wall time, fields)``."""
+
+
+class DuplicateEvents(TxStreamError):
+    """A notification found the alert of one of its events already committed."""
+
+    def __init__(self, indexes: list[int]) -> None:
+        super().__init__(f"{len(indexes)} duplicated event(s)")
+        self.indexes = indexes
+
+
+def check_variant(name: str) -> str:
+    """Return ``name`` if it names a variant, else :class:`UnknownNameError`."""
+    if name not in VARIANTS:
+        raise UnknownNameError("variant", name, list(VARIANTS))
+    return name
+
+
+def check_txn_size(name: str) -> str:
+    """Return ``name`` if it names a transaction size, else :class:`UnknownNameError`."""
+    if name not in TXN_SIZES:
+        raise UnknownNameError("transaction size", name, list(TXN_SIZES))
+    return name
+
+
+@dataclass
+class Entry:
+    """A car entering a segment: what a toll notification (or a charge) is about."""
+
+    seq: int
+    handoff: float
+    vid: int
+    time: int
+    xway: int
+    dir: int
+    seg: int
+    exit: bool
+    """Entered on the exit lane: charge the previous toll, no notification."""
+
+
+@dataclass
+class Query:
+    """An account-balance (type 2) or daily-expenditure (type 3) query."""
+
+    seq: int
+    handoff: float
+    type: int
+    time: int
+    vid: int
+    qid: int
+    xway: int
+    day: int
+
+
+@dataclass
+class Job:
+    """One transaction's work, created (and placed in the order) by the ingest path."""
+
+    path: str
+    txn: Transaction
+    run: Callable[[Transaction, Job], list[tuple[str, Any, float]]]
+    items: list[Any] = field(default_factory=list)
+    offset: int | None = None
+    minute: int = 0
+    checkpoint: bool = False
+    """Checkpoint the stores after this job commits."""
+
+
+@dataclass
+class Latency:
+    """One committed answer: its type (0-3), handoff and commit wall times."""
+
+    type: int
+    handoff: float
+    committed: float
+
+
+_ANSWER_TYPE = {"toll_alerts": 0, "acc_alerts": 1, "bal_reports": 2, "exp_reports": 3}
+
+
+def _lav(rows: Sequence[Any], definition: str) -> int:
+    """LAV over the segment's minute rows present (``segstats`` rows), rounded half up."""
+    if not rows:
+        return 0
+    if definition == "raw-mean":
+        mean = Fraction(sum(r[0] for r in rows), sum(r[1] for r in rows))
+    else:
+        mean = sum((Fraction(r[3], MEAN_SCALE * r[2]) for r in rows), Fraction(0)) / len(rows)
+    return int(mean + Fraction(1, 2))
+
+
+def _active(stops: Sequence[Sequence[int]], minute: int) -> bool:
+    """Whether the stopped cars of one segment make an accident active in ``minute``.
+
+    An accident is two cars stopped at one position; it is active from the minute
+    after the second car's fourth identical report up to the minute after the
+    last stopped report there (see :mod:`txstream.linearroad.reference`).
+    """
+    by_pos: dict[int, dict[int, tuple[int, int]]] = {}
+    for pos, vid, first, last in stops:
+        by_pos.setdefault(pos, {})[vid] = (first, last)
+    for cars in by_pos.values():
+        if len(cars) < 2:
+            continue
+        detect = sorted(f for f, _ in cars.values())[1]
+        end = max(last for _, last in cars.values())
+        if detect // 60 + 2 <= minute <= end // 60 + 2:
+            return True
+    return False
+
+
+def _entry(seq: int, handoff: float, t: Tuple) -> Entry:
+    return Entry(seq, handoff, t[VID], t[TIME], t[XWAY], t[DIR], t[SEG], t[LANE] == EXIT_LANE)
+
+
+def _downstream(direction: int, seg: int) -> Iterable[int]:
+    """The segment and the four downstream of it (direction 0 counts up, 1 down)."""
+    step = 1 if direction == 0 else -1
+    return (seg + step * k for k in range(5) if 0 <= seg + step * k < SEGMENTS)
+
+
+class LinearRoadEngine:
+    """Runs the Linear Road queries as transactions; feed it with :meth:`process`.
+
+    Call order: ``start()``, ``process(batch)`` any number of times from one
+    thread with tuples in arrival order, ``finish()``.  Tuples at or below
+    :attr:`resumed_from` (recovered from ``state_dir``) are skipped.
+    """
+
+    def __init__(
+        self,
+        *,
+        variant: str = "serializable",
+        txn_size: str = "event",
+        lav: str = "spec",
+        state_dir: str | Path | None = None,
+        answers_path: str | Path | None = None,
+        historical_tolls: dict[tuple[int, int, int], int] | None = None,
+        sync: str = "off",
+        checkpoint_minutes: int = 5,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.variant = check_variant(variant)
+        self.txn_size = check_txn_size(txn_size)
+        if lav not in LAV_DEFINITIONS:
+            raise UnknownNameError("LAV definition", lav, list(LAV_DEFINITIONS))
+        if checkpoint_minutes < 1:
+            raise TxStreamError("checkpoint_minutes must be at least 1")
+        self.lav = lav
+        self.serializable = variant == "serializable"
+        self.period = TXN_SIZES[txn_size]
+        self.clock = clock
+        self.start_wall = clock()
+        self.checkpoint_minutes = checkpoint_minutes
+        if state_dir is not None:
+            Path(state_dir).mkdir(parents=True, exist_ok=True)
+        self.tm = TransactionManager(
+            "ss2pl" if self.serializable else "none",
+            path=state_dir,
+            sync=sync,
+            ordered=self.serializable,
+        )
+        tm = self.tm
+        self.cars = tm.table("cars")
+        self.segstats = tm.table("segstats")
+        self.stops = tm.table("stops")
+        self.accidents = tm.table("accidents")
+        self.tolls = tm.table("tolls")
+        self.balance = tm.table("balance")
+        self.meta = tm.table("meta")
+        self.outputs = {name: tm.table(name) for name in _ANSWER_TYPE}
+        self.rejected = tm.table("rejected")
+        self.historical = historical_tolls or {}
+        self._by_day: dict[tuple[int, int], int] = {}
+        for (vid, day, _x), toll in self.historical.items():
+            self._by_day.setdefault((vid, day), toll)
+
+        self.resumed_from: int = int(tm.offset("input", 0))
+        self.minute: int = int(self.meta.read("minute", 0))
+        self.xways: set[int] = set(self.meta.read("xways", []))
+        self.answers_path = Path(answers_path) if answers_path is not None else None
+        self.answer_lines: list[str] = []
+        if self.answers_path is not None:
+            self._cut_answers_file(int(tm.offset("answers_bytes", 0)))
+
+        self._chunk: list[Arrival] = []
+        self._rejects: list[tuple[int, str, str]] = []
+        self._group: list[Entry] = []
+        self._group_period = -1
+        self._queues: dict[str, queue.Queue[Job | None]] = {}
+        self._threads: list[threading.Thread] = []
+        self._errors: list[BaseException] = []
+        self._committed_at: dict[tuple[str, Any], float] = {}
+        self._file_lock = threading.Lock()
+        self.latencies: list[Latency] = []
+        self.rolled_back = 0
+        self.retries = 0
+        self.tuples = 0
+        self.last_seq = self.resumed_from
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the minute, toll and query paths (one thread each)."""
+        for path in ("minute", "toll", "query"):
+            q: queue.Queue[Job | None] = queue.Queue()
+            self._queues[path] = q
+            t = threading.Thread(target=self._worker, args=(q,), name=f"lr-{path}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def finish(self) -> None:
+        """Flush open groups and the outputs, wait for every path, checkpoint, close."""
+        self._check()
+        self._flush_chunk()
+        self._close_group()
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join()
+        self._check()
+        # The last answers leave once every path is idle: a sink enumerates the rows
+        # present when it runs, and older transactions may still be queued before that.
+        self._execute(Job("minute", self.tm.begin(), self._sink, minute=10**9))
+        if self.tm.store.durable:
+            self.tm.checkpoint()
+        self.tm.close()
+
+    def abandon(self) -> None:
+        """Stop the paths without flushing (after an error); the durable state stays."""
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout=5)
+        self.tm.close()
+
+    def _check(self) -> None:
+        if self._errors:
+            raise self._errors[0]
+
+    # -- the ingest path (caller's thread) ---------------------------------------------
+
+    def process(
+        self, arrivals: Iterable[Arrival], rejected: Iterable[tuple[int, str, str]] = ()
+    ) -> None:
+        """Take tuples in arrival order (``(line, handoff, fields)``) and malformed lines."""
+        self._check()
+        self._rejects.extend(r for r in rejected if r[0] > self.resumed_from)
+        for arrival in arrivals:
+            seq, _, t = arrival
+            if seq <= self.resumed_from:
+                continue
+            minute = t[TIME] // 60 + 1
+            if minute > self.minute:
+                self._flush_chunk()
+                self._close_group()
+                for m in range(self.minute + 1, minute + 1):
+                    self._boundary(m)
+                self.minute = minute
+            self._chunk.append(arrival)
+            self.tuples += 1
+            self.last_seq = max(self.last_seq, seq)
+        self._flush_chunk()
+
+    def _safe(self, seq: int) -> int:
+        """The highest line whose transactions all exist once this one is created."""
+        if self._group:
+            seq = min(seq, self._group[0].seq - 1)
+        return seq
+
+    def _submit(
+        self,
+        path: str,
+        run: Callable[[Transaction, Job], list[tuple[str, Any, float]]],
+        items: list[Any] | None = None,
+        offset: int | None = None,
+        minute: int = 0,
+    ) -> Job:
+        job = Job(path, self.tm.begin(), run, items or [], offset, minute)
+        self._queues[path].put(job)
+        return job
+
+    def _boundary(self, minute: int) -> None:
+        """Minute ``minute`` starts: its accidents, tolls and the output sink, in that order."""
+        segments = [(x, d, s) for x in sorted(self.xways) for d in (0, 1) for s in range(SEGMENTS)]
+        self._submit("minute", self._detect_accidents, segments, minute=minute)
+        self._submit("minute", self._compute_tolls, segments, minute=minute)
+        sink = self._submit("minute", self._sink, minute=minute)
+        sink.checkpoint = self.tm.store.durable and minute % self.checkpoint_minutes == 0
+
+    def _flush_chunk(self) -> None:
+        chunk, self._chunk = self._chunk, []
+        rejects, self._rejects = self._rejects, []
+        if not chunk and not rejects:
+            return
+        first = chunk[0][0] if chunk else rejects[0][0]
+        job = Job("ingest", self.tm.begin(), self._ingest, [chunk, rejects], self._safe(first - 1))
+        outputs = self._execute(job)
+        self.xways.update(t[XWAY] for _, _, t in chunk if t[TYPE] == POSITION_REPORT)
+        for kind, item, _ in outputs:
+            if kind == "entry":
+                self._entry(item)
+            else:
+                self._submit("query", self._answer_query, [item], offset=self._safe(item.seq))
+
+    def _entry(self, entry: Entry) -> None:
+        if self.period == 0:
+            self._submit("toll", self._notify, [entry], offset=self._safe(entry.seq))
+            return
+        period = entry.time // self.period
+        if self._group and period != self._group_period:
+            self._close_group()
+        self._group_period = period
+        self._group.append(entry)
+
+    def _close_group(self) -> None:
+        if not self._group:
+            return
+        group, self._group = self._group, []
+        self._submit("toll", self._notify, group, offset=self._safe(group[-1].seq))
+
+    def _ingest(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        chunk, rejects = job.items
+        out: list[tuple[str, Any, float]] = []
+        cars, segstats, stops = self.cars, self.segstats, self.stops
+        for seq, reason, raw in rejects:
+            txn.put(self.rejected, seq, [reason, raw])
+        new_xways = False
+        for seq, handoff, t in chunk:
+            kind = t[TYPE]
+            if kind != POSITION_REPORT:
+                if kind in (ACCOUNT_BALANCE, DAILY_EXPENDITURE):
+                    q = Query(seq, handoff, kind, t[TIME], t[VID], t[QID], t[XWAY], t[DAY])
+                    out.append(("query", q, handoff))
+                continue
+            vid, now, x, d, seg, lane, pos, spd = (
+                t[VID], t[TIME], t[XWAY], t[DIR], t[SEG], t[LANE], t[POS], t[SPD],
+            )  # fmt: skip
+            car = txn.read(cars, vid)
+            if car is not None and car[C_TIME] >= now:
+                if car[C_TIME] == now and car[C_ENTERED]:
+                    # Delivered again: the entry goes out again; its notification
+                    # transaction finds the alert and is rolled back.
+                    out.append(("entry", _entry(seq, handoff, t), handoff))
+                continue
+            if x not in self.xways and not new_xways:
+                new_xways = True
+            entered = car is None or (car[C_SEG], car[C_XWAY], car[C_DIR]) != (seg, x, d)
+            same = (
+                car[C_SAME] + 1
+                if car is not None
+                and (car[C_POS], car[C_LANE], car[C_XWAY], car[C_DIR]) == (pos, lane, x, d)
+                else 1
+            )
+            minute = now // 60 + 1
+            key = (x, d, seg, minute)
+            stat = txn.read(segstats, key) or [0, 0, 0, 0]
+            stat = list(stat)
+            stat[0] += spd
+            stat[1] += 1
+            if car is not None and not entered and car[C_MINUTE] == minute:
+                s0, c0 = car[C_SUM], car[C_COUNT]
+                s1, c1 = s0 + spd, c0 + 1
+                stat[3] += MEAN_SCALE * s1 // c1 - MEAN_SCALE * s0 // c0
+            else:
+                s1, c1 = spd, 1
+                stat[2] += 1
+                stat[3] += MEAN_SCALE * spd
+            txn.put(segstats, key, stat)
+            if same >= 4:
+                where = (x, d, seg)
+                row = [list(e) for e in txn.read(stops, where, [])]
+                for e in row:
+                    if e[0] == pos and e[1] == vid:
+                        e[3] = now
+                        break
+                else:
+                    row.append([pos, vid, now, now])
+                txn.put(stops, where, row)
+            txn.put(cars, vid, [now, x, d, seg, lane, pos, same, entered, minute, s1, c1])
+            if entered:
+                out.append(("entry", _entry(seq, handoff, t), handoff))
+        if new_xways:
+            seen = sorted(self.xways | {t[XWAY] for _, _, t in chunk if t[TYPE] == POSITION_REPORT})
+            txn.put(self.meta, "xways", seen)
+        return out
+
+    # -- the minute path ---------------------------------------------------------------
+
+    def _detect_accidents(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        m = job.minute
+        for where in job.items:
+            row = txn.read(self.stops, where)
+            active = bool(row) and _active(row, m)
+            if row:
+                # Stops that cannot make an accident active any more.
+                kept = [e for e in row if e[3] // 60 + 2 >= m - 1]
+                if len(kept) != len(row):
+                    if kept:
+                        txn.put(self.stops, where, kept)
+                    else:
+                        txn.delete(self.stops, where)
+            txn.put(self.accidents, where, [m, int(active)])
+        return []
+
+    def _compute_tolls(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        m = job.minute
+        for x, d, seg in job.items:
+            rows = []
+            cars = 0
+            for k in range(m - 5, m):
+                r = txn.read(self.segstats, (x, d, seg, k))
+                if r is not None:
+                    rows.append(r)
+                    if k == m - 1:
+                        cars = r[2]
+            lav = _lav(rows, self.lav)
+            near = any(txn.read(self.accidents, (x, d, s), [0, 0])[1] for s in _downstream(d, seg))
+            toll = 2 * (cars - 50) ** 2 if cars > 50 and lav < 40 and not near else 0
+            txn.put(self.tolls, (x, d, seg), [m, lav, toll])
+            old = (x, d, seg, m - 6)
+            if txn.read(self.segstats, old) is not None:
+                txn.delete(self.segstats, old)
+        txn.put(self.meta, "minute", m)
+        return []
+
+    def _sink(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        """Move answers older than two minutes (all, at the end) to the answers file."""
+        cut = 60 * (job.minute - 2)
+        lines: list[str] = []
+        for name, table in self.outputs.items():
+            kind = _ANSWER_TYPE[name]
+            due: list[Any] = []
+            key: Any
+            for key in list(table.keys()):
+                peek = table.read(key)
+                when = key[1] if kind in (0, 1) else (peek[0] if peek is not None else 0)
+                if when < cut:
+                    due.append(key)
+            for key in sorted(due):
+                row = txn.read(table, key)
+                if row is None:
+                    continue
+                txn.delete(table, key)
+                committed = self._committed_at.pop((name, key), row[-1])
+                lines.append(_format(kind, key, row, committed - self.start_wall))
+        if lines:
+            size = self._append_answers(lines)
+            txn.commit_offset("answers_bytes", size)
+        return []
+
+    # -- the toll and query paths ---------------------------------------------------------
+
+    def _notify(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        out: list[tuple[str, Any, float]] = []
+        dups: list[int] = []
+        stamp = self.clock()
+        alerts, acc_alerts = self.outputs["toll_alerts"], self.outputs["acc_alerts"]
+        for i, e in enumerate(job.items):
+            bal = txn.read(self.balance, e.vid, [0, 0, -1])
+            if self.serializable and e.exit and bal[2] >= e.time:
+                continue  # a charge already made (a replayed exit-lane entry)
+            if e.exit:
+                txn.put(self.balance, e.vid, [bal[0] + bal[1], 0, e.time])
+                continue
+            _, lav, toll = txn.read(self.tolls, (e.xway, e.dir, e.seg), [0, 0, 0])
+            near = [
+                s
+                for s in _downstream(e.dir, e.seg)
+                if txn.read(self.accidents, (e.xway, e.dir, s), [0, 0])[1]
+            ]
+            txn.put(self.balance, e.vid, [bal[0] + bal[1], toll, e.time])
+            key: tuple[int, ...] = (e.vid, e.time) if self.serializable else (e.vid, e.time, e.seq)
+            try:
+                if self.serializable:
+                    txn.insert(alerts, key, [lav, toll, stamp])
+                else:
+                    txn.put(alerts, key, [lav, toll, stamp])
+            except DuplicateKeyError:
+                dups.append(i)
+                continue
+            out.append(("toll_alerts", key, e.handoff))
+            if near:
+                txn.put(acc_alerts, key, [e.xway, min(near), e.dir, stamp])
+                out.append(("acc_alerts", key, e.handoff))
+        if dups:
+            txn.abort(retry=len(dups) < len(job.items))
+            raise DuplicateEvents(dups)
+        return out
+
+    def _answer_query(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        q: Query = job.items[0]
+        stamp = self.clock()
+        key: Any = q.qid if self.serializable else (q.qid, q.seq)
+        if q.type == ACCOUNT_BALANCE:
+            bal = txn.read(self.balance, q.vid, [0, 0, -1])
+            name, row = "bal_reports", [q.time, bal[0], stamp]
+        else:
+            toll = self.historical.get((q.vid, q.day, q.xway))
+            if toll is None and q.xway < 0:
+                toll = self._by_day.get((q.vid, q.day))
+            name, row = "exp_reports", [q.time, toll or 0, stamp]
+        try:
+            if self.serializable:
+                txn.insert(self.outputs[name], key, row)
+            else:
+                txn.put(self.outputs[name], key, row)
+        except DuplicateKeyError:
+            txn.abort()
+            raise DuplicateEvents([0]) from None
+        return [(name, key, q.handoff)]
+
+    # -- running transactions ------------------------------------------------------------
+
+    def _worker(self, q: queue.Queue[Job | None]) -> None:
+        while True:
+            job = q.get()
+            if job is None:
+                return
+            try:
+                self._execute(job)
+                if job.checkpoint:
+                    self.tm.checkpoint()
+            except BaseException as exc:  # surfaced on the ingest thread
+                self._errors.append(exc)
+
+    def _execute(self, job: Job) -> list[tuple[str, Any, float]]:
+        """Run ``job`` to its commit: retry transient failures, drop duplicated events."""
+        txn = job.txn
+        while True:
+            try:
+                with txn:
+                    out = job.run(txn, job)
+                    if job.offset is not None and job.offset > 0:
+                        txn.commit_offset("input", job.offset)
+                break
+            except TransientError:
+                self.retries += 1
+                txn = self.tm.begin(retry_of=txn)
+            except DuplicateEvents as dup:
+                self.rolled_back += 1
+                job.items = [e for i, e in enumerate(job.items) if i not in dup.indexes]
+                if not job.items:  # aborted for good, its place in the order freed
+                    return []
+                txn = self.tm.begin(retry_of=txn)
+        now = self.clock()
+        for name, key, handoff in out:
+            if name in _ANSWER_TYPE:
+                self._committed_at[(name, key)] = now
+                self.latencies.append(Latency(_ANSWER_TYPE[name], handoff, now))
+        return out
+
+    # -- the answers file ---------------------------------------------------------------
+
+    def _cut_answers_file(self, size: int) -> None:
+        path = self.answers_path
+        assert path is not None
+        if not path.exists():
+            path.write_bytes(b"")
+        if path.stat().st_size > size:
+            with path.open("r+b") as f:
+                f.truncate(size)
+
+    def _append_answers(self, lines: list[str]) -> int:
+        text = "".join(line + "\n" for line in lines)
+        with self._file_lock:
+            self.answer_lines.extend(lines)
+            if self.answers_path is None:
+                return len(self.answer_lines)
+            with self.answers_path.open("ab") as f:
+                f.write(text.encode("ascii"))
+                f.flush()
+                if self.tm.store.durable:
+                    os.fsync(f.fileno())
+                return f.tell()
+
+    def rejected_lines(self) -> list[str]:
+        """The malformed input lines: ``line N: reason: raw``, in line order."""
+        rows = sorted(self.rejected.rows().items())
+        return [f"line {seq}: {reason}: {raw}" for seq, (reason, raw) in rows]
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the run: tuples, rolled-back notifications, retries, the TM's."""
+        out = {"tuples": self.tuples, "rolled_back": self.rolled_back, "retries": self.retries}
+        out.update(self.tm.stats())
+        return out
+
+
+def _format(kind: int, key: Any, row: Sequence[Any], emit: float) -> str:
+    if kind == 0:
+        return f"0,{key[0]},{key[1]},{emit:.3f},{row[0]},{row[1]}"
+    if kind == 1:
+        return f"1,{key[1]},{emit:.3f},{row[0]},{row[1]},{row[2]},{key[0]}"
+    qid = key if isinstance(key, int) else key[0]
+    return (
+        f"{kind},{row[0]},{emit:.3f},{row[0]},{qid},{row[1]}"
+        if kind == 2
+        else (f"3,{row[0]},{emit:.3f},{qid},{row[1]}")
+    )
+
+
+def replay(
+    engine: LinearRoadEngine,
+    lines: Iterable[str],
+    batch: int = 2000,
+    parse: Callable[[str], Tuple] | None = None,
+) -> None:
+    """Feed ``lines`` (the input file's lines) to ``engine`` in batches, without Spark."""
+    from txstream.linearroad.formats import MalformedTupleError, parse_input_line
+
+    parse = parse or parse_input_line
+    arrivals: list[Arrival] = []
+    rejects: list[tuple[int, str, str]] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            arrivals.append((no, engine.clock(), parse(line)))
+        except MalformedTupleError as exc:
+            rejects.append((no, str(exc), line.rstrip("\n")))
+        if len(arrivals) >= batch:
+            engine.process(arrivals, rejects)
+            arrivals, rejects = [], []
+    engine.process(arrivals, rejects)
