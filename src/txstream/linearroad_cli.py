@@ -1,4 +1,13 @@
-"""``txstream linear-road``: generate Linear Road inputs and validate answers.
+"""``txstream linear-road``: generate Linear Road inputs, run the queries, validate answers.
+
+``txstream linear-road run [--input FILE [--tolls FILE] | --L X --minutes D]
+[--speedup S] [--variant serializable|not-serializable] [--txn-size
+event|1s|2s|3s] [--lav spec|raw-mean] [--inject-duplicates SECONDS] --out DIR``
+replays the input through Spark Structured Streaming into the transactional
+engine and writes ``DIR/answers.txt``, ``DIR/rejected.txt``,
+``DIR/summary.json`` and ``DIR/latency.png``; it validates the answers unless
+``--no-validate``.  Run it again with the same ``--out`` after a crash and it
+resumes from the checkpoint and write-ahead log in ``DIR/state``.
 
 ``txstream linear-road generate --out DIR [--L X] [--minutes D] [--seed S]
 [--spark]`` writes ``DIR/input.dat`` and ``DIR/tolls.dat`` and prints the
@@ -53,6 +62,31 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     g.set_defaults(func=_generate)
 
+    r = group.add_parser(
+        "run", help="run the queries on Spark under the transaction manager, then validate"
+    )
+    src = r.add_mutually_exclusive_group()
+    src.add_argument("--input", type=Path, metavar="FILE", help="an input file (.gz allowed)")
+    src.add_argument("--L", dest="L", type=float, help="generate an input with L expressways")
+    r.add_argument("--minutes", type=int, default=3, help="simulated minutes to generate")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls for --input")
+    r.add_argument("--speedup", type=float, default=1.0, help="simulated seconds per wall second")
+    r.add_argument("--variant", default="serializable", help="serializable or not-serializable")
+    r.add_argument("--txn-size", default="event", help="event, 1s, 2s or 3s")
+    r.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
+    r.add_argument(
+        "--inject-duplicates",
+        type=int,
+        default=0,
+        metavar="SECONDS",
+        help="duplicate a segment-entering report every SECONDS of input time",
+    )
+    r.add_argument("--sync", default="off", help="write-ahead log sync: off, group or commit")
+    r.add_argument("--no-validate", action="store_true", help="skip the validation")
+    r.add_argument("--out", type=Path, required=True, metavar="DIR")
+    r.set_defaults(func=_run)
+
     v = group.add_parser("validate", help="check an answers file against the input")
     v.add_argument("--input", type=Path, required=True, metavar="FILE")
     v.add_argument("--answers", type=Path, metavar="FILE", help="default: the validator's own")
@@ -84,6 +118,56 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"input: {paths.input} ({paths.tuples} tuples)")
     print(f"tolls: {paths.tolls}")
     print(f"density: {paths.density:.1f} tuples per expressway-second (L={args.L:g})")
+    return 0
+
+
+SYNC_MODES = ("off", "group", "commit")
+
+
+def _run(args: argparse.Namespace) -> int:
+    from txstream.linearroad.engine import check_txn_size, check_variant
+    from txstream.linearroad.reference import check_lav
+    from txstream.spark.linearroad import RunOptions, run_job
+
+    check_variant(args.variant)
+    check_txn_size(args.txn_size)
+    check_lav(args.lav)
+    if args.sync not in SYNC_MODES:
+        raise UnknownNameError("sync setting", args.sync, list(SYNC_MODES))
+    if not args.speedup > 0:
+        raise TxStreamError(f"--speedup must be positive, got {args.speedup:g}")
+    if args.inject_duplicates < 0:
+        raise TxStreamError("--inject-duplicates must be 0 (off) or a number of seconds")
+    for path in (args.input, args.tolls):
+        if path is not None and not path.is_file():
+            raise TxStreamError(f"no such file: {path}")
+    if args.input is None:
+        from txstream.linearroad.generate import check_params, lanes_of
+
+        lanes_of(args.L if args.L is not None else 1.0)
+        check_params(args.minutes, 2.0)
+    options = RunOptions(
+        out=args.out,
+        input=args.input,
+        tolls=args.tolls,
+        L=args.L if args.L is not None else 1.0,
+        minutes=args.minutes,
+        seed=args.seed,
+        speedup=args.speedup,
+        variant=args.variant,
+        txn_size=args.txn_size,
+        lav=args.lav,
+        inject_duplicates=args.inject_duplicates,
+        sync=args.sync,
+        validate=not args.no_validate,
+    )
+    result = run_job(options)
+    from txstream.linearroad.report import table
+
+    print(table(result))
+    print(f"outputs in {args.out}/ (answers.txt, rejected.txt, summary.json, latency.png)")
+    if args.variant == "serializable" and result.get("valid") is False:
+        return 1
     return 0
 
 

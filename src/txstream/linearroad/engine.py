@@ -244,6 +244,47 @@ def _downstream(direction: int, seg: int) -> Iterable[int]:
     return (seg + step * k for k in range(5) if 0 <= seg + step * k < SEGMENTS)
 
 
+class HistoricalTolls:
+    """HISTORICAL TOLLS ``VID,Day,XWay,Toll``: a static relation, read without locks.
+
+    Kept as sorted numpy arrays (4 million rows take ~100 MB, not gigabytes of
+    dict entries).  A query without an expressway (-1) takes the first toll of
+    that car and day in file order; an unknown car or day spends 0.
+    """
+
+    def __init__(self, rows: Sequence[tuple[int, int, int, int]] | Any) -> None:
+        import numpy as np
+
+        arr = np.asarray(rows, dtype=np.int64).reshape(-1, 4)
+        key = arr[:, 0] * 100 + arr[:, 1]
+        order = np.argsort(key, kind="stable")
+        self._key = key[order]
+        self._xway = arr[order, 2]
+        self._toll = arr[order, 3]
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> HistoricalTolls:
+        """Read a historical-tolls file (``.gz`` allowed); :class:`TxStreamError` if unreadable."""
+        from txstream.linearroad.reference import read_tolls
+
+        return cls(read_tolls(path).to_numpy())
+
+    def __len__(self) -> int:
+        return len(self._key)
+
+    def lookup(self, vid: int, day: int, xway: int) -> int:
+        """The toll car ``vid`` paid on ``day`` on ``xway`` (any expressway if -1), else 0."""
+        import numpy as np
+
+        k = vid * 100 + day
+        lo = int(np.searchsorted(self._key, k, "left"))
+        hi = int(np.searchsorted(self._key, k, "right"))
+        for i in range(lo, hi):
+            if xway < 0 or self._xway[i] == xway:
+                return int(self._toll[i])
+        return 0
+
+
 class LinearRoadEngine:
     """Runs the Linear Road queries as transactions; feed it with :meth:`process`.
 
@@ -260,7 +301,7 @@ class LinearRoadEngine:
         lav: str = "spec",
         state_dir: str | Path | None = None,
         answers_path: str | Path | None = None,
-        historical_tolls: dict[tuple[int, int, int], int] | None = None,
+        historical_tolls: HistoricalTolls | None = None,
         sync: str = "off",
         checkpoint_minutes: int = 5,
         clock: Callable[[], float] = time.time,
@@ -295,10 +336,7 @@ class LinearRoadEngine:
         self.meta = tm.table("meta")
         self.outputs = {name: tm.table(name) for name in _ANSWER_TYPE}
         self.rejected = tm.table("rejected")
-        self.historical = historical_tolls or {}
-        self._by_day: dict[tuple[int, int], int] = {}
-        for (vid, day, _x), toll in self.historical.items():
-            self._by_day.setdefault((vid, day), toll)
+        self.historical = historical_tolls or HistoricalTolls([])
 
         self.resumed_from: int = int(tm.offset("input", 0))
         self.minute: int = int(self.meta.read("minute", 0))
@@ -621,10 +659,8 @@ class LinearRoadEngine:
             bal = txn.read(self.balance, q.vid, [0, 0, -1])
             name, row = "bal_reports", [q.time, bal[0], stamp]
         else:
-            toll = self.historical.get((q.vid, q.day, q.xway))
-            if toll is None and q.xway < 0:
-                toll = self._by_day.get((q.vid, q.day))
-            name, row = "exp_reports", [q.time, toll or 0, stamp]
+            toll = self.historical.lookup(q.vid, q.day, q.xway)
+            name, row = "exp_reports", [q.time, toll, stamp]
         try:
             if self.serializable:
                 txn.insert(self.outputs[name], key, row)

@@ -76,7 +76,6 @@ def open_text(path: str | Path) -> TextIO:
         raise TxStreamError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
-
 def read_lines(
     path: str | Path, parse: Callable[[str], T]
 ) -> tuple[list[T], list[tuple[int, str, str]]]:
@@ -98,6 +97,7 @@ def read_lines(
         except (UnicodeDecodeError, OSError, EOFError) as exc:
             raise TxStreamError(f"cannot read {path}: {exc}") from None
     return items, rejected
+
 
 def _ints(line: str, n: int, what: str) -> tuple[int, ...]:
     parts = line.strip().split(",")

@@ -31,6 +31,7 @@ def local_session(app_name: str = "txstream", cores: int = 2, **conf: Any) -> An
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.sql.streaming.checkpointFileManagerClass", _FAST_CHECKPOINTS)
