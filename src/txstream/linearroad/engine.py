@@ -70,6 +70,7 @@ the committed length.
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import threading
@@ -356,6 +357,8 @@ class LinearRoadEngine:
         self._committed_at: dict[tuple[str, Any], float] = {}
         self._file_lock = threading.Lock()
         self.latencies: list[Latency] = []
+        # Without the serializable variant's key check, every alert is a new row.
+        self._serial = itertools.count()
         self.rolled_back = 0
         self.retries = 0
         self.tuples = 0
@@ -633,7 +636,9 @@ class LinearRoadEngine:
                 if txn.read(self.accidents, (e.xway, e.dir, s), [0, 0])[1]
             ]
             txn.put(self.balance, e.vid, [bal[0] + bal[1], toll, e.time])
-            key: tuple[int, ...] = (e.vid, e.time) if self.serializable else (e.vid, e.time, e.seq)
+            key: tuple[int, ...] = (
+                (e.vid, e.time) if self.serializable else (e.vid, e.time, next(self._serial))
+            )
             try:
                 if self.serializable:
                     txn.insert(alerts, key, [lav, toll, stamp])
@@ -654,7 +659,7 @@ class LinearRoadEngine:
     def _answer_query(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
         q: Query = job.items[0]
         stamp = self.clock()
-        key: Any = q.qid if self.serializable else (q.qid, q.seq)
+        key: Any = q.qid if self.serializable else (q.qid, next(self._serial))
         if q.type == ACCOUNT_BALANCE:
             bal = txn.read(self.balance, q.vid, [0, 0, -1])
             name, row = "bal_reports", [q.time, bal[0], stamp]
@@ -758,28 +763,3 @@ def _format(kind: int, key: Any, row: Sequence[Any], emit: float) -> str:
         if kind == 2
         else (f"3,{row[0]},{emit:.3f},{qid},{row[1]}")
     )
-
-
-def replay(
-    engine: LinearRoadEngine,
-    lines: Iterable[str],
-    batch: int = 2000,
-    parse: Callable[[str], Tuple] | None = None,
-) -> None:
-    """Feed ``lines`` (the input file's lines) to ``engine`` in batches, without Spark."""
-    from txstream.linearroad.formats import MalformedTupleError, parse_input_line
-
-    parse = parse or parse_input_line
-    arrivals: list[Arrival] = []
-    rejects: list[tuple[int, str, str]] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            arrivals.append((no, engine.clock(), parse(line)))
-        except MalformedTupleError as exc:
-            rejects.append((no, str(exc), line.rstrip("\n")))
-        if len(arrivals) >= batch:
-            engine.process(arrivals, rejects)
-            arrivals, rejects = [], []
-    engine.process(arrivals, rejects)

@@ -33,7 +33,8 @@ from pyspark.sql import functions as F
 
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Arrival, LinearRoadEngine
-from txstream.linearroad.formats import EXIT_LANE, FEET_PER_SEGMENT, INPUT_FIELDS, open_text
+from txstream.linearroad.formats import FEET_PER_SEGMENT, INPUT_FIELDS, open_text
+from txstream.linearroad.replay import duplicate_entries, numbered_lines
 
 TAG = "|"
 """Separates the feeder's line number and handoff time from the raw input line."""
@@ -45,17 +46,6 @@ def _second(line: str, default: int) -> int:
         return max(default, int(parts[1]))
     except (IndexError, ValueError):
         return default
-
-
-def _entering(line: str, last_seg: dict[str, tuple[str, ...]]) -> bool:
-    """Whether a position report enters a new segment off the exit lane (for duplicates)."""
-    f = line.strip().split(",")
-    if len(f) != 15 or f[0] != "0":
-        return False
-    where = (f[4], f[6], f[7])
-    entered = last_seg.get(f[2]) != where
-    last_seg[f[2]] = where
-    return entered and f[5] != str(EXIT_LANE)
 
 
 class Feeder(threading.Thread):
@@ -91,25 +81,16 @@ class Feeder(threading.Thread):
         chunk: list[tuple[int, str]] = []
         index = 0
         second = 0
-        last_seg: dict[str, tuple[str, ...]] = {}
-        window = -1
-        for no, line in enumerate(f, 1):
-            raw = line.rstrip("\r\n")
-            if not raw.strip():
-                continue
+        for no, raw in duplicate_entries(numbered_lines(f), self.duplicate_every):
             second = _second(raw, second)
             at = second // self.chunk_seconds
             if at != index and chunk:
                 yield index, chunk
                 chunk = []
             index = at
+            if chunk and chunk[-1][0] == no:
+                self.duplicated += 1
             chunk.append((no, raw))
-            if self.duplicate_every and _entering(raw, last_seg):
-                w = second // self.duplicate_every
-                if w != window:
-                    window = w
-                    chunk.append((no, raw))
-                    self.duplicated += 1
         if chunk:
             yield index, chunk
 
