@@ -344,6 +344,7 @@ class LinearRoadEngine:
         self.xways: set[int] = set(self.meta.read("xways", []))
         self.answers_path = Path(answers_path) if answers_path is not None else None
         self.answer_lines: list[str] = []
+        """The answers, when there is no answers file."""
         if self.answers_path is not None:
             self._cut_answers_file(int(tm.offset("answers_bytes", 0)))
 
@@ -730,8 +731,8 @@ class LinearRoadEngine:
     def _append_answers(self, lines: list[str]) -> int:
         text = "".join(line + "\n" for line in lines)
         with self._file_lock:
-            self.answer_lines.extend(lines)
             if self.answers_path is None:
+                self.answer_lines.extend(lines)
                 return len(self.answer_lines)
             with self.answers_path.open("ab") as f:
                 f.write(text.encode("ascii"))

@@ -1,0 +1,123 @@
+"""Linear Road on Spark: parsing agrees with the Python parser; a run survives SIGKILL.
+
+These tests start Spark (the session fixture, and the command line in
+subprocesses for the crash test); they are the few slow ones of this subsystem.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from txstream.cli import main
+from txstream.linearroad.formats import MalformedTupleError, parse_input_line
+
+LINES = [
+    "0,12,107,32,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "2,15,107,-1,-1,-1,-1,-1,-1,4,-1,-1,-1,-1,-1",
+    "3,15,107,-1,0,-1,-1,-1,-1,5,-1,-1,-1,-1,12",
+    " 0,12,107,32,0,1,0,10,53320,-1,-1,-1,-1,-1,-1 ",
+    "0,12,107,32,0,1,0,10,53320,-1,-1,-1,-1,-1",
+    "0,12,107,x,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "7,12,107,32,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,-1,107,32,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,-5,32,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,250,0,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,32,-2,1,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,32,0,5,0,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,32,0,1,2,10,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,32,0,1,0,100,53320,-1,-1,-1,-1,-1,-1",
+    "0,12,107,32,0,1,0,11,53320,-1,-1,-1,-1,-1,-1",
+    "2,15,107,-1,-1,-1,-1,-1,-1,-4,-1,-1,-1,-1,-1",
+    "3,15,107,-1,0,-1,-1,-1,-1,5,-1,-1,-1,-1,70",
+    "garbage",
+    "1,2,3",
+]
+
+
+def test_spark_parser_agrees_with_the_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
+    from txstream.spark.linearroad import TAG, parse
+
+    tagged = [(f"{i}{TAG}1.5{TAG}{line}",) for i, line in enumerate(LINES, 1)]
+    rows = parse(spark.createDataFrame(tagged, "value string")).orderBy("seq").collect()
+    for row, line in zip(rows, LINES, strict=True):
+        try:
+            want = parse_input_line(line)
+            assert row["reason"] is None, (line, row["reason"])
+            assert tuple(row[f"f{k}"] for k in range(15)) == want
+        except MalformedTupleError as exc:
+            assert row["reason"] == str(exc), line
+        assert row["handoff"] == 1.5
+
+
+def _run_cli(out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-c", "from txstream.cli import main; raise SystemExit(main())",
+        "linear-road", "run", "--L", "1", "--minutes", "4",
+        "--speedup", "8", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    victim = subprocess.Popen(
+        _run_cli(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.time() + 180
+    answers = out / "answers.txt"
+    # Kill once the run is well under way: answers have been committed to the file.
+    while time.time() < deadline and victim.poll() is None:
+        if answers.exists() and answers.stat().st_size > 0:
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert victim.poll() is None, victim.stderr.read() if victim.stderr else ""
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    done = subprocess.run(_run_cli(out), env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed_from_line"] > 0
+    assert summary["valid"] is True
+    assert summary["wrong"] == summary["missing"] == summary["duplicates"] == 0
+    assert (out / "latency.png").stat().st_size > 0
+
+
+def test_duplicates_on_spark_are_rolled_back(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from txstream.spark.linearroad import RunOptions, run_job
+
+    opts = RunOptions(out=tmp_path / "dup", minutes=4, speedup=30, inject_duplicates=2, quiet=True)
+    data = run_job(opts, spark)
+    assert data["duplicated_reports"] > 0
+    assert data["engine"]["rolled_back"] == data["duplicated_reports"]
+    assert data["valid"] is True
+    # Malformed lines are listed with their reason and the run goes on.
+    assert data["rejected_lines"] == 0
+
+
+def test_bad_options_fail_before_spark_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cases = [
+        (["--variant", "fast"], "variant"),
+        (["--txn-size", "4s"], "transaction size"),
+        (["--lav", "median"], "LAV"),
+        (["--speedup", "0"], "speedup"),
+        (["--inject-duplicates", "-1"], "inject-duplicates"),
+        (["--input", str(tmp_path / "missing.dat")], "no such file"),
+    ]
+    for args, word in cases:
+        started = time.time()
+        code = main(["linear-road", "run", "--out", str(tmp_path / "x"), *args])
+        err = capsys.readouterr().err
+        assert code != 0
+        assert word in err and len(err.strip().splitlines()) == 1, err
+        assert time.time() - started < 5
