@@ -60,6 +60,9 @@ class Experiment:
     spark_default: bool = False
     """Run the full grid's points as Spark tasks unless told otherwise (independent,
     simulated-time points such as the broadcast sweep)."""
+    summarize: Callable[[list[dict[str, Any]]], str] | None = None
+    """Conclusions drawn from all rows (e.g. the largest speedup meeting a limit),
+    as Markdown: written to ``<out>/<name>-summary.md`` and printed."""
 
 
 Mapper = Callable[[Callable[[tuple[Point, int]], Metrics], list[tuple[Point, int]]], list[Metrics]]
@@ -108,6 +111,11 @@ def run_experiment(
     write_csv(rows, out / f"{exp.name}.csv")
     for fig in exp.figures:
         plot(rows, fig, out / f"{fig.name}.png")
+    if exp.summarize is not None:
+        text = exp.summarize(rows)
+        (out / f"{exp.name}-summary.md").write_text(text + "\n")
+        if progress:
+            print(text, flush=True)
     return rows
 
 

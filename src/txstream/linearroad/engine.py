@@ -364,6 +364,8 @@ class LinearRoadEngine:
         self.retries = 0
         self.tuples = 0
         self.last_seq = self.resumed_from
+        self.input_time = 0
+        """The input time of the latest tuple taken by :meth:`process`."""
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -425,6 +427,7 @@ class LinearRoadEngine:
                     self._boundary(m)
                 self.minute = minute
             self._chunk.append(arrival)
+            self.input_time = t[TIME]
             self.tuples += 1
             self.last_seq = max(self.last_seq, seq)
         self._flush_chunk()

@@ -211,6 +211,7 @@ def run(
     speedup: float,
     duplicate_every: int = 0,
     progress: Callable[[str], None] | None = None,
+    give_up_after_s: float | None = None,
 ) -> Feeder:
     """Replay ``input_path`` through Spark into ``engine`` (started); return the feeder.
 
@@ -240,6 +241,10 @@ def run(
         while feeder.is_alive():
             feeder.join(timeout=1.0)
             _raise_if_failed(query, feeder)
+            if give_up_after_s is not None:
+                lag = _lag(engine, feeder)
+                if lag > give_up_after_s:
+                    raise FellBehind(f"the answers lag the input by {lag:.0f} s")
             if progress is not None and time.time() - last >= 5:
                 last = time.time()
                 progress(_progress(engine, feeder))
@@ -269,6 +274,14 @@ def _warm_up(query: Any, source: Path, timeout: float = 120.0) -> None:
             if query.exception() is not None or time.time() > deadline:
                 return
             time.sleep(0.1)
+
+
+def _lag(engine: LinearRoadEngine, feeder: Feeder) -> float:
+    """How far behind the engine is: wall seconds since the oldest handed, unanswered input."""
+    recent = engine.latencies[-200:]
+    worst = max((x.committed - x.handoff for x in recent), default=0.0)
+    behind = (feeder.sim_time - engine.input_time) / feeder.speedup
+    return max(worst, behind)
 
 
 def _progress(engine: LinearRoadEngine, feeder: Feeder) -> str:
@@ -314,6 +327,12 @@ class RunOptions:
     validate: bool = True
     checkpoint_minutes: int = 5
     quiet: bool = False
+    give_up_after_s: float | None = None
+    """Stop early (a benchmark's failed point) once the run lags this many seconds."""
+
+
+class FellBehind(TxStreamError):
+    """The run's answers lag the input by more than the run was told to accept."""
 
 
 _FIXED = ("input", "L", "minutes", "seed", "variant", "txn_size", "lav", "inject_duplicates")
@@ -339,7 +358,7 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
     """Run Linear Road as ``o`` says, write the outputs into ``o.out``, return the summary."""
     from txstream.linearroad.engine import HistoricalTolls
     from txstream.linearroad.generate import generate
-    from txstream.linearroad.report import plot_latency, summary, write_summary
+    from txstream.linearroad.report import plot_latency, response_stats, summary, write_summary
     from txstream.linearroad.validate import validate
     from txstream.spark.session import local_session
 
@@ -376,8 +395,14 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
         feeder = run(
             spark, engine, input_path, out, speedup=o.speedup,
             duplicate_every=o.inject_duplicates, progress=say,
+            give_up_after_s=o.give_up_after_s,
         )  # fmt: skip
         engine.finish()
+    except FellBehind as exc:
+        engine.abandon()
+        say(f"gave up: {exc}")
+        return {"variant": o.variant, "speedup": o.speedup, "fell_behind": True,
+                "reason": str(exc), **response_stats(engine.latencies)}  # fmt: skip
     except BaseException:
         engine.abandon()
         raise
@@ -403,6 +428,7 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
             "resumed_from_line": engine.resumed_from,
             "duplicated_reports": feeder.duplicated,
             "rejected_lines": len(rejected),
+            "fell_behind": False,
         },
     )
     write_summary(out / "summary.json", data)

@@ -1,0 +1,222 @@
+"""``txstream bench linear-road``: the paper's Section 6 on Spark (Figures 4-5, Tables 1-2).
+
+Every point is a whole ``txstream linear-road run`` (Spark replay, transactions,
+validation) in one shared local Spark session:
+
+* ``sweep=speedup``: both variants on the shared 1800-second input at growing
+  speedups; a point *meets* the benchmark when every answer committed within
+  5 seconds.  A run that lags more than ``give_up_s`` stops early (it cannot
+  meet the limit).  The summary names the largest speedup each variant meets,
+  the serializable variant's overhead against the not-serializable one at the
+  same speedups (Figure 4), and the not-serializable variant's wrong and
+  missing answers (Table 1);
+* ``sweep=txn_size``: the serializable variant with one transaction per event,
+  1, 2 and 3 seconds (Figure 5);
+* ``sweep=duplicates``: a segment-entering report duplicated every 2 seconds
+  (Table 2): rolled-back transactions, duplicated alerts, wrong balances.
+
+The quick grid runs the same sweeps on a small generated input.  The shared
+data is read from ``$TXSTREAM_SHARED/linearroad``, ``../shared/linearroad`` or
+``/work/shared/linearroad``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure
+from txstream.errors import TxStreamError
+
+SHARED_INPUT = "lr-1x-1800s.dat.gz"
+SHARED_TOLLS = "lr-1x-1800s.tolls.dat.gz"
+SHARED_DENSITY = 1_560_620 / 1800
+"""Tuples per expressway-second of the shared input (L = 1, 1800 s)."""
+OFFICIAL_DENSITY = SHARED_DENSITY / 2
+"""The shared data's README: about twice the official L = 1 density."""
+VARIANTS = ("serializable", "not-serializable")
+TXN_SIZES = ("event", "1s", "2s", "3s")
+TXN_SECONDS = {"event": 0, "1s": 1, "2s": 2, "3s": 3}
+
+
+def shared_dir() -> Path:
+    """The folder holding the shared Linear Road data; :class:`TxStreamError` if none."""
+    env = os.environ.get("TXSTREAM_SHARED")
+    candidates = [Path(env)] if env else []
+    candidates += [Path.cwd().parent / "shared", Path("/work/shared")]
+    for base in candidates:
+        if (base / "linearroad" / SHARED_INPUT).is_file():
+            return base / "linearroad"
+    raise TxStreamError(
+        "the shared Linear Road data was not found; set TXSTREAM_SHARED to the folder "
+        "that holds linearroad/" + SHARED_INPUT
+    )
+
+
+def _truncated(seconds: int, cache: Path) -> Path:
+    """The shared input's first ``seconds`` (cached beside the bench output)."""
+    from txstream.linearroad.formats import open_text
+
+    path = cache / f"lr-1x-{seconds}s.dat"
+    if not path.exists():
+        tmp = path.with_suffix(".tmp")
+        with open_text(shared_dir() / SHARED_INPUT) as src, tmp.open("w") as dst:
+            for line in src:
+                parts = line.split(",", 2)
+                if len(parts) > 1 and parts[1].strip().isdigit() and int(parts[1]) >= seconds:
+                    break
+                dst.write(line)
+        tmp.replace(path)
+    return path
+
+
+def _grid(
+    speedups: tuple[float, ...], source: str, seconds: int, fixed_speedup: float
+) -> list[dict[str, Any]]:
+    base = {"input": source, "seconds": seconds, "inject": 0, "txn_size": "event"}
+    points = [
+        {**base, "sweep": "speedup", "variant": v, "speedup": s} for s in speedups for v in VARIANTS
+    ]
+    short = min(seconds, 600)
+    points += [
+        {**base, "sweep": "txn_size", "variant": "serializable", "speedup": fixed_speedup,
+         "seconds": short, "txn_size": t}
+        for t in TXN_SIZES
+    ]  # fmt: skip
+    points += [
+        {**base, "sweep": "duplicates", "variant": v, "speedup": fixed_speedup,
+         "seconds": short, "inject": 2}
+        for v in VARIANTS
+    ]  # fmt: skip
+    return points
+
+
+def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """One Linear Road run on Spark; the summary's numbers."""
+    from txstream.spark.linearroad import RunOptions, run_job
+    from txstream.spark.session import local_session
+
+    cache = Path(tempfile.gettempdir()) / "txstream-bench-lr"
+    cache.mkdir(exist_ok=True)
+    seconds = int(point["seconds"])
+    if point["input"] == "shared":
+        data = shared_dir()
+        source = data / SHARED_INPUT if seconds >= 1800 else _truncated(seconds, cache)
+        opts: dict[str, Any] = {"input": source, "tolls": data / SHARED_TOLLS}
+    else:
+        opts = {"L": 1.0, "minutes": max(1, seconds // 60), "seed": seed % 1000}
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        o = RunOptions(
+            out=Path(work) / "run",
+            speedup=float(point["speedup"]),
+            variant=point["variant"],
+            txn_size=point["txn_size"],
+            inject_duplicates=int(point["inject"]),
+            quiet=True,
+            give_up_after_s=float(point.get("give_up_s", 60)),
+            **opts,
+        )
+        s = run_job(o, local_session("txstream-bench"))
+    by_type = s.get("by_type", {})
+    metrics = {
+        "meets_5s": int(not s["fell_behind"] and s["max_response_s"] <= 5.0),
+        "fell_behind": int(s["fell_behind"]),
+        "max_response_s": s["max_response_s"],
+        "p99_response_s": s["p99_response_s"],
+        "mean_response_s": s["mean_response_s"],
+        "within_5s_pct": s["within_5s_pct"],
+        "txn_seconds": TXN_SECONDS[point["txn_size"]],
+    }
+    if not s["fell_behind"]:
+        metrics.update(
+            tuples=s["tuples"],
+            throughput_tuples_per_s=s["throughput_tuples_per_s"],
+            wrong=s["wrong"],
+            missing=s["missing"],
+            duplicates=s["duplicates"],
+            wrong_tolls=by_type["toll"]["wrong"],
+            missing_accidents=by_type["accident"]["missing"],
+            wrong_accidents=by_type["accident"]["wrong"],
+            duplicated_tolls=by_type["toll"]["duplicates"],
+            wrong_balances=by_type["balance"]["wrong"],
+            rolled_back=s["engine"]["rolled_back"],
+            duplicated_reports=s["duplicated_reports"],
+        )
+    return metrics
+
+
+def summarize(rows: list[dict[str, Any]]) -> str:
+    """The largest speedup each variant meets, the overhead, Tables 1 and 2 in short."""
+    lines = ["| variant | largest speedup with every answer within 5 s | L-equivalent |",
+             "|---|---|---|"]  # fmt: skip
+    speed = [r for r in rows if r["sweep"] == "speedup"]
+    best: dict[str, float] = {}
+    for v in VARIANTS:
+        met = [r["speedup"] for r in speed if r["variant"] == v and r["meets_5s"]]
+        best[v] = max(met, default=0.0)
+        density = SHARED_DENSITY if speed and speed[0]["input"] == "shared" else None
+        if density and best[v]:
+            label = (
+                f"L = {best[v]:g} at {density:.0f} tuples per expressway-second "
+                f"(about L = {best[v] * density / OFFICIAL_DENSITY:g} at the official density)"
+            )
+        else:
+            label = "(generated input: see its density)" if best[v] else "none met"
+        lines.append(f"| {v} | {best[v]:g} | {label} |")
+    lines += [
+        "",
+        "| speedup | max response serializable (s) | not-serializable (s) | overhead "
+        "| not-serializable wrong tolls / missing accident alerts |",
+        "|---|---|---|---|---|",
+    ]
+    for s in sorted({r["speedup"] for r in speed}):
+        pair = {r["variant"]: r for r in speed if r["speedup"] == s}
+        ser, non = pair.get("serializable"), pair.get("not-serializable")
+        if not ser or not non:
+            continue
+        over = ser["max_response_s"] - non["max_response_s"]
+        t1 = (
+            f"{non.get('wrong_tolls', '-')} / {non.get('missing_accidents', '-')}"
+            if not non["fell_behind"]
+            else "fell behind"
+        )
+        lines.append(
+            f"| {s:g} | {ser['max_response_s']:.2f}{' (fell behind)' * ser['fell_behind']} "
+            f"| {non['max_response_s']:.2f}{' (fell behind)' * non['fell_behind']} "
+            f"| {over:+.2f} s | {t1} |"
+        )
+    return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="linear-road",
+    description=__doc__ or "",
+    grid=_grid((3, 4, 5, 6, 8), "shared", 1800, 3),
+    quick_grid=_grid((10, 20), "generated", 240, 10),
+    run=measure,
+    figures=[
+        Figure(
+            "lr_speedup",
+            "speedup",
+            "max_response_s",
+            "Linear Road: max response time vs speedup (Figure 4)",
+            series="variant",
+            hline=5.0,
+            where=(("sweep", "speedup"),),
+        ),
+        Figure(
+            "lr_txn_size",
+            "txn_seconds",
+            "max_response_s",
+            "Linear Road, serializable: "
+            "max response vs transaction size in seconds (0 = one per event; Figure 5)",
+            hline=5.0,
+            where=(("sweep", "txn_size"),),
+        ),
+    ],
+    repetitions=1,
+    quick_repetitions=1,
+    summarize=summarize,
+)
