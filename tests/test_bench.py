@@ -114,3 +114,42 @@ def test_a_mapper_runs_the_same_points_with_the_same_seeds(tmp_path: Path) -> No
     plain = run_experiment(exp, tmp_path / "a", progress=False)
     mapped = run_experiment(exp, tmp_path / "b", progress=False, mapper=mapper)
     assert plain == mapped and calls == [4]
+
+
+def test_summary_is_written_beside_the_csv(tmp_path: Path) -> None:
+    exp = Experiment(
+        name="toy",
+        description="",
+        grid=[{"x": 1}, {"x": 2}],
+        quick_grid=[],
+        run=toy,
+        repetitions=1,
+        summarize=lambda rows: f"largest x: {max(r['x'] for r in rows)}",
+    )
+    run_experiment(exp, tmp_path, progress=False)
+    assert (tmp_path / "toy-summary.md").read_text() == "largest x: 2\n"
+
+
+def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> None:
+    from txstream.bench.linearroad import summarize
+
+    def row(variant: str, speedup: float, worst: float, behind: int = 0) -> dict[str, Any]:
+        return {
+            "sweep": "speedup", "input": "shared", "variant": variant, "speedup": speedup,
+            "max_response_s": worst, "fell_behind": behind,
+            "meets_5s": int(worst <= 5 and not behind), "wrong_tolls": 7, "missing_accidents": 1,
+        }  # fmt: skip
+
+    rows = [
+        row("serializable", 3, 2.5),
+        row("not-serializable", 3, 2.0),
+        row("serializable", 4, 6.1),
+        row("not-serializable", 4, 4.2),
+        row("serializable", 5, 70.0, behind=1),
+        row("not-serializable", 5, 65.0, behind=1),
+    ]
+    text = summarize(rows)
+    assert "| serializable | 3 | L = 3 at 867 tuples per expressway-second" in text
+    assert "| not-serializable | 4 |" in text
+    assert "| 3 | 2.50 | 2.00 | +0.50 s | 7 / 1 |" in text
+    assert "| 5 | 70.00 (fell behind) | 65.00 (fell behind) | +5.00 s | fell behind |" in text
