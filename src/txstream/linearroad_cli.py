@@ -84,6 +84,12 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     r.add_argument("--sync", default="off", help="write-ahead log sync: off, group or commit")
     r.add_argument("--no-validate", action="store_true", help="skip the validation")
+    r.add_argument(
+        "--record",
+        type=Path,
+        metavar="FILE",
+        help="write the committed history of operations (for txstream check)",
+    )
     r.add_argument("--out", type=Path, required=True, metavar="DIR")
     r.set_defaults(func=_run)
 
@@ -160,12 +166,23 @@ def _run(args: argparse.Namespace) -> int:
         inject_duplicates=args.inject_duplicates,
         sync=args.sync,
         validate=not args.no_validate,
+        record=args.record,
     )
     result = run_job(options)
     from txstream.linearroad.report import table
 
     print(table(result))
     print(f"outputs in {args.out}/ (answers.txt, rejected.txt, summary.json, latency.png)")
+    if args.record is not None:
+        print(
+            f"history: {result['history']} ({result['history_operations']} operations), "
+            f"conflict-serializable: {result['history_cs']}"
+            + (
+                f", with arrival order: {result['history_csao']}"
+                if "history_csao" in result
+                else ""
+            )
+        )
     if args.variant == "serializable" and result.get("valid") is False:
         return 1
     return 0

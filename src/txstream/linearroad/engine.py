@@ -306,6 +306,7 @@ class LinearRoadEngine:
         sync: str = "off",
         checkpoint_minutes: int = 5,
         clock: Callable[[], float] = time.time,
+        record: bool = False,
     ) -> None:
         self.variant = check_variant(variant)
         self.txn_size = check_txn_size(txn_size)
@@ -326,6 +327,8 @@ class LinearRoadEngine:
             path=state_dir,
             sync=sync,
             ordered=self.serializable,
+            record=record,
+            arrival_stream="input",
         )
         tm = self.tm
         self.cars = tm.table("cars")

@@ -329,6 +329,8 @@ class RunOptions:
     quiet: bool = False
     give_up_after_s: float | None = None
     """Stop early (a benchmark's failed point) once the run lags this many seconds."""
+    record: Path | None = None
+    """Write the committed history of operations here, for ``txstream check``."""
 
 
 class FellBehind(TxStreamError):
@@ -352,6 +354,22 @@ def _check_resume(out: Path, o: RunOptions) -> None:
             )
     else:
         record.write_text(json.dumps(mine, indent=2) + "\n")
+
+
+def _write_history(engine: LinearRoadEngine, path: Path) -> dict[str, Any]:
+    """Write the committed history in the notation; say whether it is CS (and CSAO)."""
+    from txstream.model import check, format_history
+
+    history = engine.tm.history(committed_only=True)
+    try:
+        path.write_text(format_history(history))
+    except OSError as exc:
+        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    out: dict[str, Any] = {"history": str(path), "history_operations": len(history)}
+    out["history_cs"] = check(history, "cs").holds
+    if engine.serializable:
+        out["history_csao"] = check(history, "csao").holds
+    return out
 
 
 def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
@@ -385,6 +403,7 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
         historical_tolls=history,
         sync=o.sync,
         checkpoint_minutes=o.checkpoint_minutes,
+        record=o.record is not None,
     )
     if engine.resumed_from:
         say(f"resuming: the recovered state covers input lines 1-{engine.resumed_from}")
@@ -407,6 +426,9 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
         engine.abandon()
         raise
     say(f"replay done in {time.time() - started:.1f} s; validating")
+    extra: dict[str, Any] = {}
+    if o.record is not None:
+        extra.update(_write_history(engine, o.record))
     rejected = engine.rejected_lines()
     (out / "rejected.txt").write_text("".join(line + "\n" for line in rejected))
     report = (
@@ -429,6 +451,7 @@ def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
             "duplicated_reports": feeder.duplicated,
             "rejected_lines": len(rejected),
             "fell_behind": False,
+            **extra,
         },
     )
     write_summary(out / "summary.json", data)
