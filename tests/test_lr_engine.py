@@ -235,3 +235,28 @@ def test_serializable_matches_the_batch_oracle_on_random_inputs(
     engine.finish()
     report = validate(data / "input.dat", answers, tolls_path=data / "tolls.dat")
     assert report.ok, report.totals
+
+
+def test_malformed_lines_are_rejected_with_their_reason_and_the_run_goes_on(
+    small: Path, tmp_path: Path
+) -> None:
+    text = (small / "input.dat").read_text().splitlines()
+    bad = {100: "0,12,107,x,0,1,0,10,53320,-1,-1,-1,-1,-1,-1", 2000: "garbage", 5000: "9,9"}
+    for at in sorted(bad, reverse=True):
+        text.insert(at, bad[at])
+    data = tmp_path / "input.dat"
+    data.write_text("\n".join(text) + "\n")
+    answers = tmp_path / "answers.txt"
+    engine = LinearRoadEngine(answers_path=answers)
+    engine.start()
+    with open_text(data) as f:
+        replay(engine, numbered_lines(f))
+    engine.finish()
+    assert engine.rejected_lines() == [
+        "line 101: input tuple: field 'x' is not an integer: " + bad[100],
+        "line 2002: input tuple: expected 15 fields, got 1: garbage",
+        "line 5003: input tuple: expected 15 fields, got 2: 9,9",
+    ]
+    report = validate(data, answers)
+    assert report.totals["wrong"] == report.totals["missing"] == 0
+    assert len(report.rejected_input) == 3

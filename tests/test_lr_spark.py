@@ -91,16 +91,32 @@ def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Pat
     assert (out / "latency.png").stat().st_size > 0
 
 
-def test_duplicates_on_spark_are_rolled_back(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from txstream.spark.linearroad import RunOptions, run_job
+def test_duplicates_and_garbage_on_spark(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from txstream.linearroad.generate import generate
+    from txstream.linearroad_run import RunOptions, run_job
 
-    opts = RunOptions(out=tmp_path / "dup", minutes=4, speedup=30, inject_duplicates=2, quiet=True)
+    generate(tmp_path, L=1, minutes=4, seed=1)
+    lines = (tmp_path / "input.dat").read_text().splitlines()
+    lines.insert(500, "0,12,107,32,0,1,0,10,99999,-1,-1,-1,-1,-1,-1")
+    lines.insert(1500, "this is not a tuple")
+    (tmp_path / "input.dat").write_text("\n".join(lines) + "\n")
+    opts = RunOptions(
+        out=tmp_path / "dup",
+        input=tmp_path / "input.dat",
+        tolls=tmp_path / "tolls.dat",
+        speedup=30,
+        inject_duplicates=2,
+        quiet=True,
+    )
     data = run_job(opts, spark)
     assert data["duplicated_reports"] > 0
     assert data["engine"]["rolled_back"] == data["duplicated_reports"]
     assert data["valid"] is True
     # Malformed lines are listed with their reason and the run goes on.
-    assert data["rejected_lines"] == 0
+    assert (tmp_path / "dup" / "rejected.txt").read_text().splitlines() == [
+        "line 501: position 99999 is not in segment 10: " + lines[500],
+        "line 1501: input tuple: expected 15 fields, got 1: this is not a tuple",
+    ]
 
 
 def test_bad_options_fail_before_spark_starts(

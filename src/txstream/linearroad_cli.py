@@ -85,6 +85,11 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument("--sync", default="off", help="write-ahead log sync: off, group or commit")
     r.add_argument("--no-validate", action="store_true", help="skip the validation")
     r.add_argument(
+        "--no-spark",
+        action="store_true",
+        help="replay in Python as fast as the engine takes it (no JVM, no --speedup pacing)",
+    )
+    r.add_argument(
         "--record",
         type=Path,
         metavar="FILE",
@@ -133,7 +138,7 @@ SYNC_MODES = ("off", "group", "commit")
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size, check_variant
     from txstream.linearroad.reference import check_lav
-    from txstream.spark.linearroad import RunOptions, run_job
+    from txstream.linearroad_run import RunOptions, run_job
 
     check_variant(args.variant)
     check_txn_size(args.txn_size)
@@ -167,6 +172,7 @@ def _run(args: argparse.Namespace) -> int:
         sync=args.sync,
         validate=not args.no_validate,
         record=args.record,
+        spark=not args.no_spark,
     )
     result = run_job(options)
     from txstream.linearroad.report import table

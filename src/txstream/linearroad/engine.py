@@ -135,18 +135,21 @@ class DuplicateEvents(TxStreamError):
         self.indexes = indexes
 
 
+def _known(kind: str, name: str, known: Iterable[str]) -> str:
+    names = list(known)
+    if name not in names:
+        raise UnknownNameError(kind, name, names)
+    return name
+
+
 def check_variant(name: str) -> str:
     """Return ``name`` if it names a variant, else :class:`UnknownNameError`."""
-    if name not in VARIANTS:
-        raise UnknownNameError("variant", name, list(VARIANTS))
-    return name
+    return _known("variant", name, VARIANTS)
 
 
 def check_txn_size(name: str) -> str:
     """Return ``name`` if it names a transaction size, else :class:`UnknownNameError`."""
-    if name not in TXN_SIZES:
-        raise UnknownNameError("transaction size", name, list(TXN_SIZES))
-    return name
+    return _known("transaction size", name, TXN_SIZES)
 
 
 @dataclass
@@ -310,8 +313,7 @@ class LinearRoadEngine:
     ) -> None:
         self.variant = check_variant(variant)
         self.txn_size = check_txn_size(txn_size)
-        if lav not in LAV_DEFINITIONS:
-            raise UnknownNameError("LAV definition", lav, list(LAV_DEFINITIONS))
+        _known("LAV definition", lav, LAV_DEFINITIONS)
         if checkpoint_minutes < 1:
             raise TxStreamError("checkpoint_minutes must be at least 1")
         self.lav = lav

@@ -12,12 +12,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Latency
 
 LIMIT_S = 5.0
 """Linear Road's response-time limit."""
 
 TYPE_NAMES = {0: "toll", 1: "accident", 2: "balance", 3: "expenditure"}
+
+
+class FellBehind(TxStreamError):
+    """The run's answers lag the input by more than the run was told to accept."""
 
 
 def response_stats(latencies: Sequence[Latency]) -> dict[str, float]:
@@ -93,7 +98,7 @@ def table(data: dict[str, Any]) -> str:
         ("variant", data["variant"]),
         ("transaction size", data["txn_size"]),
         ("LAV", data["lav"]),
-        ("speedup", f"{data['speedup']:g}"),
+        ("speedup", f"{data['speedup']:g}" if data.get("spark", True) else "none (Python replay)"),
         ("tuples", data["tuples"]),
         ("answers committed", data["answers_committed"]),
         ("wrong / missing / duplicates",

@@ -18,13 +18,10 @@ is idempotent, see the engine).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +32,7 @@ from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Arrival, LinearRoadEngine
 from txstream.linearroad.formats import FEET_PER_SEGMENT, INPUT_FIELDS, open_text
 from txstream.linearroad.replay import duplicate_entries, numbered_lines
+from txstream.linearroad.report import FellBehind
 
 TAG = "|"
 """Separates the feeder's line number and handoff time from the raw input line."""
@@ -301,163 +299,3 @@ def _raise_if_failed(query: Any, feeder: Feeder) -> None:
     if exc is not None:
         message = str(getattr(exc, "desc", exc)).strip().splitlines()
         raise TxStreamError(f"the Spark query failed: {message[0] if message else exc}")
-
-
-def log(message: str) -> None:
-    """Progress lines go to stderr, the results to stdout."""
-    print(message, file=sys.stderr, flush=True)
-
-
-@dataclass
-class RunOptions:
-    """What ``txstream linear-road run`` does (see its ``--help``)."""
-
-    out: Path
-    input: Path | None = None
-    tolls: Path | None = None
-    L: float = 1.0
-    minutes: int = 3
-    seed: int = 0
-    speedup: float = 1.0
-    variant: str = "serializable"
-    txn_size: str = "event"
-    lav: str = "spec"
-    inject_duplicates: int = 0
-    sync: str = "off"
-    validate: bool = True
-    checkpoint_minutes: int = 5
-    quiet: bool = False
-    give_up_after_s: float | None = None
-    """Stop early (a benchmark's failed point) once the run lags this many seconds."""
-    record: Path | None = None
-    """Write the committed history of operations here, for ``txstream check``."""
-
-
-class FellBehind(TxStreamError):
-    """The run's answers lag the input by more than the run was told to accept."""
-
-
-_FIXED = ("input", "L", "minutes", "seed", "variant", "txn_size", "lav", "inject_duplicates")
-"""Options a resumed run must share with the run it resumes."""
-
-
-def _check_resume(out: Path, o: RunOptions) -> None:
-    mine = {k: str(getattr(o, k)) for k in _FIXED}
-    record = out / "run.json"
-    if record.exists():
-        before = json.loads(record.read_text())
-        diff = [k for k in _FIXED if before.get(k) != mine[k]]
-        if diff:
-            raise TxStreamError(
-                f"{out} holds a run with other options ({', '.join(diff)}); "
-                "use another --out, or delete it to start over"
-            )
-    else:
-        record.write_text(json.dumps(mine, indent=2) + "\n")
-
-
-def _write_history(engine: LinearRoadEngine, path: Path) -> dict[str, Any]:
-    """Write the committed history in the notation; say whether it is CS (and CSAO)."""
-    from txstream.model import check, format_history
-
-    history = engine.tm.history(committed_only=True)
-    try:
-        path.write_text(format_history(history))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
-    out: dict[str, Any] = {"history": str(path), "history_operations": len(history)}
-    out["history_cs"] = check(history, "cs").holds
-    if engine.serializable:
-        out["history_csao"] = check(history, "csao").holds
-    return out
-
-
-def run_job(o: RunOptions, spark: SparkSession | None = None) -> dict[str, Any]:
-    """Run Linear Road as ``o`` says, write the outputs into ``o.out``, return the summary."""
-    from txstream.linearroad.engine import HistoricalTolls
-    from txstream.linearroad.generate import generate
-    from txstream.linearroad.report import plot_latency, response_stats, summary, write_summary
-    from txstream.linearroad.validate import validate
-    from txstream.spark.session import local_session
-
-    say: Callable[[str], None] = (lambda _m: None) if o.quiet else log
-    out = o.out
-    out.mkdir(parents=True, exist_ok=True)
-    _check_resume(out, o)
-    input_path: Path
-    tolls: Path | None
-    if o.input is None:
-        input_path, tolls = out / "input.dat", out / "tolls.dat"
-        if not input_path.exists():
-            paths = generate(out, L=o.L, minutes=o.minutes, seed=o.seed)
-            say(f"generated {paths.tuples} tuples ({paths.density:.1f} per expressway-second)")
-    else:
-        input_path, tolls = o.input, o.tolls
-    history = HistoricalTolls.from_file(tolls) if tolls is not None else None
-    engine = LinearRoadEngine(
-        variant=o.variant,
-        txn_size=o.txn_size,
-        lav=o.lav,
-        state_dir=out / "state",
-        answers_path=out / "answers.txt",
-        historical_tolls=history,
-        sync=o.sync,
-        checkpoint_minutes=o.checkpoint_minutes,
-        record=o.record is not None,
-    )
-    if engine.resumed_from:
-        say(f"resuming: the recovered state covers input lines 1-{engine.resumed_from}")
-    spark = spark or local_session("txstream-linear-road")
-    engine.start()
-    started = time.time()
-    try:
-        feeder = run(
-            spark, engine, input_path, out, speedup=o.speedup,
-            duplicate_every=o.inject_duplicates, progress=say,
-            give_up_after_s=o.give_up_after_s,
-        )  # fmt: skip
-        engine.finish()
-    except FellBehind as exc:
-        engine.abandon()
-        say(f"gave up: {exc}")
-        return {"variant": o.variant, "speedup": o.speedup, "fell_behind": True,
-                "reason": str(exc), **response_stats(engine.latencies)}  # fmt: skip
-    except BaseException:
-        engine.abandon()
-        raise
-    say(f"replay done in {time.time() - started:.1f} s; validating")
-    extra: dict[str, Any] = {}
-    if o.record is not None:
-        extra.update(_write_history(engine, o.record))
-    rejected = engine.rejected_lines()
-    (out / "rejected.txt").write_text("".join(line + "\n" for line in rejected))
-    report = (
-        validate(input_path, out / "answers.txt", lav=o.lav, tolls_path=tolls)
-        if o.validate
-        else None
-    )
-    data = summary(
-        variant=o.variant,
-        txn_size=o.txn_size,
-        lav=o.lav,
-        speedup=o.speedup,
-        tuples=engine.tuples,
-        latencies=engine.latencies,
-        engine_stats=engine.stats(),
-        validation=report,
-        extra={
-            "input": str(input_path),
-            "resumed_from_line": engine.resumed_from,
-            "duplicated_reports": feeder.duplicated,
-            "rejected_lines": len(rejected),
-            "fell_behind": False,
-            **extra,
-        },
-    )
-    write_summary(out / "summary.json", data)
-    plot_latency(
-        out / "latency.png",
-        engine.latencies,
-        f"Linear Road, {o.variant}, txn size {o.txn_size}, speedup {o.speedup:g}",
-    )
-    return data
