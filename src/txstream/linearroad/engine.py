@@ -344,6 +344,13 @@ class LinearRoadEngine:
         self.rejected = tm.table("rejected")
         self.historical = historical_tolls or HistoricalTolls([])
 
+        # Emit times count from the first start, also after a restart.
+        started = self.meta.read("started")
+        if started is None:
+            with tm.begin() as txn:
+                txn.put(self.meta, "started", self.start_wall)
+        else:
+            self.start_wall = float(started)
         self.resumed_from: int = int(tm.offset("input", 0))
         self.minute: int = int(self.meta.read("minute", 0))
         self.xways: set[int] = set(self.meta.read("xways", []))
