@@ -188,21 +188,19 @@ def test_unknown_names_are_refused() -> None:
         LinearRoadEngine(checkpoint_minutes=0)
 
 
-def test_recorded_history_is_csao_only_with_the_serializable_variant(small: Path) -> None:
+def test_recorded_history_of_the_serializable_variant_is_csao(small: Path) -> None:
     with open_text(small / "input.dat") as f:
         lines = list(numbered_lines(f))[:6000]  # three minutes: tolls, boundaries
-    verdicts = {}
-    for variant in ("serializable", "not-serializable"):
-        engine = LinearRoadEngine(variant=variant, record=True)
-        engine.start()
-        replay(engine, lines)
-        engine.finish()
-        history = engine.tm.history(committed_only=True)
-        assert len(history) > 10_000
-        verdicts[variant] = (check(history, "cs").holds, check(history, "csao").holds)
-    assert verdicts["serializable"] == (True, True)
-    # Notifications read tolls the minute path is writing: a conflict cycle.
-    assert verdicts["not-serializable"][0] is False
+    engine = LinearRoadEngine(record=True)
+    engine.start()
+    replay(engine, lines)
+    engine.finish()
+    history = engine.tm.history(committed_only=True)
+    assert len(history) > 10_000
+    assert check(history, "cs").holds
+    # Serializable in the order the ingest path created the transactions.
+    assert check(history, "csao").holds
+    assert any(history.arrivals.values())
 
 
 @settings(max_examples=12)

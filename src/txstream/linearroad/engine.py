@@ -15,7 +15,8 @@ store              key                               row
                                                      aggregated as they arrive)
 ``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last]``
 ``accidents``      (XWay, Dir, Seg)                  ``[minute, active]`` (ACCIDENTS)
-``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll]`` (TOLLS)
+``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll, accident segment
+                                                     or -1]`` (TOLLS)
 ``balance``        VID                               ``[balance, pending toll, last entry time]``
 ``toll_alerts``    (VID, Time)                       ``[LAV, toll, emit]`` (TOLL ALERTS)
 ``acc_alerts``     (VID, Time)                       ``[XWay, Seg, Dir, emit]`` (ACCIDENT ALERTS)
@@ -36,8 +37,9 @@ Figure 3 connected by stores:
   transaction ``{r(stops) w(accidents)}``, then the minute's tolls in one
   ``{r(segstats) r(accidents) w(tolls)}``, then the output sink;
 * **toll**: one transaction per toll notification (or per 1, 2 or 3 seconds of
-  them, ``txn_size``): ``r(tolls) r(accidents) w(balance) w(toll_alerts)
-  [w(acc_alerts)]``;
+  them, ``txn_size``): ``r(balance) r(tolls) w(balance) w(toll_alerts)
+  [w(acc_alerts)]`` (the toll transaction, which read ACCIDENTS, stores the
+  accident segment with each toll, so one read serves both notifications);
 * **query**: account-balance and daily-expenditure queries.
 
 Variants:
@@ -203,6 +205,9 @@ class Latency:
     handoff: float
     committed: float
 
+
+_NO_TOLL = [0, 0, 0, -1]
+"""A ``tolls`` row for a segment without one: LAV 0, toll 0, no accident near."""
 
 _ANSWER_TYPE = {"toll_alerts": 0, "acc_alerts": 1, "bal_reports": 2, "exp_reports": 3}
 
@@ -587,6 +592,7 @@ class LinearRoadEngine:
 
     def _compute_tolls(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
         m = job.minute
+        active = {where for where in job.items if txn.read(self.accidents, where, [0, 0])[1]}
         for x, d, seg in job.items:
             rows = []
             cars = 0
@@ -597,9 +603,9 @@ class LinearRoadEngine:
                     if k == m - 1:
                         cars = r[2]
             lav = _lav(rows, self.lav)
-            near = any(txn.read(self.accidents, (x, d, s), [0, 0])[1] for s in _downstream(d, seg))
-            toll = 2 * (cars - 50) ** 2 if cars > 50 and lav < 40 and not near else 0
-            txn.put(self.tolls, (x, d, seg), [m, lav, toll])
+            near = min((s for s in _downstream(d, seg) if (x, d, s) in active), default=-1)
+            toll = 2 * (cars - 50) ** 2 if cars > 50 and lav < 40 and near < 0 else 0
+            txn.put(self.tolls, (x, d, seg), [m, lav, toll, near])
             old = (x, d, seg, m - 6)
             if txn.read(self.segstats, old) is not None:
                 txn.delete(self.segstats, old)
@@ -645,12 +651,7 @@ class LinearRoadEngine:
             if e.exit:
                 txn.put(self.balance, e.vid, [bal[0] + bal[1], 0, e.time])
                 continue
-            _, lav, toll = txn.read(self.tolls, (e.xway, e.dir, e.seg), [0, 0, 0])
-            near = [
-                s
-                for s in _downstream(e.dir, e.seg)
-                if txn.read(self.accidents, (e.xway, e.dir, s), [0, 0])[1]
-            ]
+            _, lav, toll, near = txn.read(self.tolls, (e.xway, e.dir, e.seg), _NO_TOLL)
             txn.put(self.balance, e.vid, [bal[0] + bal[1], toll, e.time])
             key: tuple[int, ...] = (
                 (e.vid, e.time) if self.serializable else (e.vid, e.time, next(self._serial))
@@ -664,8 +665,8 @@ class LinearRoadEngine:
                 dups.append(i)
                 continue
             out.append(("toll_alerts", key, e.handoff))
-            if near:
-                txn.put(acc_alerts, key, [e.xway, min(near), e.dir, stamp])
+            if near >= 0:
+                txn.put(acc_alerts, key, [e.xway, near, e.dir, stamp])
                 out.append(("acc_alerts", key, e.handoff))
         if dups:
             txn.abort(retry=len(dups) < len(job.items))
