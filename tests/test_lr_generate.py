@@ -124,6 +124,7 @@ def test_spark_generator_writes_the_same_files(spark: object, tmp_path: Path) ->
         ("0,1,x,3,0,0,0,0,0,-1,-1,-1,-1,-1,-1", "'x' is not an integer"),
         ("7,1,2,3,0,0,0,0,0,-1,-1,-1,-1,-1,-1", "unknown tuple type 7"),
         ("0,-1,2,3,0,0,0,0,0,-1,-1,-1,-1,-1,-1", "negative time"),
+        ("0,10800,2,3,0,0,0,0,0,-1,-1,-1,-1,-1,-1", "time 10800 beyond the 3-hour"),
         ("0,1,2,3,0,5,0,0,0,-1,-1,-1,-1,-1,-1", "lane 5"),
         ("0,1,2,3,0,0,2,0,0,-1,-1,-1,-1,-1,-1", "direction 2"),
         ("0,1,2,3,0,0,0,1,0,-1,-1,-1,-1,-1,-1", "position 0 is not in segment 1"),

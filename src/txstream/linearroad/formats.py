@@ -48,6 +48,8 @@ EXIT_LANE = 4
 SEGMENTS = 100
 """Segments per direction of an expressway (each one mile, 5280 feet)."""
 FEET_PER_SEGMENT = 5280
+MAX_TIME = 10_799
+"""The last second of Linear Road's three-hour simulation."""
 
 TOLL_FIELDS = ("VID", "Day", "XWay", "Toll")
 
@@ -122,7 +124,7 @@ def parse_input_line(line: str) -> tuple[int, ...]:
     """Parse one input tuple into its 15 integers; raise :class:`MalformedTupleError`.
 
     Besides the shape, the values a query depends on are range-checked: the
-    type, a non-negative time and vehicle id, lane 0-4, direction 0/1,
+    type, a time within the three hours and a non-negative vehicle id, lane 0-4, direction 0/1,
     segment 0-99, and a position inside its segment.
     """
     t = _ints(line, 15, "input tuple")
@@ -130,6 +132,8 @@ def parse_input_line(line: str) -> tuple[int, ...]:
         raise MalformedTupleError(f"unknown tuple type {t[TYPE]} (expected 0, 2 or 3)")
     if t[TIME] < 0:
         raise MalformedTupleError(f"negative time {t[TIME]}")
+    if t[TIME] > MAX_TIME:
+        raise MalformedTupleError(f"time {t[TIME]} beyond the 3-hour simulation (max {MAX_TIME})")
     if t[VID] < 0:
         raise MalformedTupleError(f"negative vehicle id {t[VID]}")
     if t[TYPE] == POSITION_REPORT:

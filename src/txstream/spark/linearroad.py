@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Arrival, LinearRoadEngine
-from txstream.linearroad.formats import FEET_PER_SEGMENT, INPUT_FIELDS, open_text
+from txstream.linearroad.formats import FEET_PER_SEGMENT, INPUT_FIELDS, MAX_TIME, open_text
 from txstream.linearroad.replay import duplicate_entries, numbered_lines
 from txstream.linearroad.report import FellBehind
 
@@ -138,6 +138,7 @@ def _reason(fields: list[Column], ints: list[Column], n: Column) -> Column:
         (bad.isNotNull(), fmt("input tuple: field '%s' is not an integer", bad)),
         (~TYPE.isin(0, 2, 3), fmt("unknown tuple type %d (expected 0, 2 or 3)", TYPE)),
         (TIME < 0, fmt("negative time %d", TIME)),
+        (TIME > MAX_TIME, fmt(f"time %d beyond the 3-hour simulation (max {MAX_TIME})", TIME)),
         (VID < 0, fmt("negative vehicle id %d", VID)),
         (report & ((SPD < 0) | (SPD > 200)), fmt("speed %d out of range 0-200", SPD)),
         (report & (XWAY < 0), fmt("negative expressway %d", XWAY)),
