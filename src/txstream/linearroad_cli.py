@@ -63,11 +63,19 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     g.set_defaults(func=_generate)
 
     r = group.add_parser(
-        "run", help="run the queries on Spark under the transaction manager, then validate"
+        "run",
+        help="run the queries on Spark under the transaction manager, then validate",
+        description="Replay a Linear Road input through Spark Structured Streaming at a "
+        "speedup into the transactional engine; write DIR/answers.txt, rejected.txt, "
+        "summary.json and latency.png, and validate the answers. Re-running with the "
+        "same --out after a crash resumes. See docs/linear-road.md.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = r.add_mutually_exclusive_group()
     src.add_argument("--input", type=Path, metavar="FILE", help="an input file (.gz allowed)")
-    src.add_argument("--L", dest="L", type=float, help="generate an input with L expressways")
+    src.add_argument(
+        "--L", dest="L", type=float, help="generate an input with L expressways (1 if no --input)"
+    )
     r.add_argument("--minutes", type=int, default=3, help="simulated minutes to generate")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls for --input")
