@@ -210,7 +210,7 @@ def summarize(rows: list[dict[str, Any]]) -> str:
 EXPERIMENT = Experiment(
     name="linear-road",
     description=__doc__ or "",
-    grid=_grid((2, 2.5, 3), "shared", 1800, 2, short=300),
+    grid=_grid((1.5, 2, 2.5, 3), "shared", 1800, 2, short=300),
     quick_grid=_grid((10, 20), "generated", 240, 10, short=240),
     run=measure,
     figures=[
