@@ -13,7 +13,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 
 from txstream.linearroad.engine import Arrival, LinearRoadEngine
-from txstream.linearroad.formats import EXIT_LANE, MalformedTupleError, parse_input_line
+from txstream.linearroad.formats import (
+    DIR,
+    EXIT_LANE,
+    LANE,
+    POSITION_REPORT,
+    SEG,
+    TIME,
+    TYPE,
+    VID,
+    XWAY,
+    MalformedTupleError,
+    parse_input_line,
+)
 
 Numbered = tuple[int, str]
 
@@ -27,22 +39,29 @@ def numbered_lines(lines: Iterable[str]) -> Iterator[Numbered]:
 
 
 def duplicate_entries(lines: Iterable[Numbered], every: int) -> Iterator[Numbered]:
-    """Deliver one segment-entering report twice every ``every`` seconds of input time."""
-    last_segment: dict[str, tuple[str, ...]] = {}
+    """Deliver one segment-entering report twice every ``every`` seconds of input time.
+
+    Only well-formed position reports are duplicated (a malformed line is
+    rejected either way, so duplicating it would fault nothing).
+    """
+    last_segment: dict[int, tuple[int, ...]] = {}
     window = -1
     for no, raw in lines:
         yield no, raw
         if every <= 0:
             continue
-        f = raw.strip().split(",")
-        if len(f) != 15 or f[0] != "0":
+        try:
+            t = parse_input_line(raw)
+        except MalformedTupleError:
             continue
-        where = (f[4], f[6], f[7])
-        entered = last_segment.get(f[2]) != where
-        last_segment[f[2]] = where
-        if not entered or f[5] == str(EXIT_LANE) or not f[1].isdigit():
+        if t[TYPE] != POSITION_REPORT:
             continue
-        w = int(f[1]) // every
+        where = (t[XWAY], t[DIR], t[SEG])
+        entered = last_segment.get(t[VID]) != where
+        last_segment[t[VID]] = where
+        if not entered or t[LANE] == EXIT_LANE:
+            continue
+        w = t[TIME] // every
         if w != window:
             window = w
             yield no, raw
