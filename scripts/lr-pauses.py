@@ -25,6 +25,7 @@ began: dict[str, float] = {}
 
 
 def on_gc(phase: str, info: dict[str, int]) -> None:
+    """Time generation-2 collections."""
     if info["generation"] == 2:
         if phase == "start":
             began["t"] = time.perf_counter()
@@ -43,6 +44,7 @@ plain_checkpoint = engine.tm.checkpoint
 
 
 def timed_checkpoint() -> int:
+    """The engine's checkpoint, timed."""
     t = time.perf_counter()
     size = plain_checkpoint()
     checkpoints.append(time.perf_counter() - t)
