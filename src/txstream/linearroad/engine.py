@@ -91,6 +91,7 @@ from txstream.linearroad.formats import (
     DIR,
     EXIT_LANE,
     LANE,
+    LAV_DEFINITIONS,
     POS,
     POSITION_REPORT,
     QID,
@@ -115,7 +116,6 @@ VARIANTS: dict[str, str] = {
 TXN_SIZES: dict[str, int] = {"event": 0, "1s": 1, "2s": 2, "3s": 3}
 """Toll-notification transaction size: one per event, or per 1, 2 or 3 seconds."""
 
-LAV_DEFINITIONS = ("spec", "raw-mean")
 
 MEAN_SCALE = 2520
 """Per-car mean speeds are kept as ``MEAN_SCALE * sum / count``: exact for up to 10
@@ -380,7 +380,6 @@ class LinearRoadEngine:
         self.rolled_back = 0
         self.retries = 0
         self.tuples = 0
-        self.last_seq = self.resumed_from
         self.input_time = 0
         """The input time of the latest tuple taken by :meth:`process`."""
 
@@ -446,7 +445,6 @@ class LinearRoadEngine:
             self._chunk.append(arrival)
             self.input_time = t[TIME]
             self.tuples += 1
-            self.last_seq = max(self.last_seq, seq)
         self._flush_chunk()
 
     def _safe(self, seq: int) -> int:
@@ -530,8 +528,7 @@ class LinearRoadEngine:
                     # transaction finds the alert and is rolled back.
                     out.append(("entry", _entry(seq, handoff, t), handoff))
                 continue
-            if x not in self.xways and not new_xways:
-                new_xways = True
+            new_xways = new_xways or x not in self.xways
             entered = car is None or (car[C_SEG], car[C_XWAY], car[C_DIR]) != (seg, x, d)
             same = (
                 car[C_SAME] + 1

@@ -53,6 +53,9 @@ MAX_TIME = 10_799
 
 TOLL_FIELDS = ("VID", "Day", "XWay", "Toll")
 
+LAV_DEFINITIONS = ("spec", "raw-mean")
+"""The two LAV definitions, by name (see :mod:`txstream.linearroad.reference`)."""
+
 ANSWER_FIELDS: dict[int, tuple[str, ...]] = {
     0: ("Type", "VID", "Time", "Emit", "LAV", "Toll"),
     1: ("Type", "Time", "Emit", "XWay", "Seg", "Dir", "VID"),

@@ -35,12 +35,10 @@ import pandas as pd  # type: ignore[import-untyped]
 from txstream.errors import TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
     INPUT_FIELDS,
+    LAV_DEFINITIONS,
     parse_input_line,
     read_lines,
 )
-
-LAV_DEFINITIONS = ("spec", "raw-mean")
-"""The two LAV definitions, by name."""
 
 _SEG = ["XWay", "Dir", "Seg"]
 _KEY = [*_SEG, "m"]
