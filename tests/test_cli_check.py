@@ -53,6 +53,7 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         (["check", "{f}"], "r1(x) ??", "1:7: not an operation"),
         (["check", "--criterion", "nope", "{f}"], "r1(x) c1", "unknown criterion 'nope'"),
         (["check", "--subwindows", "0", "{f}"], "r1(x) c1", "--subwindows must be at least 1"),
+        (["check", "--subwindows", "1000000001", "{f}"], "r1(x) c1", "at most 1,000,000"),
         (["check", "{f}missing"], "", "no such file or folder"),
         (["check", "{f}"], "# expect: cs=maybe\nr1(x) c1", "must look like cs=true"),
         (["check", "{f}"], "", "holds no history"),

@@ -40,6 +40,10 @@ class Row:
         return bad
 
 
+MAX_SUBWINDOWS = 1_000_000
+"""More sub-windows than this is a typo (the checker would build that many windows)."""
+
+
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``check`` subcommand."""
     names = list(criteria())
@@ -93,8 +97,10 @@ def run(args: argparse.Namespace) -> int:
         raise TxStreamError(
             f"unknown criterion {args.criterion!r}; choose one of: {', '.join(known)}, all"
         )
-    if args.subwindows is not None and args.subwindows < 1:
-        raise TxStreamError(f"--subwindows must be at least 1, not {args.subwindows}")
+    if args.subwindows is not None and not 1 <= args.subwindows <= MAX_SUBWINDOWS:
+        raise TxStreamError(
+            f"--subwindows must be at least 1 and at most {MAX_SUBWINDOWS:,}, not {args.subwindows}"
+        )
     many = len(chosen) > 1 or args.format == "table"
     rows: list[Row] = []
     for source, text in _read_inputs(args.inputs):

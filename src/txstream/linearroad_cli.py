@@ -31,6 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import float_range, int_range, nonnegative_int, positive_float, seed
 from txstream.errors import TxStreamError, UnknownNameError
 
 FORMATS = ("table", "json")
@@ -51,10 +52,21 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     g = group.add_parser("generate", help="write a deterministic input and historical tolls")
     g.add_argument("--out", type=Path, required=True, metavar="DIR")
-    g.add_argument("--L", dest="L", type=float, default=1.0, help="expressways (halves allowed)")
-    g.add_argument("--minutes", type=int, default=10, help="simulated minutes")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--rate", type=float, default=2.0, help="cars entering per second and direction")
+    g.add_argument(
+        "--L",
+        dest="L",
+        type=float_range(0.5, 512),
+        default=1.0,
+        help="expressways (halves allowed)",
+    )
+    g.add_argument("--minutes", type=int_range(1, 180), default=10, help="simulated minutes")
+    g.add_argument("--seed", type=seed, default=0)
+    g.add_argument(
+        "--rate",
+        type=float_range(0.01, 20),
+        default=2.0,
+        help="cars entering per second and direction",
+    )
     g.add_argument(
         "--spark",
         action="store_true",
@@ -74,18 +86,25 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     src = r.add_mutually_exclusive_group()
     src.add_argument("--input", type=Path, metavar="FILE", help="an input file (.gz allowed)")
     src.add_argument(
-        "--L", dest="L", type=float, help="generate an input with L expressways (1 if no --input)"
+        "--L",
+        dest="L",
+        type=float_range(0.5, 512),
+        help="generate an input with L expressways (1 if no --input)",
     )
-    r.add_argument("--minutes", type=int, default=3, help="simulated minutes to generate")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--minutes", type=int_range(1, 180), default=3, help="simulated minutes to generate"
+    )
+    r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls for --input")
-    r.add_argument("--speedup", type=float, default=1.0, help="simulated seconds per wall second")
+    r.add_argument(
+        "--speedup", type=positive_float(1e6), default=1.0, help="simulated seconds per wall second"
+    )
     r.add_argument("--variant", default="serializable", help="serializable or not-serializable")
     r.add_argument("--txn-size", default="event", help="event, 1s, 2s or 3s")
     r.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
     r.add_argument(
         "--inject-duplicates",
-        type=int,
+        type=nonnegative_int(86_400),
         default=0,
         metavar="SECONDS",
         help="duplicate a segment-entering report every SECONDS of input time",
@@ -220,14 +239,19 @@ def _validate(args: argparse.Namespace) -> int:
             answers.write_text("".join(line + "\n" for line in lines))
         report = validate(args.input, answers, lav=args.lav, tolls_path=args.tolls)
         agreement = compare_expected(answers, args.expected) if args.expected else None
+    # Rejected input tuples mean answers were computed from less than the input.
+    ok = report.ok and not report.rejected_input
     if args.format == "json":
         out: dict[str, Any] = json.loads(report.to_json())
+        out["ok"] = ok
         if agreement is not None:
             out["agreement"] = agreement
         print(json.dumps(out))
     else:
         _print_table(report, agreement)
-    return 0 if report.ok else 1
+        if report.rejected_input:
+            print(f"not ok: {len(report.rejected_input)} input tuples were rejected")
+    return 0 if ok else 1
 
 
 def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:

@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
+from txstream.broadcast.base import ALGORITHM_NAMES
 from txstream.broadcast.sim import SimParams, simulate
 from txstream.errors import TxStreamError
 
@@ -169,6 +170,15 @@ EXPERIMENT = Experiment(
     grid=_grid(SWEEPS) + _grid(GROUP_SWEEP, ("grouped",)),
     quick_grid=_grid(QUICK_SWEEPS, transactions=300, measured=150, min_reps=1, max_reps=1),
     run=run_point,
+    params={
+        "sweep": Param(str, choices=(*SWEEPS, *GROUP_SWEEP)),
+        "x": Param(float, lo=0, lo_open=True, hi=1e12),
+        "algorithm": Param(str, choices=ALGORITHM_NAMES),
+        "transactions": Param(int, lo=1, hi=10_000_000),
+        "measured": Param(int, lo=1, hi=10_000_000),
+        "min_reps": Param(int, lo=1, hi=1000),
+        "max_reps": Param(int, lo=1, hi=1000),
+    },
     figures=FIGURES,
     repetitions=1,
     quick_repetitions=1,

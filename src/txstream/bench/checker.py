@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
 from txstream.errors import TxStreamError
 
 
@@ -116,6 +116,7 @@ EXPERIMENT = Experiment(
     grid=[{"operations": n} for n in (10_000, 100_000, 300_000, 1_000_000)],
     quick_grid=[{"operations": n} for n in (10_000, 100_000)],
     run=run_point,
+    params={"operations": Param(int, lo=1, hi=100_000_000)},
     repetitions=3,
     quick_repetitions=1,
     figures=[

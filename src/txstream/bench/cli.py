@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, run_experiment
+from txstream.bench.harness import apply_overrides, run_experiment
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
-from txstream.errors import TxStreamError
+from txstream.cli_types import seed
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -25,7 +24,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument("--quick", action="store_true", help="the small grid used in CI")
     p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
-    p.add_argument("--seed", type=int, default=0, help="base seed of the repetitions")
+    p.add_argument("--seed", type=seed, default=0, help="base seed of the repetitions")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument(
         "--set",
@@ -52,9 +51,10 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
-    overrides = _overrides(args.set + ([f"target={args.target}"] if args.target else []))
+    items = args.set + ([f"target={args.target}"] if args.target else [])
+    # Check every experiment's overrides before the first one runs for an hour.
+    chosen = [apply_overrides(exp, items) for exp in chosen]
     for exp in chosen:
-        exp = _with(exp, overrides)
         spark = args.spark if args.spark is not None else exp.spark_default and not args.quick
         rows = run_experiment(
             exp,
@@ -74,38 +74,3 @@ def _spark_mapper() -> Any:
     from txstream.spark.sweep import run_points
 
     return run_points
-
-
-def _overrides(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise TxStreamError(f"--set {item!r} is not PARAM=VALUE")
-        value: Any = text
-        for cast in (int, float):
-            try:
-                value = cast(text)
-                break
-            except ValueError:
-                continue
-        out[key] = value
-    return out
-
-
-def _with(exp: Experiment, overrides: dict[str, Any]) -> Experiment:
-    """``exp`` with ``overrides`` applied to every point of both grids."""
-    if not overrides:
-        return exp
-    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point}
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise TxStreamError(
-            f"experiment {exp.name} has no parameter {', '.join(unknown)}; "
-            f"its parameters: {', '.join(sorted(known))}"
-        )
-    return dataclasses.replace(
-        exp,
-        grid=[{**p, **overrides} for p in exp.grid],
-        quick_grid=[{**p, **overrides} for p in exp.quick_grid],
-    )

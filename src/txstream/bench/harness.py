@@ -10,6 +10,7 @@ plotting the mean over repetitions with min-max bars.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import statistics
 import sys
 from collections import defaultdict
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import BadValueError, parse_float, parse_int
 from txstream.errors import TxStreamError
 
 Point = dict[str, Any]
@@ -45,6 +47,49 @@ class Figure:
     where: tuple[tuple[str, Any], ...] = ()  # plot only rows with these (column, value)s
 
 
+@dataclass(frozen=True)
+class Param:
+    """What ``bench --set NAME=VALUE`` accepts for one parameter of an experiment.
+
+    ``kind`` is ``int``, ``float``, ``bool`` or ``str``; numbers must be finite and
+    within ``[lo, hi]`` (``lo_open``: strictly above ``lo``); a string must be one
+    of ``choices`` when they are given.
+    """
+
+    kind: type
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False
+    choices: tuple[str, ...] = ()
+
+    def parse(self, text: str) -> Any:
+        """``text`` as this parameter's value; :class:`BadValueError` if it is not one."""
+        if self.kind is bool:
+            word = text.strip().lower()
+            if word in _TRUE:
+                return True
+            if word in _FALSE:
+                return False
+            raise BadValueError(f"not true or false: {text!r}")
+        if self.kind is int:
+            lo = None if self.lo is None else int(self.lo) + (1 if self.lo_open else 0)
+            return parse_int(text, lo, None if self.hi is None else int(self.hi))
+        if self.kind is float:
+            return parse_float(text, self.lo, self.hi, lo_open=self.lo_open)
+        if self.choices and text not in self.choices:
+            raise BadValueError(f"{text!r} is not one of: {', '.join(self.choices)}")
+        if not text:
+            raise BadValueError("empty value")
+        return text
+
+
+_TRUE = ("true", "yes", "on", "1")
+_FALSE = ("false", "no", "off", "0")
+
+INFERRED_MAX = 1e9
+"""Upper bound of a numeric parameter that its experiment does not declare."""
+
+
 @dataclass
 class Experiment:
     """A named experiment: what to vary, how to measure one point, what to plot."""
@@ -63,6 +108,60 @@ class Experiment:
     summarize: Callable[[list[dict[str, Any]]], str] | None = None
     """Conclusions drawn from all rows (e.g. the largest speedup meeting a limit),
     as Markdown: written to ``<out>/<name>-summary.md`` and printed."""
+    params: dict[str, Param] = field(default_factory=dict)
+    """Types and ranges of the parameters ``bench --set`` may change; a parameter
+    not declared here is checked against the values its grids use (see
+    :func:`param_spec`)."""
+
+
+def param_spec(exp: Experiment, name: str) -> Param:
+    """How ``--set name=...`` is checked for ``exp``: declared, or inferred from the grids.
+
+    Inferred: ``bool`` if every grid value is a bool, a non-negative ``int`` if
+    every value is an integer, a non-negative ``float`` if every value is a
+    number (both at most :data:`INFERRED_MAX`), otherwise any non-empty string.
+    """
+    if name in exp.params:
+        return exp.params[name]
+    values = [p[name] for p in [*exp.grid, *exp.quick_grid] if name in p]
+    if values and all(isinstance(v, bool) for v in values):
+        return Param(bool)
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if values and len(numbers) == len(values):
+        kind = int if all(isinstance(v, int) for v in numbers) else float
+        return Param(kind, lo=0, hi=INFERRED_MAX)
+    return Param(str)
+
+
+def apply_overrides(exp: Experiment, items: list[str]) -> Experiment:
+    """``exp`` with each ``PARAM=VALUE`` of ``items`` set in every point of both grids.
+
+    Each value is parsed and checked against :func:`param_spec`, so a bad one
+    (``threads=-1``, ``threads=abc``, ``t=nan``) fails here with one line instead
+    of deep inside a run (a barrier that never fills, a ``TypeError``).
+    """
+    if not items:
+        return exp
+    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point} | set(exp.params)
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise TxStreamError(f"--set {item!r} is not PARAM=VALUE")
+        if key not in known:
+            raise TxStreamError(
+                f"experiment {exp.name} has no parameter {key}; "
+                f"its parameters: {', '.join(sorted(known))}"
+            )
+        try:
+            overrides[key] = param_spec(exp, key).parse(text)
+        except BadValueError as exc:
+            raise TxStreamError(f"--set {key}={text}: {exc} (experiment {exp.name})") from None
+    return dataclasses.replace(
+        exp,
+        grid=[{**p, **overrides} for p in exp.grid],
+        quick_grid=[{**p, **overrides} for p in exp.quick_grid],
+    )
 
 
 Mapper = Callable[[Callable[[tuple[Point, int]], Metrics], list[tuple[Point, int]]], list[Metrics]]

@@ -28,7 +28,7 @@ import atexit
 import os
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
 from txstream.errors import TxStreamError
 from txstream.loading import EmbeddedTarget, Loader, Target
 from txstream.loading.oracle import apply_serial, base_from_rows, differences, expected_state
@@ -218,6 +218,15 @@ def experiment(target: str = "postgres") -> Experiment:
         grid=grid(target, quick=False),
         quick_grid=grid(target, quick=True),
         run=run_point,
+        params={
+            "target": Param(str, choices=("postgres", "embedded")),
+            "study": Param(str, choices=("concurrency", "preagg")),
+            "method": Param(str, choices=("naive", "partition", "reorder")),
+            "k": Param(int, lo=1, hi=32),  # the server allows 40 connections
+            "n": Param(int, lo=1, hi=1_000_000),
+            "preaggregate": Param(bool),
+            "quick": Param(bool),
+        },
         figures=FIGURES,
         repetitions=2,
         quick_repetitions=1,

@@ -24,7 +24,7 @@ import threading
 import time
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
 from txstream.errors import TransientError
 from txstream.txn import TransactionManager
 
@@ -122,6 +122,12 @@ EXPERIMENT = Experiment(
         for p in PROTOCOLS
     ],
     run=run_point,
+    params={
+        "protocol": Param(str, choices=PROTOCOLS),
+        "threads": Param(int, lo=1, hi=1024),
+        "contention": Param(str, choices=tuple(ROWS)),
+        "transactions": Param(int, lo=1, hi=100_000_000),
+    },
     repetitions=3,
     quick_repetitions=1,
     figures=[

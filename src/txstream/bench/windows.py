@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
+from txstream.windows.schedulers import SCHEDULERS as ALL_SCHEDULERS
 from txstream.windows.sim import WindowParams, run
 
 SCHEDULERS = ("serial", "ws", "lws", "ttu")
@@ -77,6 +78,13 @@ EXPERIMENT = Experiment(
     grid=GRID,
     quick_grid=QUICK,
     run=measure,
+    params={
+        "workload": Param(str, choices=("long", "mixed")),
+        "scheduler": Param(str, choices=tuple(ALL_SCHEDULERS)),
+        "t": Param(float, lo=0, lo_open=True, hi=86_400),
+        "n": Param(int, lo=2, hi=100_000),
+        "queries": Param(int, lo=0, hi=100_000),
+    },
     repetitions=3,
     figures=[
         _fig(

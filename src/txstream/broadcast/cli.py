@@ -15,7 +15,21 @@ from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import SimParams
+from txstream.cli_types import (
+    json_safe,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+    seed,
+)
 from txstream.model import format_history, parse_one
+
+MAX_OBJECTS = 1_000_000
+MAX_TXNS = 10_000_000
+MAX_BITS = 1e15
+"""Bounds that catch typos: sizes and times (bit-units) far beyond any experiment."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -50,27 +64,38 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     d = SimParams()
     s.add_argument("--algorithm", "-a", default=d.algorithm, help=", ".join(ALGORITHM_NAMES))
-    s.add_argument("--groups", type=int, help="number of groups (grouped algorithm only)")
-    s.add_argument("--client-length", type=int, default=d.client_txn_length)
-    s.add_argument("--server-length", type=int, default=d.server_txn_length)
+    s.add_argument(
+        "--groups", type=positive_int(MAX_OBJECTS), help="number of groups (grouped algorithm only)"
+    )
+    s.add_argument("--client-length", type=positive_int(MAX_OBJECTS), default=d.client_txn_length)
+    s.add_argument(
+        "--server-length", type=nonnegative_int(MAX_OBJECTS), default=d.server_txn_length
+    )
     s.add_argument(
         "--server-interarrival",
-        type=float,
+        type=positive_float(MAX_BITS),
         default=d.server_interarrival,
         help="mean bit-units between server transactions",
     )
-    s.add_argument("--objects", type=int, default=d.objects)
-    s.add_argument("--object-bytes", type=int, default=d.object_bits // 8)
-    s.add_argument("--server-read-prob", type=float, default=d.server_read_prob)
-    s.add_argument("--op-delay", type=float, default=d.op_delay)
-    s.add_argument("--txn-delay", type=float, default=d.txn_delay)
-    s.add_argument("--timestamp-bits", type=int, default=d.timestamp_bits)
-    s.add_argument("--transactions", type=int, default=d.transactions)
-    s.add_argument("--measured", type=int, default=d.measured, help="statistics from the last N")
-    s.add_argument("--cache", type=float, metavar="CYCLES", help="client cache currency T")
-    s.add_argument("--client-update-prob", type=float, default=0.0)
-    s.add_argument("--max-cycles", type=int, help="stop after this many cycles")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--objects", type=positive_int(MAX_OBJECTS), default=d.objects)
+    s.add_argument("--object-bytes", type=positive_int(2**30), default=d.object_bits // 8)
+    s.add_argument("--server-read-prob", type=probability, default=d.server_read_prob)
+    s.add_argument("--op-delay", type=nonnegative_float(MAX_BITS), default=d.op_delay)
+    s.add_argument("--txn-delay", type=nonnegative_float(MAX_BITS), default=d.txn_delay)
+    s.add_argument("--timestamp-bits", type=nonnegative_int(1024), default=d.timestamp_bits)
+    s.add_argument("--transactions", type=positive_int(MAX_TXNS), default=d.transactions)
+    s.add_argument(
+        "--measured",
+        type=positive_int(MAX_TXNS),
+        default=d.measured,
+        help="statistics from the last N",
+    )
+    s.add_argument(
+        "--cache", type=nonnegative_float(1e9), metavar="CYCLES", help="client cache currency T"
+    )
+    s.add_argument("--client-update-prob", type=probability, default=0.0)
+    s.add_argument("--max-cycles", type=positive_int(10**9), help="stop after this many cycles")
+    s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--history", type=Path, metavar="FILE", help="write the recorded history")
     s.set_defaults(func=run_simulate)
 
@@ -127,5 +152,5 @@ def run_simulate(args: argparse.Namespace) -> int:
     result = simulate(params, args.seed)
     if args.history is not None and result.history is not None:
         args.history.write_text(format_history(result.history, per_line=20) + "\n")
-    print(json.dumps(result.summary()))
+    print(json.dumps(json_safe(result.summary()), allow_nan=False))
     return 0

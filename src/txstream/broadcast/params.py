@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from txstream.broadcast.base import BroadcastError
@@ -32,6 +33,16 @@ class SimParams:
 
     def validate(self) -> None:
         """Raise :class:`BroadcastError` on a parameter that makes no sense."""
+        # NaN passes every comparison below and infinity turns into a division by
+        # zero (or a simulation that never ends), so non-finite numbers go first.
+        for name in ("server_interarrival", "op_delay", "txn_delay", "restart_delay"):
+            if not math.isfinite(getattr(self, name)):
+                raise BroadcastError(f"{name} must be a finite number, got {getattr(self, name)}")
+        for name in ("server_read_prob", "client_update_prob"):
+            if not math.isfinite(getattr(self, name)):
+                raise BroadcastError(f"{name} must be a probability, got {getattr(self, name)}")
+        if self.cache_cycles is not None and not math.isfinite(self.cache_cycles):
+            raise BroadcastError(f"cache currency must be a finite number, got {self.cache_cycles}")
         if self.objects < 1:
             raise BroadcastError(f"objects must be at least 1, got {self.objects}")
         if not 1 <= self.client_txn_length <= self.objects:

@@ -13,6 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
+from txstream.cli_types import json_safe, nonnegative_float, positive_float, positive_int, seed
 from txstream.cq.engine import STRATEGIES
 from txstream.errors import TxStreamError
 from txstream.model import format_history
@@ -31,14 +32,30 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     r = group.add_parser("run", help="run the query with concurrent updaters (JSON)")
     r.add_argument("--strategy", default="snapshot", help=f"one of: {', '.join(STRATEGIES)}")
-    r.add_argument("--update-rate", type=float, default=1000.0, help="update txn/s (0: none)")
-    r.add_argument("--window", type=int, default=5, help="window range r (events)")
-    r.add_argument("--slide", type=int, default=None, help="window slide s (default r // 2)")
-    r.add_argument("--seconds", type=float, default=2.0, help="how long the query runs")
-    r.add_argument("--rows", type=int, default=10_000, help="rows of the referenced table")
+    r.add_argument(
+        "--update-rate",
+        type=nonnegative_float(10_000_000),
+        default=1000.0,
+        help="update txn/s (0: none)",
+    )
+    r.add_argument(
+        "--window", type=positive_int(1_000_000), default=5, help="window range r (events)"
+    )
+    r.add_argument(
+        "--slide",
+        type=positive_int(1_000_000),
+        default=None,
+        help="window slide s (default r // 2)",
+    )
+    r.add_argument(
+        "--seconds", type=positive_float(3600), default=2.0, help="how long the query runs"
+    )
+    r.add_argument(
+        "--rows", type=positive_int(10_000_000), default=10_000, help="rows of the referenced table"
+    )
     r.add_argument("--table", default="parts", help="the table the join references")
     r.add_argument("--column", default="price", help="the column the window averages")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--record", type=Path, metavar="FILE", help="write the history here")
     r.set_defaults(func=_run)
 
@@ -77,7 +94,7 @@ def _run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
         metrics["history"] = str(args.record)
-    print(json.dumps({"strategy": args.strategy, **metrics}))
+    print(json.dumps(json_safe({"strategy": args.strategy, **metrics}), allow_nan=False))
     return 0
 
 

@@ -17,7 +17,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import (
+    json_safe,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+    seed,
+)
 from txstream.errors import TxStreamError, UnknownNameError
+
+MAX_SESSIONS = 256
+"""More sessions than this is a typo, not an experiment (each is a thread and a connection)."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -33,19 +44,31 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run = lsub.add_parser("run", help="load a stream and print a JSON summary")
     run.add_argument("--method", default="reorder", help="naive, partition or reorder")
     run.add_argument("--target", default="embedded", help="embedded or postgres")
-    run.add_argument("--sessions", "-k", type=int, default=4, help="number of sessions k")
-    run.add_argument("--grouping", "-n", type=int, default=8, help="grouping factor n")
+    run.add_argument(
+        "--sessions", "-k", type=positive_int(MAX_SESSIONS), default=4, help="number of sessions k"
+    )
+    run.add_argument(
+        "--grouping", "-n", type=positive_int(1_000_000), default=8, help="grouping factor n"
+    )
     run.add_argument("--preaggregate", action="store_true", help="combine increments")
-    run.add_argument("--operations", type=int, default=10_000, help="stream length")
-    run.add_argument("--parts", type=int, default=10_000, help="active parts s")
-    run.add_argument("--p", type=float, default=0.5, help="fraction of demand inserts")
+    run.add_argument(
+        "--operations", type=nonnegative_int(100_000_000), default=10_000, help="stream length"
+    )
+    run.add_argument(
+        "--parts", type=positive_int(10_000_000), default=10_000, help="active parts s"
+    )
+    run.add_argument("--p", type=probability, default=0.5, help="fraction of demand inserts")
     run.add_argument(
         "--workload", default="demand", help="demand (Section 5.1) or increments (repeated)"
     )
     run.add_argument("--input", type=Path, help="JSON-lines operations on demand/inventory")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--starvation-ts", type=float, default=1.0, help="threshold TS, seconds")
-    run.add_argument("--deadlock-timeout-ms", type=int, default=50, help="postgres only")
+    run.add_argument("--seed", type=seed, default=0)
+    run.add_argument(
+        "--starvation-ts", type=positive_float(86_400), default=1.0, help="threshold TS, seconds"
+    )
+    run.add_argument(
+        "--deadlock-timeout-ms", type=positive_int(3_600_000), default=50, help="postgres only"
+    )
     run.add_argument("--conninfo", help="postgres: use this server instead of a throwaway one")
     run.set_defaults(func=cmd_run)
 
@@ -102,6 +125,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     raw: list[Any]
     if args.input is not None:
         raw = [line for line in args.input.read_text().splitlines() if line.strip()]
+        _check_input(schema, raw, args.input)
     elif args.workload == "demand":
         raw = list(demand_stream(args.operations, args.parts, p=args.p, seed=args.seed))
     elif args.workload == "increments":
@@ -121,7 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                 schema, args.conninfo, deadlock_timeout_ms=args.deadlock_timeout_ms
             )
         else:
-            server = PostgresServer(deadlock_timeout_ms=args.deadlock_timeout_ms).start()
+            # A connection per session plus the loader's own few.
+            server = PostgresServer(
+                deadlock_timeout_ms=args.deadlock_timeout_ms,
+                max_connections=max(40, args.sessions + 10),
+            ).start()
             target = PostgresTarget(schema, server)
     try:
         target.setup()
@@ -156,5 +184,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         target.close()
         if server is not None:
             server.stop()
-    print(json.dumps(summary, indent=2))
-    return 0 if summary["view_ok"] else 1
+    print(json.dumps(json_safe(summary), indent=2, allow_nan=False))
+    # A rejected operation is input that was not loaded: the run did not do what
+    # was asked, even if what it did load is consistent.
+    return 0 if summary["view_ok"] and not report.rejected else 1
+
+
+def _check_input(schema: Any, raw: list[Any], path: Path) -> None:
+    """Refuse an input with no operation that could be loaded (before any server starts)."""
+    from txstream.loading.ops import InvalidOperation, validate
+
+    if not raw:
+        raise TxStreamError(f"{path} holds no operations (one JSON object per line)")
+    first = ""
+    for i, line in enumerate(raw):
+        try:
+            validate(schema, line)
+            return
+        except InvalidOperation as exc:
+            first = first or f"line {i + 1}: {exc}"
+    raise TxStreamError(f"none of the {len(raw)} operations in {path} is valid; {first}")

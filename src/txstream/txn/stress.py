@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import json_safe, positive_float, positive_int, seed
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
 from txstream.txn.manager import Transaction, TransactionManager
@@ -194,7 +195,7 @@ def command(args: argparse.Namespace) -> int:
         summary["check"]["cycle"] = cycle[:6]  # the whole cycle: `txstream check FILE`
         summary["check"]["cycle_length"] = len(cycle)
         summary["check"]["cycle_shown"] = min(6, len(cycle))
-    json.dump(summary, sys.stdout, indent=2)
+    json.dump(json_safe(summary), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
     return 0 if verdict.holds and summary["sum_ok"] else 1
 
@@ -208,17 +209,25 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--protocol", "-p", default="ss2pl", choices=sorted(PROTOCOLS))
-    p.add_argument("--threads", "-n", type=_positive, default=4, help="threads (default 4)")
     p.add_argument(
-        "--transactions", "-m", type=_positive, default=10_000, help="transactions (default 10000)"
+        "--threads", "-n", type=positive_int(1024), default=4, help="threads (default 4)"
     )
-    p.add_argument("--items", "-k", type=_positive, default=100, help="data items (default 100)")
+    p.add_argument(
+        "--transactions",
+        "-m",
+        type=positive_int(10_000_000),
+        default=10_000,
+        help="transactions (default 10000)",
+    )
+    p.add_argument(
+        "--items", "-k", type=positive_int(1_000_000), default=100, help="data items (default 100)"
+    )
     p.add_argument(
         "--ordered",
         action="store_true",
         help="enforce arrival order (ss2pl, optimistic); the history is checked for csao",
     )
-    p.add_argument("--seed", type=int, default=0, help="workload seed (default 0)")
+    p.add_argument("--seed", type=seed, default=0, help="workload seed (default 0)")
     p.add_argument(
         "--snapshot-updates",
         choices=("locking", "si"),
@@ -226,16 +235,11 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         help="under snapshot: update transactions lock (default; serializable) or use "
         "snapshot isolation (si; write skew possible)",
     )
-    p.add_argument("--lock-timeout", type=float, default=None, help="lock-wait timeout, seconds")
+    p.add_argument(
+        "--lock-timeout",
+        type=positive_float(86_400),
+        default=None,
+        help="lock-wait timeout, seconds",
+    )
     p.add_argument("--history", required=True, metavar="FILE", help="write the history here")
     p.set_defaults(func=command)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value

@@ -13,6 +13,15 @@ import argparse
 import json
 from pathlib import Path
 
+from txstream.cli_types import (
+    int_range,
+    json_safe,
+    nonnegative_float,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    seed,
+)
 from txstream.errors import TxStreamError
 from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
@@ -32,9 +41,18 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     r = group.add_parser("run", help="simulate one run and print its metrics (JSON)")
     r.add_argument("--scheduler", default="ttu", help=f"one of: {', '.join(SCHEDULERS)}")
-    r.add_argument("--n", type=int, default=20, help="sub-windows in the window (>= 2)")
-    r.add_argument("--t", type=float, default=1.0, help="seconds per sub-window (> 0)")
-    r.add_argument("--long-queries", type=int, default=40, help="random long-running queries")
+    r.add_argument(
+        "--n", type=int_range(2, 100_000), default=20, help="sub-windows in the window (>= 2)"
+    )
+    r.add_argument(
+        "--t", type=positive_float(86_400), default=1.0, help="seconds per sub-window (> 0)"
+    )
+    r.add_argument(
+        "--long-queries",
+        type=nonnegative_int(100_000),
+        default=40,
+        help="random long-running queries",
+    )
     r.add_argument(
         "--query",
         action="append",
@@ -42,15 +60,19 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help=f"a long-running query instead of random ones (repeatable); AGG one of: "
         f"{', '.join(AGGREGATES)}; ATTR src (default) or dst",
     )
-    r.add_argument("--m", type=int, default=1, help="re-execute long queries every m slides")
+    r.add_argument(
+        "--m", type=positive_int(100_000), default=1, help="re-execute long queries every m slides"
+    )
     r.add_argument(
         "--snapshot-interval",
-        type=float,
+        type=nonnegative_float(86_400),
         default=0.0,
         help="mean seconds between snapshot queries (0: none)",
     )
-    r.add_argument("--duration", type=float, default=None, help="simulated seconds (n*t)")
-    r.add_argument("--seed", type=int, default=0)
+    r.add_argument(
+        "--duration", type=positive_float(10_000_000), default=None, help="simulated seconds (n*t)"
+    )
+    r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--record", type=Path, metavar="FILE", help="write the history here")
     r.add_argument("--answers", action="store_true", help="print the last answer of each group")
     r.set_defaults(func=_run)
@@ -112,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
         out["history"] = str(args.record)
-    print(json.dumps(out, default=str))
+    print(json.dumps(json_safe(out), default=str, allow_nan=False))
     return 0
 
 

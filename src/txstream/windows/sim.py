@@ -16,6 +16,7 @@ scheduler sees the identical stream and query workload for a given seed.
 from __future__ import annotations
 
 import itertools
+import math
 import random
 import statistics
 from dataclasses import dataclass, field, fields
@@ -57,6 +58,11 @@ class WindowParams:
 
     def validate(self) -> None:
         """Raise :class:`WindowError` (or UnknownNameError) on a bad setting."""
+        # NaN slips through the comparisons below; infinity overflows int() later.
+        for name in ("t", "snapshot_interval", "rate", "burst", "duration"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise WindowError(f"{name} must be a finite number, got {value}")
         get_scheduler(self.scheduler)
         if not isinstance(self.n, int) or self.n < 2:
             raise WindowError(f"n must be at least 2 sub-windows, got {self.n}")

@@ -1,0 +1,155 @@
+"""Checked number types for the command line and for ``bench --set``.
+
+Every numeric option of every ``txstream`` command is parsed by one of these, so
+NaN, infinities, negative counts and absurd sizes are refused where they enter:
+argparse turns the :class:`argparse.ArgumentTypeError` into one line on stderr
+and exit 2, before any work starts (no traceback, no hang, no ``MemoryError``
+after a minute).  :func:`parse_int` and :func:`parse_float` are the same checks
+for code that is not argparse (``bench --set PARAM=VALUE``); they raise
+:class:`BadValueError`.
+
+The upper bounds are deliberately generous: they exist so that a typo such as
+``--threads 100000000`` fails at once instead of exhausting memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from typing import Any
+
+from txstream.errors import TxStreamError
+
+MAX_SEED = 2**63 - 1
+"""Seeds are non-negative and fit in 64 bits (numpy and Spark take them too)."""
+
+
+class BadValueError(TxStreamError, ValueError):
+    """A number given by the user is not a number, not finite, or out of range."""
+
+
+def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool) -> str:
+    def show(v: float) -> str:
+        return f"{v:,}" if isinstance(v, int) else f"{v:g}"
+
+    if lo is not None and hi is not None:
+        left = ">" if lo_open else ">="
+        right = "<" if hi_open else "<="
+        return f"{left} {show(lo)} and {right} {show(hi)}"
+    if lo is not None:
+        return f"{'>' if lo_open else '>='} {show(lo)}"
+    if hi is not None:
+        return f"{'<' if hi_open else '<='} {show(hi)}"
+    return "a finite number"
+
+
+def parse_int(text: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``text`` as an integer within ``[lo, hi]``; :class:`BadValueError` otherwise."""
+    try:
+        value = int(text.strip())
+    except ValueError:
+        # int() also refuses absurdly long digit strings (sys.int_info limit): same message.
+        raise BadValueError(f"not an integer: {text!r}") from None
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        shown = f"{value:,}" if abs(value) < 10**30 else f"a {len(str(abs(value)))}-digit number"
+        raise BadValueError(f"must be {_range_text(lo, hi, False, False)}, not {shown}")
+    return value
+
+
+def parse_float(
+    text: str,
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> float:
+    """``text`` as a finite float in the range; :class:`BadValueError` otherwise.
+
+    ``lo_open``/``hi_open`` exclude the bound itself (``> 0`` rather than ``>= 0``).
+    NaN and the infinities (also ``1e999``, which overflows to infinity) are refused.
+    """
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise BadValueError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise BadValueError(f"must be a finite number, not {text.strip()!r}")
+    if (
+        (lo is not None and (value < lo or (lo_open and value == lo)))
+        or (hi is not None and (value > hi or (hi_open and value == hi)))
+    ):  # fmt: skip
+        raise BadValueError(f"must be {_range_text(lo, hi, lo_open, hi_open)}, not {value:g}")
+    return value
+
+
+def _argparse_type(fn: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        try:
+            return fn(text)
+        except BadValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse.__name__ = name  # argparse names the type in some messages
+    return parse
+
+
+def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
+    """An argparse ``type=`` for an integer within ``[lo, hi]``."""
+    return _argparse_type(lambda t: parse_int(t, lo, hi), "integer")
+
+
+def float_range(
+    lo: float | None = None,
+    hi: float | None = None,
+    *,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> Callable[[str], float]:
+    """An argparse ``type=`` for a finite float within the range."""
+    return _argparse_type(
+        lambda t: parse_float(t, lo, hi, lo_open=lo_open, hi_open=hi_open), "number"
+    )
+
+
+def positive_int(max: int) -> Callable[[str], int]:
+    """An integer from 1 to ``max``."""
+    return int_range(1, max)
+
+
+def nonnegative_int(max: int) -> Callable[[str], int]:
+    """An integer from 0 to ``max``."""
+    return int_range(0, max)
+
+
+def positive_float(max: float) -> Callable[[str], float]:
+    """A finite float greater than 0, at most ``max``."""
+    return float_range(0.0, max, lo_open=True)
+
+
+def nonnegative_float(max: float) -> Callable[[str], float]:
+    """A finite float from 0 to ``max``."""
+    return float_range(0.0, max)
+
+
+probability: Callable[[str], float] = float_range(0.0, 1.0)
+"""A finite float in ``[0, 1]``."""
+
+seed: Callable[[str], int] = int_range(0, MAX_SEED)
+"""A random seed: an integer from 0 to 2**63-1."""
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every NaN or infinite float replaced by ``None``.
+
+    ``json.dumps`` would write ``NaN``/``Infinity``, which is not JSON; a metric
+    that has no value (a mean over nothing) is reported as ``null`` instead.
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,347 @@
+"""Bad command-line input: one line on stderr, exit 2, never a traceback or a hang.
+
+Every case runs the real command line in this process (``txstream.cli.main``),
+in a thread with a time limit, so a case that hangs fails instead of stalling
+the suite.  The table holds the cases a fault-injection battery found (NaN,
+infinities, negative and absurd sizes, ``bench --set`` values of the wrong
+type); a sweep over every typed option of every command checks that no numeric
+option accepts NaN, an infinity or a negative number; Hypothesis throws
+arbitrary text at the numeric options and at the shared type helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shared_data import LINEARROAD
+from txstream.cli import build_parser, main
+from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
+
+LIMIT_S = 20.0
+
+
+def run_cli(argv: list[str], limit: float = LIMIT_S) -> tuple[int, str, str]:
+    """``main(argv)`` in a thread: (exit status, stdout, stderr); fails after ``limit`` s."""
+    out, err = io.StringIO(), io.StringIO()
+    result: list[int] = []
+    crash: list[BaseException] = []
+
+    def target() -> None:
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                result.append(main(argv))
+            except SystemExit as exc:  # argparse errors exit 2 through SystemExit
+                result.append(exc.code if isinstance(exc.code, int) else 1)
+            except BaseException as exc:  # a traceback is exactly what must not happen
+                crash.append(exc)
+
+    th = threading.Thread(target=target, daemon=True)
+    th.start()
+    th.join(limit)
+    if th.is_alive():
+        pytest.fail(f"txstream {' '.join(argv)} still running after {limit:g} s (a hang)")
+    if crash:
+        raise AssertionError(f"txstream {' '.join(argv)} raised {crash[0]!r}") from crash[0]
+    return result[0], out.getvalue(), err.getvalue()
+
+
+def assert_rejected(argv: list[str], needle: str = "") -> str:
+    code, out, err = run_cli(argv)
+    assert code == 2, f"txstream {' '.join(argv)}: exit {code}, stderr {err!r}"
+    assert "Traceback" not in err and "Traceback" not in out
+    assert err.strip() and err.count("\n") == 1, f"not one line: {err!r}"
+    assert err.startswith("txstream"), err
+    assert needle in err, f"{needle!r} not in {err!r}"
+    return err
+
+
+@pytest.fixture
+def work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Run in a temporary folder so no case can leave files in the checkout."""
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+
+
+H = ["--history", "h.txt"]
+FINITE = "must be a finite number"
+
+CASES: list[tuple[list[str], str]] = [
+    # stress: the manager used to take nan and fail every later lock wait
+    (["stress", "--lock-timeout", "nan", *H], FINITE),
+    (["stress", "--lock-timeout", "inf", *H], FINITE),
+    (["stress", "--lock-timeout", "0", *H], "must be > 0"),
+    (["stress", "--lock-timeout", "-1", *H], "must be > 0"),
+    (["stress", "--threads", "1e20", *H], "not an integer"),
+    (["stress", "--threads", "100000000000000000000", *H], "<= 1,024"),
+    (["stress", "--threads", "-1", *H], ">= 1"),
+    (["stress", "--transactions", "-5", *H], ">= 1"),
+    (["stress", "--items", "abc", *H], "not an integer"),
+    (["stress", "--items", "9" * 5000, *H], "not an integer"),
+    (["stress", "--seed", "-1", *H], ">= 0"),
+    # broadcast: inf divided by zero, nan hung
+    (["broadcast", "simulate", "--op-delay", "inf"], FINITE),
+    (["broadcast", "simulate", "--op-delay", "nan"], FINITE),
+    (["broadcast", "simulate", "--txn-delay=-inf"], FINITE),
+    (["broadcast", "simulate", "--txn-delay", "-1"], ">= 0"),
+    (["broadcast", "simulate", "--cache", "nan"], FINITE),
+    (["broadcast", "simulate", "--cache", "-1"], ">= 0"),
+    (["broadcast", "simulate", "--server-interarrival", "0"], "must be > 0"),
+    (["broadcast", "simulate", "--server-read-prob", "1.5"], "<= 1"),
+    (["broadcast", "simulate", "--client-update-prob", "nan"], FINITE),
+    (["broadcast", "simulate", "--objects", "0"], ">= 1"),
+    (["broadcast", "simulate", "--objects", "10000000000"], "<= 1,000,000"),
+    (["broadcast", "simulate", "--transactions", "1e9"], "not an integer"),
+    (["broadcast", "simulate", "--object-bytes", "-8"], ">= 1"),
+    (["broadcast", "simulate", "--groups", "nan"], "not an integer"),
+    (["broadcast", "simulate", "--max-cycles", "0"], ">= 1"),
+    (["broadcast", "simulate", "--objects", "5", "--client-length", "6"], "between 1 and"),
+    # windows: inf overflowed int()
+    (["windows", "run", "--t", "inf"], FINITE),
+    (["windows", "run", "--t", "nan"], FINITE),
+    (["windows", "run", "--t", "0"], "must be > 0"),
+    (["windows", "run", "--n", "1"], ">= 2"),
+    (["windows", "run", "--n", "1000000000000"], "<= 100,000"),
+    (["windows", "run", "--duration", "inf"], FINITE),
+    (["windows", "run", "--snapshot-interval", "-1"], ">= 0"),
+    (["windows", "run", "--m", "0"], ">= 1"),
+    (["windows", "run", "--long-queries", "-1"], ">= 0"),
+    # cq: nan crashed int()
+    (["cq", "run", "--seconds", "nan"], FINITE),
+    (["cq", "run", "--seconds", "inf"], FINITE),
+    (["cq", "run", "--seconds", "-1"], "must be > 0"),
+    (["cq", "run", "--seconds", "1e9"], "<= 3,600"),
+    (["cq", "run", "--update-rate", "nan"], FINITE),
+    (["cq", "run", "--window", "0"], ">= 1"),
+    (["cq", "run", "--rows", "-3"], ">= 1"),
+    (["cq", "run", "--slide", "abc"], "not an integer"),
+    # bench --set: checked against each parameter's declared type and range
+    (["bench", "tm", "--set", "threads=-1"], "--set threads=-1: must be >= 1"),
+    (["bench", "tm", "--set", "threads=0"], "must be >= 1"),
+    (["bench", "tm", "--set", "threads=abc"], "not an integer"),
+    (["bench", "tm", "--set", "threads=1e20"], "not an integer"),
+    (["bench", "tm", "--set", "threads=100000"], "<= 1,024"),
+    (["bench", "tm", "--set", "transactions=nan"], "not an integer"),
+    (["bench", "tm", "--set", "contention=medium"], "not one of: low, high"),
+    (["bench", "tm", "--set", "protocol=nope"], "not one of"),
+    (["bench", "tm", "--set", "threads"], "is not PARAM=VALUE"),
+    (["bench", "tm", "--set", "nope=1"], "has no parameter nope"),
+    (["bench", "tm", "--seed", "-1"], ">= 0"),
+    (["bench", "windows", "--set", "t=nan"], FINITE),
+    (["bench", "windows", "--set", "n=1"], ">= 2"),
+    (["bench", "cq", "--set", "seconds=inf"], FINITE),
+    (["bench", "cq", "--set", "window_range=-2"], ">= 0"),
+    (["bench", "broadcast", "--set", "x=nan"], FINITE),
+    (["bench", "loading", "--set", "k=0"], ">= 1"),
+    (["bench", "loading", "--set", "preaggregate=maybe"], "not true or false"),
+    (["bench", "loading", "--target", "oracle"], "not one of: postgres, embedded"),
+    (["bench", "linear-road", "--set", "speedup=nan"], FINITE),
+    (["bench", "checker", "--set", "operations=-1"], ">= 1"),
+    # linear-road: nan crashed int(); only the argument types changed here
+    (["linear-road", "generate", "--L", "nan", "--out", "o"], FINITE),
+    (["linear-road", "generate", "--L", "inf", "--out", "o"], FINITE),
+    (["linear-road", "generate", "--L", "-1", "--out", "o"], ">= 0.5"),
+    (["linear-road", "generate", "--L", "0.7", "--out", "o"], "multiple of 0.5"),
+    (["linear-road", "generate", "--minutes", "1e9", "--out", "o"], "not an integer"),
+    (["linear-road", "generate", "--rate", "nan", "--out", "o"], FINITE),
+    (["linear-road", "run", "--L", "nan", "--out", "o"], FINITE),
+    (["linear-road", "run", "--speedup", "inf", "--out", "o"], FINITE),
+    (["linear-road", "run", "--speedup", "0", "--out", "o"], "must be > 0"),
+    (["linear-road", "run", "--inject-duplicates", "-1", "--out", "o"], ">= 0"),
+    # loading
+    (["loading", "run", "--sessions", "0"], ">= 1"),
+    (["loading", "run", "--sessions", "1e20"], "not an integer"),
+    (["loading", "run", "--sessions", "100000"], "<= 256"),
+    (["loading", "run", "--grouping", "-1"], ">= 1"),
+    (["loading", "run", "--p", "nan"], FINITE),
+    (["loading", "run", "--p", "2"], "<= 1"),
+    (["loading", "run", "--starvation-ts", "inf"], FINITE),
+    (["loading", "run", "--deadlock-timeout-ms", "0"], ">= 1"),
+    (["loading", "run", "--operations", "-1"], ">= 0"),
+    # check
+    (["check", "--subwindows", "nan", "x"], "invalid int value"),
+    (["check", "--subwindows", "-1", "x"], "must be at least 1"),
+]
+
+
+@pytest.mark.parametrize(("argv", "needle"), CASES, ids=[" ".join(c[0]) for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(work: Path, argv: list[str], needle: str) -> None:
+    assert_rejected(argv, needle)
+
+
+# -- every numeric option of every command ---------------------------------------------
+
+# The least arguments each subcommand parses with; a new subcommand with typed
+# options must be added here (the sweep fails and says so).
+BASE: dict[str, list[str]] = {
+    "check": ["x.txt"],
+    "bench": ["tm"],
+    "loading run": [],
+    "stress": H,
+    "broadcast simulate": [],
+    "windows run": [],
+    "cq run": [],
+    "linear-road generate": ["--out", "o"],
+    "linear-road run": ["--out", "o"],
+}
+
+NON_NUMERIC = (Path, str)
+
+
+def typed_options() -> list[tuple[str, str]]:
+    """(subcommand path, option) for every option that parses a number."""
+    found: list[tuple[str, str]] = []
+
+    def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, child in action.choices.items():
+                    walk(child, [*path, name])
+            elif action.option_strings and action.type not in (None, *NON_NUMERIC):
+                found.append((" ".join(path), action.option_strings[-1]))
+
+    walk(build_parser(), [])
+    return found
+
+
+OPTIONS = typed_options()
+
+
+def test_the_sweep_sees_every_command() -> None:
+    commands = {c for c, _ in OPTIONS}
+    assert commands <= set(BASE), f"add a BASE entry for {sorted(commands - set(BASE))}"
+    assert {"stress", "broadcast simulate", "cq run", "linear-road generate"} <= commands
+    assert len(OPTIONS) >= 40
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e999", "-1", "NaN", " nan "])
+@pytest.mark.parametrize(("command", "option"), OPTIONS, ids=[f"{c} {o}" for c, o in OPTIONS])
+def test_no_numeric_option_takes_nan_infinity_or_negative(
+    work: Path, command: str, option: str, value: str
+) -> None:
+    assert_rejected([*command.split(), f"{option}={value}", *BASE[command]])
+
+
+# Text that is not a valid value of any numeric option: non-finite, negative,
+# absurdly large, or not a number at all.
+BAD_TEXT = st.one_of(
+    st.sampled_from(["nan", "-nan", "inf", "+inf", "-Infinity", "1e309", "", " ", "0x10"]),
+    st.integers(max_value=-1).map(str),
+    st.integers(min_value=2**63).map(str),  # above every bound, seeds included
+    st.floats(max_value=-1e-9, allow_nan=False, allow_infinity=False).map(repr),
+    st.floats(min_value=1e16, allow_infinity=False).map(repr),
+    st.text(st.characters(blacklist_categories=("Cs",)), max_size=12).filter(
+        lambda t: not _is_number(t)
+    ),
+)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@settings(max_examples=150, deadline=None)
+@given(option=st.sampled_from(OPTIONS), value=BAD_TEXT)
+def test_fuzz_numeric_options_reject_bad_values(option: tuple[str, str], value: str) -> None:
+    command, name = option
+    with tempfile.TemporaryDirectory() as folder, contextlib.chdir(folder):
+        assert_rejected([*command.split(), f"{name}={value}", *BASE[command]])
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(max_size=20), st.floats().map(repr), st.integers().map(str)))
+def test_helpers_return_finite_in_range_values_or_refuse(text: str) -> None:
+    try:
+        value = parse_float(text, 0.0, 1e6, lo_open=True)
+    except BadValueError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        assert math.isfinite(value) and 0.0 < value <= 1e6
+    try:
+        number = parse_int(text, 1, 1000)
+    except BadValueError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        assert 1 <= number <= 1000
+
+
+def test_a_huge_integer_is_named_by_its_length_not_printed() -> None:
+    with pytest.raises(BadValueError, match="4000-digit number"):
+        parse_int(str(10**3999), 1, 10)
+
+
+# -- validation commands exit non-zero when something was rejected --------------------
+
+
+def test_loading_input_with_every_line_malformed_is_refused(work: Path) -> None:
+    (work / "bad.jsonl").write_text('garbage\n{"relation": "nope", "op": "insert"}\n[1]\n')
+    err = assert_rejected(["loading", "run", "--input", "bad.jsonl"], "none of the 3 operations")
+    assert "line 1: not JSON" in err
+    (work / "empty.jsonl").write_text("\n  \n")
+    assert_rejected(["loading", "run", "--input", "empty.jsonl"], "holds no operations")
+
+
+def test_loading_input_with_some_lines_rejected_exits_1(work: Path) -> None:
+    good = {
+        "relation": "demand",
+        "op": "insert",
+        "values": {"custkey": 5, "partkey": 3, "date": 20060911, "quantity": 2, "comment": "x"},
+    }
+    nan = dict(good, values={**good["values"], "custkey": 6, "quantity": float("nan")})
+    (work / "in.jsonl").write_text(f"{json.dumps(good)}\ngarbage\n{json.dumps(nan)}\n")
+    code, out, err = run_cli(["loading", "run", "--input", "in.jsonl", "--parts", "10"])
+    assert code == 1
+    summary = json.loads(out, parse_constant=_no_constant)
+    assert summary["operations"] == 1 and summary["rejected"] == 2 and summary["view_ok"]
+    assert "nan is not an int" in err and "Traceback" not in err
+
+
+def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path) -> None:
+    raw = (LINEARROAD / "datafile20seconds.dat").read_text().splitlines()
+    (work / "clean.dat").write_text("\n".join(raw) + "\n")
+    code, out, _ = run_cli(["linear-road", "validate", "--input", "clean.dat", "--format", "json"])
+    assert code == 0 and json.loads(out)["ok"] is True
+    raw.insert(3, "0,1,2")
+    (work / "in.dat").write_text("\n".join(raw) + "\n")
+    code, out, _ = run_cli(["linear-road", "validate", "--input", "in.dat", "--format", "json"])
+    report = json.loads(out)
+    assert code == 1 and report["ok"] is False and report["rejected_input"][0]["line"] == 4
+    code, out, _ = run_cli(["linear-road", "validate", "--input", "in.dat"])
+    assert code == 1 and "not ok: 1 input tuples were rejected" in out
+
+
+# -- NaN never reaches JSON --------------------------------------------------------------
+
+
+def _no_constant(name: str) -> object:
+    raise AssertionError(f"{name} in JSON output")
+
+
+def test_broadcast_summary_is_strict_json(work: Path) -> None:
+    code, out, err = run_cli(
+        ["broadcast", "simulate", "--transactions", "20", "--measured", "10", "--objects", "20"]
+    )
+    assert code == 0, err
+    json.loads(out, parse_constant=_no_constant)
+
+
+def test_json_safe_turns_non_finite_numbers_into_null() -> None:
+    data = {"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": "nan"}
+    assert json_safe(data) == {"a": None, "b": [1.5, None, {"c": None}], "d": "nan"}
+    json.dumps(json_safe(data), allow_nan=False)
