@@ -37,6 +37,7 @@ from typing import Any
 
 from txstream.bench.harness import Experiment, Figure, Param
 from txstream.broadcast.base import ALGORITHM_NAMES
+from txstream.broadcast.params import step_budget
 from txstream.broadcast.sim import SimParams, simulate
 from txstream.errors import TxStreamError
 
@@ -68,10 +69,12 @@ def params_for(point: dict[str, Any]) -> SimParams:
     """The simulation parameters of a grid point (Table 1 plus the swept value)."""
     sweep = point["sweep"]
     x = point["x"]
+    transactions = int(point.get("transactions", 1000))
     base = SimParams(
         algorithm=point["algorithm"],
-        transactions=int(point.get("transactions", 1000)),
+        transactions=transactions,
         measured=int(point.get("measured", 500)),
+        max_steps=step_budget(transactions),
     )
     if sweep == "object_bytes":
         return _replace(base, object_bits=int(x) * 8)

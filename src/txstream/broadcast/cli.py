@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
-from txstream.broadcast.params import SimParams
+from txstream.broadcast.params import MAX_OBJECTS, SimParams, step_budget
 from txstream.cli_types import (
     json_safe,
     nonnegative_float,
@@ -26,7 +26,6 @@ from txstream.cli_types import (
 )
 from txstream.model import format_history, parse_one
 
-MAX_OBJECTS = 1_000_000
 MAX_TXNS = 10_000_000
 MAX_BITS = 1e15
 """Bounds that catch typos: sizes and times (bit-units) far beyond any experiment."""
@@ -82,7 +81,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("--server-read-prob", type=probability, default=d.server_read_prob)
     s.add_argument("--op-delay", type=nonnegative_float(MAX_BITS), default=d.op_delay)
     s.add_argument("--txn-delay", type=nonnegative_float(MAX_BITS), default=d.txn_delay)
-    s.add_argument("--timestamp-bits", type=nonnegative_int(1024), default=d.timestamp_bits)
+    s.add_argument("--timestamp-bits", type=nonnegative_int(64), default=d.timestamp_bits)
     s.add_argument("--transactions", type=positive_int(MAX_TXNS), default=d.transactions)
     s.add_argument(
         "--measured",
@@ -95,6 +94,12 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     s.add_argument("--client-update-prob", type=probability, default=0.0)
     s.add_argument("--max-cycles", type=positive_int(10**9), help="stop after this many cycles")
+    s.add_argument(
+        "--max-steps",
+        type=positive_int(10**10),
+        help="give up (exit 2) after this many simulation events "
+        "(default: 1000 per transaction + 100,000)",
+    )
     s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--history", type=Path, metavar="FILE", help="write the recorded history")
     s.set_defaults(func=run_simulate)
@@ -147,6 +152,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         cache_cycles=args.cache,
         client_update_prob=args.client_update_prob,
         max_cycles=args.max_cycles,
+        max_steps=args.max_steps if args.max_steps else step_budget(args.transactions),
         record=args.history is not None,
     )
     result = simulate(params, args.seed)

@@ -7,6 +7,20 @@ from dataclasses import dataclass
 
 from txstream.broadcast.base import BroadcastError
 
+MAX_OBJECTS = 5_000
+"""The F-Matrix keeps objects x objects entries: 5,000 objects are 25 million."""
+
+
+def step_budget(transactions: int) -> int:
+    """The default ``max_steps`` of the command line and the benchmark.
+
+    A Table 1 run takes about 50 steps per client transaction (some 20,000 steps
+    a second); 1,000 per transaction plus 100,000 leaves room for slow settings
+    and stops hopeless ones (a server transaction every bit-unit) within about a
+    minute.
+    """
+    return 1_000 * transactions + 100_000
+
 
 @dataclass(frozen=True)
 class SimParams:
@@ -29,6 +43,9 @@ class SimParams:
     cache_cycles: float | None = None
     client_update_prob: float = 0.0
     max_cycles: int | None = None
+    max_steps: int | None = None
+    """Give up with :class:`BroadcastError` after this many simulation events
+    (server transactions, client steps and cycle starts); ``None``: no limit."""
     record: bool = False
 
     def validate(self) -> None:
@@ -43,8 +60,10 @@ class SimParams:
                 raise BroadcastError(f"{name} must be a probability, got {getattr(self, name)}")
         if self.cache_cycles is not None and not math.isfinite(self.cache_cycles):
             raise BroadcastError(f"cache currency must be a finite number, got {self.cache_cycles}")
-        if self.objects < 1:
-            raise BroadcastError(f"objects must be at least 1, got {self.objects}")
+        if not 1 <= self.objects <= MAX_OBJECTS:
+            raise BroadcastError(
+                f"objects must be between 1 and {MAX_OBJECTS:,}, got {self.objects:,}"
+            )
         if not 1 <= self.client_txn_length <= self.objects:
             raise BroadcastError(
                 f"client transaction length must be between 1 and the number of objects "

@@ -31,7 +31,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from txstream.broadcast.base import ReadConditionFailed, ValidationFailed
+from txstream.broadcast.base import BroadcastError, ReadConditionFailed, ValidationFailed
 from txstream.broadcast.client import Client, ClientTransaction
 from txstream.broadcast.params import SimParams
 from txstream.broadcast.recorder import HistoryRecorder
@@ -114,8 +114,20 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
     ev_kind = _START
     ev_cycle = 0
     truncated = False
+    steps = 0
 
     while len(response) < p.transactions:
+        steps += 1
+        if p.max_steps is not None and steps > p.max_steps:
+            # Parameters such as a tiny server inter-arrival time or enormous delays
+            # make a run that would take hours; stop and say so rather than hang.
+            raise BroadcastError(
+                f"the simulation did not finish within {p.max_steps:,} steps "
+                f"({len(response)} of {p.transactions} client transactions done, "
+                f"{server.cycle:,} cycles, {server.commits:,} server transactions); "
+                "the parameters make it run for hours: use smaller delays, sizes or "
+                "transaction counts, a larger server inter-arrival time, or --max-steps"
+            )
         client_due = ev_time < cycle_end or (ev_kind == _READ and ev_cycle == server.cycle)
         if next_server < cycle_end and (next_server <= ev_time or not client_due):
             _server_txn(server, server_rng, p, names)

@@ -51,7 +51,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--seconds", type=positive_float(3600), default=2.0, help="how long the query runs"
     )
     r.add_argument(
-        "--rows", type=positive_int(10_000_000), default=10_000, help="rows of the referenced table"
+        "--rows", type=positive_int(1_000_000), default=10_000, help="rows of the referenced table"
     )
     r.add_argument("--table", default="parts", help="the table the join references")
     r.add_argument("--column", default="price", help="the column the window averages")

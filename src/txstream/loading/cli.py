@@ -52,11 +52,9 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     run.add_argument("--preaggregate", action="store_true", help="combine increments")
     run.add_argument(
-        "--operations", type=nonnegative_int(100_000_000), default=10_000, help="stream length"
+        "--operations", type=nonnegative_int(5_000_000), default=10_000, help="stream length"
     )
-    run.add_argument(
-        "--parts", type=positive_int(10_000_000), default=10_000, help="active parts s"
-    )
+    run.add_argument("--parts", type=positive_int(1_000_000), default=10_000, help="active parts s")
     run.add_argument("--p", type=probability, default=0.5, help="fraction of demand inserts")
     run.add_argument(
         "--workload", default="demand", help="demand (Section 5.1) or increments (repeated)"

@@ -215,7 +215,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument(
         "--transactions",
         "-m",
-        type=positive_int(10_000_000),
+        type=positive_int(1_000_000),
         default=10_000,
         help="transactions (default 10000)",
     )

@@ -27,6 +27,9 @@ from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
 
+MAX_SIMULATED_S = 3_600
+"""Longest run the command accepts: memory and time grow with the simulated seconds."""
+
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``windows`` subcommand group (``run``, ``schedulers``)."""
@@ -107,6 +110,12 @@ def parse_query(text: str) -> Query:
 def _run(args: argparse.Namespace) -> int:
     from txstream.windows.sim import WindowParams, run
 
+    simulated = args.duration if args.duration is not None else args.n * args.t
+    if simulated > MAX_SIMULATED_S:
+        raise WindowError(
+            f"a run of {simulated:g} simulated seconds (--duration, default n*t) takes hours; "
+            f"at most {MAX_SIMULATED_S:,} (about 0.01 s of work per simulated second)"
+        )
     queries = [parse_query(q) for q in args.query] if args.query else None
     params = WindowParams(
         scheduler=args.scheduler,
