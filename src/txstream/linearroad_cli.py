@@ -31,7 +31,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import float_range, int_range, nonnegative_int, positive_float, seed
+from txstream.cli_types import (
+    float_range,
+    int_range,
+    json_safe,
+    nonnegative_int,
+    positive_float,
+    seed,
+)
 from txstream.errors import TxStreamError, UnknownNameError
 
 FORMATS = ("table", "json")
@@ -246,7 +253,7 @@ def _validate(args: argparse.Namespace) -> int:
         out["ok"] = ok
         if agreement is not None:
             out["agreement"] = agreement
-        print(json.dumps(out))
+        print(json.dumps(json_safe(out), allow_nan=False))
     else:
         _print_table(report, agreement)
         if report.rejected_input:

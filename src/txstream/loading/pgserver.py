@@ -87,6 +87,13 @@ def _start_time(pid: int) -> str | None:
     return start_time(pid)
 
 
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def reap_stale(parent: Path | None = None) -> list[Path]:
     """Stop and delete the servers whose owning process is gone; return their folders.
 
@@ -105,7 +112,8 @@ def reap_stale(parent: Path | None = None) -> list[Path]:
             runas = [str(a) for a in owner.get("runas", [])]
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if alive(pid, started):
+        if owner.get("pidns") != _pid_namespace() or alive(pid, started):
+            # A pid from another pid namespace (a container sharing /tmp) says nothing here.
             continue
         stop_server(folder, pg_ctl, runas, grace_s=0.0)
         reaped.append(folder)
@@ -255,6 +263,7 @@ class PostgresServer:
             "start": _start_time(os.getpid()),
             "pg_ctl": str(self.bindir / "pg_ctl"),
             "runas": self._runas,
+            "pidns": _pid_namespace(),
         }
         (self.dir / OWNER_FILE).write_text(json.dumps(owner) + "\n")
 
