@@ -159,6 +159,8 @@ CASES: list[tuple[list[str], str]] = [
     (["bench", "loading", "--set", "k=0"], ">= 1"),
     (["bench", "loading", "--set", "preaggregate=maybe"], "not true or false"),
     (["bench", "loading", "--target", "oracle"], "not one of: postgres, embedded"),
+    (["bench", "loading", "--target", ""], "not one of: postgres, embedded"),
+    (["loading", "run", "--target", "postgres", "--conninfo", "garbage==="], "cannot connect"),
     (["bench", "linear-road", "--set", "speedup=nan"], FINITE),
     (["bench", "checker", "--set", "operations=-1"], ">= 1"),
     # linear-road: nan crashed int(); only the argument types changed here

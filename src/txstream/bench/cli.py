@@ -51,7 +51,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
-    items = args.set + ([f"target={args.target}"] if args.target else [])
+    items = args.set + ([f"target={args.target}"] if args.target is not None else [])
     # Check every experiment's overrides before the first one runs for an hour.
     chosen = [apply_overrides(exp, items) for exp in chosen]
     for exp in chosen:

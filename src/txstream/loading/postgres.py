@@ -102,7 +102,8 @@ class PostgresTarget(Target):
             options += f" -c deadlock_timeout={self.deadlock_timeout_ms}ms"
         try:
             return psycopg.connect(self.conninfo, autocommit=autocommit, options=options)
-        except psycopg.OperationalError as exc:
+        except (psycopg.OperationalError, psycopg.ProgrammingError) as exc:
+            # ProgrammingError: a connection string libpq cannot parse (--conninfo).
             msg = str(exc).strip().replace("\n", " ")
             raise TxStreamError(f"cannot connect to PostgreSQL: {msg}") from None
 
