@@ -209,9 +209,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--protocol", "-p", default="ss2pl", choices=sorted(PROTOCOLS))
-    p.add_argument(
-        "--threads", "-n", type=positive_int(1024), default=4, help="threads (default 4)"
-    )
+    p.add_argument("--threads", "-n", type=positive_int(256), default=4, help="threads (default 4)")
     p.add_argument(
         "--transactions",
         "-m",

@@ -29,6 +29,10 @@ from txstream.windows.schedulers import SCHEDULERS
 
 MAX_SIMULATED_S = 3_600
 """Longest run the command accepts: memory and time grow with the simulated seconds."""
+MAX_WORK = 100_000
+"""Largest n x simulated seconds (a couple of minutes of work)."""
+MAX_SNAPSHOTS = 5_000
+"""Most snapshot queries in one run (1,000 take about 1 s, 20,000 take 50 s)."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -45,14 +49,14 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r = group.add_parser("run", help="simulate one run and print its metrics (JSON)")
     r.add_argument("--scheduler", default="ttu", help=f"one of: {', '.join(SCHEDULERS)}")
     r.add_argument(
-        "--n", type=int_range(2, 100_000), default=20, help="sub-windows in the window (>= 2)"
+        "--n", type=int_range(2, 10_000), default=20, help="sub-windows in the window (>= 2)"
     )
     r.add_argument(
         "--t", type=positive_float(86_400), default=1.0, help="seconds per sub-window (> 0)"
     )
     r.add_argument(
         "--long-queries",
-        type=nonnegative_int(100_000),
+        type=nonnegative_int(1_000),
         default=40,
         help="random long-running queries",
     )
@@ -115,6 +119,19 @@ def _run(args: argparse.Namespace) -> int:
         raise WindowError(
             f"a run of {simulated:g} simulated seconds (--duration, default n*t) takes hours; "
             f"at most {MAX_SIMULATED_S:,} (about 0.01 s of work per simulated second)"
+        )
+    # Long-running queries rescan all n sub-windows at every slide: the work grows
+    # with n times the simulated seconds (n=1000 over 10 s takes some 15 s).
+    if args.n * simulated > MAX_WORK:
+        raise WindowError(
+            f"n={args.n} sub-windows over {simulated:g} simulated seconds would take hours; "
+            f"keep n times the run's simulated seconds at most {MAX_WORK:,}"
+        )
+    if args.snapshot_interval > 0 and simulated / args.snapshot_interval > MAX_SNAPSHOTS:
+        raise WindowError(
+            f"--snapshot-interval {args.snapshot_interval:g} makes "
+            f"{simulated / args.snapshot_interval:,.0f} snapshot queries; at most "
+            f"{MAX_SNAPSHOTS:,} per run (a larger interval or a shorter run)"
         )
     queries = [parse_query(q) for q in args.query] if args.query else None
     params = WindowParams(
