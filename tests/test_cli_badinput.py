@@ -159,6 +159,8 @@ CASES: list[tuple[list[str], str]] = [
     (["bench", "windows", "--set", "n=1"], ">= 2"),
     (["bench", "cq", "--set", "seconds=inf"], FINITE),
     (["bench", "cq", "--set", "window_range=-2"], ">= 0"),
+    (["bench", "cq", "--set", "seconds=2e9"], "<= 200"),
+    (["bench", "windows", "--set", "n=100000"], "<= 1,000"),
     (["bench", "broadcast", "--set", "x=nan"], FINITE),
     (["bench", "loading", "--set", "k=0"], ">= 1"),
     (["bench", "loading", "--set", "preaggregate=maybe"], "not true or false"),

@@ -86,8 +86,9 @@ class Param:
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
 
-INFERRED_MAX = 1e9
-"""Upper bound of a numeric parameter that its experiment does not declare."""
+INFERRED_SCALE = 100
+"""A numeric parameter an experiment does not declare may be at most this many
+times the largest value its grids use (a typo such as ``seconds=2e9`` fails)."""
 
 
 @dataclass
@@ -118,8 +119,9 @@ def param_spec(exp: Experiment, name: str) -> Param:
     """How ``--set name=...`` is checked for ``exp``: declared, or inferred from the grids.
 
     Inferred: ``bool`` if every grid value is a bool, a non-negative ``int`` if
-    every value is an integer, a non-negative ``float`` if every value is a
-    number (both at most :data:`INFERRED_MAX`), otherwise any non-empty string.
+    every value is an integer, a non-negative finite ``float`` if every value is
+    a number (both at most :data:`INFERRED_SCALE` times the largest grid value,
+    and at least up to 1), otherwise any non-empty string.
     """
     if name in exp.params:
         return exp.params[name]
@@ -129,7 +131,7 @@ def param_spec(exp: Experiment, name: str) -> Param:
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if values and len(numbers) == len(values):
         kind = int if all(isinstance(v, int) for v in numbers) else float
-        return Param(kind, lo=0, hi=INFERRED_MAX)
+        return Param(kind, lo=0, hi=max(1, INFERRED_SCALE * max(numbers)))
     return Param(str)
 
 

@@ -81,9 +81,9 @@ EXPERIMENT = Experiment(
     params={
         "workload": Param(str, choices=("long", "mixed")),
         "scheduler": Param(str, choices=tuple(ALL_SCHEDULERS)),
-        "t": Param(float, lo=0, lo_open=True, hi=86_400),
-        "n": Param(int, lo=2, hi=100_000),
-        "queries": Param(int, lo=0, hi=100_000),
+        "t": Param(float, lo=0, lo_open=True, hi=60),
+        "n": Param(int, lo=2, hi=1_000),
+        "queries": Param(int, lo=0, hi=1_000),
     },
     repetitions=3,
     figures=[
