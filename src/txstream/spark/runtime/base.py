@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from txstream.errors import TxStreamError
@@ -192,6 +192,18 @@ class JobSpec:
     handlers: dict[str, TxnFunction] = field(default_factory=dict)
     boundary: Any = None
     record_history: bool = False
+
+    def for_tasks(self) -> JobSpec:
+        """A copy without the input DataFrames and initial contents, to ship to executors."""
+        return JobSpec(
+            name=self.name,
+            tables={n: replace(t, initial=None) for n, t in self.tables.items()},
+            inputs={n: replace(i, source=None) for n, i in self.inputs.items()},
+            outputs=dict(self.outputs),
+            handlers=dict(self.handlers),
+            boundary=self.boundary,
+            record_history=self.record_history,
+        )
 
     def validate(self) -> None:
         """Raise :class:`RuntimeJobError` for a job that cannot run, naming the problem."""

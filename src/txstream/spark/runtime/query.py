@@ -22,6 +22,7 @@ import pickle
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -221,7 +222,7 @@ class TxQuery:
                 "to_json(struct(*)) as payload",
                 f"{sql_partition(table.partition_by, self.partitions)} as pid",
             ).selectExpr("payload", "pid", f"{self._route_expr('pid')} as route")
-            store_root, name, spec = str(self.store.root), table.name, table
+            store_root, name, spec = str(self.store.root), table.name, replace(table, initial=None)
 
             def write_init(batches: Iterator[Any]) -> Iterator[Any]:
                 import pyarrow as pa
@@ -296,9 +297,9 @@ class TxQuery:
         snapshot_every = self.job._snapshot_every
         ctx = BatchContext(str(self.store.root), batch_id, self._prev,
                            snapshot=batch_id % snapshot_every == 0, arrival=self.job.arrival_fn())
-        phases = _SparkPhases(self.spec, prepared, P, self._route_expr)
+        phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
         try:
-            stats = run_batch(self.spec, phases, ctx, self.store)
+            stats = run_batch(phases.job, phases, ctx, self.store)
         finally:
             phases.release()
         self._prev = batch_id
