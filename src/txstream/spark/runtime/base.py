@@ -92,11 +92,14 @@ def parse_schema(schema: str) -> dict[str, str]:
     for part in schema.split(","):
         words = part.split()
         if len(words) != 2 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0]):
-            raise RuntimeJobError(f"bad column {part.strip()!r} in schema {schema!r}; write 'name type'")
+            raise RuntimeJobError(
+                f"bad column {part.strip()!r} in schema {schema!r}; write 'name type'"
+            )
         name, kind = words[0], words[1].lower()
         if kind not in _TYPES:
             raise RuntimeJobError(
-                f"unknown type {kind!r} of column {name!r}; choose one of: {', '.join(sorted(_TYPES))}"
+                f"unknown type {kind!r} of column {name!r}; "
+                f"choose one of: {', '.join(sorted(_TYPES))}"
             )
         columns[name] = kind
     return columns
@@ -114,8 +117,9 @@ def check_row(what: str, columns: dict[str, str], row: Row) -> None:
         value = row[name]
         if value is None:
             continue
-        ok = isinstance(value, _TYPES[kind]) and not (kind != "boolean" and kind != "bool"
-                                                      and isinstance(value, bool))
+        ok = isinstance(value, _TYPES[kind]) and not (
+            kind != "boolean" and kind != "bool" and isinstance(value, bool)
+        )
         if not ok:
             raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
@@ -137,7 +141,7 @@ class TableSpec:
     partition_by: tuple[str, ...]
     columns: dict[str, str] | None = None
     initial: Any = None
-    """Initial contents: a Spark DataFrame, a path (JSON lines / CSV / Parquet) or a list of dicts."""
+    """Initial contents: a Spark DataFrame, a path (JSON lines, CSV, Parquet) or a list of dicts."""
 
     def key_of(self, row: Row) -> Key:
         """The key of ``row``."""

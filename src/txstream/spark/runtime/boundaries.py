@@ -101,6 +101,7 @@ class PerEvent(Boundary):
     may_span = False
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
+        """See :meth:`Boundary.groups`."""
         for event in events:
             yield Group(f"b{batch}_{event.order[2]}", [event])
 
@@ -115,6 +116,7 @@ class _ByValue(Boundary):
         """The value that identifies the event's group within the batch."""
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
+        """See :meth:`Boundary.groups`."""
         current: Group | None = None
         current_value: Any = None
         for event in events:
@@ -137,9 +139,11 @@ class PerTimestamp(_ByValue):
     tag = "t"
 
     def validate(self, inputs: dict[str, Any]) -> None:
+        """See :meth:`Boundary.validate`."""
         _need_order(self.name, inputs)
 
     def value(self, event: Event) -> Any:
+        """See :meth:`_ByValue.value`."""
         return event.order[0]
 
 
@@ -154,9 +158,11 @@ class PerSeconds(_ByValue):
         self.seconds = _positive("seconds", seconds)
 
     def validate(self, inputs: dict[str, Any]) -> None:
+        """See :meth:`Boundary.validate`."""
         _need_order(self.name, inputs)
 
     def value(self, event: Event) -> Any:
+        """See :meth:`_ByValue.value`."""
         return math.floor(event.order[0] / self.seconds)
 
 
@@ -168,6 +174,7 @@ class PerBatch(_ByValue):
     tag = "all"
 
     def value(self, event: Event) -> Any:
+        """See :meth:`_ByValue.value`."""
         return 0
 
 
@@ -184,6 +191,7 @@ class PerGroupValue(_ByValue):
         self.group = group
 
     def value(self, event: Event) -> Any:
+        """See :meth:`_ByValue.value`."""
         return self.group(event.row)
 
 
@@ -203,6 +211,7 @@ class PerTimeslice(Boundary):
         self.of = of
 
     def validate(self, inputs: dict[str, Any]) -> None:
+        """See :meth:`Boundary.validate`."""
         if self.of not in inputs:
             raise RuntimeJobError(
                 f"boundary timeslice of={self.of!r} names no input; inputs: {', '.join(inputs)}"
@@ -210,6 +219,7 @@ class PerTimeslice(Boundary):
         _need_order(self.name, {self.of: inputs[self.of]})
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
+        """See :meth:`Boundary.groups`."""
         newest = meta.get("timeslice")
         current: Group | None = None
         for event in events:
@@ -248,6 +258,7 @@ class PerPunctuation(Boundary):
         self.of = of
 
     def validate(self, inputs: dict[str, Any]) -> None:
+        """See :meth:`Boundary.validate`."""
         spec = inputs.get(self.of)
         if spec is None:
             raise RuntimeJobError(
@@ -260,6 +271,7 @@ class PerPunctuation(Boundary):
             )
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
+        """See :meth:`Boundary.groups`."""
         current: Group | None = None
         for event in events:
             if current is None:
@@ -276,8 +288,15 @@ class PerPunctuation(Boundary):
 
 BOUNDARIES: dict[str, type[Boundary]] = {
     cls.name: cls
-    for cls in (PerEvent, PerTimestamp, PerTimeslice, PerPunctuation, PerSeconds, PerBatch,
-                PerGroupValue)
+    for cls in (
+        PerEvent,
+        PerTimestamp,
+        PerTimeslice,
+        PerPunctuation,
+        PerSeconds,
+        PerBatch,
+        PerGroupValue,
+    )
 }
 
 

@@ -275,7 +275,7 @@ class GroupRunner:
             reason = group.late or "aborted: it failed in an earlier attempt of this batch"
             self._aborted(group, order, reason, kind="late" if group.late else "abort")
             return
-        history = [] if self.record else None
+        history: list[str] | None = [] if self.record else None
         tx = Tx(self.job, self.state, group.gid, history)
         allowed = tx._allowed
         for event in group.events:
@@ -347,8 +347,12 @@ class PartitionExecutor:
         """Run the batch's events of this partition (sorted by declared order)."""
         self.outcome.events = sum(1 for e in events if e.copy)
         for group in self.job.boundary.groups(batch, events, self.state.meta):
-            local = [v for e in group.events for v, p in zip(e.values, e.pids, strict=True)
-                     if p == self.pid]
+            local = [
+                v
+                for e in group.events
+                for v, p in zip(e.values, e.pids, strict=True)
+                if p == self.pid
+            ]
             multi = any(not e.copy or any(p != self.pid for p in e.pids) for e in group.events)
             if multi or (self.blocked and any(v in self.blocked for v in local)):
                 # The value's chain waits for phase 2, from here on (per-value order).
@@ -361,8 +365,10 @@ class PartitionExecutor:
     def shipped_rows(self) -> list[tuple[Any, dict[str, dict[Any, Row]]]]:
         """The rows of every deferred value, for the coordinator: (value, table -> rows)."""
         data = self.state.data
-        return [(v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables})
-                for v in self.blocked]
+        return [
+            (v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables})
+            for v in self.blocked
+        ]
 
 
 def run_deferred(
@@ -397,8 +403,9 @@ def run_deferred(
     return outcome, back
 
 
-def take_back(state: PartitionState, job: JobSpec,
-              rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]]) -> None:
+def take_back(
+    state: PartitionState, job: JobSpec, rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]]
+) -> None:
     """Phase 3: replace the rows of each value with the coordinator's."""
     for value, tables in rows:
         for table in job.tables:

@@ -123,17 +123,24 @@ class Job:
         return self
 
     def boundary(self, name: str | Boundary, **options: Any) -> Job:
-        """Transaction boundaries by name: event, timestamp, timeslice, punctuation, seconds, batch, by."""
+        """Choose the transaction boundary by name (see :mod:`~txstream.spark.runtime.boundaries`).
+
+        Names: event, timestamp, timeslice, punctuation, seconds, batch, by.
+        """
         self.spec.boundary = boundary(name, **options)
         return self
 
     def option(self, key: str, value: Any) -> Job:
-        """Set an option: ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
+        """Set an option by name.
+
+        ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
         ``recordHistory`` (bool), ``arrivalTime`` (a column of epoch seconds for latency).
         """
         if key == "partitions":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
-                raise RuntimeJobError(f"option partitions must be an integer 1..4096, not {value!r}")
+                raise RuntimeJobError(
+                    f"option partitions must be an integer 1..4096, not {value!r}"
+                )
             self._partitions = value
         elif key == "onError":
             if value not in ON_ERROR:
@@ -141,7 +148,9 @@ class Job:
             self._on_error = value
         elif key == "snapshotEvery":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RuntimeJobError(f"option snapshotEvery must be a positive integer, not {value!r}")
+                raise RuntimeJobError(
+                    f"option snapshotEvery must be a positive integer, not {value!r}"
+                )
             self._snapshot_every = value
         elif key == "recordHistory":
             self.spec.record_history = bool(value)
@@ -172,16 +181,18 @@ class Job:
             return None
         return lambda row: _seconds(row.get(column))
 
-    def run_local(self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path,
-                  partitions: int = 2) -> LocalRunner:
+    def run_local(
+        self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path, partitions: int = 2
+    ) -> LocalRunner:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
         self.validate()
         runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
         runner.run(batches)
         return runner
 
-    def start(self, checkpoint: str | Path, spark: Any = None, partitions: int | None = None
-              ) -> Any:
+    def start(
+        self, checkpoint: str | Path, spark: Any = None, partitions: int | None = None
+    ) -> Any:
         """Start the job on Spark; returns a :class:`~txstream.spark.runtime.query.TxQuery`.
 
         ``checkpoint`` holds Spark's checkpoint (``spark/``) and txstream's store

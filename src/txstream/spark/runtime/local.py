@@ -50,8 +50,9 @@ def event_copies(
 class LocalRunner:
     """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
 
-    def __init__(self, job: JobSpec, store: str | Path, partitions: int = 2,
-                 snapshot_every: int = 10) -> None:
+    def __init__(
+        self, job: JobSpec, store: str | Path, partitions: int = 2, snapshot_every: int = 10
+    ) -> None:
         job.validate()
         self.job = job
         self.partitions = partitions
@@ -67,11 +68,17 @@ class LocalRunner:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         for mid, (name, row) in enumerate(events):
             if name not in self.job.inputs:
-                raise RuntimeJobError(f"unknown input {name!r}; inputs: {', '.join(self.job.inputs)}")
+                raise RuntimeJobError(
+                    f"unknown input {name!r}; inputs: {', '.join(self.job.inputs)}"
+                )
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
-        ctx = BatchContext(str(self.store.root), self.batch, self.prev,
-                           snapshot=self.batch % self.snapshot_every == 0)
+        ctx = BatchContext(
+            str(self.store.root),
+            self.batch,
+            self.prev,
+            snapshot=self.batch % self.snapshot_every == 0,
+        )
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
         self.prev = self.batch
         self.batch += 1

@@ -93,8 +93,12 @@ class TxQuery:
     @property
     def status(self) -> dict[str, Any]:
         """What the job is doing now."""
-        return {"message": self._status, "isActive": self.isActive,
-                "committedBatches": len(self.recentProgress), "failure": self._failure}
+        return {
+            "message": self._status,
+            "isActive": self.isActive,
+            "committedBatches": len(self.recentProgress),
+            "failure": self._failure,
+        }
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
@@ -165,8 +169,10 @@ class TxQuery:
             self._routes()
             if not meta_path.exists():
                 self._load_initial()
-                write_atomic(meta_path, json.dumps(
-                    {"job": self.spec.name, "partitions": partitions}).encode())
+                write_atomic(
+                    meta_path,
+                    json.dumps({"job": self.spec.name, "partitions": partitions}).encode(),
+                )
             self._start_stream()
         except BaseException:
             self._lock.release()
@@ -217,30 +223,15 @@ class TxQuery:
             df = _as_dataframe(self.spark, table.initial, table.name)
             missing = [c for c in table.key if c not in df.columns]
             if missing:
-                raise RuntimeJobError(f"table {table.name!r}: initial rows lack key columns {missing}")
+                raise RuntimeJobError(
+                    f"table {table.name!r}: initial rows lack key columns {missing}"
+                )
             df = df.selectExpr(
                 "to_json(struct(*)) as payload",
                 f"{sql_partition(table.partition_by, self.partitions)} as pid",
             ).selectExpr("payload", "pid", f"{self._route_expr('pid')} as route")
-            store_root, name, spec = str(self.store.root), table.name, replace(table, initial=None)
-
-            def write_init(batches: Iterator[Any]) -> Iterator[Any]:
-                import pyarrow as pa
-
-                by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
-                for batch in batches:
-                    cols = batch.to_pydict()
-                    for payload, pid in zip(cols["payload"], cols["pid"], strict=True):
-                        row = json.loads(payload)
-                        key = spec.key_of(row)
-                        by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
-                for pid, values in by_pid.items():
-                    path = Path(store_root) / "state" / f"p{pid:05d}" / f"init-{name}.bin"
-                    write_atomic(path, dump_blob(values))
-                yield pa.RecordBatch.from_pylist([{"n": len(by_pid)}], schema=pa.schema(
-                    [("n", pa.int64())]))
-
-            df.repartition(self.partitions, "route").mapInArrow(write_init, "n long").collect()
+            write = _init_writer(str(self.store.root), replace(table, initial=None))
+            df.repartition(self.partitions, "route").mapInArrow(write, "n long").collect()
 
     def _start_stream(self) -> None:
         from pyspark.sql import functions as F
@@ -250,13 +241,16 @@ class TxQuery:
             df = spec.source
             pids = [sql_partition(group, self.partitions) for group in spec.keys]
             order = f"cast(`{spec.order}` as double)" if spec.order else "cast(0 as double)"
-            parts.append(df.select(
-                F.lit(spec.index).alias("__input"),
-                F.expr(order).alias("__ordv"),
-                F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("__payload"),
-                F.expr(f"array({', '.join(pids)})" if pids else "array()").cast("array<int>")
-                .alias("__pids"),
-            ))
+            parts.append(
+                df.select(
+                    F.lit(spec.index).alias("__input"),
+                    F.expr(order).alias("__ordv"),
+                    F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("__payload"),
+                    F.expr(f"array({', '.join(pids)})" if pids else "array()")
+                    .cast("array<int>")
+                    .alias("__pids"),
+                )
+            )
         union = parts[0]
         for part in parts[1:]:
             union = union.unionByName(part)
@@ -284,19 +278,32 @@ class TxQuery:
             return  # a replayed batch: its effects are already committed
         started = time.time()
         P = self.partitions
-        prepared = df.selectExpr(
-            "*", "monotonically_increasing_id() as __mid"
-        ).selectExpr(
-            "__input", "__ordv", "__payload", "__pids", "__mid",
-            f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), array_distinct(__pids))) "
-            "as __pid",
-        ).selectExpr(
-            "*", "(size(__pids) = 0 or __pid = __pids[0]) as __copy",
-            f"{self._route_expr('__pid')} as __route",
-        ).repartition(P, "__route")
+        prepared = (
+            df.selectExpr("*", "monotonically_increasing_id() as __mid")
+            .selectExpr(
+                "__input",
+                "__ordv",
+                "__payload",
+                "__pids",
+                "__mid",
+                f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), array_distinct(__pids))) "
+                "as __pid",
+            )
+            .selectExpr(
+                "*",
+                "(size(__pids) = 0 or __pid = __pids[0]) as __copy",
+                f"{self._route_expr('__pid')} as __route",
+            )
+            .repartition(P, "__route")
+        )
         snapshot_every = self.job._snapshot_every
-        ctx = BatchContext(str(self.store.root), batch_id, self._prev,
-                           snapshot=batch_id % snapshot_every == 0, arrival=self.job.arrival_fn())
+        ctx = BatchContext(
+            str(self.store.root),
+            batch_id,
+            self._prev,
+            snapshot=batch_id % snapshot_every == 0,
+            arrival=self.job.arrival_fn(),
+        )
         phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
         try:
             stats = run_batch(phases.job, phases, ctx, self.store)
@@ -320,14 +327,18 @@ class TxQuery:
         snaps = []
         state_dir = self.store.root / "state"
         for pdir in state_dir.glob("p*"):
-            snaps = sorted(int(p.stem.split("-")[1]) for p in pdir.glob("snap-*.bin")
-                           if int(p.stem.split("-")[1]) <= batch_id)
+            snaps = sorted(
+                int(p.stem.split("-")[1])
+                for p in pdir.glob("snap-*.bin")
+                if int(p.stem.split("-")[1]) <= batch_id
+            )
             if len(snaps) >= 2:
                 self.store.trim(int(pdir.name[1:]), snaps[-2])
 
 
-def _progress(batch_id: int, stats: dict[str, Any], seconds: float, partitions: int
-              ) -> dict[str, Any]:
+def _progress(
+    batch_id: int, stats: dict[str, Any], seconds: float, partitions: int
+) -> dict[str, Any]:
     latency = {int(k): v for k, v in stats["latency"].items()}
     total = sum(latency.values())
 
@@ -356,6 +367,29 @@ def _progress(batch_id: int, stats: dict[str, Any], seconds: float, partitions: 
     }
 
 
+def _init_writer(store_root: str, spec: Any) -> Any:
+    """A task that writes its partitions' initial rows of table ``spec``."""
+
+    def write_init(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
+        for batch in batches:
+            cols = batch.to_pydict()
+            for payload, pid in zip(cols["payload"], cols["pid"], strict=True):
+                row = json.loads(payload)
+                key = spec.key_of(row)
+                by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
+        for pid, values in by_pid.items():
+            path = Path(store_root) / "state" / f"p{pid:05d}" / f"init-{spec.name}.bin"
+            write_atomic(path, dump_blob(values))
+        yield pa.RecordBatch.from_pylist(
+            [{"n": len(by_pid)}], schema=pa.schema([("n", pa.int64())])
+        )
+
+    return write_init
+
+
 def _as_dataframe(spark: Any, initial: Any, table: str) -> Any:
     if hasattr(initial, "schema") and hasattr(initial, "columns"):
         return initial
@@ -373,7 +407,9 @@ def _as_dataframe(spark: Any, initial: Any, table: str) -> Any:
         return spark.read.csv(str(path), header=True, inferSchema=True)
     if suffix == ".parquet" or path.is_dir():
         return spark.read.parquet(str(path))
-    raise RuntimeJobError(f"table {table!r}: initial file {path} is not .json, .jsonl, .csv or .parquet")
+    raise RuntimeJobError(
+        f"table {table!r}: initial file {path} is not .json, .jsonl, .csv or .parquet"
+    )
 
 
 class _SparkPhases(Phases):
@@ -410,8 +446,12 @@ class _SparkPhases(Phases):
         def coordinate(batches: Iterator[Any]) -> Iterator[Any]:
             return _phase2_task(job, ctx, batches)
 
-        p2 = (self.p1.where("kind in ('rows', 'event')").repartition(1)
-              .mapInArrow(coordinate, OUT_SCHEMA).persist())
+        p2 = (
+            self.p1.where("kind in ('rows', 'event')")
+            .repartition(1)
+            .mapInArrow(coordinate, OUT_SCHEMA)
+            .persist()
+        )
         try:
             stats = pickle.loads(p2.where("kind = 'stats'").select("payload").collect()[0][0])
 
@@ -419,7 +459,8 @@ class _SparkPhases(Phases):
                 return _phase3_task(job, ctx, batches)
 
             back = p2.where("kind = 'back'").selectExpr(
-                "kind", "pid", f"{self.route_expr('pid')} as route", "payload")
+                "kind", "pid", f"{self.route_expr('pid')} as route", "payload"
+            )
             back.repartition(self.partitions, "route").mapInArrow(take, OUT_SCHEMA).collect()
         finally:
             p2.unpersist()
@@ -428,36 +469,59 @@ class _SparkPhases(Phases):
 
 
 def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
-    return {"kind": kind, "pid": pid, "route": 0,
-            "payload": pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)}
+    return {
+        "kind": kind,
+        "pid": pid,
+        "route": 0,
+        "payload": pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL),
+    }
 
 
 def _record_batch(rows: list[dict[str, Any]]) -> Any:
     import pyarrow as pa
 
-    schema = pa.schema([("kind", pa.string()), ("pid", pa.int32()), ("route", pa.int64()),
-                        ("payload", pa.binary())])
+    schema = pa.schema(
+        [
+            ("kind", pa.string()),
+            ("pid", pa.int32()),
+            ("route", pa.int64()),
+            ("payload", pa.binary()),
+        ]
+    )
     return pa.RecordBatch.from_pylist(rows, schema=schema)
 
 
-def _phase1_task(job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str],
-                 batches: Iterator[Any]) -> Iterator[Any]:
+def _phase1_task(
+    job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str], batches: Iterator[Any]
+) -> Iterator[Any]:
     events: dict[int, list[Event]] = {}
     bad: list[dict[str, Any]] = []
     for batch in batches:
         cols = batch.to_pydict()
         for inp, ordv, payload, pids, mid, pid, copy in zip(
-            cols["__input"], cols["__ordv"], cols["__payload"], cols["__pids"], cols["__mid"],
-            cols["__pid"], cols["__copy"], strict=True,
+            cols["__input"],
+            cols["__ordv"],
+            cols["__payload"],
+            cols["__pids"],
+            cols["__mid"],
+            cols["__pid"],
+            cols["__copy"],
+            strict=True,
         ):
             name = names[inp]
             row = json.loads(payload)
             spec = job.inputs[name]
             values = spec.values_of(row)
             if pid < 0 or any(p < 0 for p in pids):
-                bad.append({"txn": f"b{ctx.batch}_{mid}", "kind": "error",
-                            "position": f"{name}#{mid}", "order": [ordv or 0.0, inp, mid],
-                            "error": "SchemaError: the event has a null key"})
+                bad.append(
+                    {
+                        "txn": f"b{ctx.batch}_{mid}",
+                        "kind": "error",
+                        "position": f"{name}#{mid}",
+                        "order": [ordv or 0.0, inp, mid],
+                        "error": "SchemaError: the event has a null key",
+                    }
+                )
                 continue
             if values and partition_of(values[0], partitions) != pids[0]:
                 raise RuntimeJobError(
@@ -466,7 +530,8 @@ def _phase1_task(job: JobSpec, ctx: BatchContext, partitions: int, names: dict[i
                 )
             order = (float(ordv) if ordv is not None else 0.0, inp, mid)
             events.setdefault(pid, []).append(
-                Event(order, name, row, values, list(pids) if pids else [pid], copy))
+                Event(order, name, row, values, list(pids) if pids else [pid], copy)
+            )
     out: list[dict[str, Any]] = []
     for pid, evs in sorted(events.items()):
         result = phase1(job, ctx, pid, evs)
@@ -474,13 +539,22 @@ def _phase1_task(job: JobSpec, ctx: BatchContext, partitions: int, names: dict[i
         if bad and pid == min(events):
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
-        out.append(_out("stats", pid, {"stats": stats,
-                                       "shipped": bool(result["rows"] or result["events"])}))
+        out.append(
+            _out(
+                "stats", pid, {"stats": stats, "shipped": bool(result["rows"] or result["events"])}
+            )
+        )
         out.extend(_out("rows", pid, r) for r in result["rows"])
         out.extend(_out("event", pid, e) for e in result["events"])
     if bad and not events:
-        stats = {"events": 0, "committed": 0, "aborted": len(bad), "deferred": 0,
-                 "failures": bad, "latency": {}}
+        stats = {
+            "events": 0,
+            "committed": 0,
+            "aborted": len(bad),
+            "deferred": 0,
+            "failures": bad,
+            "latency": {},
+        }
         out.append(_out("stats", -1, {"stats": stats, "shipped": False}))
     if out:
         yield _record_batch(out)

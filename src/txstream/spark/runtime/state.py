@@ -190,7 +190,7 @@ class RuntimeStore:
         return self.root / "state" / f"p{pid:05d}"
 
     def state_for(self, pid: int, batch: int, prev: int) -> PartitionState:
-        """The partition's state after batch ``prev`` (the last batch that ran), ready for ``batch``.
+        """The partition's state after batch ``prev`` (the last that ran), ready for ``batch``.
 
         The cached state is used when it reflects exactly ``prev``: a pending
         ``prev`` has committed (the driver runs a batch only after the one before
@@ -238,7 +238,7 @@ class RuntimeStore:
         start = max(files["snap"], default=None)
         if start is None and pdir.exists():
             for init in sorted(pdir.glob("init-*.bin")):
-                state.data[init.stem[len("init-"):]] = load_blob(init)
+                state.data[init.stem[len("init-") :]] = load_blob(init)
         if start is not None:
             snap = load_blob(pdir / f"snap-{start:012d}.bin")
             state.data, state.meta = snap["data"], snap["meta"]
@@ -274,8 +274,10 @@ class RuntimeStore:
     def write_lines(self, kind: str, name: str, batch: int, role: str, lines: list[str]) -> None:
         """Write a task's lines for batch ``batch`` (outputs, history or errors)."""
         folder = self.batch_dir(kind, name, batch)
-        write_atomic(folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}",
-                     "".join(line + "\n" for line in lines).encode())
+        write_atomic(
+            folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}",
+            "".join(line + "\n" for line in lines).encode(),
+        )
 
     def batch_dir(self, kind: str, name: str, batch: int) -> Path:
         """The folder of batch ``batch``'s files of one kind (and output name)."""

@@ -43,15 +43,17 @@ class BatchContext:
     arrival: Callable[[Row], float | None] | None = None
 
 
-def _write(store: RuntimeStore, ctx: BatchContext, role: str, outcome: Outcome, job: JobSpec
-           ) -> None:
+def _write(
+    store: RuntimeStore, ctx: BatchContext, role: str, outcome: Outcome, job: JobSpec
+) -> None:
     for name, lines in outcome.outputs.items():
         store.write_lines("outputs", name, ctx.batch, role, lines)
     if job.record_history and (outcome.txns or outcome.history):
         store.write_lines("history", "", ctx.batch, role, outcome.txns + outcome.history)
     if outcome.failures:
-        store.write_lines("errors", "", ctx.batch, role,
-                          [json.dumps(f, default=str) for f in outcome.failures])
+        store.write_lines(
+            "errors", "", ctx.batch, role, [json.dumps(f, default=str) for f in outcome.failures]
+        )
 
 
 def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
@@ -70,8 +72,9 @@ def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> di
     }
 
 
-def phase2(job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any]
-           ) -> tuple[dict[str, Any], list[Any]]:
+def phase2(
+    job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any]
+) -> tuple[dict[str, Any], list[Any]]:
     """Run the deferred transactions in one place; returns stats and the rows to hand back."""
     store = RuntimeStore(ctx.store)
     outcome, back = run_deferred(job, ctx.batch, rows, events, ctx.abort, ctx.arrival)
@@ -101,8 +104,14 @@ class Phases:
 
 def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     """Add up per-task stats."""
-    total: dict[str, Any] = {"events": 0, "committed": 0, "aborted": 0, "deferred": 0,
-                             "failures": [], "latency": {}}
+    total: dict[str, Any] = {
+        "events": 0,
+        "committed": 0,
+        "aborted": 0,
+        "deferred": 0,
+        "failures": [],
+        "latency": {},
+    }
     for part in parts:
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
@@ -113,8 +122,9 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def run_batch(job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeStore
-              ) -> dict[str, Any]:
+def run_batch(
+    job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeStore
+) -> dict[str, Any]:
     """Run batch ``ctx.batch`` to its commit marker; returns its merged stats."""
     reasons: dict[str, str] = {}
     for _attempt in range(MAX_ATTEMPTS):
@@ -123,8 +133,11 @@ def run_batch(job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeSto
         if deferred:
             parts.append(phases.deferred(ctx))
         stats = merge_stats(parts)
-        new = [f for f in stats["failures"]
-               if f["txn"] not in ctx.abort and f["kind"] in ("abort", "error")]
+        new = [
+            f
+            for f in stats["failures"]
+            if f["txn"] not in ctx.abort and f["kind"] in ("abort", "error")
+        ]
         if job.boundary.may_span and new:
             # A transaction with parts on several partitions failed: abort it
             # everywhere and run the batch again (only the earliest failure is
@@ -136,8 +149,15 @@ def run_batch(job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeSto
         for failure in stats["failures"]:
             if failure["txn"] in reasons:
                 failure["error"] = reasons[failure["txn"]]
-        store.commit(ctx.batch, {"prev": ctx.prev, "events": stats["events"],
-                                 "committed": stats["committed"], "aborted": stats["aborted"]})
+        store.commit(
+            ctx.batch,
+            {
+                "prev": ctx.prev,
+                "events": stats["events"],
+                "committed": stats["committed"],
+                "aborted": stats["aborted"],
+            },
+        )
         return stats
     raise TxStreamError(
         f"batch {ctx.batch}: {MAX_ATTEMPTS} transactions spanning partitions failed; stopping "
