@@ -52,7 +52,8 @@ def sql_partition(columns: Sequence[str], partitions: int) -> str:
         else "concat_ws(char(31), " + ", ".join(f"cast({c} as string)" for c in cols) + ")"
     )
     nulls = " or ".join(f"{c} is null" for c in cols)
-    return f"case when {nulls} then -1 else pmod(crc32(cast({text} as binary)), {partitions}) end"
+    place = f"pmod(crc32(cast({text} as binary)), {partitions})"
+    return f"cast(case when {nulls} then -1 else {place} end as int)"
 
 
 def route_numbers(partitions: int, spark_partition_of: dict[int, int]) -> list[int]:

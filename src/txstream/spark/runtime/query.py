@@ -174,9 +174,12 @@ class TxQuery:
                     json.dumps({"job": self.spec.name, "partitions": partitions}).encode(),
                 )
             self._start_stream()
-        except BaseException:
+        except TxStreamError:
             self._lock.release()
             raise
+        except Exception as exc:
+            self._lock.release()
+            raise TxStreamError(f"job {job.spec.name!r} could not start: {one_line(exc)}") from None
         return self
 
     def _check_inputs(self) -> None:
