@@ -16,7 +16,15 @@ from txstream.spark.runtime.base import JobSpec, Row, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore
-from txstream.spark.runtime.tasks import BatchContext, Phases, phase1, phase2, phase3, run_batch
+from txstream.spark.runtime.tasks import (
+    BatchContext,
+    Phases,
+    committed_tokens,
+    phase1,
+    phase2,
+    phase3,
+    run_batch,
+)
 
 
 def event_copies(
@@ -62,6 +70,7 @@ class LocalRunner:
         self.batch = committed[-1] + 1 if committed else 0
         self.prev = committed[-1] if committed else -1
         self.stats: list[dict[str, Any]] = []
+        self.tokens = committed_tokens(self.store)
 
     def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
@@ -99,18 +108,18 @@ class _LocalPhases(Phases):
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
         results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
         self._shipped = results
+        ctx.phase1_tokens = {pid: r["token"] for pid, r in zip(self.events, results, strict=True)}
         return [r["stats"] for r in results], any(r["events"] or r["rows"] for r in results)
 
-    def deferred(self, ctx: BatchContext) -> dict[str, Any]:
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
         rows = [row for r in self._shipped for row in r["rows"]]
         events = [e for r in self._shipped for e in r["events"]]
         stats, back = phase2(self.job, ctx, rows, events)
         by_pid: dict[int, list[Any]] = {pid: [] for pid in self.events}
         for value, tables in back:
             by_pid[_owner(self.job, value, len(self.events))].append((value, tables))
-        for pid, items in by_pid.items():
-            phase3(self.job, ctx, pid, items)
-        return stats
+        tokens = {pid: phase3(self.job, ctx, pid, items) for pid, items in by_pid.items() if items}
+        return stats, tokens
 
 
 def _owner(job: JobSpec, value: Any, partitions: int) -> int:

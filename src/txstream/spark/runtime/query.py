@@ -31,7 +31,15 @@ from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.state import RuntimeStore, dump_blob, write_atomic
-from txstream.spark.runtime.tasks import BatchContext, Phases, phase1, phase2, phase3, run_batch
+from txstream.spark.runtime.tasks import (
+    BatchContext,
+    Phases,
+    committed_tokens,
+    phase1,
+    phase2,
+    phase3,
+    run_batch,
+)
 
 if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
@@ -73,6 +81,7 @@ class TxQuery:
         self._mutex = threading.Lock()
         committed = self.store.committed()
         self._prev = committed[-1] if committed else -1
+        self._tokens = committed_tokens(self.store)
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -441,9 +450,10 @@ class _SparkPhases(Phases):
         self.p1 = self.prepared.mapInArrow(run, OUT_SCHEMA).persist()
         rows = self.p1.where("kind = 'stats'").select("payload").collect()
         stats = [pickle.loads(r[0]) for r in rows]
+        ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
         return [s["stats"] for s in stats], any(s["shipped"] for s in stats)
 
-    def deferred(self, ctx: BatchContext) -> dict[str, Any]:
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
         job = self.job
 
         def coordinate(batches: Iterator[Any]) -> Iterator[Any]:
@@ -464,11 +474,14 @@ class _SparkPhases(Phases):
             back = p2.where("kind = 'back'").selectExpr(
                 "kind", "pid", f"{self.route_expr('pid')} as route", "payload"
             )
-            back.repartition(self.partitions, "route").mapInArrow(take, OUT_SCHEMA).collect()
+            done = back.repartition(self.partitions, "route").mapInArrow(take, OUT_SCHEMA)
+            tokens = {
+                int(r[0]): pickle.loads(r[1]) for r in done.select("pid", "payload").collect()
+            }
         finally:
             p2.unpersist()
         result: dict[str, Any] = stats
-        return result
+        return result, tokens
 
 
 def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
@@ -542,11 +555,9 @@ def _phase1_task(
         if bad and pid == min(events):
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
-        out.append(
-            _out(
-                "stats", pid, {"stats": stats, "shipped": bool(result["rows"] or result["events"])}
-            )
-        )
+        shipped = bool(result["rows"] or result["events"])
+        summary = {"stats": stats, "pid": pid, "token": result["token"], "shipped": shipped}
+        out.append(_out("stats", pid, summary))
         out.extend(_out("rows", pid, r) for r in result["rows"])
         out.extend(_out("event", pid, e) for e in result["events"])
     if bad and not events:
@@ -558,7 +569,7 @@ def _phase1_task(
             "failures": bad,
             "latency": {},
         }
-        out.append(_out("stats", -1, {"stats": stats, "shipped": False}))
+        out.append(_out("stats", -1, {"stats": stats, "pid": -1, "shipped": False}))
     if out:
         yield _record_batch(out)
 
@@ -586,6 +597,5 @@ def _phase3_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Ite
         cols = batch.to_pydict()
         for pid, payload in zip(cols["pid"], cols["payload"], strict=True):
             by_pid.setdefault(pid, []).append(pickle.loads(payload))
-    for pid, items in by_pid.items():
-        phase3(job, ctx, pid, items)
-    yield _record_batch([_out("done", pid, None) for pid in by_pid])
+    done = [_out("done", pid, phase3(job, ctx, pid, items)) for pid, items in by_pid.items()]
+    yield _record_batch(done)

@@ -35,6 +35,7 @@ import pickle
 import re
 import socket
 import struct
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,12 +111,17 @@ class PartitionState:
     pending: int | None = None
     undo: dict[tuple[str, Any, Any], Any] = field(default_factory=dict)
     meta_before: dict[str, Any] | None = None
+    token: str | None = None
+    """Names the saved version this state is (a fresh one per save): a worker's cached
+    state is used only when its token is the one the driver committed."""
+    token_before: str | None = None
 
     def begin(self, batch: int) -> None:
         """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
         self.pending = batch
         self.undo = {}
         self.meta_before = dict(self.meta)
+        self.token_before = self.token
 
     def rollback(self) -> None:
         """Undo the pending batch."""
@@ -129,6 +135,7 @@ class PartitionState:
                 rows[key] = old
         if self.meta_before is not None:
             self.meta = self.meta_before
+        self.token = self.token_before
         self.pending = None
         self.undo = {}
         self.meta_before = None
@@ -160,7 +167,7 @@ class PartitionState:
             (table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT))
             for (table, value, key) in self.undo
         ]
-        return {"rows": rows, "meta": self.meta}
+        return {"rows": rows, "meta": self.meta, "token": self.token}
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
@@ -173,6 +180,7 @@ class PartitionState:
             else:
                 rows[key] = row
         self.meta = dict(delta["meta"])
+        self.token = delta.get("token")
 
 
 _CACHE: dict[tuple[str, int], PartitionState] = {}
@@ -189,30 +197,33 @@ class RuntimeStore:
     def _pdir(self, pid: int) -> Path:
         return self.root / "state" / f"p{pid:05d}"
 
-    def state_for(self, pid: int, batch: int, prev: int) -> PartitionState:
+    def state_for(self, pid: int, batch: int, prev: int, token: str | None) -> PartitionState:
         """The partition's state after batch ``prev`` (the last that ran), ready for ``batch``.
 
-        The cached state is used when it reflects exactly ``prev``: a pending
-        ``prev`` has committed (the driver runs a batch only after the one before
-        committed), a pending ``batch`` is an earlier attempt and is rolled back.
+        ``token`` names the version the driver committed for this partition; a
+        worker's cached state is used only when it is that version (another
+        worker may have run the partition since, or rewritten it in phase 3).
         """
         key = (str(self.root), pid)
         state = _CACHE.pop(key, None)
         if state is not None and state.pending is not None:
             if state.pending == batch:
                 state.rollback()
-            elif state.pending == prev:
+            else:
                 state.settle()
-        if state is None or state.pending is not None or state.version != prev:
+        if state is None or token is None or state.token != token:
             state = self.load(pid, prev)
+        state.version = prev
         _CACHE[key] = state
         state.begin(batch)
         return state
 
-    def state_after_phase1(self, pid: int, batch: int, prev: int) -> PartitionState:
-        """The partition's state with batch ``batch``'s phase-1 changes, still pending."""
+    def state_after_phase1(
+        self, pid: int, batch: int, prev: int, token: str | None
+    ) -> PartitionState:
+        """The partition's state with batch ``batch``'s phase-1 changes (version ``token``)."""
         state = _CACHE.get((str(self.root), pid))
-        if state is not None and state.pending == batch:
+        if state is not None and state.pending == batch and state.token == token:
             return state
         state = self.load(pid, prev)
         state.begin(batch)
@@ -241,7 +252,7 @@ class RuntimeStore:
                 state.data[init.stem[len("init-") :]] = load_blob(init)
         if start is not None:
             snap = load_blob(pdir / f"snap-{start:012d}.bin")
-            state.data, state.meta = snap["data"], snap["meta"]
+            state.data, state.meta, state.token = snap["data"], snap["meta"], snap.get("token")
             state.version = start
         for batch in sorted(b for b in files["delta"] if start is None or b > start):
             state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
@@ -249,15 +260,21 @@ class RuntimeStore:
         state.version = upto
         return state
 
-    def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> None:
-        """Write the pending batch's delta (and a snapshot when asked); keep it in the cache."""
+    def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> str:
+        """Write the pending batch's delta (and a snapshot when asked); keep it in the cache.
+
+        Returns the new version's token.
+        """
+        state.token = uuid.uuid4().hex
         pdir = self._pdir(pid)
         write_atomic(pdir / f"delta-{batch:012d}.bin", dump_blob(state.delta()))
         if snapshot:
             write_atomic(
-                pdir / f"snap-{batch:012d}.bin", dump_blob({"data": state.data, "meta": state.meta})
+                pdir / f"snap-{batch:012d}.bin",
+                dump_blob({"data": state.data, "meta": state.meta, "token": state.token}),
             )
         _CACHE[(str(self.root), pid)] = state
+        return state.token
 
     def trim(self, pid: int, keep_from: int) -> None:
         """Delete snapshots and deltas that no restart can need (before ``keep_from``)."""

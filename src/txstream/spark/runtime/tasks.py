@@ -41,6 +41,9 @@ class BatchContext:
     abort: set[str] = field(default_factory=set)
     snapshot: bool = False
     arrival: Callable[[Row], float | None] | None = None
+    tokens: dict[int, str] = field(default_factory=dict)
+    """Each partition's committed version (see ``PartitionState.token``)."""
+    phase1_tokens: dict[int, str] = field(default_factory=dict)
 
 
 def _write(
@@ -59,13 +62,14 @@ def _write(
 def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
     """Run partition ``pid``'s events of the batch; returns stats and what it ships."""
     store = RuntimeStore(ctx.store)
-    state = store.state_for(pid, ctx.batch, ctx.prev)
+    state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
     events.sort(key=lambda e: e.order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival)
     executor.run(ctx.batch, events, ctx.abort)
-    store.save(pid, state, ctx.batch, ctx.snapshot)
+    token = store.save(pid, state, ctx.batch, ctx.snapshot)
     _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
     return {
+        "token": token,
         "stats": executor.outcome.stats(),
         "rows": executor.shipped_rows(),
         "events": executor.shipped_events,
@@ -82,23 +86,26 @@ def phase2(
     return outcome.stats(), back
 
 
-def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> None:
-    """Take the coordinator's rows back into partition ``pid`` and save the batch's delta."""
+def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> str:
+    """Take the coordinator's rows back into partition ``pid``; returns the new version's token."""
     store = RuntimeStore(ctx.store)
-    state = store.state_after_phase1(pid, ctx.batch, ctx.prev)
+    state = store.state_after_phase1(pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid))
     take_back(state, job, back)
-    store.save(pid, state, ctx.batch, ctx.snapshot)
+    return store.save(pid, state, ctx.batch, ctx.snapshot)
 
 
 class Phases:
     """How a batch's phases run: in Spark tasks or in this process (see the runners)."""
 
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
-        """Run phase 1 on every partition: (stats per partition, whether anything was deferred)."""
+        """Run phase 1 on every partition: (stats per partition, whether anything was deferred).
+
+        Sets ``ctx.phase1_tokens`` to the versions the partitions saved.
+        """
         raise NotImplementedError
 
-    def deferred(self, ctx: BatchContext) -> dict[str, Any]:
-        """Run phases 2 and 3 after :meth:`phase1`; returns phase 2's stats."""
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
+        """Run phases 2 and 3 after :meth:`phase1`: phase 2's stats, phase 3's tokens."""
         raise NotImplementedError
 
 
@@ -122,6 +129,15 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
+def committed_tokens(store: RuntimeStore) -> dict[int, str]:
+    """The partitions' versions as of the last committed batch (empty before the first)."""
+    committed = store.committed()
+    if not committed:
+        return {}
+    info = store.commit_info(committed[-1])
+    return {int(p): t for p, t in info.get("tokens", {}).items()}
+
+
 def run_batch(
     job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeStore
 ) -> dict[str, Any]:
@@ -129,9 +145,13 @@ def run_batch(
     reasons: dict[str, str] = {}
     for _attempt in range(MAX_ATTEMPTS):
         store.clear_uncommitted(ctx.batch)
+        ctx.phase1_tokens = {}
         parts, deferred = phases.phase1(ctx)
+        tokens = dict(ctx.phase1_tokens)
         if deferred:
-            parts.append(phases.deferred(ctx))
+            stats2, tokens3 = phases.deferred(ctx)
+            parts.append(stats2)
+            tokens.update(tokens3)
         stats = merge_stats(parts)
         new = [
             f
@@ -149,6 +169,7 @@ def run_batch(
         for failure in stats["failures"]:
             if failure["txn"] in reasons:
                 failure["error"] = reasons[failure["txn"]]
+        ctx.tokens.update(tokens)
         store.commit(
             ctx.batch,
             {
@@ -156,6 +177,7 @@ def run_batch(
                 "events": stats["events"],
                 "committed": stats["committed"],
                 "aborted": stats["aborted"],
+                "tokens": {str(p): t for p, t in ctx.tokens.items()},
             },
         )
         return stats
