@@ -12,7 +12,7 @@ from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table
 
 
 def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
-    from txstream.spark.cq import EVENT_SCHEMA, plain_spark, with_txstream
+    from txstream.jobs.cq import EVENT_SCHEMA, plain_spark, with_txstream
 
     rng = random.Random(4)
     rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}

@@ -12,7 +12,7 @@ from txstream.windows.feed import WindowFeed
 
 
 def test_micro_batches_fill_and_slide_the_window(spark: Any, tmp_path: Path) -> None:
-    from txstream.spark.windows import PACKET_SCHEMA, feed_window
+    from txstream.jobs.windows import PACKET_SCHEMA, feed_window
 
     rng = random.Random(3)
     incoming = tmp_path / "in"
