@@ -127,7 +127,7 @@ def _generate(args: argparse.Namespace) -> int:
     lanes_of(args.L)
     check_params(args.minutes, args.rate)
     if args.spark or args.L >= SPARK_FROM_L:
-        from txstream.spark.lrgen import generate_spark
+        from txstream.jobs.lrgen import generate_spark
 
         paths = generate_spark(
             args.out, L=args.L, minutes=args.minutes, seed=args.seed, rate=args.rate

@@ -2,7 +2,7 @@
 
 :func:`run_job` prepares the input (generating one if asked), recovers or
 creates the engine's durable state in the output folder, replays the input
-through Spark (:mod:`txstream.spark.linearroad`) or, with ``spark=False``, in
+through Spark (:mod:`txstream.jobs.linearroad`) or, with ``spark=False``, in
 Python as fast as the engine takes it, then writes the answers, the rejected
 lines, the summary and the latency plot, validating the answers on the way.
 """
@@ -92,7 +92,7 @@ def _replay(
 ) -> int:
     """Feed the input to the started engine; return how many reports were sent twice."""
     if o.spark:
-        from txstream.spark.linearroad import run
+        from txstream.jobs.linearroad import run
         from txstream.spark.session import local_session
 
         feeder = run(
