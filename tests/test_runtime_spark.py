@@ -115,15 +115,27 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
     assert run_example("generate", "--out", str(data), "--files", "40").returncode == 0
     rng = random.Random(7)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    commits = ckpt / "txstream" / "commits"
     kills = 0
-    for _ in range(10):
+    for n in range(10):
+        before = len(list(commits.glob("*.json"))) if commits.exists() else 0
         proc = subprocess.Popen(
             [sys.executable, str(EXAMPLE), "run", "--continuous", "--data", str(data),
              "--checkpoint", str(ckpt)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )
-        time.sleep(rng.uniform(9, 16))
+        if n % 3 == 0:
+            time.sleep(rng.uniform(1, 8))  # during start-up or recovery
+        else:
+            # Once the run has committed something new, at a random moment of
+            # the batches that follow.
+            deadline = time.time() + 120
+            while time.time() < deadline and proc.poll() is None:
+                if commits.exists() and len(list(commits.glob("*.json"))) > before:
+                    break
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0, 2.5))
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
         proc.wait()
         kills += 1

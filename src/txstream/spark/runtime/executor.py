@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,7 +227,8 @@ class Outcome:
     committed: int = 0
     aborted: int = 0
     deferred: int = 0
-    latencies: list[float] = field(default_factory=list)
+    sent: list[float] = field(default_factory=list)
+    """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
 
     def stats(self) -> dict[str, Any]:
         """The counters and failures, JSON-ready."""
@@ -238,17 +238,31 @@ class Outcome:
             "aborted": self.aborted,
             "deferred": self.deferred,
             "failures": self.failures,
-            "latency": _histogram(self.latencies),
+            "latency": _histogram(self.sent),
         }
 
 
-def _histogram(latencies: list[float]) -> dict[str, int]:
-    """Latencies in milliseconds, counted per 1 ms bucket (compact, mergeable)."""
+def _histogram(sent: list[float]) -> dict[str, int]:
+    """Arrival times counted per millisecond (compact, mergeable).
+
+    The driver turns them into latencies when the batch commits, the moment the
+    effects become visible.
+    """
     counts: dict[str, int] = {}
-    for seconds in latencies:
-        bucket = str(max(0, int(seconds * 1000)))
+    for seconds in sent:
+        bucket = str(int(seconds * 1000))
         counts[bucket] = counts.get(bucket, 0) + 1
     return counts
+
+
+def latencies(arrivals: dict[str, int], committed_at: float) -> dict[str, int]:
+    """Turn an arrival histogram into a latency histogram (ms) for a commit at ``committed_at``."""
+    now = int(committed_at * 1000)
+    out: dict[str, int] = {}
+    for sent, count in arrivals.items():
+        key = str(max(0, now - int(sent)))
+        out[key] = out.get(key, 0) + count
+    return out
 
 
 class GroupRunner:
@@ -299,11 +313,10 @@ class GroupRunner:
             self._emit_seq += 1
             self.outcome.outputs.setdefault(output, []).append(json.dumps(row, default=str))
         if self.arrival is not None:
-            now = time.time()
             for event in group.events:
                 sent = self.arrival(event.row)
                 if sent is not None:
-                    self.outcome.latencies.append(now - sent)
+                    self.outcome.sent.append(sent)
 
     def _aborted(
         self, group: Group, order: str, reason: str, kind: str, where: str | None = None

@@ -191,17 +191,23 @@ class Job:
         return runner
 
     def start(
-        self, checkpoint: str | Path, spark: Any = None, partitions: int | None = None
+        self,
+        checkpoint: str | Path,
+        spark: Any = None,
+        partitions: int | None = None,
+        engine: str = "executors",
     ) -> Any:
         """Start the job on Spark; returns a :class:`~txstream.spark.runtime.query.TxQuery`.
 
         ``checkpoint`` holds Spark's checkpoint (``spark/``) and txstream's store
         (``txstream/``); it must be on a file system every executor reaches.
+        ``engine``: ``executors`` (partitions on Spark executors, the default) or
+        ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
         """
         self.validate()
         from txstream.spark.runtime.query import TxQuery
 
-        return TxQuery.start(self, Path(checkpoint), spark, partitions or self._partitions)
+        return TxQuery.start(self, Path(checkpoint), spark, partitions or self._partitions, engine)
 
 
 def _seconds(value: Any) -> float | None:

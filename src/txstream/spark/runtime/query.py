@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.executor import latencies
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.state import RuntimeStore, dump_blob, write_atomic
 from txstream.spark.runtime.tasks import (
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
 
 OUT_SCHEMA = "kind string, pid int, route long, payload binary"
+ENGINES = ("executors", "driver")
 _KEY_TYPES = ("IntegerType", "LongType", "ShortType", "ByteType", "StringType", "BooleanType")
 
 
@@ -65,8 +67,10 @@ def one_line(exc: BaseException) -> str:
 class TxQuery:
     """A running job: the handle :meth:`Job.start` returns, shaped like a StreamingQuery."""
 
-    def __init__(self, job: Job, root: Path, spark: Any, partitions: int) -> None:
+    def __init__(self, job: Job, root: Path, spark: Any, partitions: int, engine: str) -> None:
         self.job = job
+        self.engine = engine
+        self.driver: Any = None
         self.spec: JobSpec = job.spec
         self.root = root
         self.store = RuntimeStore(root / "txstream")
@@ -155,7 +159,9 @@ class TxQuery:
 
     # -- start --------------------------------------------------------------------------
     @classmethod
-    def start(cls, job: Job, root: Path, spark: Any, partitions: int | None) -> TxQuery:
+    def start(
+        cls, job: Job, root: Path, spark: Any, partitions: int | None, engine: str = "executors"
+    ) -> TxQuery:
         """Check the inputs, load initial tables on first start, start the stream."""
         if spark is None:
             from txstream.spark.session import local_session
@@ -172,11 +178,15 @@ class TxQuery:
                 )
             partitions = int(meta["partitions"])
         partitions = partitions or int(spark.sparkContext.defaultParallelism)
-        self = cls(job, root, spark, partitions)
+        if engine not in ENGINES:
+            raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
+        self = cls(job, root, spark, partitions, engine)
         try:
             self._check_inputs()
             self._routes()
-            if not meta_path.exists():
+            if engine == "driver":
+                self._start_driver()
+            elif not meta_path.exists():
                 self._load_initial()
                 write_atomic(
                     meta_path,
@@ -285,10 +295,68 @@ class TxQuery:
                 self._status = "failed"
                 raise
 
+    def _start_driver(self) -> None:
+        from txstream.spark.runtime.driver import DriverEngine
+
+        if self.store.committed():
+            raise RuntimeJobError(
+                "the driver engine keeps its tables in memory and cannot resume a checkpoint; "
+                "use a new checkpoint (or the executors engine)"
+            )
+        self.driver = DriverEngine(self.spec)
+        for table in self.spec.tables.values():
+            if table.initial is not None:
+                df = _as_dataframe(self.spark, table.initial, table.name)
+                self.driver.load(
+                    table.name,
+                    [json.loads(r[0]) for r in df.selectExpr("to_json(struct(*))").collect()],
+                )
+
+    def _run_driver(self, df: Any, batch_id: int, started: float) -> dict[str, Any]:
+        names = {spec.index: spec.name for spec in self.spec.inputs.values()}
+        cols = (
+            df.selectExpr(
+                "__input", "__ordv", "__payload", "monotonically_increasing_id() as __mid"
+            )
+            .toArrow()
+            .to_pydict()
+        )
+        events = []
+        for inp, ordv, payload, mid in zip(
+            cols["__input"], cols["__ordv"], cols["__payload"], cols["__mid"], strict=True
+        ):
+            row = json.loads(payload)
+            name = names[inp]
+            values = self.spec.inputs[name].values_of(row)
+            events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
+        outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
+        for name, lines in outcome.outputs.items():
+            self.store.write_lines("outputs", name, batch_id, "driver", lines)
+        if outcome.failures:
+            self.store.write_lines(
+                "errors",
+                "",
+                batch_id,
+                "driver",
+                [json.dumps(f, default=str) for f in outcome.failures],
+            )
+        self.store.commit(
+            batch_id, {"prev": self._prev, "events": outcome.events, "engine": "driver"}
+        )
+        stats: dict[str, Any] = outcome.stats()
+        stats["latency"] = latencies(stats["latency"], time.time())
+        return stats
+
     def _run(self, df: Any, batch_id: int) -> None:
         if self.store.is_committed(batch_id):
             return  # a replayed batch: its effects are already committed
         started = time.time()
+        if self.engine == "driver":
+            self.store.clear_uncommitted(batch_id)
+            stats = self._run_driver(df, batch_id, started)
+            self._prev = batch_id
+            self.recentProgress.append(_progress(batch_id, stats, time.time() - started, 1))
+            return
         P = self.partitions
         prepared = (
             df.selectExpr("*", "monotonically_increasing_id() as __mid")

@@ -11,6 +11,7 @@ everywhere when a transaction that may span partitions failed, commit.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import (
     Outcome,
     PartitionExecutor,
+    latencies,
     run_deferred,
     take_back,
 )
@@ -180,6 +182,7 @@ def run_batch(
                 "tokens": {str(p): t for p, t in ctx.tokens.items()},
             },
         )
+        stats["latency"] = latencies(stats["latency"], time.time())
         return stats
     raise TxStreamError(
         f"batch {ctx.batch}: {MAX_ATTEMPTS} transactions spanning partitions failed; stopping "
