@@ -122,7 +122,7 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
         proc = subprocess.Popen(
             [sys.executable, str(EXAMPLE), "run", "--continuous", "--data", str(data),
              "--checkpoint", str(ckpt)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+            stdout=subprocess.DEVNULL, stderr=(tmp_path / f"run{n}.err").open("w"), env=env,
             start_new_session=True,
         )
         if n % 3 == 0:
@@ -136,6 +136,7 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
                     break
                 time.sleep(0.2)
             time.sleep(rng.uniform(0, 2.5))
+        assert proc.poll() is None, (tmp_path / f"run{n}.err").read_text()[-3000:]
         os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
         proc.wait()
         kills += 1

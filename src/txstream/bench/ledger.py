@@ -40,11 +40,24 @@ def transfer(tx: Tx, event: dict[str, Any]) -> None:
     tx.emit("transfers_done", {"id": event["id"], "ok": ok})
 
 
-def ledger_job(deposits: Any = None, transfers: Any = None, name: str = "ledger") -> Job:
-    """The job; ``deposits``/``transfers`` are streaming DataFrames (None to run locally)."""
+OPENING_BALANCE = 1000
+
+
+def opening(accounts: int) -> list[dict[str, int]]:
+    """Every account's opening row."""
+    return [{"acct": a, "balance": OPENING_BALANCE} for a in range(accounts)]
+
+
+def ledger_job(
+    deposits: Any = None, transfers: Any = None, name: str = "ledger", initial: Any = None
+) -> Job:
+    """The job; ``deposits``/``transfers`` are streaming DataFrames (None to run locally).
+
+    ``initial``: the opening rows of ``accounts`` (a list, a DataFrame or a file).
+    """
     return (
         Job(name)
-        .table("accounts", key="acct", schema="acct long, balance long")
+        .table("accounts", key="acct", schema="acct long, balance long", initial=initial)
         .input("deposits", deposits, keys="acct", order="id")
         .input("transfers", transfers, keys=["src", "dst"], order="id")
         .output("transfers_done", schema="id long, ok boolean")
@@ -58,19 +71,18 @@ def events(
 ) -> Iterator[Event]:
     """``count`` events: deposits and transfers, ``cross_pct`` % of transfers across 2 partitions.
 
-    Event ``id`` is the arrival order.  Every account gets a deposit first, so
-    transfers mostly succeed.
+    Event ``id`` is the arrival order.  Accounts open with :data:`OPENING_BALANCE`
+    (see :func:`opening`); a deposit may also go to an account that does not exist
+    yet (ids up to ``accounts * 1.1``), which opens it.
     """
     rng = random.Random(seed)
     by_part: dict[int, list[int]] = {0: [], 1: []}
     for acct in range(accounts):
         by_part[partition_of(acct, 2)].append(acct)
     for n in range(count):
-        if n < accounts:
-            yield "deposits", {"acct": n, "amount": 1000, "id": n}
-        elif rng.random() * 100 < deposit_pct:
-            yield "deposits", {"acct": rng.randrange(accounts), "amount": rng.randrange(1, 100),
-                               "id": n}
+        if rng.random() * 100 < deposit_pct:
+            acct = rng.randrange(accounts + accounts // 10 + 1)
+            yield "deposits", {"acct": acct, "amount": rng.randrange(1, 100), "id": n}
         else:
             src = rng.randrange(accounts)
             home = partition_of(src, 2)
@@ -79,9 +91,14 @@ def events(
             yield "transfers", {"src": src, "dst": dst, "amount": rng.randrange(1, 200), "id": n}
 
 
-def serial_oracle(stream: list[Event]) -> tuple[dict[int, int], list[tuple[int, bool]]]:
-    """Final balances and transfer outcomes of serial execution in arrival (id) order."""
-    balance: dict[int, int] = {}
+def serial_oracle(
+    stream: list[Event], accounts: int = 0
+) -> tuple[dict[int, int], list[tuple[int, bool]]]:
+    """Final balances and transfer outcomes of serial execution in arrival (id) order.
+
+    The accounts ``0 .. accounts-1`` open as :func:`opening` says.
+    """
+    balance = {a: OPENING_BALANCE for a in range(accounts)}
     outcomes = []
     for name, event in sorted(stream, key=lambda e: e[1]["id"]):
         if name == "deposits":

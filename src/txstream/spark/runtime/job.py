@@ -187,6 +187,7 @@ class Job:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
         self.validate()
         runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
+        runner.arrival = self.arrival_fn()
         runner.run(batches)
         return runner
 

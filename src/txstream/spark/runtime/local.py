@@ -8,7 +8,7 @@ before they start a cluster.  Partitions run one after the other here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,28 @@ class LocalRunner:
         self.batch = committed[-1] + 1 if committed else 0
         self.prev = committed[-1] if committed else -1
         self.stats: list[dict[str, Any]] = []
+        self.arrival: Callable[[Row], float | None] | None = None
         self.tokens = committed_tokens(self.store)
+        if not committed:
+            self._load_initial()
+
+    def _load_initial(self) -> None:
+        """Place the tables' initial rows (lists of dicts) in their partitions."""
+        for table in self.job.tables.values():
+            if table.initial is None:
+                continue
+            if not isinstance(table.initial, list):
+                raise RuntimeJobError(
+                    f"table {table.name!r}: run_local takes initial rows as a list of dicts"
+                )
+            by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
+            for row in table.initial:
+                key = table.key_of(row)
+                value = table.value_of_key(key)
+                pid = partition_of(value, self.partitions)
+                by_pid.setdefault(pid, {}).setdefault(value, {})[key] = dict(row)
+            for pid, values in by_pid.items():
+                self.store.write_init(pid, table.name, values)
 
     def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
@@ -87,6 +108,8 @@ class LocalRunner:
             self.batch,
             self.prev,
             snapshot=self.batch % self.snapshot_every == 0,
+            arrival=self.arrival,
+            tokens=self.tokens,
         )
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
         self.prev = self.batch

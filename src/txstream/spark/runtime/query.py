@@ -31,7 +31,7 @@ from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import latencies
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
-from txstream.spark.runtime.state import RuntimeStore, dump_blob, write_atomic
+from txstream.spark.runtime.state import RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -442,6 +442,8 @@ def _progress(
         "failed": len(stats["failures"]),
         "durationMs": round(seconds * 1000),
         "partitions": partitions,
+        "phase1Ms": round(stats.get("phase1_s", 0.0) * 1000),
+        "deferredPhasesMs": round(stats.get("deferred_s", 0.0) * 1000),
         "latency": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
         "latencyHistogramMs": stats["latency"],
     }
@@ -460,9 +462,9 @@ def _init_writer(store_root: str, spec: Any) -> Any:
                 row = json.loads(payload)
                 key = spec.key_of(row)
                 by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
+        store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
-            path = Path(store_root) / "state" / f"p{pid:05d}" / f"init-{spec.name}.bin"
-            write_atomic(path, dump_blob(values))
+            store.write_init(pid, spec.name, values)
         yield pa.RecordBatch.from_pylist(
             [{"n": len(by_pid)}], schema=pa.schema([("n", pa.int64())])
         )

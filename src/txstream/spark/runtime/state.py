@@ -276,6 +276,10 @@ class RuntimeStore:
         _CACHE[(str(self.root), pid)] = state
         return state.token
 
+    def write_init(self, pid: int, table: str, values: dict[Any, dict[Any, Any]]) -> None:
+        """Write a partition's initial rows of ``table`` (partition value -> key -> row)."""
+        write_atomic(self._pdir(pid) / f"init-{table}.bin", dump_blob(values))
+
     def trim(self, pid: int, keep_from: int) -> None:
         """Delete snapshots and deltas that no restart can need (before ``keep_from``)."""
         pdir = self._pdir(pid)

@@ -148,13 +148,17 @@ def run_batch(
     for _attempt in range(MAX_ATTEMPTS):
         store.clear_uncommitted(ctx.batch)
         ctx.phase1_tokens = {}
+        began = time.time()
         parts, deferred = phases.phase1(ctx)
+        phase1_s = time.time() - began
         tokens = dict(ctx.phase1_tokens)
         if deferred:
             stats2, tokens3 = phases.deferred(ctx)
             parts.append(stats2)
             tokens.update(tokens3)
         stats = merge_stats(parts)
+        stats["phase1_s"] = round(phase1_s, 3)
+        stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
         new = [
             f
             for f in stats["failures"]
