@@ -27,6 +27,7 @@ from txstream.storage import (
     CheckpointCorruptError,
     LogCorruptError,
     LogWriteError,
+    StorageError,
     Store,
     StoreFailedError,
     StoreLockedError,
@@ -406,6 +407,82 @@ def test_old_checkpoints_without_a_checksum_still_load(tmp_path: Path) -> None:
     tm.close()
 
 
+def _two_checkpoints(path: Path) -> None:
+    """Commits 0-4, checkpoint, 5-9, checkpoint, 10-12 (then closed)."""
+    tm = TransactionManager(path=path)
+    _commit_many(tm, 5)
+    tm.checkpoint()
+    _commit_many(tm, 5, start=5)
+    tm.checkpoint()
+    _commit_many(tm, 3, start=10)
+    tm.close()
+
+
+def test_a_damaged_checkpoint_falls_back_to_the_older_one_and_the_logs(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    assert (tmp_path / "checkpoint.prev.json").exists() and (tmp_path / "wal.prev.log").exists()
+    file = tmp_path / "checkpoint.json"
+    file.write_bytes(file.read_bytes().replace(b'"src":10', b'"src":90'))
+    tm = TransactionManager(path=tmp_path)
+    assert tm.table("acct").rows() == {i: i for i in range(13)} and tm.offset("src") == 13
+    report = tm.recovery
+    assert not report.clean and report.corrupt
+    assert "checksum mismatch" in report.checkpoint_problem
+    assert "checkpoint.prev.json" in str(report)
+    copies = list(tmp_path.glob("checkpoint.json.corrupt-*"))
+    assert len(copies) == 1 and copies[0].name in str(report)
+    # The next checkpoint replaces the damaged one; recovery is clean again.
+    _commit_many(tm, 2, start=13)
+    tm.checkpoint()
+    _commit_many(tm, 1, start=15)
+    tm.close()
+    again = TransactionManager(path=tmp_path)
+    assert again.recovery.clean and again.table("acct").rows() == {i: i for i in range(16)}
+    again.close()
+
+
+def test_a_fallback_with_a_gap_in_the_logs_is_refused(tmp_path: Path) -> None:
+    _two_checkpoints(tmp_path)
+    (tmp_path / "wal.prev.log").unlink()
+    file = tmp_path / "checkpoint.json"
+    file.write_bytes(file.read_bytes().replace(b'"src":10', b'"src":90'))
+    with pytest.raises(
+        CheckpointCorruptError, match=r"checksum mismatch.*miss the commits 6\.\.10"
+    ):
+        TransactionManager(path=tmp_path)
+
+
+def test_a_crash_inside_a_checkpoint_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tm = TransactionManager(path=tmp_path)
+    _commit_many(tm, 5)
+    tm.checkpoint()
+    _commit_many(tm, 5, start=5)
+    real_replace = os.replace
+
+    def crash_before_the_new_checkpoint(src: object, dst: object) -> None:
+        if str(src).endswith("checkpoint.json.tmp"):
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", crash_before_the_new_checkpoint)
+    with pytest.raises(StorageError, match="recovery still finds every commit"):
+        tm.checkpoint()
+    monkeypatch.undo()
+    assert not (tmp_path / "checkpoint.json").exists()  # moved to checkpoint.prev.json
+    _commit_many(tm, 2, start=10)
+    tm.close()
+    again = TransactionManager(path=tmp_path)
+    assert again.table("acct").rows() == {i: i for i in range(12)}
+    assert "was never written" in str(again.recovery)
+    again.checkpoint()
+    again.close()
+    third = TransactionManager(path=tmp_path)
+    assert third.recovery.clean and third.table("acct").rows() == {i: i for i in range(12)}
+    third.close()
+
+
 # -- 5. fsync fails ---------------------------------------------------------------------------
 
 
@@ -513,3 +590,25 @@ def test_fsync_failure_in_group_commit_wakes_every_follower(
     tm.close()
     monkeypatch.undo()
     assert _rows(tmp_path) == {0: 0, 1: 1}
+
+
+def test_disk_full_after_a_checkpoint_cuts_at_the_right_offset(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # After a checkpoint the log's positions (LSNs) no longer equal file offsets.
+    tm = TransactionManager(path=tmp_path)
+    _commit_many(tm, 5)
+    tm.checkpoint()
+    _commit_many(tm, 2, start=5)
+    size = (tmp_path / "wal.log").stat().st_size
+    disk = DiskFull(fail_at=1)
+    monkeypatch.setattr(walmod, "_write", disk)
+    with pytest.raises(LogWriteError):
+        _commit_many(tm, 1, start=7)
+    assert (tmp_path / "wal.log").stat().st_size == size
+    disk.space()
+    _commit_many(tm, 3, start=7)
+    tm.close()
+    again = TransactionManager(path=tmp_path)
+    assert again.recovery.clean and again.table("acct").rows() == {i: i for i in range(10)}
+    again.close()

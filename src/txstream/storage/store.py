@@ -29,9 +29,10 @@ is damage, not a crash: recovery stops with :class:`LogCorruptError` and
 changes nothing, unless the store is opened with ``on_damage="truncate"``.
 
 Checkpoints carry a format version, their length and a CRC-32 of their
-contents; a damaged or malformed one stops recovery with
-:class:`CheckpointCorruptError` (no older checkpoint is kept to fall back on,
-and the log after a checkpoint no longer holds what it covers).
+contents.  One generation is kept (``checkpoint.prev.json`` and the log since
+it, ``wal.prev.log``): a damaged or malformed newest checkpoint is replaced by
+the older one plus both logs, if those hold every commit in between; otherwise
+recovery stops with :class:`CheckpointCorruptError` and loads nothing.
 
 Durable rows, keys and events must be JSON values; keys that were tuples come
 back as tuples, other tuples come back as lists.
@@ -65,7 +66,15 @@ from txstream.storage.base import (
 )
 from txstream.storage.stream import GRANULARITIES, OrderBy, Stream
 from txstream.storage.table import Table
-from txstream.storage.wal import DAMAGE_POLICIES, WriteAheadLog
+from txstream.storage.wal import (
+    DAMAGE_POLICIES,
+    SYNC_MODES,
+    LogScan,
+    WriteAheadLog,
+    read_log,
+    save_tail,
+    sync_dir,
+)
 
 CHECKPOINT_VERSION: Final = 2
 _CHECKPOINT_HEAD: Final = re.compile(
@@ -94,11 +103,12 @@ class RecoveryReport:
     problem: str | None = None
     corrupt: bool = False
     checkpoint: str | None = None
+    checkpoint_problem: str | None = None
 
     @property
     def clean(self) -> bool:
-        """True when every byte of the log was a good record."""
-        return self.problem is None
+        """True when every byte of the log was a good record and the checkpoint was good."""
+        return self.problem is None and self.checkpoint_problem is None
 
     def __str__(self) -> str:
         text = (
@@ -107,6 +117,8 @@ class RecoveryReport:
         )
         if self.checkpoint:
             text += f" after {self.checkpoint}"
+        if self.checkpoint_problem:
+            text += f"; {self.checkpoint_problem}"
         if self.problem:
             text += f"; stopped at the last good record: {self.problem}"
         return text
@@ -120,6 +132,18 @@ def _key(value: Any) -> Hashable:
         raise StorageError(f"log holds an unhashable key {value!r}")
     result: Hashable = value
     return result
+
+
+def _unlock(fd: int) -> None:
+    """Release the directory lock and close its descriptor.
+
+    The explicit ``LOCK_UN`` matters: a child forked while the store was open
+    shares the descriptor, and closing ours alone would leave the lock held.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 class Store:
@@ -148,6 +172,10 @@ class Store:
         self._lock_fd = -1
         self._unlock: weakref.finalize[Any, Store] | None = None
         self._holes = HOLE_ALLOWANCE
+        self._checkpoint_damaged = False
+        self._fallback_reason = ""
+        if sync not in SYNC_MODES:
+            raise StorageError(f"unknown sync setting {sync!r}; choose one of: commit, group, off")
         if on_damage not in DAMAGE_POLICIES:
             raise StorageError(
                 f"unknown on_damage {on_damage!r}; choose one of: {', '.join(DAMAGE_POLICIES)}"
@@ -282,13 +310,15 @@ class Store:
             self.wal.sync(lsn)
 
     def checkpoint(self, ts: int) -> int:
-        """Write the committed state as of ``ts`` to ``checkpoint.json``; empty the log.
+        """Write the committed state as of ``ts`` to ``checkpoint.json``; start a new log.
 
         The caller must keep commits out while this runs (the transaction manager
-        holds its commit mutex).  The file is written beside the log, flushed and
-        renamed into place before the log is emptied, so a crash at any moment
-        leaves either the old checkpoint plus the full log or the new checkpoint
-        (records it already holds are skipped on replay).  Returns its size.
+        holds its commit mutex).  The file is written beside the log and flushed;
+        the current checkpoint becomes ``checkpoint.prev.json``, the new one is
+        renamed into place, and only then does the log become ``wal.prev.log``
+        and a new empty ``wal.log`` start.  A crash at any moment leaves a
+        checkpoint plus the logs that follow it (records a checkpoint already
+        holds are skipped on replay).  Returns its size.
         """
         if self.wal is None or self.path is None:
             raise StorageError("an in-memory store has no log to checkpoint")
@@ -321,26 +351,34 @@ class Store:
                     b"}\n",
                 )
             )
-            tmp = self.path / "checkpoint.json.tmp"
+            path = self.path
+            tmp = path / "checkpoint.json.tmp"
+            current, prev = path / "checkpoint.json", path / "checkpoint.prev.json"
             try:
                 with tmp.open("wb") as fh:
                     fh.write(data)
                     fh.flush()
                     os.fsync(fh.fileno())
-                os.replace(tmp, self.path / "checkpoint.json")
-                dir_fd = os.open(self.path, os.O_RDONLY)
-                try:
-                    os.fsync(dir_fd)
-                finally:
-                    os.close(dir_fd)
+                # Keep one generation back: the newest checkpoint becomes the
+                # older one, and the log since it becomes wal.prev.log, so a
+                # damaged new checkpoint can be replaced by the older one plus
+                # both logs.  Without a trustworthy current checkpoint the old
+                # pair would leave a gap, so it is dropped.
+                if current.exists() and not self._checkpoint_damaged:
+                    os.replace(current, prev)
+                else:
+                    prev.unlink(missing_ok=True)
+                    current.unlink(missing_ok=True)
+                os.replace(tmp, current)
+                sync_dir(path)
             except OSError as exc:
-                # The old checkpoint and the full log are still in place.
                 tmp.unlink(missing_ok=True)
                 raise StorageError(
-                    f"cannot write checkpoint {tmp}: {exc.strerror or exc}; the previous "
-                    "checkpoint and the log are unchanged"
+                    f"cannot write checkpoint {current}: {exc.strerror or exc}; the log is "
+                    "unchanged, so recovery still finds every commit"
                 ) from None
-            self.wal.reset()
+            self._checkpoint_damaged = False
+            self.wal.rotate(path / "wal.prev.log")
         return len(data)
 
     def close(self) -> None:
@@ -363,7 +401,10 @@ class Store:
             raise StorageError(f"{path} is not a directory")
         path.mkdir(parents=True, exist_ok=True)
         lock = path / "LOCK"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open {lock}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -387,7 +428,7 @@ class Store:
         os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
         self._lock_fd = fd
         # A store dropped without close() still releases its directory.
-        self._unlock = weakref.finalize(self, os.close, fd)
+        self._unlock = weakref.finalize(self, _unlock, fd)
 
     def _release_ownership(self) -> None:
         if self._unlock is not None and self._unlock.alive:
@@ -403,8 +444,7 @@ class Store:
             self.wal.sync(self.wal.append(record))
 
     def _open(self, path: Path, sync: str, group_delay: float, on_damage: str) -> None:
-        checkpoint = path / "checkpoint.json"
-        checkpoint_ts, checkpoint_note = self._load_checkpoint(checkpoint)
+        checkpoint_ts, note, older = self._recover_checkpoint(path)
         # A checkpoint cut short by a crash never replaced the real one.
         (path / "checkpoint.json.tmp").unlink(missing_ok=True)
         wal, scan = WriteAheadLog.open(path / "wal.log", sync, group_delay, on_damage)
@@ -413,10 +453,23 @@ class Store:
             records=len(scan.records),
             problem=scan.problem,
             corrupt=scan.corrupt,
-            checkpoint=checkpoint_note,
+            checkpoint=note,
         )
+        if self._checkpoint_damaged:
+            report.corrupt = True
+            report.checkpoint = "checkpoint.prev.json and wal.prev.log"
+            report.checkpoint_problem = note
+        records = scan.records
+        if older is not None:
+            records = older.records + records
+            report.records += len(older.records)
+            try:
+                self._check_contiguous(records, checkpoint_ts)
+            except CheckpointCorruptError as exc:
+                wal.close()
+                raise CheckpointCorruptError(f"{self._fallback_reason}, and {exc}") from None
         try:
-            for record in scan.records:
+            for record in records:
                 if "def" in record:
                     self._replay_definition(record)
                 elif int(record["ts"]) > checkpoint_ts:
@@ -436,8 +489,78 @@ class Store:
         report.last_ts = self.last_ts
         self.recovery = report
         self.wal = wal
-        if report.problem:
+        if not report.clean:
             log.warning("%s", report)
+
+    def _recover_checkpoint(self, path: Path) -> tuple[int, str | None, LogScan | None]:
+        """Load the newest good checkpoint: (its ts, a note, the older log to replay too).
+
+        Normally that is ``checkpoint.json``, and only ``wal.log`` follows it.
+        If it is damaged - or missing while ``checkpoint.prev.json`` exists (a
+        crash inside :meth:`checkpoint`) - the older checkpoint is loaded and
+        ``wal.prev.log`` is replayed before ``wal.log``; a copy of the damaged
+        file is kept and the report says so.  With no good checkpoint to use,
+        :class:`CheckpointCorruptError`.
+        """
+        current, prev = path / "checkpoint.json", path / "checkpoint.prev.json"
+        try:
+            ts, note = self._load_checkpoint(current)
+        except CheckpointCorruptError as exc:
+            if not prev.exists():
+                raise CheckpointCorruptError(
+                    f"{exc}: recovery stopped and loaded nothing (there is no older "
+                    "checkpoint, and the log no longer holds what it covered); restore the "
+                    "store directory from a backup"
+                ) from None
+            damage: str | None = str(exc)
+        else:
+            if note is not None or not prev.exists():
+                return ts, note, None
+            damage = None
+        self._fallback_reason = damage or f"{current} is missing"
+        self.tables, self.streams, self.offsets = {}, {}, {}
+        self.last_ts, self._holes = 0, HOLE_ALLOWANCE
+        try:
+            ts, _ = self._load_checkpoint(prev)
+        except CheckpointCorruptError as exc:
+            raise CheckpointCorruptError(
+                f"{damage or f'{current} is missing'}, and the older one is no better ({exc}); "
+                "recovery stopped and loaded nothing: restore the store directory from a backup"
+            ) from None
+        older_log = path / "wal.prev.log"
+        older = read_log(older_log) if older_log.exists() else LogScan()
+        if older.problem is not None:
+            raise CheckpointCorruptError(
+                f"{damage or f'{current} is missing'}, and {older_log} needed to replace it "
+                f"is damaged too ({older.problem}); recovery stopped and loaded nothing"
+            )
+        if damage is None:
+            return ts, f"{prev.name} and {older_log.name} ({current.name} was never written)", older
+        self._checkpoint_damaged = True
+        copy = save_tail(current, current.read_bytes(), 0)
+        note = (
+            f"{damage}; recovered from the older {prev.name} and {older_log.name} instead "
+            f"(a copy of the damaged file is in {copy.name})"
+        )
+        return ts, note, older
+
+    @staticmethod
+    def _check_contiguous(records: list[dict[str, Any]], since: int) -> None:
+        """Refuse a fallback whose logs miss a commit (timestamps go up by one per commit)."""
+        expected = since + 1
+        for record in records:
+            if "def" in record:
+                continue
+            ts = record.get("ts")
+            if type(ts) is not int or ts <= since:
+                continue
+            if ts != expected:
+                raise CheckpointCorruptError(
+                    f"the older checkpoint plus the logs miss the commits {expected}..{ts - 1}; "
+                    "recovery stopped and loaded nothing: restore the store directory from a "
+                    "backup"
+                )
+            expected += 1
 
     def _load_checkpoint(self, file: Path) -> tuple[int, str | None]:
         """Load ``checkpoint.json`` if there is one: (its timestamp, a note for the report).
@@ -482,11 +605,7 @@ class Store:
         else:
             self.last_ts = max(self.last_ts, ts)
             return ts, note
-        raise CheckpointCorruptError(
-            f"checkpoint {file} is damaged: {error}; recovery stopped and loaded nothing (no "
-            "older checkpoint is kept, and the log no longer holds what it covered): restore "
-            "the store directory from a backup"
-        )
+        raise CheckpointCorruptError(f"checkpoint {file} is damaged: {error}")
 
     def _load_state(self, state: Any) -> int:
         """Validate a checkpoint's decoded state, then load it; return its timestamp."""

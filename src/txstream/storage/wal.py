@@ -135,9 +135,10 @@ def find_next_record(data: bytes, pos: int) -> int | None:
 
     Payloads are JSON objects, so a record's body starts with ``{``: only
     offsets 8 bytes before a ``{`` can start one, and each candidate must pass
-    its length and checksum (a false match inside a payload is impossible:
-    ``json.dumps`` escapes every byte below 32, and a length below 16 MiB has a
-    zero byte).
+    its length and checksum.  A false match inside a payload would need a
+    header there: ``json.dumps`` writes no byte below 32, and the length of a
+    record under 16 MiB has a zero byte, so only a larger record could hold
+    one, and its checksum would still have to match.
     """
     q = data.find(b"{", pos + 1 + HEADER.size)
     while q != -1:
@@ -192,6 +193,15 @@ def read_log(path: Path, data: bytes | None = None) -> LogScan:
         raise LogCorruptError(f"{path} is not a txstream log (bad magic)")
     scan.records = list(iter_records(data, scan))
     return scan
+
+
+def sync_dir(path: Path) -> None:
+    """``fsync`` a directory, so that renames and new files in it are durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        _fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _stamp() -> str:
@@ -264,6 +274,8 @@ class WriteAheadLog:
             )
         log = cls(path, sync, group_delay)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A rotation cut short by a crash (see rotate) may leave its new file.
+        path.with_name(path.name + ".new").unlink(missing_ok=True)
         scan = LogScan()
         data = b""
         if path.exists():
@@ -375,13 +387,20 @@ class WriteAheadLog:
             offset = self._cut - self._base
             try:
                 os.ftruncate(self._fd, offset)
-                _fsync(self._fd)
-                note = f"records after byte {offset}, which no fsync covered, were cut off"
             except OSError as again:
                 note = (
                     f"cutting off the records after byte {offset} failed too "
                     f"({again.strerror or again}): commits that raised may reappear on reopen"
                 )
+            else:
+                note = f"the records after byte {offset}, which no fsync covered, were cut off"
+                try:
+                    _fsync(self._fd)
+                except OSError as again:
+                    note += (
+                        f" (but flushing the cut failed too, {again.strerror or again}: after "
+                        "a machine crash, commits that raised may reappear)"
+                    )
             self.failed = f"{self.failed}; {note}"
 
     def sync(self, lsn: int) -> None:
@@ -449,22 +468,36 @@ class WriteAheadLog:
         self._cut_unsynced()
         raise self._not_committed()
 
-    def reset(self) -> None:
-        """Empty the log (after a checkpoint holds everything in it).
+    def rotate(self, prev: Path) -> None:
+        """Start an empty log, keeping the current one as ``prev`` (after a checkpoint).
 
+        The new file is written aside (magic, ``fsync``) and renamed into
+        place after the current one was renamed to ``prev``; a crash in between
+        leaves no ``wal.log``, which reads as an empty log (the checkpoint holds
+        everything).  ``dup2`` moves the new file onto the same descriptor, so
+        a group-commit leader in ``fsync`` at this moment is not disturbed.
         LSNs keep growing, so committers still waiting in :meth:`sync` for a
-        record written before the reset return at once: the checkpoint made it
-        durable.
+        record written before the rotation return at once: the checkpoint made
+        it durable.  Any error fails the log (commits are refused until reopen).
         """
         with self._lock:
             if self._fd < 0:
                 raise StorageError(f"log {self.path} is closed")
             if self.failed is not None:
                 raise self._refused()
+            new = self.path.with_name(self.path.name + ".new")
             try:
-                os.ftruncate(self._fd, len(MAGIC))
+                fd = os.open(new, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    os.write(fd, MAGIC)
+                    _fsync(fd)
+                    os.replace(self.path, prev)
+                    os.replace(new, self.path)
+                    sync_dir(self.path.parent)
+                    os.dup2(fd, self._fd, inheritable=False)
+                finally:
+                    os.close(fd)
                 os.lseek(self._fd, len(MAGIC), os.SEEK_SET)
-                _fsync(self._fd)
             except OSError as exc:
                 with self._cv:
                     # The checkpoint holds every record, so nothing needs cutting.

@@ -799,7 +799,7 @@ class TransactionManager:
         return out
 
     def checkpoint(self) -> int:
-        """Write the committed state to ``checkpoint.json`` and empty the log.
+        """Write the committed state to ``checkpoint.json`` and start a new log.
 
         Commits wait while it runs; running transactions go on.  Returns the
         checkpoint's size in bytes.
