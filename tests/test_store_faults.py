@@ -612,3 +612,38 @@ def test_disk_full_after_a_checkpoint_cuts_at_the_right_offset(
     again = TransactionManager(path=tmp_path)
     assert again.recovery.clean and again.table("acct").rows() == {i: i for i in range(10)}
     again.close()
+
+
+@pytest.mark.parametrize("sync", ["commit", "group"])
+def test_after_an_fsync_failure_exactly_the_acknowledged_commits_survive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sync: str
+) -> None:
+    tm = TransactionManager(path=tmp_path, sync=sync)
+    acct = tm.table("acct")
+    fault = FsyncFails(fail_at=40)
+    monkeypatch.setattr(walmod, "_fsync", fault)
+    acknowledged: list[str] = []
+    refused: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        for j in range(200):
+            key = f"{i}-{j}"
+            try:
+                with tm.begin() as t:
+                    t.put(acct, key, j)
+            except StoreFailedError as exc:
+                refused.append(exc)
+                return
+            acknowledged.append(key)
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(6)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(20)
+        assert not th.is_alive(), "a committer hung after the fsync failure"
+    assert len(refused) == 6 and fault.calls >= 40
+    assert all("Input/output error" in str(e) for e in refused)
+    tm.close()
+    monkeypatch.undo()
+    assert set(_rows(tmp_path)) == set(acknowledged)
