@@ -647,3 +647,43 @@ def test_after_an_fsync_failure_exactly_the_acknowledged_commits_survive(
     tm.close()
     monkeypatch.undo()
     assert set(_rows(tmp_path)) == set(acknowledged)
+
+
+@pytest.mark.parametrize("step", [1, 2, 3, 4])
+def test_a_failure_at_any_rename_of_a_checkpoint_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, step: int
+) -> None:
+    # The renames of a checkpoint: checkpoint.json -> .prev, the new file into
+    # place, wal.log -> wal.prev.log, the new log into place.
+    tm = TransactionManager(path=tmp_path)
+    _commit_many(tm, 4)
+    tm.checkpoint()
+    _commit_many(tm, 4, start=4)
+    real_replace = os.replace
+    calls = [0]
+
+    def failing_replace(src: object, dst: object) -> None:
+        calls[0] += 1
+        if calls[0] == step:
+            raise OSError(errno.EIO, "Input/output error")
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", failing_replace)
+    with pytest.raises(StorageError):
+        tm.checkpoint()
+    monkeypatch.undo()
+    if step <= 2:  # the checkpoint failed, the store goes on
+        _commit_many(tm, 2, start=8)
+        expected = 10
+    else:  # the log could not be rotated: the store failed
+        assert tm.store.failed
+        expected = 8
+    tm.close()
+    again = TransactionManager(path=tmp_path)
+    assert again.table("acct").rows() == {i: i for i in range(expected)}
+    again.checkpoint()
+    again.close()
+    third = TransactionManager(path=tmp_path)
+    assert third.recovery.clean and third.table("acct").rows() == {i: i for i in range(expected)}
+    assert not list(tmp_path.glob("*.tmp")) and not list(tmp_path.glob("*.new"))
+    third.close()
