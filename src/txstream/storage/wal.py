@@ -228,7 +228,7 @@ class WriteAheadLog:
     """An open log file that records are appended to.
 
     LSNs (the positions :meth:`append` returns) keep growing across
-    :meth:`reset`; ``_base`` maps them to file offsets (offset = LSN - base).
+    :meth:`rotate`; ``_base`` maps them to file offsets (offset = LSN - base).
     """
 
     def __init__(self, path: Path, sync: str = "commit", group_delay: float = 0.0) -> None:
