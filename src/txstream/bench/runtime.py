@@ -199,6 +199,9 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         "batches": len(progress),
         "committed_events": committed,
         "deferred": sum(p["deferred"] for p in progress),
+        "phase1_s": round(sum(p.get("phase1Ms", 0) for p in progress) / 1000, 1),
+        "deferred_phases_s": round(sum(p.get("deferredPhasesMs", 0) for p in progress) / 1000, 1),
+        "batch_s": round(sum(p["durationMs"] for p in progress) / 1000, 1),
     }
 
 

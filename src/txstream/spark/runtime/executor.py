@@ -43,8 +43,20 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 _SIMPLE = re.compile(r"[A-Za-z0-9_]+")
 
 
+_ITEMS: dict[tuple[str, Key], str] = {}
+
+
 def item_name(table: str, key: Key) -> str:
     """The history item of a row: ``table:`` and the key (ints as is, strings prefixed)."""
+    name = _ITEMS.get((table, key))
+    if name is None:
+        if len(_ITEMS) > 1_000_000:
+            _ITEMS.clear()
+        name = _ITEMS[(table, key)] = _item_name(table, key)
+    return name
+
+
+def _item_name(table: str, key: Key) -> str:
     parts = key if isinstance(key, tuple) else (key,)
     out = []
     for part in parts:
@@ -284,10 +296,9 @@ class GroupRunner:
 
     def run(self, group: Group, abort: set[str]) -> None:
         """Execute ``group`` as one transaction (or record it aborted)."""
-        order = _order_text(group.order)
         if group.gid in abort or group.late:
             reason = group.late or "aborted: it failed in an earlier attempt of this batch"
-            self._aborted(group, order, reason, kind="late" if group.late else "abort")
+            self._aborted(group, reason, kind="late" if group.late else "abort")
             return
         history: list[str] | None = [] if self.record else None
         tx = Tx(self.job, self.state, group.gid, history)
@@ -302,11 +313,11 @@ class GroupRunner:
             tx._rollback()
             where = current.position if current is not None else group.gid
             kind = "abort" if isinstance(exc, TransactionAborted) else "error"
-            self._aborted(group, order, f"{type(exc).__name__}: {exc}", kind=kind, where=where)
+            self._aborted(group, f"{type(exc).__name__}: {exc}", kind=kind, where=where)
             return
         self.outcome.committed += 1
-        self.outcome.txns.append(f"T {group.gid} c {order}")
         if history is not None:
+            self.outcome.txns.append(f"T {group.gid} c {_order_text(group.order)}")
             self.outcome.history.extend(history)
         for output, row in tx._emits:
             row["__order"] = [*group.order, self._emit_seq]
@@ -318,11 +329,10 @@ class GroupRunner:
                 if sent is not None:
                     self.outcome.sent.append(sent)
 
-    def _aborted(
-        self, group: Group, order: str, reason: str, kind: str, where: str | None = None
-    ) -> None:
+    def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
         self.outcome.aborted += 1
-        self.outcome.txns.append(f"T {group.gid} a {order}")
+        if self.record:
+            self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
         self.outcome.failures.append(
             {
                 "txn": group.gid,
