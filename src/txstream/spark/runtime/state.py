@@ -126,13 +126,7 @@ class PartitionState:
     def rollback(self) -> None:
         """Undo the pending batch."""
         for (table, value, key), old in self.undo.items():
-            rows = self.data.setdefault(table, {}).setdefault(value, {})
-            if old is ABSENT:
-                rows.pop(key, None)
-                if not rows:
-                    self.data[table].pop(value, None)
-            else:
-                rows[key] = old
+            self._set(table, value, key, old)
         if self.meta_before is not None:
             self.meta = self.meta_before
         self.token = self.token_before
@@ -150,10 +144,13 @@ class PartitionState:
 
     def put(self, table: str, value: Any, key: Any, row: Any) -> None:
         """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
-        rows = self.data.setdefault(table, {}).setdefault(value, {})
         undo_key = (table, value, key)
         if undo_key not in self.undo:
-            self.undo[undo_key] = rows.get(key, ABSENT)
+            self.undo[undo_key] = self.data.get(table, {}).get(value, {}).get(key, ABSENT)
+        self._set(table, value, key, row)
+
+    def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
+        rows = self.data.setdefault(table, {}).setdefault(value, {})
         if row is ABSENT:
             rows.pop(key, None)
             if not rows:
@@ -172,13 +169,7 @@ class PartitionState:
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
         for table, value, key, row in delta["rows"]:
-            rows = self.data.setdefault(table, {}).setdefault(value, {})
-            if row is ABSENT:
-                rows.pop(key, None)
-                if not rows:
-                    self.data[table].pop(value, None)
-            else:
-                rows[key] = row
+            self._set(table, value, key, row)
         self.meta = dict(delta["meta"])
         self.token = delta.get("token")
 
