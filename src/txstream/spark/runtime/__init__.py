@@ -16,6 +16,7 @@ from txstream.spark.runtime.executor import Tx
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.results import history_text, read_failures, read_history, read_output
+from txstream.spark.runtime.sinks import PostgresSink
 from txstream.spark.runtime.state import StoreError, StoreLockedError
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Job",
     "LocalRunner",
     "MissingRowError",
+    "PostgresSink",
     "RuntimeJobError",
     "SchemaError",
     "StoreError",

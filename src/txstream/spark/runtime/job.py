@@ -43,6 +43,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
 from txstream.spark.runtime.local import LocalRunner
+from txstream.spark.runtime.sinks import deliver
 
 ON_ERROR = ("rollback", "stop")
 
@@ -57,6 +58,7 @@ class Job:
         self._snapshot_every = 20
         self._trigger: dict[str, Any] = {"processingTime": "0 seconds"}
         self._arrival: str | None = None
+        self._sinks: dict[str, list[Any]] = {}
 
     # -- declarations ----------------------------------------------------------------
     def table(
@@ -113,6 +115,19 @@ class Job:
         """Declare an output; emitted rows are checked against ``schema`` when given."""
         _name("output", name, self.spec.outputs)
         self.spec.outputs[name] = OutputSpec(name, parse_schema(schema) if schema else None)
+        return self
+
+    def sink(self, output: str, sink: Any) -> Job:
+        """Also deliver ``output``'s committed rows to ``sink(batch_id, rows)``.
+
+        Exactly once when the sink is idempotent per batch id, as
+        :class:`~txstream.spark.runtime.sinks.PostgresSink` is.
+        """
+        if output not in self.spec.outputs:
+            raise RuntimeJobError(f".sink({output!r}, ...) names no output; declare it first")
+        if not callable(sink):
+            raise RuntimeJobError(f".sink({output!r}, ...) needs a callable sink(batch_id, rows)")
+        self._sinks.setdefault(output, []).append(sink)
         return self
 
     def on(self, input_name: str, fn: TxnFunction) -> Job:
@@ -189,6 +204,7 @@ class Job:
         runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
         runner.arrival = self.arrival_fn()
         runner.run(batches)
+        deliver(runner.store, self._sinks)
         return runner
 
     def start(

@@ -31,6 +31,7 @@ from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import latencies
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
+from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
@@ -192,6 +193,7 @@ class TxQuery:
                     meta_path,
                     json.dumps({"job": self.spec.name, "partitions": partitions}).encode(),
                 )
+            deliver(self.store, job._sinks)  # batches committed before a crash
             self._start_stream()
         except TxStreamError:
             self._lock.release()
@@ -356,6 +358,7 @@ class TxQuery:
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
             self.recentProgress.append(_progress(batch_id, stats, time.time() - started, 1))
+            deliver(self.store, self.job._sinks)
             return
         P = self.partitions
         prepared = (
@@ -390,6 +393,7 @@ class TxQuery:
         finally:
             phases.release()
         self._prev = batch_id
+        deliver(self.store, self.job._sinks)
         if ctx.snapshot:
             self._trim(batch_id)
         progress = _progress(batch_id, stats, time.time() - started, P)

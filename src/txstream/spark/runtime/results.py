@@ -50,6 +50,18 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     return [row for _, row in rows]
 
 
+def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[str, Any]]:
+    """The rows of output ``name`` in one batch, in order (without their order field)."""
+    folder = store.batch_dir("outputs", name, batch)
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for line in part.read_text().splitlines():
+            row = json.loads(line)
+            rows.append((row.pop("__order"), row))
+    rows.sort(key=lambda item: item[0])
+    return [row for _, row in rows]
+
+
 def read_failures(path: str | Path) -> list[dict[str, Any]]:
     """Every transaction rolled back in a committed batch, with its input position and error."""
     store = _store(path)
