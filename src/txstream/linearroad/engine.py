@@ -417,10 +417,13 @@ class LinearRoadEngine:
         self.historical = historical_tolls or HistoricalTolls([])
 
         # Emit times count from the first start, also after a restart.
+        self._arrival_keys: dict[str, tuple[float, int, int]] = {}
+        """Each committed transaction's place in the input order (``--record`` only)."""
         started = self.meta.read("started")
         if started is None:
             with tm.begin() as txn:
                 txn.put(self.meta, "started", self.start_wall)
+            self._arrival_keys[txn.hid] = (-math.inf, 0, 0)
         else:
             self.start_wall = float(started)
         self.resumed_from: int = int(tm.offset("input", 0))
@@ -435,8 +438,6 @@ class LinearRoadEngine:
         # Keys of ``pending`` rows: (line, serial), the serial after any recovered one.
         owed: list[Any] = list(self.pending.rows())
         self._pending_serial = itertools.count(max((k[1] for k in owed), default=-1) + 1)
-        self._arrival_keys: dict[str, tuple[float, int, int]] = {}
-        """Each committed transaction's place in the input order (``--record`` only)."""
         self._arrival_serial = itertools.count()
         self._line = 0
         """The line number the ingest path is at (places minute jobs in the input order)."""
