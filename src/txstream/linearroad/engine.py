@@ -13,7 +13,8 @@ store              key                               row
 ``segstats``       (XWay, Dir, Seg, minute)          speed sum, report count, distinct cars, sum
                                                      of per-car mean speeds (POSITION REPORTS
                                                      aggregated as they arrive)
-``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last]``
+``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last,
+                                                     moved]``
 ``accidents``      (XWay, Dir, Seg)                  ``[minute, active]`` (ACCIDENTS)
 ``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll, accident segment
                                                      or -1]`` (TOLLS)
@@ -23,6 +24,8 @@ store              key                               row
 ``bal_reports``    QID                               ``[Time, balance, emit]`` (BALANCE REPORTS)
 ``exp_reports``    QID                               ``[Time, toll, emit]``
 ``rejected``       input line number                 ``[reason, raw line]``
+``pending``        (line, serial)                    a notification or query the ingest owes,
+                                                     deleted by the transaction that answers it
 =================  ================================  ===========================================
 
 HISTORICAL TOLLS is a static relation, read without locks.
@@ -61,10 +64,14 @@ crash) re-emits its segment entry; the notification charges the balance, then
 inserts the alert, whose key already exists, so the transaction manager rolls
 the transaction back: balance restored, no duplicate alert.
 
-Exactly-once after a crash: each transaction commits, with its effects, the
-highest input line number whose transactions have all been created before
-it; in the serializable variant commits follow creation order, so the
-recovered offset is a prefix and the replay from it is idempotent (see above).
+Exactly-once after a crash: the ingest transaction commits the offset of its
+last input line together with every row derived from its tuples, the
+``pending`` rows of the notifications and queries they owe included, so the
+recovered offset and the stores always agree; on restart every ``pending``
+row left is re-submitted (in line order, before any new work) and the input
+resumes after the offset.  (Committing an older offset with the ingest let a
+crash before the notifications leave ``cars`` ahead of the offset: the replay
+then skipped a car's earlier report of the minute and lost its notification.)
 Answers leave the stores through the sink, which appends them to the answers
 file and commits the file's new length; on restart the file is cut back to
 the committed length.
