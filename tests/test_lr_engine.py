@@ -490,3 +490,32 @@ def test_repeated_sigkill_and_resume_lose_and_repeat_no_answer(
     assert done.returncode == 0, done.stderr
     report = validate(small / "input.dat", tmp_path / "answers.txt", tolls_path=small / "tolls.dat")
     assert report.ok, report.by_type
+
+
+def test_each_ingest_offset_covers_only_lines_it_took(tmp_path: Path) -> None:
+    # A micro-batch spanning a minute boundary with a malformed line after it:
+    # the first minute's ingest must not commit an offset beyond the tuples
+    # still waiting (a crash then would skip them on resume).
+    seg = 5 * 5280
+    raw = [_line(t, 1 + t % 7, 1, 5, seg + t) for t in range(40, 80, 2)]
+    raw.insert(15, "garbage")  # line 16: after the boundary at second 60 (line 11)
+    engine = LinearRoadEngine(state_dir=tmp_path / "state")
+    ingests: list[tuple[int, list[int]]] = []
+    execute = engine._execute
+
+    def spy(job: Any) -> Any:
+        if job.path == "ingest":
+            chunk, rejects = job.items
+            ingests.append((job.offset, [a[0] for a in chunk] + [r[0] for r in rejects]))
+        return execute(job)
+
+    engine._execute = spy  # type: ignore[method-assign]
+    engine.start()
+    replay(engine, numbered_lines(raw))
+    engine.finish()
+    assert len(ingests) == 2
+    taken: set[int] = set()
+    for offset, lines in ingests:
+        taken.update(lines)
+        assert set(range(1, offset + 1)) <= taken, (offset, sorted(taken))
+    assert taken == set(range(1, len(raw) + 1))

@@ -543,7 +543,7 @@ class LinearRoadEngine:
                 continue
             minute = t[TIME] // 60 + 1
             if minute > self.minute:
-                self._flush_chunk()
+                self._flush_chunk(before=seq)
                 self._close_group()
                 self._line = seq
                 for m in range(self.minute + 1, minute + 1):
@@ -577,9 +577,18 @@ class LinearRoadEngine:
         sink = self._submit("minute", self._sink, minute=minute, at=at, phase=0)
         sink.checkpoint = self.tm.store.durable and minute % self.checkpoint_minutes == 0
 
-    def _flush_chunk(self) -> None:
+    def _flush_chunk(self, before: int | None = None) -> None:
+        """Ingest the chunk and the rejected lines (only those before line ``before``).
+
+        The ingest commits the offset of the last line it covers, so it must
+        not cover a rejected line that comes after tuples still waiting.
+        """
         chunk, self._chunk = self._chunk, []
-        rejects, self._rejects = self._rejects, []
+        if before is None:
+            rejects, self._rejects = self._rejects, []
+        else:
+            rejects = [r for r in self._rejects if r[0] < before]
+            self._rejects = [r for r in self._rejects if r[0] >= before]
         if not chunk and not rejects:
             return
         first = min([a[0] for a in chunk[:1]] + [r[0] for r in rejects[:1]])
