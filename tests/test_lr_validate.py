@@ -180,6 +180,12 @@ def test_cli_validate_exits_1_when_the_reference_disagrees_or_input_was_rejected
     args = ["linear-road", "validate", "--input", str(bad_input), "--tolls", str(tolls)]
     assert main([*args, "--answers", str(ans)]) == 1
     assert "1 input tuple(s) rejected" in capsys.readouterr().out
+    assert main([*args, "--answers", str(ans), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["answers_ok"] and not out["ok"]
+    assert out["rejected_input"] == [
+        {"line": len(raw) + 1, "reason": "input tuple: expected 15 fields, got 3", "raw": "0,1,2"}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ def _validate(args: argparse.Namespace) -> int:
             print(f"{len(report.rejected_input)} input tuple(s) rejected: exit status 1")
         if disagree:
             print(f"{disagree} answer(s) disagree with {args.expected}: exit status 1")
-    return 0 if report.ok and not report.rejected_input and not disagree else 1
+    return 0 if report.clean and not disagree else 1
 
 
 def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:

@@ -74,13 +74,19 @@ class ValidationReport:
         t = self.totals
         return t["wrong"] == t["missing"] == t["duplicates"] == 0 and not self.malformed
 
+    @property
+    def clean(self) -> bool:
+        """True when the answers are :attr:`ok` and no input tuple was rejected."""
+        return self.ok and not self.rejected_input
+
     def to_json(self) -> str:
         """The report as a JSON object."""
         return json.dumps(
             {
                 "lav": self.lav,
                 "accident_end": self.accident_end,
-                "ok": self.ok,
+                "ok": self.clean,
+                "answers_ok": self.ok,
                 "totals": self.totals,
                 "by_type": {k: vars(v) for k, v in self.by_type.items()},
                 "malformed_answers": [{"line": n, "reason": r} for n, r in self.malformed],
