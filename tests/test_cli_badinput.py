@@ -26,9 +26,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared_data import LINEARROAD
 from txstream.cli import build_parser, main
 from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
+from txstream.linearroad.generate import generate
 
 LIMIT_S = 20.0
 
@@ -333,7 +333,7 @@ def test_loading_input_with_some_lines_rejected_exits_1(work: Path) -> None:
 
 
 def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path) -> None:
-    raw = (LINEARROAD / "datafile20seconds.dat").read_text().splitlines()
+    raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_text().splitlines()
     (work / "clean.dat").write_text("\n".join(raw) + "\n")
     code, out, _ = run_cli(["linear-road", "validate", "--input", "clean.dat", "--format", "json"])
     assert code == 0 and json.loads(out)["ok"] is True
@@ -343,7 +343,7 @@ def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path
     report = json.loads(out)
     assert code == 1 and report["ok"] is False and report["rejected_input"][0]["line"] == 4
     code, out, _ = run_cli(["linear-road", "validate", "--input", "in.dat"])
-    assert code == 1 and "not ok: 1 input tuples were rejected" in out
+    assert code == 1 and "1 input tuple(s) rejected: exit status 1" in out
 
 
 # -- NaN never reaches JSON --------------------------------------------------------------
