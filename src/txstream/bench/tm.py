@@ -161,9 +161,9 @@ EXPERIMENT = Experiment(
     run=run_point,
     params={
         "protocol": Param(str, choices=PROTOCOLS),
-        "threads": Param(int, lo=1, hi=1024),
+        "threads": Param(int, lo=1, hi=256),
         "contention": Param(str, choices=tuple(ROWS)),
-        "transactions": Param(int, lo=1, hi=100_000_000),
+        "transactions": Param(int, lo=1, hi=10_000_000),  # the key plans are kept in memory
         "sync": Param(str, choices=SYNCS),
     },
     repetitions=3,
