@@ -69,7 +69,7 @@ def test_none_produces_non_serializable_histories_under_contention(fast_switchin
 
 def test_snapshot_isolation_updates_are_not_serializable(fast_switching) -> None:
     bad = 0
-    for seed in range(12):
+    for seed in range(60):  # thread timing decides; stop at the first anomaly
         _, tm = run_stress("snapshot", 8, 2000, items=6, seed=seed, snapshot_updates="si")
         if not check(tm.history(committed_only=True), "cs").holds:
             bad += 1
