@@ -34,6 +34,7 @@ before the error reaches the caller; run it again, e.g. with
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -458,6 +459,24 @@ class Transaction:
         mgr._ended(self, committed=False, keep_order=keep_order)
 
 
+def _seconds(name: str, value: object, zero: bool) -> float:
+    """A finite number of seconds from a setting; :class:`TxStreamError` otherwise.
+
+    NaN and infinity would reach ``threading`` waits, which raise ``ValueError``
+    or ``OverflowError`` at the first wait instead of at creation.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TxStreamError(f"{name} must be a number of seconds, not {value!r}")
+    seconds = float(value)
+    limit = threading.TIMEOUT_MAX
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        kind = "a non-negative" if zero else "a positive"
+        raise TxStreamError(f"{name} must be {kind}, finite number of seconds, not {value!r}")
+    if seconds > limit:
+        raise TxStreamError(f"{name} must be at most {limit:.0f} seconds, not {value!r}")
+    return seconds
+
+
 class TransactionManager:
     """Runs transactions over a :class:`~txstream.storage.Store` under a protocol.
 
@@ -497,8 +516,9 @@ class TransactionManager:
             raise TxStreamError(
                 f"unknown snapshot_updates {snapshot_updates!r}; choose one of: locking, si"
             )
-        if lock_timeout is not None and lock_timeout <= 0:
-            raise TxStreamError("lock_timeout must be a positive number of seconds")
+        if lock_timeout is not None:
+            lock_timeout = _seconds("lock_timeout", lock_timeout, zero=False)
+        group_delay = _seconds("group_delay", group_delay, zero=True)
         self.store = store if store is not None else Store(path, sync, group_delay)
         self.ordered = ordered
         self.snapshot_updates = snapshot_updates
@@ -572,6 +592,8 @@ class TransactionManager:
         else:
             order = next(self._orders)
         txn = Transaction(self, tid, order, read_only)
+        if self.ordered:
+            self.locks.register_order(txn)
         self.protocol.begin(txn)
         return txn
 
