@@ -113,3 +113,70 @@ def test_nonsense_group_delays_are_refused_at_creation(value, tmp_path) -> None:
     with pytest.raises(TxStreamError, match="group_delay must be"):
         TransactionManager(path=tmp_path / "db", sync="group", group_delay=value)
     assert not (tmp_path / "db").exists()
+
+
+# -- item 7: an open snapshot must not make commits scan whole version chains -------
+
+
+def _commits_with_old_snapshot(n: int) -> tuple[int, TransactionManager]:
+    tm = TransactionManager("snapshot", snapshot_updates="locking")
+    x = tm.table("x")
+    x.load({k: 0 for k in range(10)})
+    old = tm.begin(read_only=True)  # left open for the whole run
+    assert old.read(x, 3) == 0
+    before = x.chain_steps
+    for i in range(n):
+        with tm.begin() as t:
+            t.increment(x, i % 10, 1)
+    assert old.read(x, 3) == 0  # still sees its snapshot
+    with tm.begin(read_only=True) as new:
+        assert new.read(x, 3) == n // 10
+    return x.chain_steps - before, tm
+
+
+def test_an_open_snapshot_keeps_commit_cost_constant() -> None:
+    small, tm = _commits_with_old_snapshot(2_000)
+    large, _ = _commits_with_old_snapshot(8_000)
+    # Before the fix every commit walked every version since the snapshot:
+    # 4x the commits cost 16x the steps (and the chains held all of them).
+    assert large < 5 * small, (small, large)
+    assert large <= 8_000 * 8
+    x = tm.table("x")
+    assert all(len(x.versions(k)) <= 2 for k in range(10))
+
+
+def test_versions_between_snapshots_are_dropped_when_no_snapshot_needs_them() -> None:
+    import random
+
+    rng = random.Random(5)
+    tm = TransactionManager("snapshot", snapshot_updates="locking")
+    x = tm.table("x")
+    x.load({k: 0 for k in range(3)})
+    model = {k: 0 for k in range(3)}
+    open_readers: list[tuple[object, dict[int, int]]] = []
+    for step in range(3_000):
+        r = rng.random()
+        if r < 0.1:
+            reader = tm.begin(read_only=True)
+            open_readers.append((reader, dict(model)))
+        elif r < 0.18 and open_readers:
+            reader, seen = open_readers.pop(rng.randrange(len(open_readers)))
+            for k in range(3):
+                assert reader.read(x, k) == seen[k], (step, k)
+            reader.commit()
+        else:
+            k = rng.randrange(3)
+            with tm.begin() as t:
+                t.increment(x, k, 1)
+            model[k] += 1
+        for reader, seen in open_readers[:3]:
+            k = rng.randrange(3)
+            assert reader.read(x, k) == seen[k]
+    needed = len(open_readers) + 1
+    assert all(len(x.versions(k)) <= 2 * needed + 8 for k in range(3))
+    for reader, _ in open_readers:
+        reader.commit()
+    with tm.begin() as t:
+        for k in range(3):
+            t.increment(x, k, 0)
+    assert all(len(x.versions(k)) == 1 for k in range(3))

@@ -33,6 +33,7 @@ before the error reaches the caller; run it again, e.g. with
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import threading
@@ -529,6 +530,9 @@ class TransactionManager:
         self.clock = self.store.last_ts
         self.last_write: dict[str, int] = {}
         self.snapshots: dict[int, int] = {}
+        # The open snapshots' timestamps, oldest first (changed under the commit
+        # mutex): commits pass them to the tables to prune versions.
+        self._open_snapshots: list[int] = []
         self._ids = itertools.count(1)
         self._orders = itertools.count(0)
         self.protocol: Protocol = cls(self)
@@ -654,14 +658,17 @@ class TransactionManager:
         with self.commit_mutex:
             txn.snapshot_ts = self.clock
             self.snapshots[txn.id] = self.clock
+            # The clock never goes back, so appending keeps the list sorted.
+            self._open_snapshots.append(self.clock)
             if self.recorder is not None:
                 txn.slot = self.recorder.slot()
 
-    def _keep_since(self) -> int | None:
-        snaps = self.snapshots
-        if not snaps:
-            return None
-        return min(snaps.values())
+    def _end_snapshot(self, txn: Transaction) -> None:
+        with self.commit_mutex:
+            ts = self.snapshots.pop(txn.id, None)
+            if ts is not None:
+                snaps = self._open_snapshots
+                del snaps[bisect.bisect_left(snaps, ts)]
 
     # -- commit --------------------------------------------------------------------------
 
@@ -672,9 +679,9 @@ class TransactionManager:
             txn.state = COMMITTING
             with self.commit_mutex:
                 ts = self.clock + 1
-                keep = self._keep_since() if self.snapshots else None
+                keep = self._open_snapshots or None
                 for tbl, key in txn.wrows:
-                    tbl.install(key, ts, keep)
+                    tbl.install(key, ts, None, keep)
                 if txn.offsets:
                     self.store.offsets.update(txn.offsets)
                 self.clock = ts
@@ -719,7 +726,7 @@ class TransactionManager:
     def _publish(self, txn: Transaction, ts: int) -> int:
         """Log, install and record the effects of ``txn`` at timestamp ``ts`` (mutex held)."""
         store = self.store
-        keep = self._keep_since() if self.snapshots else None
+        keep = self._open_snapshots or None
         items: list[str]
         if txn.deferred:
             appended: list[tuple[Stream, int, Any]] = []
@@ -733,7 +740,7 @@ class TransactionManager:
                     s.remove(event_id)
                 raise
             for tbl, key, row in rows:
-                tbl.apply(key, row, ts, keep)
+                tbl.apply(key, row, ts, None, keep)
             for s, event_id, _ in appended:
                 s.install(event_id, ts)
             items = [tbl.item(key) for tbl, key, _ in rows]
@@ -747,7 +754,7 @@ class TransactionManager:
             else:
                 lsn = store.log_commit(ts, [], [], txn.offsets) if txn.offsets else 0
             for tbl, key in wrows:
-                tbl.install(key, ts, keep)
+                tbl.install(key, ts, None, keep)
             if txn.wevents:
                 for s, event_id in txn.wevents:
                     s.install(event_id, ts)
@@ -773,7 +780,7 @@ class TransactionManager:
     def _ended(self, txn: Transaction, committed: bool, keep_order: bool) -> None:
         self.protocol.release(txn)
         if txn.snapshot_ts is not None:
-            self.snapshots.pop(txn.id, None)
+            self._end_snapshot(txn)
         if committed:
             self.committed += 1
         else:
