@@ -15,7 +15,10 @@ import time
 import pytest
 
 from txstream.errors import TransientError, TxStreamError
-from txstream.txn import LockTimeoutError, TransactionManager
+from txstream.model import check, format_history
+from txstream.model.notation import parse, parse_one
+from txstream.txn import LockTimeoutError, TransactionManager, WoundedError
+from txstream.txn.stress import run_stress
 
 
 def _outcome(fn, limit: float = 5.0) -> BaseException | None:
@@ -180,3 +183,137 @@ def test_versions_between_snapshots_are_dropped_when_no_snapshot_needs_them() ->
         for k in range(3):
             t.increment(x, k, 0)
     assert all(len(x.versions(k)) == 1 for k in range(3))
+
+
+# -- issue 12 item 5: the arrival line is the input order, not the commit order ------
+
+
+def _late_reader(tm: TransactionManager) -> None:
+    """Transaction 1 arrives first but reads what transaction 2 wrote after it."""
+    x = tm.table("x")
+    x.load({"k": 0})
+    first, second = tm.begin(), tm.begin()
+    second.put(x, "k", 2)
+    second.commit()
+    assert first.read(x, "k") == 2
+    first.commit()
+
+
+@pytest.mark.parametrize("protocol", ["none", "ss2pl", "optimistic"])
+def test_a_transaction_out_of_arrival_order_fails_csao(protocol) -> None:
+    tm = TransactionManager(protocol, record=True)
+    _late_reader(tm)
+    history = tm.history(committed_only=True)
+    # Before the fix an unordered manager wrote no arrival line (and an ordered one
+    # wrote the commit order), so CSAO held by construction.
+    assert history.arrivals == {"events": ["1", "2"]}
+    assert check(history, "cs").holds
+    verdict = check(history, "csao")
+    assert not verdict.holds
+
+
+def test_an_ordered_run_of_the_same_transactions_passes_csao() -> None:
+    tm = TransactionManager("ss2pl", ordered=True, record=True, lock_timeout=5)
+    x = tm.table("x")
+    x.load({"k": 0})
+    first, second = tm.begin(), tm.begin()
+    second.put(x, "k", 2)
+    reader = threading.Thread(target=lambda: (first.read(x, "k"), first.commit()))
+    reader.start()  # the older transaction wounds the younger writer
+    with pytest.raises(WoundedError):
+        for _ in range(500):
+            second.read(x, "k")
+            time.sleep(0.01)
+    reader.join(timeout=5)
+    assert first.status == "committed"
+    retry = tm.begin(retry_of=second)
+    retry.put(x, "k", 2)
+    retry.commit()
+    history = tm.history(committed_only=True)
+    assert history.arrivals == {"events": ["1", "3"]}
+    assert check(history, "csao").holds
+
+
+def test_arrival_line_of_a_threaded_ordered_run_names_every_commit_once() -> None:
+    _, tm = run_stress("ss2pl", threads=4, transactions=600, items=8, ordered=True, seed=2)
+    history = tm.history(committed_only=True)
+    order = history.arrivals["events"]
+    assert sorted(order) == sorted(history.committed()) and len(order) == 600
+    assert check(history, "csao").holds
+
+
+# -- item 8: retention of recorded histories ----------------------------------------
+
+
+def _ordered_run(tm: TransactionManager, n: int) -> None:
+    x = tm.table("x")
+    for i in range(n):
+        with tm.begin() as t:
+            t.read(x, i % 7)
+            t.put(x, i % 7, i)
+
+
+def test_history_goes_to_a_file_in_batches_and_is_a_valid_history_at_any_time(
+    tmp_path,
+) -> None:
+    path = tmp_path / "hist"
+    path.mkdir()
+    tm = TransactionManager("ss2pl", ordered=True, record=path)
+    _ordered_run(tm, 1000)  # 3,000 operations: several batches
+    file = path / "history.txt"
+    written = file.read_text()
+    assert written  # appended and flushed while running, not only at close
+    partial = parse_one(written)  # a killed process leaves a valid history
+    assert 0 < len(partial.operations) < 3000
+    assert set(partial.arrivals["events"]) <= partial.committed()
+    assert len(tm.recorder._chunks) < 1024  # memory holds only the current batch
+    tm.close()
+    full = parse_one(file.read_text())
+    assert len(full.operations) == 3000 and len(full.arrivals["events"]) == 1000
+    assert check(full, "csao").holds
+    assert format_history(full) == format_history(tm.history())
+    # A second run appends a new history after a '---' line.
+    tm2 = TransactionManager("ss2pl", ordered=True, record=path)
+    _ordered_run(tm2, 10)
+    tm2.close()
+    first, second = parse(file.read_text())
+    assert len(first.operations) == 3000 and len(second.operations) == 30
+    assert tm2.history().arrivals == {"events": [str(i) for i in range(1, 11)]}
+
+
+def test_in_memory_history_is_bounded_and_spills_the_oldest(tmp_path) -> None:
+    reference = TransactionManager("ss2pl", ordered=True, record=True)
+    _ordered_run(reference, 2000)
+    tm = TransactionManager("ss2pl", ordered=True, record=True, record_limit=500)
+    peak = 0
+    x = tm.table("x")
+    for i in range(2000):
+        with tm.begin() as t:
+            t.read(x, i % 7)
+            t.put(x, i % 7, i)
+        peak = max(peak, len(tm.recorder._chunks))
+    assert peak <= 500 and tm.recorder.spilled >= 5000
+    assert format_history(tm.history()) == format_history(reference.history())
+
+
+def test_snapshot_reads_stay_at_their_snapshot_point_in_the_file(tmp_path) -> None:
+    file = tmp_path / "h.txt"
+    tm = TransactionManager("snapshot", snapshot_updates="locking", record=file)
+    x = tm.table("x")
+    x.load({1: 0})
+    reader = tm.begin(read_only=True)
+    for _ in range(1500):  # past a batch while the snapshot is open
+        with tm.begin() as t:
+            t.increment(x, 1, 1)
+    assert reader.read(x, 1) == 0
+    reader.commit()
+    tm.close()
+    history = parse_one(file.read_text())
+    assert str(history.operations[0]) == "r1(x.1)"
+    assert check(history, "cs").holds and check(history, "csao").holds
+
+
+@pytest.mark.parametrize("value", [0, -5, 1.5, True])
+def test_nonsense_record_limits_are_refused(value) -> None:
+    with pytest.raises(TxStreamError, match="record limit must be a positive integer"):
+        TransactionManager(record=True, record_limit=value)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import os
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -57,7 +58,7 @@ from txstream.txn.base import (
     TransactionError,
 )
 from txstream.txn.locks import LockManager, Waiter
-from txstream.txn.recorder import HistoryRecorder
+from txstream.txn.recorder import DEFAULT_LIMIT, HistoryRecorder, Slot
 
 T = TypeVar("T")
 
@@ -112,7 +113,7 @@ class Transaction:
         self.doomed: TransientError | None = None
         self.snapshot_ts: int | None = None
         self.deferred = False
-        self.slot: list[Operation] | None = None
+        self.slot: Slot | None = None
         self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
         self.wrows: dict[tuple[Table, Hashable], str] = {}
         # Containers most transactions never fill start as shared empty ones;
@@ -501,7 +502,8 @@ class TransactionManager:
         group_delay: float = 0.0,
         ordered: bool = False,
         lock_timeout: float | None = None,
-        record: bool = False,
+        record: bool | str | os.PathLike[str] = False,
+        record_limit: int = DEFAULT_LIMIT,
         snapshot_updates: str = "si",
         arrival_stream: str = "events",
         store: Store | None = None,
@@ -525,7 +527,11 @@ class TransactionManager:
         self.snapshot_updates = snapshot_updates
         self.arrival_stream = arrival_stream
         self.locks = LockManager(timeout=lock_timeout, ordered=ordered)
-        self.recorder: HistoryRecorder | None = HistoryRecorder() if record else None
+        self.recorder: HistoryRecorder | None = None
+        if record is not False and record is not None:
+            self.recorder = HistoryRecorder(
+                None if record is True else record, limit=record_limit, stream=arrival_stream
+            )
         self.commit_mutex = threading.Lock()
         self.clock = self.store.last_ts
         self.last_write: dict[str, int] = {}
@@ -539,10 +545,16 @@ class TransactionManager:
         self._validates = cls.validate is not Protocol.validate
         # In-place protocol, no validation, no recorder, no ordering: commit is short.
         self._plain = not (
-            ordered or record or self._validates or cls.tracks_writes or cls.name == "snapshot"
+            ordered
+            or self.recorder is not None
+            or self._validates
+            or cls.tracks_writes
+            or cls.name == "snapshot"
         )
         self.latch: threading.Lock | None = (
-            threading.Lock() if record and not self.protocol.records_writes_at_commit else None
+            threading.Lock()
+            if self.recorder is not None and not self.protocol.records_writes_at_commit
+            else None
         )
         self.committed = 0
         self.aborted = 0
@@ -625,6 +637,8 @@ class TransactionManager:
             raise TransactionError(f"transaction {txn.hid} is {txn.status}, not aborted")
         if self.ordered:
             self.locks.finish_order(txn.order)
+        if self.recorder is not None:
+            self.recorder.settle(txn.order, None)
 
     def run(
         self,
@@ -769,8 +783,6 @@ class TransactionManager:
                 for item in dict.fromkeys(items):
                     rec.op(Operation("w", hid, item))
             rec.op(Operation("c", hid))
-            if self.ordered:
-                rec.arrival(self.arrival_stream, hid)
         if self.protocol.tracks_writes:
             last = self.last_write
             for item in items:
@@ -781,6 +793,15 @@ class TransactionManager:
         self.protocol.release(txn)
         if txn.snapshot_ts is not None:
             self._end_snapshot(txn)
+        rec = self.recorder
+        if rec is not None:
+            if txn.slot is not None:
+                txn.slot.done = True
+            # The arrival line follows the input (begin) order, not the commit order.
+            if committed:
+                rec.settle(txn.order, txn.hid)
+            elif not keep_order:
+                rec.settle(txn.order, None)
         if committed:
             self.committed += 1
         else:
@@ -823,7 +844,9 @@ class TransactionManager:
             return self.store.checkpoint(self.clock)
 
     def close(self) -> None:
-        """Close the write-ahead log."""
+        """Close the write-ahead log and write out the recorded history."""
+        if self.recorder is not None:
+            self.recorder.close()
         self.store.close()
 
     def __enter__(self) -> TransactionManager:
