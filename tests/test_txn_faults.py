@@ -17,7 +17,13 @@ import pytest
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
 from txstream.model.notation import parse, parse_one
-from txstream.txn import LockTimeoutError, TransactionManager, WoundedError
+from txstream.txn import (
+    LockTimeoutError,
+    TransactionManager,
+    ValidationError,
+    WoundedError,
+    WriteConflictError,
+)
 from txstream.txn.stress import run_stress
 
 
@@ -317,3 +323,61 @@ def test_snapshot_reads_stay_at_their_snapshot_point_in_the_file(tmp_path) -> No
 def test_nonsense_record_limits_are_refused(value) -> None:
     with pytest.raises(TxStreamError, match="record limit must be a positive integer"):
         TransactionManager(record=True, record_limit=value)
+
+
+# -- item 8: the optimistic write map is pruned -------------------------------------
+
+
+def test_optimistic_write_map_does_not_grow_per_event() -> None:
+    tm = TransactionManager("optimistic")
+    s = tm.stream("s", granularity="event")  # one item per event
+    for i in range(20_000):
+        with tm.begin() as t:
+            t.append(s, i)
+    # Before: one entry per event forever (20,000 here).
+    assert len(tm.last_write) <= 8192
+    assert s.live == 20_000
+
+
+def test_pruning_the_write_map_keeps_validation_exact() -> None:
+    tm = TransactionManager("optimistic")
+    x = tm.table("x")
+    x.load({"a": 0, "b": 0})
+    with tm.begin() as t:
+        t.put(x, "b", 1)  # written before the long transaction began
+    long = tm.begin()
+    assert long.read(x, "a") == 0 and long.read(x, "b") == 1
+    others = tm.table("others")
+    for i in range(10_000):  # enough writes to prune several times
+        with tm.begin() as t:
+            t.put(others, i, i)
+    assert "x.b" not in tm.last_write  # pruned: older than every active transaction
+    assert "others.0" in tm.last_write  # newer than the long transaction: kept
+    long.put(x, "c", 1)
+    long.commit()  # nothing it read changed since: it commits
+    again = tm.begin()
+    assert again.read(x, "a") == 0
+    for i in range(10_000):
+        with tm.begin() as t:
+            t.put(others, i, -i)
+    with tm.begin() as t:
+        t.put(x, "a", 5)  # a write after ``again`` read x.a
+    again.put(x, "d", 1)
+    with pytest.raises(ValidationError, match=r"x\.a changed after it was read"):
+        again.commit()
+
+
+def test_snapshot_write_map_pruning_keeps_first_committer_wins() -> None:
+    tm = TransactionManager("snapshot")
+    x = tm.table("x")
+    x.load({"a": 0})
+    old = tm.begin()  # a snapshot update transaction left open for a while
+    for i in range(10_000):
+        with tm.begin() as t:
+            t.put(x, i + 1, i)
+    with tm.begin() as t:
+        t.put(x, "a", 1)
+    old.put(x, "a", 2)
+    with pytest.raises(WriteConflictError):
+        old.commit()
+    assert len(tm.last_write) < 10_000 + 2

@@ -461,6 +461,10 @@ class Transaction:
         mgr._ended(self, committed=False, keep_order=keep_order)
 
 
+_PRUNE_MIN = 4096
+"""Write-map size below which the write map is not pruned."""
+
+
 def _seconds(name: str, value: object, zero: bool) -> float:
     """A finite number of seconds from a setting; :class:`TxStreamError` otherwise.
 
@@ -534,7 +538,13 @@ class TransactionManager:
             )
         self.commit_mutex = threading.Lock()
         self.clock = self.store.last_ts
+        # Optimistic and snapshot protocols: the commit timestamp of the last write
+        # per item, pruned of entries no active transaction can be validated
+        # against (see _prune_last_write); the start clock of each active
+        # optimistic transaction bounds that pruning.
         self.last_write: dict[str, int] = {}
+        self.active_since: dict[int, int] = {}
+        self._prune_at = _PRUNE_MIN
         self.snapshots: dict[int, int] = {}
         # The open snapshots' timestamps, oldest first (changed under the commit
         # mutex): commits pass them to the tables to prune versions.
@@ -787,7 +797,29 @@ class TransactionManager:
             last = self.last_write
             for item in items:
                 last[item] = ts
+            if len(last) > self._prune_at:
+                self._prune_last_write()
         return lsn
+
+    def _prune_last_write(self) -> None:
+        """Drop write-map entries older than every active transaction (mutex held).
+
+        Validation asks "was the item written after time t?", where t is a
+        snapshot or a read of an active transaction, never older than the
+        watermark; an entry at or before the watermark answers "no" exactly as a
+        missing one does.  Runs when the map has doubled since the last pruning,
+        so its cost is amortized O(1) per write.
+        """
+        mark = self.clock
+        if self._open_snapshots:
+            mark = min(mark, self._open_snapshots[0])
+        active = list(self.active_since.values())
+        if active:
+            mark = min(mark, min(active))
+        last = self.last_write
+        for item in [item for item, ts in last.items() if ts <= mark]:
+            del last[item]
+        self._prune_at = max(_PRUNE_MIN, 2 * len(last))
 
     def _ended(self, txn: Transaction, committed: bool, keep_order: bool) -> None:
         self.protocol.release(txn)
