@@ -381,3 +381,48 @@ def test_snapshot_write_map_pruning_keeps_first_committer_wins() -> None:
     with pytest.raises(WriteConflictError):
         old.commit()
     assert len(tm.last_write) < 10_000 + 2
+
+
+# -- item 8: automatic checkpoints by log size ---------------------------------------
+
+
+def test_automatic_checkpoints_bound_the_log(tmp_path) -> None:
+    db = tmp_path / "db"
+    tm = TransactionManager("ss2pl", path=db, sync="off", checkpoint_every_bytes=8192)
+    x = tm.table("x")
+    x.load({k: 0 for k in range(50)})
+    largest = 0
+    for i in range(3000):
+        with tm.begin() as t:
+            t.increment(x, i % 50, 1)
+        largest = max(largest, (db / "wal.log").stat().st_size)
+    assert tm.stats()["checkpoints"] >= 10 and tm.checkpoint_failures == 0
+    assert largest < 8192 + 512  # one record past the threshold at most
+    tm.close()
+    again = TransactionManager("ss2pl", path=db, sync="off")
+    assert again.table("x").snapshot() == {k: 60 for k in range(50)}
+    assert again.recovery.transactions < 200  # replayed only the log since the checkpoint
+    again.close()
+
+
+def test_without_the_option_the_log_only_grows(tmp_path) -> None:
+    db = tmp_path / "db"
+    tm = TransactionManager("ss2pl", path=db, sync="off")
+    x = tm.table("x")
+    x.load({k: 0 for k in range(50)})
+    for i in range(3000):
+        with tm.begin() as t:
+            t.increment(x, i % 50, 1)
+    assert (db / "wal.log").stat().st_size > 60_000 and tm.stats()["checkpoints"] == 0
+    tm.close()
+
+
+@pytest.mark.parametrize("value", [0, -1, 1.5, True, "1MB"])
+def test_nonsense_checkpoint_sizes_are_refused(value, tmp_path) -> None:
+    with pytest.raises(TxStreamError, match="checkpoint_every_bytes must be a positive"):
+        TransactionManager(path=tmp_path / "db", checkpoint_every_bytes=value)
+
+
+def test_automatic_checkpoints_need_a_durable_store() -> None:
+    with pytest.raises(TxStreamError, match="needs a durable store"):
+        TransactionManager(checkpoint_every_bytes=1 << 20)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import math
 import os
 import threading
@@ -59,6 +60,8 @@ from txstream.txn.base import (
 )
 from txstream.txn.locks import LockManager, Waiter
 from txstream.txn.recorder import DEFAULT_LIMIT, HistoryRecorder, Slot
+
+log = logging.getLogger("txstream.txn")
 
 T = TypeVar("T")
 
@@ -508,6 +511,7 @@ class TransactionManager:
         lock_timeout: float | None = None,
         record: bool | str | os.PathLike[str] = False,
         record_limit: int = DEFAULT_LIMIT,
+        checkpoint_every_bytes: int | None = None,
         snapshot_updates: str = "si",
         arrival_stream: str = "events",
         store: Store | None = None,
@@ -526,6 +530,20 @@ class TransactionManager:
         if lock_timeout is not None:
             lock_timeout = _seconds("lock_timeout", lock_timeout, zero=False)
         group_delay = _seconds("group_delay", group_delay, zero=True)
+        if checkpoint_every_bytes is not None:
+            if (
+                isinstance(checkpoint_every_bytes, bool)
+                or not isinstance(checkpoint_every_bytes, int)
+                or checkpoint_every_bytes < 1
+            ):
+                raise TxStreamError(
+                    "checkpoint_every_bytes must be a positive number of bytes, not "
+                    f"{checkpoint_every_bytes!r}"
+                )
+            if path is None and (store is None or not store.durable):
+                raise TxStreamError(
+                    "checkpoint_every_bytes needs a durable store: give path=DIRECTORY"
+                )
         self.store = store if store is not None else Store(path, sync, group_delay)
         self.ordered = ordered
         self.snapshot_updates = snapshot_updates
@@ -569,6 +587,13 @@ class TransactionManager:
         self.committed = 0
         self.aborted = 0
         self.failures: dict[str, int] = {}
+        # Automatic checkpoints: log positions (LSNs) of the newest commit record
+        # and of the newest commit already covered by a checkpoint.
+        self.checkpoint_every_bytes = checkpoint_every_bytes
+        self.checkpoints = 0
+        self.checkpoint_failures = 0
+        self._last_lsn = 0
+        self._checkpoint_lsn = 0
 
     def __repr__(self) -> str:
         return f"TransactionManager(protocol={self.protocol.name!r})"
@@ -734,6 +759,8 @@ class TransactionManager:
                 ts = self.clock + 1
                 lsn = self._publish(txn, ts)
                 self.clock = ts
+                if lsn:
+                    self._last_lsn = lsn
             except BaseException as exc:
                 failure = exc
         if failure is not None:
@@ -746,6 +773,28 @@ class TransactionManager:
             self.store.sync(lsn)
         txn.state = COMMITTED
         self._ended(txn, committed=True, keep_order=False)
+        every = self.checkpoint_every_bytes
+        if every is not None and lsn - self._checkpoint_lsn >= every:
+            self._auto_checkpoint(every)
+
+    def _auto_checkpoint(self, every: int) -> None:
+        """Checkpoint because the log grew by ``every`` bytes (after a commit is done).
+
+        The commit that triggers it has completed, so a failure here is logged
+        and counted, not raised to its caller; the next attempt comes after
+        another ``every`` bytes.
+        """
+        with self.commit_mutex:
+            if self._last_lsn - self._checkpoint_lsn < every:
+                return  # another committer took it
+            self._checkpoint_lsn = self._last_lsn
+            try:
+                self.store.checkpoint(self.clock)
+            except (OSError, TxStreamError) as exc:
+                self.checkpoint_failures += 1
+                log.warning("automatic checkpoint failed (will retry later): %s", exc)
+                return
+            self.checkpoints += 1
 
     def _publish(self, txn: Transaction, ts: int) -> int:
         """Log, install and record the effects of ``txn`` at timestamp ``ts`` (mutex held)."""
@@ -862,6 +911,7 @@ class TransactionManager:
             "lock_waits": lm.waits,
             "wounds": lm.wounds,
             "timeouts": lm.timeouts,
+            "checkpoints": self.checkpoints,
         }
         out.update(self.protocol.stats())
         return out
@@ -873,7 +923,9 @@ class TransactionManager:
         checkpoint's size in bytes.
         """
         with self.commit_mutex:
-            return self.store.checkpoint(self.clock)
+            size = self.store.checkpoint(self.clock)
+            self._checkpoint_lsn = self._last_lsn
+            return size
 
     def close(self) -> None:
         """Close the write-ahead log and write out the recorded history."""
