@@ -8,6 +8,7 @@ of recorded histories.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
 from txstream.model.notation import parse, parse_one
+from txstream.storage import OrderError, StorageError
 from txstream.txn import (
     LockTimeoutError,
     TransactionManager,
@@ -426,3 +428,110 @@ def test_nonsense_checkpoint_sizes_are_refused(value, tmp_path) -> None:
 def test_automatic_checkpoints_need_a_durable_store() -> None:
     with pytest.raises(TxStreamError, match="needs a durable store"):
         TransactionManager(checkpoint_every_bytes=1 << 20)
+
+
+# -- item 8: streams can be trimmed below what every reader has passed ---------------
+
+
+def test_stream_trim_respects_readers_and_keeps_ids() -> None:
+    tm = TransactionManager("ss2pl")
+    s = tm.stream("s", order_by="ts", require_order=True)
+    for i in range(100):
+        with tm.begin() as t:
+            t.append(s, {"ts": i})
+    s.register_reader("sink", 0)
+    with pytest.raises(StorageError, match="reader 'sink' has read only up to 0"):
+        s.trim(50)
+    assert s.live == 100
+    s.advance_reader("sink", 60)
+    assert s.trim(50) == 50
+    assert s.first == 50 and len(s) == 100 and s.live == 50
+    with tm.begin() as t:
+        assert t.scan(s, 0, 55) == [{"ts": i} for i in range(50, 55)]
+        assert t.append(s, {"ts": 100}) == 100  # ids go on
+    with pytest.raises(StorageError, match="cannot trim below 80: reader 'sink'"):
+        s.trim(80)
+    s.drop_reader("sink")
+    assert s.trim(101) == 50  # the newest committed event stays
+    assert s.first == 100 and s.live == 1
+    # The order check still knows the last event.
+    with pytest.raises(OrderError), tm.begin() as t:
+        t.append(s, {"ts": 3})
+
+
+def test_stream_trim_refuses_uncommitted_events_and_bad_offsets() -> None:
+    tm = TransactionManager("ss2pl")
+    s = tm.stream("s", granularity="event")
+    with tm.begin() as t:
+        t.append(s, "a")
+    open_txn = tm.begin()
+    open_txn.append(s, "b")
+    with tm.begin() as t:
+        t.append(s, "c")
+    with pytest.raises(StorageError, match="event 1 is not committed yet"):
+        s.trim(3)
+    with pytest.raises(StorageError, match="its next id is 3"):
+        s.trim(9)
+    for bad in (-1, 1.5, True):
+        with pytest.raises(StorageError, match="trim offset must be"):
+            s.trim(bad)
+    assert s.trim(1) == 1
+    open_txn.abort()  # undoing an append next to a trim
+    assert s.read_with_ids() == [(2, "c")]
+
+
+def test_trimmed_stream_stays_trimmed_after_checkpoint_and_restart(tmp_path) -> None:
+    db = tmp_path / "db"
+    tm = TransactionManager("ss2pl", path=db, sync="off")
+    s = tm.stream("s")
+    for i in range(1000):
+        with tm.begin() as t:
+            t.append(s, i)
+    s.trim(990)
+    tm.checkpoint()
+    with tm.begin() as t:
+        t.append(s, 1000)
+    tm.close()
+    again = TransactionManager("ss2pl", path=db, sync="off")
+    s2 = again.stream("s")
+    assert s2.first == 990 and len(s2) == 1001 and len(s2._events) == 11
+    with again.begin() as t:
+        assert t.append(s2, 1001) == 1001
+        assert t.scan(s2) == list(range(990, 1002))
+    again.close()
+
+
+def test_trim_while_transactions_append(tmp_path) -> None:
+    tm = TransactionManager("ss2pl", path=tmp_path / "db", sync="off")
+    s = tm.stream("s", granularity="event")
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        try:
+            for i in range(400):
+                tm.run(lambda t, i=i: t.append(s, (k, i)))
+        except BaseException as exc:
+            errors.append(exc)
+
+    def trimmer() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(StorageError):
+                s.trim(max(0, len(s) - 50))
+
+    threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
+    trim = threading.Thread(target=trimmer)
+    for th in [*threads, trim]:
+        th.start()
+    for th in threads:
+        th.join()
+    stop.set()
+    trim.join()
+    assert not errors
+    assert len(s) == 1200 and s.first > 0
+    kept = s.committed_with_ids()
+    assert [i for i, _ in kept] == list(range(s.first, 1200))
+    tm.close()
+    again = TransactionManager("ss2pl", path=tmp_path / "db", sync="off")
+    assert len(again.stream("s")) == 1200  # every event is in the log
+    again.close()

@@ -822,7 +822,7 @@ class TransactionManager:
             wrows = txn.wrows
             if store.wal is not None:
                 rows = [(tbl, key, tbl.read(key, ABSENT)) for tbl, key in wrows]
-                events = [(s, i, s._events[i]) for s, i in txn.wevents]
+                events = [(s, i, s.event(i)) for s, i in txn.wevents]
                 lsn = store.log_commit(ts, rows, events, txn.offsets)
             else:
                 lsn = store.log_commit(ts, [], [], txn.offsets) if txn.offsets else 0
