@@ -17,6 +17,7 @@ import pytest
 
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
+from txstream.model.history import History, HistoryInvariantError, Operation
 from txstream.model.notation import parse, parse_one
 from txstream.storage import OrderError, StorageError
 from txstream.txn import (
@@ -535,3 +536,15 @@ def test_trim_while_transactions_append(tmp_path) -> None:
     again = TransactionManager("ss2pl", path=tmp_path / "db", sync="off")
     assert len(again.stream("s")) == 1200  # every event is in the log
     again.close()
+
+
+def test_a_long_recorded_arrival_line_validates_in_linear_time() -> None:
+    # Every recorded history has an arrival line now; validating it used
+    # list.count per entry, which took minutes for 600,000 transactions.
+    n = 200_000
+    ops = [Operation("c", str(i)) for i in range(n)]
+    history = History(ops, {"events": [str(i) for i in range(n)]})
+    assert _outcome(history.validate, limit=20) is None
+    history.arrivals["events"].append("7")
+    error = _outcome(history.validate, limit=20)
+    assert isinstance(error, HistoryInvariantError) and "names transaction 7 twice" in str(error)

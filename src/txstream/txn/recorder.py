@@ -53,7 +53,7 @@ from typing import IO
 from txstream.errors import TxStreamError
 from txstream.model.history import History, Operation
 
-DEFAULT_LIMIT = 1_000_000
+DEFAULT_LIMIT = 500_000
 """Operations an in-memory recorder keeps before spilling the oldest to disk."""
 
 DEFAULT_FLUSH_EVERY = 1024
@@ -64,6 +64,7 @@ ARRIVAL_BACKLOG = 10_000
 recorder gives up on placing it."""
 
 _PER_LINE = 16
+_PIECE = 8192  # chunks formatted and written at a time
 
 
 class Slot(list[Operation]):
@@ -100,7 +101,7 @@ class HistoryRecorder:
         """Arrival orders declared directly with :meth:`arrival`."""
         self.stream = stream
         self._lock = threading.Lock()
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
         self._start = 0  # where this run's history starts in the file
         self.path: Path | None = None
         self.spilled = 0
@@ -173,14 +174,14 @@ class HistoryRecorder:
             path = path / "history.txt"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            fh = path.open("a", encoding="utf-8")
+            fh = path.open("ab", buffering=0)
+            fh.seek(0, os.SEEK_END)
         except OSError as exc:
             raise TxStreamError(f"cannot record the history to {path}: {exc}") from None
-        if fh.tell() > 0:
-            fh.write("---\n")
-        fh.flush()
-        self._start = fh.tell()
         self.path = path
+        if fh.tell() > 0:
+            self._write(fh, "---\n")
+        self._start = fh.tell()
         self._file = fh
 
     def drain(self) -> None:
@@ -199,39 +200,52 @@ class HistoryRecorder:
             k += 1
         if k == 0 and not self._ready:
             return
-        mark_now = self._base + n
-        words: list[str] = []
-        for chunk in chunks[:k]:
-            if chunk.__class__ is Slot:
-                words.extend(str(op) for op in chunk)
-            else:
-                words.append(str(chunk))
         fh = self._file
         if fh is None and self.path is not None:
             # Recording after close(): append to the same history.
-            fh = self._file = self.path.open("a", encoding="utf-8")
+            fh = self._file = self.path.open("ab", buffering=0)
         elif fh is None:
             # In memory: spill to an anonymous temporary file, read back by history().
-            fh = self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+            fh = self._file = tempfile.TemporaryFile("w+b", buffering=0)  # noqa: SIM115
             # Committed arrivals so far follow the operations they name to the file.
-            self._ready.extend((mark_now, hid) for hid in self._order)
+            mark = self._base + n
+            self._ready.extend((mark, hid) for hid in self._order)
             self._order.clear()
-        lines = [" ".join(words[i : i + _PER_LINE]) for i in range(0, len(words), _PER_LINE)]
+        # Pieces of whole lines, each one write: the file never ends inside a line,
+        # and a large drain needs little memory beyond the operations themselves.
+        for lo in range(0, k, _PIECE):
+            words: list[str] = []
+            for chunk in chunks[lo : min(k, lo + _PIECE)]:
+                if chunk.__class__ is Slot:
+                    words.extend(str(op) for op in chunk)
+                else:
+                    words.append(str(chunk))
+            self.spilled += len(words)
+            self._write(
+                fh,
+                "".join(
+                    " ".join(words[i : i + _PER_LINE]) + "\n"
+                    for i in range(0, len(words), _PER_LINE)
+                ),
+            )
         del chunks[:k]
         self._base += k
-        self.spilled += len(words)
         ready = self._ready
         arrivals: list[str] = []
         while ready and ready[0][0] <= self._base:
             arrivals.append(ready.popleft()[1])
         if arrivals:
-            lines.append(f"arrival {self.stream}: {' '.join(arrivals)}")
-        if lines:
-            try:
-                fh.write("\n".join(lines) + "\n")
-                fh.flush()
-            except OSError as exc:
-                raise TxStreamError(f"cannot record the history to {self.path}: {exc}") from None
+            self._write(fh, f"arrival {self.stream}: {' '.join(arrivals)}\n")
+
+    def _write(self, fh: IO[bytes], text: str) -> None:
+        """Append ``text`` with unbuffered writes (the OS has it when this returns)."""
+        data = memoryview(text.encode())
+        try:
+            while data:
+                written = fh.write(data)
+                data = data[written or 0 :]
+        except OSError as exc:
+            raise TxStreamError(f"cannot record the history to {self.path}: {exc}") from None
 
     def close(self) -> None:
         """Write everything (snapshot transactions still running included) and close."""
@@ -260,19 +274,16 @@ class HistoryRecorder:
             ops: list[Operation] = []
             arrivals: list[str] = []
             fh = self._file
-            text = ""
-            if fh is not None:
-                fh.flush()
-                if self.path is not None:
-                    with self.path.open(encoding="utf-8") as reader:
-                        reader.seek(self._start)
-                        text = reader.read()
-                else:
-                    fh.seek(0)
-                    text = fh.read()
-                    fh.seek(0, os.SEEK_END)
-            elif self.path is not None:
-                text = self.path.read_text(encoding="utf-8")[self._start :]
+            data = b""
+            if self.path is not None:
+                with self.path.open("rb") as reader:
+                    reader.seek(self._start)
+                    data = reader.read()
+            elif fh is not None:
+                fh.seek(0)
+                data = fh.read()
+                fh.seek(0, os.SEEK_END)
+            text = data.decode()
             if text.strip():
                 (done,) = parse(text, str(self.path or "spilled history"))
                 ops = done.operations
