@@ -527,3 +527,28 @@ def test_threaded_runs_match_a_serial_execution(programs, protocol) -> None:
         for perm in perms
     )
     tm.locks.check_idle()
+
+
+def test_arrival_line_is_the_begin_order_with_retries_in_place() -> None:
+    tm = TransactionManager("ss2pl", record=True)  # unordered: recorded all the same
+    x = tm.table("x")
+    x.load({1: 0})
+    first = tm.begin()
+    first.increment(x, 1, 1)
+    first.abort(retry=True)  # will be retried: keeps its place
+    second = tm.begin()
+    second.increment(x, 1, 1)
+    second.commit()
+    dropped = tm.begin()
+    dropped.abort(retry=True)
+    tm.give_up(dropped)  # never retried: its place is released
+    again = tm.begin(retry_of=first)
+    again.increment(x, 1, 1)
+    again.commit()
+    last = tm.begin()
+    last.read(x, 1)
+    last.commit()
+    history = tm.history(committed_only=True)
+    assert history.arrivals == {"events": ["4", "2", "5"]}  # 4 took 1's place
+    assert not check(history, "csao").holds  # 4 committed after 2, on the same row
+    assert check(history, "cs").holds
