@@ -1,8 +1,11 @@
-"""Where the workplace's shared reference data lives (never copied into the repository).
+"""Where the independent Linear Road reference data lives (never copied into the repository).
 
-``TXSTREAM_SHARED`` names the shared folder; otherwise the folder beside the
-checkout (``../shared``) or this machine's ``/work/shared``.  A test that needs
-the data fails, with this message, when none exists: it is not skipped.
+``TXSTREAM_SHARED`` names the shared folder; otherwise ``shared`` beside the
+checkout (``../shared``).  :func:`shared_file` gives a file of its
+``linearroad/`` folder to the cross-checks that need it.  When the data is not
+there they cannot run: under CI (``CI`` set) that fails the test, elsewhere
+the test is skipped and pytest's summary says so in one line (every such skip
+is raised here, so ``-ra`` folds them into one ``SKIPPED [n]`` line).
 """
 
 from __future__ import annotations
@@ -10,19 +13,35 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-_CANDIDATES = [
-    *([Path(os.environ["TXSTREAM_SHARED"])] if os.environ.get("TXSTREAM_SHARED") else []),
-    Path(__file__).resolve().parents[2] / "shared",
-    Path("/work/shared"),
-]
+import pytest
+
+_CHECKOUT = Path(__file__).resolve().parents[1]
 
 
-def shared_dir() -> Path:
-    """The shared folder: the first candidate that has ``linearroad/`` in it."""
-    for base in _CANDIDATES:
+def _candidates() -> list[Path]:
+    env = os.environ.get("TXSTREAM_SHARED")
+    return [Path(env)] if env else [_CHECKOUT.parent / "shared"]
+
+
+def linearroad_dir() -> Path | None:
+    """The shared ``linearroad/`` folder, or None when it is not there."""
+    for base in _candidates():
         if (base / "linearroad").is_dir():
-            return base
-    return _CANDIDATES[0]  # tests then fail on the missing file, naming this path
+            return base / "linearroad"
+    return None
 
 
-LINEARROAD = shared_dir() / "linearroad"
+def shared_file(name: str) -> Path:
+    """``linearroad/name`` of the shared data; fail under CI, skip elsewhere, if absent."""
+    where = linearroad_dir()
+    path = where / name if where is not None else None
+    if path is not None and path.is_file():
+        return path
+    looked = ", ".join(str(b / "linearroad") for b in _candidates())
+    message = (
+        f"the independent Linear Road reference data is not in {looked} "
+        "(set TXSTREAM_SHARED): the cross-checks against it did not run"
+    )
+    if os.environ.get("CI"):
+        pytest.fail(message + " - and CI requires them", pytrace=False)
+    pytest.skip(message)

@@ -12,7 +12,8 @@ from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table
 
 
 def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
-    from txstream.spark.cq import EVENT_SCHEMA, plain_spark, with_txstream
+    from txstream.jobs.cq import EVENT_SCHEMA, plain_spark, with_txstream
+    from txstream.spark.sources import csv_files
 
     rng = random.Random(4)
     rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
@@ -38,9 +39,7 @@ def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
         return update
 
     def stream() -> Any:
-        return (
-            spark.readStream.schema(EVENT_SCHEMA).option("maxFilesPerTrigger", 1).csv(str(incoming))
-        )
+        return csv_files(spark, incoming, EVENT_SCHEMA, max_files_per_trigger=1)
 
     tm = fresh("naive")
     plain = plain_spark(spark, stream(), tm, TABLE, query, str(tmp_path / "cp-plain"), updater(tm))

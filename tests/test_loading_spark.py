@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from txstream.jobs.loading import LoadingSink, load_directory
 from txstream.loading import EmbeddedTarget, Loader
 from txstream.loading.oracle import check_loaded
 from txstream.loading.workloads import demand_schema, demand_stream, initial_rows
-from txstream.spark.loading import LoadingSink, load_directory
 
 pytestmark = pytest.mark.spark
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shared_data import LINEARROAD
+from shared_data import shared_file
 from txstream.cli import main
 from txstream.errors import TxStreamError
 from txstream.linearroad.formats import (
@@ -25,8 +25,6 @@ from txstream.linearroad.formats import (
 )
 from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import _accidents, expected_frames, read_input
-
-SHARED = LINEARROAD
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +107,7 @@ def test_historical_tolls_cover_every_car_and_day(small: tuple[Path, Path]) -> N
 
 
 def test_spark_generator_writes_the_same_files(spark: object, tmp_path: Path) -> None:
-    from txstream.spark.lrgen import generate_spark
+    from txstream.jobs.lrgen import generate_spark
 
     a = generate(tmp_path / "seq", L=1.5, minutes=3, seed=4)
     b = generate_spark(tmp_path / "spark", L=1.5, minutes=3, seed=4, spark=spark)
@@ -137,7 +135,7 @@ def test_malformed_input_says_why(line: str, reason: str) -> None:
 
 
 def test_shared_inputs_parse() -> None:
-    with open_text(SHARED / "datafile20seconds.dat") as f:
+    with open_text(shared_file("datafile20seconds.dat")) as f:
         assert sum(1 for line in f if parse_input_line(line)) == 280
 
 

@@ -44,7 +44,7 @@ LINES = [
 
 
 def test_spark_parser_agrees_with_the_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
-    from txstream.spark.linearroad import TAG, parse
+    from txstream.jobs.linearroad import TAG, parse
 
     tagged = [(f"{i}{TAG}1.5{TAG}{line}",) for i, line in enumerate(LINES, 1)]
     rows = parse(spark.createDataFrame(tagged, "value string")).orderBy("seq").collect()

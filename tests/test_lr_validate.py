@@ -16,26 +16,23 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shared_data import LINEARROAD
+from shared_data import shared_file
 from txstream.cli import main
 from txstream.errors import UnknownNameError
 from txstream.linearroad.generate import generate
 from txstream.linearroad.reference import expected_answers, expected_frames
 from txstream.linearroad.validate import compare_expected, validate
 
-SHARED = LINEARROAD
-SAMPLE = SHARED / "datafile20seconds.dat"
-
 
 def test_agreement_with_independent_reference_on_1800_seconds(tmp_path: Path) -> None:
     ours = tmp_path / "answers.txt"
     lines = expected_answers(
-        SHARED / "lr-1x-1800s.dat.gz",
+        shared_file("lr-1x-1800s.dat.gz"),
         lav="raw-mean",
-        tolls_path=SHARED / "lr-1x-1800s.tolls.dat.gz",
+        tolls_path=shared_file("lr-1x-1800s.tolls.dat.gz"),
     )
     ours.write_text("".join(line + "\n" for line in lines))
-    agreement = compare_expected(ours, SHARED / "lr-1x-1800s.expected.gz")
+    agreement = compare_expected(ours, shared_file("lr-1x-1800s.expected.gz"))
     assert agreement["malformed"] == 0
     expected_counts = {"toll": 567386, "accident": 8874, "balance": 7676, "expenditure": 1491}
     for name, count in expected_counts.items():
@@ -116,8 +113,10 @@ def test_balance_one_charge_old_is_accepted(
     assert r.ok
 
 
-def test_malformed_input_and_answers_reported_with_line_and_reason(tmp_path: Path) -> None:
-    raw = SAMPLE.read_text().splitlines()
+def test_malformed_input_and_answers_reported_with_line_and_reason(
+    generated: tuple[Path, Path, list[str]], tmp_path: Path
+) -> None:
+    raw = generated[0].read_text().splitlines()[:300]
     raw.insert(3, "0,1,2")
     raw.insert(10, "0,1,2,3,0,9,0,0,0,-1,-1,-1,-1,-1,-1")
     inp = _write(tmp_path / "in.dat", raw)
@@ -135,9 +134,10 @@ def test_malformed_input_and_answers_reported_with_line_and_reason(tmp_path: Pat
 
 
 def test_official_sample_validates(tmp_path: Path) -> None:
-    lines = expected_answers(SAMPLE)
+    sample = shared_file("datafile20seconds.dat")
+    lines = expected_answers(sample)
     assert sum(line.startswith("0,") for line in lines) == 279
-    assert validate(SAMPLE, _write(tmp_path / "a.txt", lines)).ok
+    assert validate(sample, _write(tmp_path / "a.txt", lines)).ok
 
 
 def test_cli_validate_table_json_and_expected(
@@ -155,25 +155,64 @@ def test_cli_validate_table_json_and_expected(
     assert main([*base, "--answers", str(bad)]) == 1
 
 
+def test_cli_validate_exits_1_when_the_reference_disagrees_or_input_was_rejected(
+    generated: tuple[Path, Path, list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    inp, tolls, lines = generated
+    base = ["linear-road", "validate", "--input", str(inp), "--tolls", str(tolls)]
+    ans = _write(tmp_path / "a.txt", lines)
+    assert main([*base, "--answers", str(ans), "--expected", str(ans)]) == 0
+    capsys.readouterr()
+    # The answers are right for the input, but a reference that differs in one
+    # toll (and lacks one answer) must fail the comparison.
+    i = next(k for k, line in enumerate(lines) if line.startswith("0,"))
+    f = lines[i].split(",")
+    changed = [*lines[:i], ",".join([*f[:5], str(int(f[5]) + 2)]), *lines[i + 1 : -1]]
+    ref = _write(tmp_path / "ref.txt", changed)
+    assert main([*base, "--answers", str(ans), "--expected", str(ref)]) == 1
+    assert "2 answer(s) disagree" in capsys.readouterr().out
+    assert main([*base, "--answers", str(ans), "--expected", str(ref), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] and not out["agreement_ok"]
+    # A rejected input tuple fails the validation even when every answer is right.
+    raw = inp.read_text().splitlines()
+    bad_input = _write(tmp_path / "in.dat", [*raw, "0,1,2"])
+    args = ["linear-road", "validate", "--input", str(bad_input), "--tolls", str(tolls)]
+    assert main([*args, "--answers", str(ans)]) == 1
+    assert "1 input tuple(s) rejected" in capsys.readouterr().out
+    assert main([*args, "--answers", str(ans), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["answers_ok"] and not out["ok"]
+    assert out["rejected_input"] == [
+        {"line": len(raw) + 1, "reason": "input tuple: expected 15 fields, got 3", "raw": "0,1,2"}
+    ]
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--lav", "median"], "unknown LAV definition 'median'"),
         (["--format", "xml"], "unknown format 'xml'"),
         (["--answers", "/nonexistent"], "no such file"),
+        (["--accident-end", "never"], "unknown accident-end reading 'never'"),
     ],
 )
 def test_cli_validate_bad_options_one_line(
-    args: list[str], message: str, capsys: pytest.CaptureFixture[str]
+    generated: tuple[Path, Path, list[str]],
+    args: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    assert main(["linear-road", "validate", "--input", str(SAMPLE), *args]) == 2
+    assert main(["linear-road", "validate", "--input", str(generated[0]), *args]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
 
 
-def test_unknown_lav_in_api() -> None:
+def test_unknown_names_in_api(generated: tuple[Path, Path, list[str]]) -> None:
     with pytest.raises(UnknownNameError):
-        expected_frames(SAMPLE, lav="median")
+        expected_frames(generated[0], lav="median")
+    with pytest.raises(UnknownNameError, match="accident-end"):
+        expected_frames(generated[0], accident_end="late")
 
 
 # Brute-force oracle for toll notifications and LAV on small random inputs.
@@ -200,9 +239,12 @@ def _round(x: float) -> int:
 def _oracle(rows: list[tuple[int, ...]], lav: str) -> list[str]:
     out = []
     last_seg: dict[int, int] = {}
+    last_lane: dict[int, int] = {}
     for t in sorted(rows, key=lambda r: (r[1], r[2])):
         _, time, vid, _spd, _x, lane, _d, seg = t[:8]
-        if last_seg.get(vid) != seg and lane != 4:
+        # A new segment, or back on the road after the exit lane (a new trip).
+        entered = last_seg.get(vid) != seg or last_lane.get(vid) == 4
+        if entered and lane != 4:
             m = time // 60 + 1
             window = [r for r in rows if r[7] == seg and m - 5 <= r[1] // 60 + 1 <= m - 1]
             value = 0
@@ -219,6 +261,7 @@ def _oracle(rows: list[tuple[int, ...]], lav: str) -> list[str]:
                 value = _round(sum(means) / len(means))
             out.append(f"0,{vid},{time},0.000,{value},0")
         last_seg[vid] = seg
+        last_lane[vid] = lane
     return out
 
 

@@ -169,7 +169,9 @@ def test_uncommitted_work_vanishes_on_reopen(tmp_path) -> None:
     t = tm.begin()
     t.increment(acct, "a", 5)
     t.insert(acct, "b", 2)
-    # the process "dies" here: no commit, no abort
+    # the process "dies" here: no commit, no abort (closing gives up the store
+    # directory's lock as death would; it writes nothing of t)
+    tm.close()
     again = TransactionManager("ss2pl", path=tmp_path)
     assert again.table("acct").rows() == {"a": 1}
     assert again.recovery.clean and again.recovery.transactions == 1

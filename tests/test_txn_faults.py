@@ -548,3 +548,40 @@ def test_a_long_recorded_arrival_line_validates_in_linear_time() -> None:
     history.arrivals["events"].append("7")
     error = _outcome(history.validate, limit=20)
     assert isinstance(error, HistoryInvariantError) and "names transaction 7 twice" in str(error)
+
+
+def test_a_stream_trimmed_far_recovers_within_the_hole_allowance(tmp_path, monkeypatch) -> None:
+    import txstream.storage.store as store_module
+
+    monkeypatch.setattr(store_module, "HOLE_ALLOWANCE", 100)
+    db = tmp_path / "db"
+    tm = TransactionManager("ss2pl", path=db, sync="off")
+    s = tm.stream("s")
+    for i in range(2000):
+        with tm.begin() as t:
+            t.append(s, i)
+    s.trim(1990)  # more trimmed ids than the allowance of holes
+    tm.checkpoint()
+    tm.close()
+    again = TransactionManager("ss2pl", path=db, sync="off")
+    assert again.stream("s").first == 1990 and len(again.stream("s")) == 2000
+    again.close()
+
+
+@pytest.mark.parametrize("first", [-1, "0", 5, 1.5])
+def test_a_bad_first_id_in_a_checkpoint_is_refused(tmp_path, first) -> None:
+    import json
+    import zlib
+
+    from txstream.storage import Store
+    from txstream.storage.store import CheckpointCorruptError
+
+    state = {"ts": 1, "tables": {}, "streams": {"s": {"first": first, "events": [[3, 1]]}}}
+    body = json.dumps({**state, "offsets": {}}, separators=(",", ":")).encode()
+    head = b'{"format":"txstream-checkpoint","version":2,"length":%d,"crc32":%d,"state":' % (
+        len(body),
+        zlib.crc32(body),
+    )
+    (tmp_path / "checkpoint.json").write_bytes(head + body + b"}\n")
+    with pytest.raises(CheckpointCorruptError, match="bad first id"):
+        Store(tmp_path)

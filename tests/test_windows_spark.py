@@ -12,7 +12,8 @@ from txstream.windows.feed import WindowFeed
 
 
 def test_micro_batches_fill_and_slide_the_window(spark: Any, tmp_path: Path) -> None:
-    from txstream.spark.windows import PACKET_SCHEMA, feed_window
+    from txstream.jobs.windows import PACKET_SCHEMA, feed_window
+    from txstream.spark.sources import csv_files
 
     rng = random.Random(3)
     incoming = tmp_path / "in"
@@ -29,9 +30,7 @@ def test_micro_batches_fill_and_slide_the_window(spark: Any, tmp_path: Path) -> 
 
     window = SlidingWindow(4, 1.0)
     feed = WindowFeed(WindowEngine(window, get_scheduler("ttu")))
-    stream = (
-        spark.readStream.schema(PACKET_SCHEMA).option("maxFilesPerTrigger", 1).csv(str(incoming))
-    )
+    stream = csv_files(spark, incoming, PACKET_SCHEMA, max_files_per_trigger=1)
     query = feed_window(stream, feed, str(tmp_path / "checkpoint"))
     try:
         query.processAllAvailable()

@@ -6,9 +6,58 @@ The package is layered; dependencies point one way::
           <- spark / cli
 
 Only :mod:`txstream.spark` imports pyspark, so ``import txstream`` never starts a JVM.
+
+``import txstream as tx`` is the front door: ``tx.Job`` declares a transactional
+job (tables, inputs, boundary, transaction functions, outputs) that
+``job.start(checkpoint=...)`` runs on Spark executors and ``job.run_local(...)``
+runs in this process; ``tx.read_output`` and ``tx.read_history`` read what it
+committed.
 """
 
 from txstream.errors import NotationError, TransientError, TxStreamError, UnknownNameError
+from txstream.spark.runtime import (
+    BOUNDARIES,
+    Boundary,
+    DuplicateKeyError,
+    Job,
+    LocalRunner,
+    MissingRowError,
+    PostgresSink,
+    RuntimeJobError,
+    SchemaError,
+    StoreError,
+    StoreLockedError,
+    TransactionAborted,
+    Tx,
+    UndeclaredKeyError,
+    boundary,
+    read_failures,
+    read_history,
+    read_output,
+)
 
-__all__ = ["NotationError", "TransientError", "TxStreamError", "UnknownNameError"]
+__all__ = [
+    "BOUNDARIES",
+    "Boundary",
+    "DuplicateKeyError",
+    "Job",
+    "LocalRunner",
+    "MissingRowError",
+    "NotationError",
+    "PostgresSink",
+    "RuntimeJobError",
+    "SchemaError",
+    "StoreError",
+    "StoreLockedError",
+    "TransactionAborted",
+    "TransientError",
+    "Tx",
+    "TxStreamError",
+    "UndeclaredKeyError",
+    "UnknownNameError",
+    "boundary",
+    "read_failures",
+    "read_history",
+    "read_output",
+]
 __version__ = "0.1.0"

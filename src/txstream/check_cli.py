@@ -18,6 +18,7 @@ from typing import Any
 from txstream.errors import TxStreamError
 from txstream.model import CheckOptions, History, Verdict, check, criteria, parse
 from txstream.model.notation import expected_verdicts
+from txstream.spark.runtime.results import history_text, is_runtime_store
 
 
 @dataclass
@@ -131,11 +132,19 @@ def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
             texts.append(("<stdin>", sys.stdin.read()))
             continue
         path = Path(name)
-        if path.is_dir():
+        if path.is_dir() and is_runtime_store(path):
+            # A runtime job's store (or checkpoint): all its committed batches,
+            # across restarts, are one history.
+            texts.append((str(path), history_text(path)))
+        elif path.is_dir():
             files = sorted(path.glob("*.txt"))
-            if not files:
-                raise TxStreamError(f"folder {path} holds no *.txt history files")
+            stores = sorted(p for p in path.iterdir() if p.is_dir() and is_runtime_store(p))
+            if not files and not stores:
+                raise TxStreamError(
+                    f"folder {path} holds no *.txt history files and no runtime job stores"
+                )
             texts += [(str(f), _read(f)) for f in files]
+            texts += [(str(p), history_text(p)) for p in stores]
         elif path.exists():
             texts.append((str(path), _read(path)))
         else:

@@ -2,7 +2,8 @@
 
 ``txstream linear-road run [--input FILE [--tolls FILE] | --L X --minutes D]
 [--speedup S] [--variant serializable|not-serializable] [--txn-size
-event|1s|2s|3s] [--lav spec|raw-mean] [--inject-duplicates SECONDS] --out DIR``
+event|1s|2s|3s] [--lav spec|raw-mean] [--accident-end spec|clear-minute]
+[--inject-duplicates SECONDS] --out DIR``
 replays the input through Spark Structured Streaming into the transactional
 engine and writes ``DIR/answers.txt``, ``DIR/rejected.txt``,
 ``DIR/summary.json`` and ``DIR/latency.png``; it validates the answers unless
@@ -15,10 +16,12 @@ tuple density (tuples per expressway-second), which labels any L rating
 measured on the input.
 
 ``txstream linear-road validate --input FILE [--answers FILE] [--lav
-spec|raw-mean] [--tolls FILE] [--expected FILE] [--format table|json]``
-recomputes the expected answers from the input and counts wrong, missing and
-duplicate answers per type (exit 1 if any); with ``--expected`` it also
-reports the per-field agreement with a reference answers file.  Without
+spec|raw-mean] [--accident-end spec|clear-minute] [--tolls FILE] [--expected
+FILE] [--format table|json]`` recomputes the expected answers from the input
+and counts wrong, missing and duplicate answers per type; with ``--expected``
+it also reports the per-field agreement with a reference answers file.  Exit
+1 when any answer is wrong, missing or duplicated, any input tuple was
+rejected, or (with ``--expected``) any answer disagrees with the reference.  Without
 ``--answers`` the validator's own expected answers are checked, which with
 ``--expected`` measures the validator against an independent one.
 """
@@ -84,6 +87,12 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument("--txn-size", default="event", help="event, 1s, 2s or 3s")
     r.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
     r.add_argument(
+        "--accident-end",
+        default="spec",
+        help="when an accident stops counting: spec (the minute after the last stopped "
+        "report) or clear-minute (the minute of the report that clears it)",
+    )
+    r.add_argument(
         "--inject-duplicates",
         type=int,
         default=0,
@@ -110,6 +119,9 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     v.add_argument("--input", type=Path, required=True, metavar="FILE")
     v.add_argument("--answers", type=Path, metavar="FILE", help="default: the validator's own")
     v.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
+    v.add_argument(
+        "--accident-end", default="spec", help="when an accident stops counting: spec, clear-minute"
+    )
     v.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls VID,Day,XWay,Toll")
     v.add_argument("--expected", type=Path, metavar="FILE", help="reference answers to compare")
     v.add_argument("--format", default="table", help="table or json")
@@ -127,7 +139,7 @@ def _generate(args: argparse.Namespace) -> int:
     lanes_of(args.L)
     check_params(args.minutes, args.rate)
     if args.spark or args.L >= SPARK_FROM_L:
-        from txstream.spark.lrgen import generate_spark
+        from txstream.jobs.lrgen import generate_spark
 
         paths = generate_spark(
             args.out, L=args.L, minutes=args.minutes, seed=args.seed, rate=args.rate
@@ -145,12 +157,13 @@ SYNC_MODES = ("off", "group", "commit")
 
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size, check_variant
-    from txstream.linearroad.reference import check_lav
+    from txstream.linearroad.reference import check_accident_end, check_lav
     from txstream.linearroad_run import RunOptions, run_job
 
     check_variant(args.variant)
     check_txn_size(args.txn_size)
     check_lav(args.lav)
+    check_accident_end(args.accident_end)
     if args.sync not in SYNC_MODES:
         raise UnknownNameError("sync setting", args.sync, list(SYNC_MODES))
     if not args.speedup > 0:
@@ -176,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
         variant=args.variant,
         txn_size=args.txn_size,
         lav=args.lav,
+        accident_end=args.accident_end,
         inject_duplicates=args.inject_duplicates,
         sync=args.sync,
         validate=not args.no_validate,
@@ -203,10 +217,11 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from txstream.linearroad.reference import check_lav, expected_answers
-    from txstream.linearroad.validate import compare_expected, validate
+    from txstream.linearroad.reference import check_accident_end, check_lav, expected_answers
+    from txstream.linearroad.validate import compare_expected, disagreements, validate
 
     check_lav(args.lav)
+    check_accident_end(args.accident_end)
     if args.format not in FORMATS:
         raise UnknownNameError("format", args.format, list(FORMATS))
     for path in (args.input, args.answers, args.tolls, args.expected):
@@ -216,18 +231,32 @@ def _validate(args: argparse.Namespace) -> int:
         answers = args.answers
         if answers is None:
             answers = Path(tmp) / "answers.txt"
-            lines = expected_answers(args.input, lav=args.lav, tolls_path=args.tolls)
+            lines = expected_answers(
+                args.input, lav=args.lav, tolls_path=args.tolls, accident_end=args.accident_end
+            )
             answers.write_text("".join(line + "\n" for line in lines))
-        report = validate(args.input, answers, lav=args.lav, tolls_path=args.tolls)
+        report = validate(
+            args.input,
+            answers,
+            lav=args.lav,
+            tolls_path=args.tolls,
+            accident_end=args.accident_end,
+        )
         agreement = compare_expected(answers, args.expected) if args.expected else None
+    disagree = disagreements(agreement) if agreement is not None else 0
     if args.format == "json":
         out: dict[str, Any] = json.loads(report.to_json())
         if agreement is not None:
             out["agreement"] = agreement
+            out["agreement_ok"] = disagree == 0
         print(json.dumps(out))
     else:
         _print_table(report, agreement)
-    return 0 if report.ok else 1
+        if report.rejected_input:
+            print(f"{len(report.rejected_input)} input tuple(s) rejected: exit status 1")
+        if disagree:
+            print(f"{disagree} answer(s) disagree with {args.expected}: exit status 1")
+    return 0 if report.clean and not disagree else 1
 
 
 def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:

@@ -2,7 +2,7 @@
 
 :func:`run_job` prepares the input (generating one if asked), recovers or
 creates the engine's durable state in the output folder, replays the input
-through Spark (:mod:`txstream.spark.linearroad`) or, with ``spark=False``, in
+through Spark (:mod:`txstream.jobs.linearroad`) or, with ``spark=False``, in
 Python as fast as the engine takes it, then writes the answers, the rejected
 lines, the summary and the latency plot, validating the answers on the way.
 """
@@ -51,6 +51,7 @@ class RunOptions:
     variant: str = "serializable"
     txn_size: str = "event"
     lav: str = "spec"
+    accident_end: str = "spec"
     inject_duplicates: int = 0
     sync: str = "off"
     validate: bool = True
@@ -64,7 +65,10 @@ class RunOptions:
     """Replay through Spark at ``speedup``; false: in Python, as fast as possible."""
 
 
-_FIXED = ("input", "L", "minutes", "seed", "variant", "txn_size", "lav", "inject_duplicates")
+_FIXED = (
+    "input", "L", "minutes", "seed", "variant", "txn_size", "lav", "accident_end",
+    "inject_duplicates",
+)  # fmt: skip
 """Options a resumed run must share with the run it resumes."""
 
 
@@ -92,7 +96,7 @@ def _replay(
 ) -> int:
     """Feed the input to the started engine; return how many reports were sent twice."""
     if o.spark:
-        from txstream.spark.linearroad import run
+        from txstream.jobs.linearroad import run
         from txstream.spark.session import local_session
 
         feeder = run(
@@ -113,15 +117,14 @@ def _write_history(engine: LinearRoadEngine, path: Path) -> dict[str, Any]:
     """Write the committed history in the notation; say whether it is CS (and CSAO)."""
     from txstream.model import check, format_history
 
-    history = engine.tm.history(committed_only=True)
+    history = engine.history()
     try:
         path.write_text(format_history(history))
     except OSError as exc:
         raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
     out: dict[str, Any] = {"history": str(path), "history_operations": len(history)}
     out["history_cs"] = check(history, "cs").holds
-    if engine.serializable:
-        out["history_csao"] = check(history, "csao").holds
+    out["history_csao"] = check(history, "csao").holds
     return out
 
 
@@ -149,6 +152,7 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
         variant=o.variant,
         txn_size=o.txn_size,
         lav=o.lav,
+        accident_end=o.accident_end,
         state_dir=out / "state",
         answers_path=out / "answers.txt",
         historical_tolls=history,
@@ -178,7 +182,13 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
     rejected = engine.rejected_lines()
     (out / "rejected.txt").write_text("".join(line + "\n" for line in rejected))
     report = (
-        validate(input_path, out / "answers.txt", lav=o.lav, tolls_path=tolls)
+        validate(
+            input_path,
+            out / "answers.txt",
+            lav=o.lav,
+            tolls_path=tolls,
+            accident_end=o.accident_end,
+        )
         if o.validate
         else None
     )
@@ -193,6 +203,7 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
         validation=report,
         extra={
             "input": str(input_path),
+            "accident_end": o.accident_end,
             "resumed_from_line": engine.resumed_from,
             "duplicated_reports": duplicated,
             "spark": o.spark,

@@ -60,6 +60,8 @@ class Experiment:
     spark_default: bool = False
     """Run the full grid's points as Spark tasks unless told otherwise (independent,
     simulated-time points such as the broadcast sweep)."""
+    wants_out: bool = False
+    """Pass the output folder to ``run`` as the point's ``_out`` (not written to the CSV)."""
     summarize: Callable[[list[dict[str, Any]]], str] | None = None
     """Conclusions drawn from all rows (e.g. the largest speedup meeting a limit),
     as Markdown: written to ``<out>/<name>-summary.md`` and printed."""
@@ -105,7 +107,8 @@ def run_experiment(
     else:
         with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
             for (point, rep), (_, run_seed) in zip(tasks, seeded, strict=True):
-                metrics = exp.run(dict(point), run_seed)
+                given = {**point, "_out": str(out)} if exp.wants_out else dict(point)
+                metrics = exp.run(given, run_seed)
                 rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
                 advance(_describe(point, metrics))
     write_csv(rows, out / f"{exp.name}.csv")

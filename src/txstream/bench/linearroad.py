@@ -16,8 +16,9 @@ validation) in one shared local Spark session:
   (Table 2): rolled-back transactions, duplicated alerts, wrong balances.
 
 The quick grid runs the same sweeps on a small generated input.  The shared
-data is read from ``$TXSTREAM_SHARED/linearroad``, ``../shared/linearroad`` or
-``/work/shared/linearroad``.
+data is read from ``$TXSTREAM_SHARED/linearroad``, else from
+``shared/linearroad`` beside the checkout or beside the working directory
+(``../shared``).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def shared_dir() -> Path:
     """The folder holding the shared Linear Road data; :class:`TxStreamError` if none."""
     env = os.environ.get("TXSTREAM_SHARED")
     candidates = [Path(env)] if env else []
-    candidates += [Path.cwd().parent / "shared", Path("/work/shared")]
+    candidates += [Path(__file__).resolve().parents[4] / "shared", Path.cwd().parent / "shared"]
     for base in candidates:
         if (base / "linearroad" / SHARED_INPUT).is_file():
             return base / "linearroad"

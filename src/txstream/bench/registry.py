@@ -19,6 +19,7 @@ EXPERIMENT_MODULES: tuple[str, ...] = (
     "txstream.bench.windows",
     "txstream.bench.cq",
     "txstream.bench.linearroad",
+    "txstream.bench.runtime",
 )
 
 

@@ -7,8 +7,11 @@ increment and a blind write on table rows) from ``threads`` threads:
 * ``high`` contention - keys drawn from 16 rows.
 
 Keys are drawn before the clock starts; history recording is off (it is a
-debugging aid, not part of the protocols' cost).  A transaction that fails with
-a retryable error is retried until it commits.  Metrics: ``txn_per_s``
+debugging aid, not part of the protocols' cost).  ``sync`` is ``memory`` (no
+log, the default) or a durable store's sync setting (``off``, ``group``,
+``commit``): then the manager writes its write-ahead log to a fresh temporary
+directory, so ``--set sync=commit`` measures durable commit throughput.  A
+transaction that fails with a retryable error is retried until it commits.  Metrics: ``txn_per_s``
 (committed transactions per wall-clock second) and ``abort_rate`` (aborted
 attempts per attempt).
 
@@ -20,12 +23,13 @@ low-contention workload in the same run.
 from __future__ import annotations
 
 import random
+import tempfile
 import threading
 import time
 from typing import Any
 
 from txstream.bench.harness import Experiment, Figure
-from txstream.errors import TransientError
+from txstream.errors import TransientError, TxStreamError
 from txstream.txn import TransactionManager
 
 PROTOCOLS = ("ss2pl", "none", "optimistic", "snapshot")
@@ -34,12 +38,37 @@ TRANSACTIONS = 12_000
 QUICK_TRANSACTIONS = 3_000
 
 
+SYNCS = ("memory", "off", "group", "commit")
+
+
 def measure(
-    protocol: str, threads: int, contention: str, transactions: int, seed: int
+    protocol: str,
+    threads: int,
+    contention: str,
+    transactions: int,
+    seed: int,
+    sync: str = "memory",
 ) -> dict[str, Any]:
     """Run one point in this process; return its metrics."""
+    if sync not in SYNCS:
+        raise TxStreamError(f"unknown sync {sync!r}; choose one of: {', '.join(SYNCS)}")
+    if sync == "memory":
+        return _measure(protocol, threads, contention, transactions, seed, None, "commit")
+    with tempfile.TemporaryDirectory(prefix="txstream-bench-tm-") as tmp:
+        return _measure(protocol, threads, contention, transactions, seed, tmp, sync)
+
+
+def _measure(
+    protocol: str,
+    threads: int,
+    contention: str,
+    transactions: int,
+    seed: int,
+    path: str | None,
+    sync: str,
+) -> dict[str, Any]:
     rows = ROWS[contention]
-    tm = TransactionManager(protocol)
+    tm = TransactionManager(protocol, path=path, sync=sync)
     table = tm.table("t")
     table.load(dict.fromkeys(range(rows), 0))
     rng = random.Random(seed)
@@ -84,6 +113,7 @@ def measure(
     for th in pool:
         th.join()
     seconds = time.perf_counter() - t0
+    tm.close()
     if errors:
         raise errors[0]
     failed = sum(aborts)
@@ -103,6 +133,7 @@ def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
         point["contention"],
         point.get("transactions", TRANSACTIONS),
         seed,
+        str(point.get("sync", "memory")),
     )
 
 
@@ -110,13 +141,19 @@ EXPERIMENT = Experiment(
     name="tm",
     description="transaction-manager throughput: protocols x threads x contention",
     grid=[
-        {"protocol": p, "threads": t, "contention": c}
+        {"protocol": p, "threads": t, "contention": c, "sync": "memory"}
         for c in ("low", "high")
         for t in (1, 2, 4, 8)
         for p in PROTOCOLS
     ],
     quick_grid=[
-        {"protocol": p, "threads": t, "contention": c, "transactions": QUICK_TRANSACTIONS}
+        {
+            "protocol": p,
+            "threads": t,
+            "contention": c,
+            "sync": "memory",
+            "transactions": QUICK_TRANSACTIONS,
+        }
         for c in ("low", "high")
         for t in (1, 4)
         for p in PROTOCOLS

@@ -13,7 +13,8 @@ store              key                               row
 ``segstats``       (XWay, Dir, Seg, minute)          speed sum, report count, distinct cars, sum
                                                      of per-car mean speeds (POSITION REPORTS
                                                      aggregated as they arrive)
-``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last]``
+``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last,
+                                                     moved]``
 ``accidents``      (XWay, Dir, Seg)                  ``[minute, active]`` (ACCIDENTS)
 ``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll, accident segment
                                                      or -1]`` (TOLLS)
@@ -23,6 +24,8 @@ store              key                               row
 ``bal_reports``    QID                               ``[Time, balance, emit]`` (BALANCE REPORTS)
 ``exp_reports``    QID                               ``[Time, toll, emit]``
 ``rejected``       input line number                 ``[reason, raw line]``
+``pending``        (line, serial)                    a notification or query the ingest owes,
+                                                     deleted by the transaction that answers it
 =================  ================================  ===========================================
 
 HISTORICAL TOLLS is a static relation, read without locks.
@@ -61,10 +64,14 @@ crash) re-emits its segment entry; the notification charges the balance, then
 inserts the alert, whose key already exists, so the transaction manager rolls
 the transaction back: balance restored, no duplicate alert.
 
-Exactly-once after a crash: each transaction commits, with its effects, the
-highest input line number whose transactions have all been created before
-it; in the serializable variant commits follow creation order, so the
-recovered offset is a prefix and the replay from it is idempotent (see above).
+Exactly-once after a crash: the ingest transaction commits the offset of its
+last input line together with every row derived from its tuples, the
+``pending`` rows of the notifications and queries they owe included, so the
+recovered offset and the stores always agree; on restart every ``pending``
+row left is re-submitted (in line order, before any new work) and the input
+resumes after the offset.  (Committing an older offset with the ingest let a
+crash before the notifications leave ``cars`` ahead of the offset: the replay
+then skipped a car's earlier report of the minute and lost its notification.)
 Answers leave the stores through the sink, which appends them to the answers
 file and commits the file's new length; on restart the file is cut back to
 the committed length.
@@ -73,6 +80,7 @@ the committed length.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import queue
 import threading
@@ -85,6 +93,7 @@ from typing import Any
 
 from txstream.errors import TransientError, TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
+    ACCIDENT_END_DEFINITIONS,
     ACCOUNT_BALANCE,
     DAILY_EXPENDITURE,
     DAY,
@@ -154,6 +163,11 @@ def check_txn_size(name: str) -> str:
     return _known("transaction size", name, TXN_SIZES)
 
 
+def check_accident_end(name: str) -> str:
+    """Return ``name`` if it names an accident-end reading, else :class:`UnknownNameError`."""
+    return _known("accident-end reading", name, ACCIDENT_END_DEFINITIONS)
+
+
 @dataclass
 class Entry:
     """A car entering a segment: what a toll notification (or a charge) is about."""
@@ -167,6 +181,8 @@ class Entry:
     seg: int
     exit: bool
     """Entered on the exit lane: charge the previous toll, no notification."""
+    pending: tuple[int, ...] = ()
+    """Its row in ``pending``, deleted by the transaction that handles it."""
 
 
 @dataclass
@@ -181,6 +197,8 @@ class Query:
     qid: int
     xway: int
     day: int
+    pending: tuple[int, ...] = ()
+    """Its row in ``pending``, deleted by the transaction that answers it."""
 
 
 @dataclass
@@ -193,6 +211,10 @@ class Job:
     items: list[Any] = field(default_factory=list)
     offset: int | None = None
     minute: int = 0
+    at: tuple[float, int, int] = (0, 0, 0)
+    """Its place in the input order: (line, phase, serial)."""
+    dropped: list[Any] = field(default_factory=list)
+    """Items rolled back as duplicates: their ``pending`` rows still go."""
     checkpoint: bool = False
     """Checkpoint the stores after this job commits."""
 
@@ -223,24 +245,73 @@ def _lav(rows: Sequence[Any], definition: str) -> int:
     return int(mean + Fraction(1, 2))
 
 
-def _active(stops: Sequence[Sequence[int]], minute: int) -> bool:
+def _stop_entry(e: Sequence[int]) -> tuple[int, int, int, int, int]:
+    """A ``stops`` entry ``[pos, vid, first, last, moved]`` (``moved`` -1: not yet)."""
+    return e[0], e[1], e[2], e[3], (e[4] if len(e) > 4 else -1)
+
+
+def _span(cars: dict[int, tuple[int, int, int]], accident_end: str) -> tuple[int, float] | None:
+    """First and last minute an accident at one position counts, or None if no accident.
+
+    ``cars`` maps each car stopped there to ``(first, last, moved)``: its fourth
+    identical report, its last stopped report, and the time of its next report
+    (-1 if none yet).  The accident is detected at the second car's fourth
+    identical report and counts from the minute after that.  ``spec``: up to
+    the minute after the last stopped report there; ``clear-minute``: up to
+    the minute of the first report, from the detection on, of a stopped car
+    that moved (the report that clears it), and without end while none has.
+    """
+    if len(cars) < 2:
+        return None
+    detect = sorted(f for f, _, _ in cars.values())[1]
+    start = detect // 60 + 2
+    end: float
+    if accident_end == "spec":
+        end = max(last for _, last, _ in cars.values()) // 60 + 2
+    else:
+        clears = [mv for _, _, mv in cars.values() if mv >= 0 and mv >= detect]
+        end = min(clears) // 60 + 1 if clears else math.inf
+    return start, end
+
+
+def _by_position(stops: Sequence[Sequence[int]]) -> dict[int, dict[int, tuple[int, int, int]]]:
+    by_pos: dict[int, dict[int, tuple[int, int, int]]] = {}
+    for e in stops:
+        pos, vid, first, last, moved = _stop_entry(e)
+        by_pos.setdefault(pos, {})[vid] = (first, last, moved)
+    return by_pos
+
+
+def _active(stops: Sequence[Sequence[int]], minute: int, accident_end: str = "spec") -> bool:
     """Whether the stopped cars of one segment make an accident active in ``minute``.
 
-    An accident is two cars stopped at one position; it is active from the minute
-    after the second car's fourth identical report up to the minute after the
-    last stopped report there (see :mod:`txstream.linearroad.reference`).
+    An accident is two cars stopped at one position; see :func:`_span` for
+    when it counts (and :mod:`txstream.linearroad.reference`).
     """
-    by_pos: dict[int, dict[int, tuple[int, int]]] = {}
-    for pos, vid, first, last in stops:
-        by_pos.setdefault(pos, {})[vid] = (first, last)
-    for cars in by_pos.values():
-        if len(cars) < 2:
-            continue
-        detect = sorted(f for f, _ in cars.values())[1]
-        end = max(last for _, last in cars.values())
-        if detect // 60 + 2 <= minute <= end // 60 + 2:
+    for cars in _by_position(stops).values():
+        span = _span(cars, accident_end)
+        if span is not None and span[0] <= minute <= span[1]:
             return True
     return False
+
+
+def _still_needed(stops: Sequence[Sequence[int]], minute: int, accident_end: str) -> list[Any]:
+    """The entries of ``stops`` that can still make an accident count in ``minute`` or later.
+
+    Decided per position, not per car: a car whose own stop ended long ago still
+    belongs to an accident that another car stopped there keeps going.
+    """
+    by_pos = _by_position(stops)
+    keep: set[int] = set()
+    for pos, cars in by_pos.items():
+        span = _span(cars, accident_end)
+        if span is not None and span[1] >= minute - 1:
+            keep.add(pos)
+    return [
+        list(e)
+        for e in stops
+        if e[0] in keep or (len(by_pos[e[0]]) < 2 and e[3] // 60 + 2 >= minute - 1)
+    ]
 
 
 def _entry(seq: int, handoff: float, t: Tuple) -> Entry:
@@ -308,6 +379,7 @@ class LinearRoadEngine:
         variant: str = "serializable",
         txn_size: str = "event",
         lav: str = "spec",
+        accident_end: str = "spec",
         state_dir: str | Path | None = None,
         answers_path: str | Path | None = None,
         historical_tolls: HistoricalTolls | None = None,
@@ -319,6 +391,7 @@ class LinearRoadEngine:
         self.variant = check_variant(variant)
         self.txn_size = check_txn_size(txn_size)
         _known("LAV definition", lav, LAV_DEFINITIONS)
+        self.accident_end = check_accident_end(accident_end)
         if checkpoint_minutes < 1:
             raise TxStreamError("checkpoint_minutes must be at least 1")
         self.lav = lav
@@ -345,15 +418,19 @@ class LinearRoadEngine:
         self.tolls = tm.table("tolls")
         self.balance = tm.table("balance")
         self.meta = tm.table("meta")
+        self.pending = tm.table("pending")
         self.outputs = {name: tm.table(name) for name in _ANSWER_TYPE}
         self.rejected = tm.table("rejected")
         self.historical = historical_tolls or HistoricalTolls([])
 
         # Emit times count from the first start, also after a restart.
+        self._arrival_keys: dict[str, tuple[float, int, int]] = {}
+        """Each committed transaction's place in the input order (``--record`` only)."""
         started = self.meta.read("started")
         if started is None:
             with tm.begin() as txn:
                 txn.put(self.meta, "started", self.start_wall)
+            self._arrival_keys[txn.hid] = (-math.inf, 0, 0)
         else:
             self.start_wall = float(started)
         self.resumed_from: int = int(tm.offset("input", 0))
@@ -365,6 +442,12 @@ class LinearRoadEngine:
         if self.answers_path is not None:
             self._cut_answers_file(int(tm.offset("answers_bytes", 0)))
 
+        # Keys of ``pending`` rows: (line, serial), the serial after any recovered one.
+        owed: list[Any] = list(self.pending.rows())
+        self._pending_serial = itertools.count(max((k[1] for k in owed), default=-1) + 1)
+        self._arrival_serial = itertools.count()
+        self._line = 0
+        """The line number the ingest path is at (places minute jobs in the input order)."""
         self._chunk: list[Arrival] = []
         self._rejects: list[tuple[int, str, str]] = []
         self._group: list[Entry] = []
@@ -393,6 +476,27 @@ class LinearRoadEngine:
             t = threading.Thread(target=self._worker, args=(q,), name=f"lr-{path}", daemon=True)
             t.start()
             self._threads.append(t)
+        self._resubmit_pending()
+
+    def _resubmit_pending(self) -> None:
+        """Recreate the notifications and queries whose input was taken before a crash.
+
+        The ingest transaction that took their tuples committed them to
+        ``pending`` (with the input offset); the transaction that answers one
+        deletes its row.  So after a crash every row left is work still owed,
+        and the resumed input starts after the tuples that created it.
+        """
+        rows: list[tuple[Any, Any]] = sorted(self.pending.rows().items())
+        for key, row in rows:
+            seq = int(key[0])
+            if row[0] == 0:
+                _, handoff, vid, when, x, d, seg, ex = row
+                self._entry(Entry(seq, handoff, vid, when, x, d, seg, bool(ex), tuple(key)))
+            else:
+                _, handoff, kind, when, vid, qid, x, day = row
+                q = Query(seq, handoff, kind, when, vid, qid, x, day, tuple(key))
+                self._submit("query", self._answer_query, [q], at=seq)
+        self._close_group()
 
     def finish(self) -> None:
         """Flush open groups and the outputs, wait for every path, checkpoint, close."""
@@ -406,7 +510,9 @@ class LinearRoadEngine:
         self._check()
         # The last answers leave once every path is idle: a sink enumerates the rows
         # present when it runs, and older transactions may still be queued before that.
-        self._execute(Job("minute", self.tm.begin(), self._sink, minute=10**9))
+        last = Job("minute", self.tm.begin(), self._sink, minute=10**9)
+        last.at = (math.inf, 0, next(self._arrival_serial))
+        self._execute(last)
         if self.tm.store.durable:
             self.tm.checkpoint()
         self.tm.close()
@@ -437,8 +543,9 @@ class LinearRoadEngine:
                 continue
             minute = t[TIME] // 60 + 1
             if minute > self.minute:
-                self._flush_chunk()
+                self._flush_chunk(before=seq)
                 self._close_group()
+                self._line = seq
                 for m in range(self.minute + 1, minute + 1):
                     self._boundary(m)
                 self.minute = minute
@@ -447,50 +554,61 @@ class LinearRoadEngine:
             self.tuples += 1
         self._flush_chunk()
 
-    def _safe(self, seq: int) -> int:
-        """The highest line whose transactions all exist once this one is created."""
-        if self._group:
-            seq = min(seq, self._group[0].seq - 1)
-        return seq
-
     def _submit(
         self,
         path: str,
         run: Callable[[Transaction, Job], list[tuple[str, Any, float]]],
         items: list[Any] | None = None,
-        offset: int | None = None,
         minute: int = 0,
+        at: float = 0,
+        phase: int = 2,
     ) -> Job:
-        job = Job(path, self.tm.begin(), run, items or [], offset, minute)
+        job = Job(path, self.tm.begin(), run, items or [], None, minute)
+        job.at = (at, phase, next(self._arrival_serial))
         self._queues[path].put(job)
         return job
 
     def _boundary(self, minute: int) -> None:
         """Minute ``minute`` starts: its accidents, tolls and the output sink, in that order."""
         segments = [(x, d, s) for x in sorted(self.xways) for d in (0, 1) for s in range(SEGMENTS)]
-        self._submit("minute", self._detect_accidents, segments, minute=minute)
-        self._submit("minute", self._compute_tolls, segments, minute=minute)
-        sink = self._submit("minute", self._sink, minute=minute)
+        at = self._line
+        self._submit("minute", self._detect_accidents, segments, minute=minute, at=at, phase=0)
+        self._submit("minute", self._compute_tolls, segments, minute=minute, at=at, phase=0)
+        sink = self._submit("minute", self._sink, minute=minute, at=at, phase=0)
         sink.checkpoint = self.tm.store.durable and minute % self.checkpoint_minutes == 0
 
-    def _flush_chunk(self) -> None:
+    def _flush_chunk(self, before: int | None = None) -> None:
+        """Ingest the chunk and the rejected lines (only those before line ``before``).
+
+        The ingest commits the offset of the last line it covers, so it must
+        not cover a rejected line that comes after tuples still waiting.
+        """
         chunk, self._chunk = self._chunk, []
-        rejects, self._rejects = self._rejects, []
+        if before is None:
+            rejects, self._rejects = self._rejects, []
+        else:
+            rejects = [r for r in self._rejects if r[0] < before]
+            self._rejects = [r for r in self._rejects if r[0] >= before]
         if not chunk and not rejects:
             return
-        first = chunk[0][0] if chunk else rejects[0][0]
-        job = Job("ingest", self.tm.begin(), self._ingest, [chunk, rejects], self._safe(first - 1))
+        first = min([a[0] for a in chunk[:1]] + [r[0] for r in rejects[:1]])
+        last = max([a[0] for a in chunk[-1:]] + [r[0] for r in rejects])
+        # The ingest transaction commits the offset of its last line together with
+        # every row derived from its tuples, the notifications and queries they owe
+        # included (``pending``): the recovered offset and stores always agree.
+        job = Job("ingest", self.tm.begin(), self._ingest, [chunk, rejects], last)
+        job.at = (first, 1, next(self._arrival_serial))
         outputs = self._execute(job)
         self.xways.update(t[XWAY] for _, _, t in chunk if t[TYPE] == POSITION_REPORT)
         for kind, item, _ in outputs:
             if kind == "entry":
                 self._entry(item)
             else:
-                self._submit("query", self._answer_query, [item], offset=self._safe(item.seq))
+                self._submit("query", self._answer_query, [item], at=item.seq)
 
     def _entry(self, entry: Entry) -> None:
         if self.period == 0:
-            self._submit("toll", self._notify, [entry], offset=self._safe(entry.seq))
+            self._submit("toll", self._notify, [entry], at=entry.seq)
             return
         period = entry.time // self.period
         if self._group and period != self._group_period:
@@ -502,7 +620,13 @@ class LinearRoadEngine:
         if not self._group:
             return
         group, self._group = self._group, []
-        self._submit("toll", self._notify, group, offset=self._safe(group[-1].seq))
+        self._submit("toll", self._notify, group, at=group[-1].seq)
+
+    def _owe(self, txn: Transaction, row: list[Any], seq: int) -> tuple[int, int]:
+        """Record in ``pending`` a notification or query this ingest creates."""
+        key = (seq, next(self._pending_serial))
+        txn.put(self.pending, key, row)
+        return key
 
     def _ingest(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
         chunk, rejects = job.items
@@ -516,6 +640,9 @@ class LinearRoadEngine:
             if kind != POSITION_REPORT:
                 if kind in (ACCOUNT_BALANCE, DAILY_EXPENDITURE):
                     q = Query(seq, handoff, kind, t[TIME], t[VID], t[QID], t[XWAY], t[DAY])
+                    q.pending = self._owe(
+                        txn, [1, handoff, kind, q.time, q.vid, q.qid, q.xway, q.day], seq
+                    )
                     out.append(("query", q, handoff))
                 continue
             vid, now, x, d, seg, lane, pos, spd = (
@@ -526,10 +653,13 @@ class LinearRoadEngine:
                 if car[C_TIME] == now and car[C_ENTERED]:
                     # Delivered again: the entry goes out again; its notification
                     # transaction finds the alert and is rolled back.
-                    out.append(("entry", _entry(seq, handoff, t), handoff))
+                    out.append(("entry", self._entry_of(txn, seq, handoff, t), handoff))
                 continue
             new_xways = new_xways or x not in self.xways
-            entered = car is None or (car[C_SEG], car[C_XWAY], car[C_DIR]) != (seg, x, d)
+            moved_on = car is None or (car[C_SEG], car[C_XWAY], car[C_DIR]) != (seg, x, d)
+            # A car back from the exit ramp enters its segment again, even the one
+            # it left from (a new trip: a new toll notification).
+            entered = moved_on or (car[C_LANE] == EXIT_LANE and lane != EXIT_LANE)
             same = (
                 car[C_SAME] + 1
                 if car is not None
@@ -542,7 +672,9 @@ class LinearRoadEngine:
             stat = list(stat)
             stat[0] += spd
             stat[1] += 1
-            if car is not None and not entered and car[C_MINUTE] == minute:
+            # Per-car means are per segment-minute: a car back from the exit ramp in
+            # the same segment and minute is still one car there.
+            if car is not None and not moved_on and car[C_MINUTE] == minute:
                 s0, c0 = car[C_SUM], car[C_COUNT]
                 s1, c1 = s0 + spd, c0 + 1
                 stat[3] += MEAN_SCALE * s1 // c1 - MEAN_SCALE * s0 // c0
@@ -551,23 +683,41 @@ class LinearRoadEngine:
                 stat[2] += 1
                 stat[3] += MEAN_SCALE * spd
             txn.put(segstats, key, stat)
+            if car is not None and car[C_SAME] >= 4 and same == 1:
+                # A stopped car moved: this report may clear an accident (clear-minute).
+                where = (car[C_XWAY], car[C_DIR], car[C_SEG])
+                old = txn.read(stops, where)
+                if old:
+                    row = [list(_stop_entry(e)) for e in old]
+                    for e in row:
+                        if e[0] == car[C_POS] and e[1] == vid:
+                            e[4] = now
+                            txn.put(stops, where, row)
+                            break
             if same >= 4:
                 where = (x, d, seg)
-                row = [list(e) for e in txn.read(stops, where, [])]
+                row = [list(_stop_entry(e)) for e in txn.read(stops, where, [])]
                 for e in row:
                     if e[0] == pos and e[1] == vid:
-                        e[3] = now
+                        e[3], e[4] = now, -1
                         break
                 else:
-                    row.append([pos, vid, now, now])
+                    row.append([pos, vid, now, now, -1])
                 txn.put(stops, where, row)
             txn.put(cars, vid, [now, x, d, seg, lane, pos, same, entered, minute, s1, c1])
             if entered:
-                out.append(("entry", _entry(seq, handoff, t), handoff))
+                out.append(("entry", self._entry_of(txn, seq, handoff, t), handoff))
         if new_xways:
             seen = sorted(self.xways | {t[XWAY] for _, _, t in chunk if t[TYPE] == POSITION_REPORT})
             txn.put(self.meta, "xways", seen)
         return out
+
+    def _entry_of(self, txn: Transaction, seq: int, handoff: float, t: Tuple) -> Entry:
+        e = _entry(seq, handoff, t)
+        e.pending = self._owe(
+            txn, [0, handoff, e.vid, e.time, e.xway, e.dir, e.seg, int(e.exit)], seq
+        )
+        return e
 
     # -- the minute path ---------------------------------------------------------------
 
@@ -575,10 +725,10 @@ class LinearRoadEngine:
         m = job.minute
         for where in job.items:
             row = txn.read(self.stops, where)
-            active = bool(row) and _active(row, m)
+            active = bool(row) and _active(row, m, self.accident_end)
             if row:
                 # Stops that cannot make an accident active any more.
-                kept = [e for e in row if e[3] // 60 + 2 >= m - 1]
+                kept = _still_needed(row, m, self.accident_end)
                 if len(kept) != len(row):
                     if kept:
                         txn.put(self.stops, where, kept)
@@ -641,7 +791,10 @@ class LinearRoadEngine:
         dups: list[int] = []
         stamp = self.clock()
         alerts, acc_alerts = self.outputs["toll_alerts"], self.outputs["acc_alerts"]
+        for e in job.dropped:
+            txn.delete(self.pending, e.pending)
         for i, e in enumerate(job.items):
+            txn.delete(self.pending, e.pending)
             bal = txn.read(self.balance, e.vid, [0, 0, -1])
             if self.serializable and e.exit and bal[2] >= e.time:
                 continue  # a charge already made (a replayed exit-lane entry)
@@ -666,12 +819,19 @@ class LinearRoadEngine:
                 txn.put(acc_alerts, key, [e.xway, near, e.dir, stamp])
                 out.append(("acc_alerts", key, e.handoff))
         if dups:
-            txn.abort(retry=len(dups) < len(job.items))
+            # Rolled back and run again without the duplicates, in the same place in
+            # the order (their pending rows still go).
+            txn.abort(retry=True)
             raise DuplicateEvents(dups)
         return out
 
     def _answer_query(self, txn: Transaction, job: Job) -> list[tuple[str, Any, float]]:
+        for dropped in job.dropped:
+            txn.delete(self.pending, dropped.pending)
+        if not job.items:
+            return []
         q: Query = job.items[0]
+        txn.delete(self.pending, q.pending)
         stamp = self.clock()
         key: Any = q.qid if self.serializable else (q.qid, next(self._serial))
         if q.type == ACCOUNT_BALANCE:
@@ -686,7 +846,7 @@ class LinearRoadEngine:
             else:
                 txn.put(self.outputs[name], key, row)
         except DuplicateKeyError:
-            txn.abort()
+            txn.abort(retry=True)
             raise DuplicateEvents([0]) from None
         return [(name, key, q.handoff)]
 
@@ -719,10 +879,11 @@ class LinearRoadEngine:
                 txn = self.tm.begin(retry_of=txn)
             except DuplicateEvents as dup:
                 self.rolled_back += 1
+                job.dropped += [e for i, e in enumerate(job.items) if i in dup.indexes]
                 job.items = [e for i, e in enumerate(job.items) if i not in dup.indexes]
-                if not job.items:  # aborted for good, its place in the order freed
-                    return []
                 txn = self.tm.begin(retry_of=txn)
+        if self.tm.recorder is not None:
+            self._arrival_keys[txn.hid] = job.at
         now = self.clock()
         for name, key, handoff in out:
             if name in _ANSWER_TYPE:
@@ -753,6 +914,23 @@ class LinearRoadEngine:
                 if self.tm.store.durable:
                     os.fsync(f.fileno())
                 return f.tell()
+
+    def history(self) -> Any:
+        """The committed history (``record=True``), its arrival order taken from the input.
+
+        The arrival order of stream ``input`` lists the committed transactions by
+        the input line each one stems from (the first line of an ingest run, the
+        line of a notification's last event or of a query, the line that opened
+        a minute for that minute's transactions), never by when they committed:
+        a run that is not serializable in the input's order is then not CSAO.
+        """
+        from txstream.model import History
+
+        recorded = self.tm.history(committed_only=True)
+        keys = self._arrival_keys
+        committed = recorded.committed()
+        order = sorted((hid for hid in keys if hid in committed), key=lambda hid: keys[hid])
+        return History(list(recorded.operations), {"input": order})
 
     def rejected_lines(self) -> list[str]:
         """The malformed input lines: ``line N: reason: raw``, in line order."""

@@ -56,6 +56,11 @@ TOLL_FIELDS = ("VID", "Day", "XWay", "Toll")
 LAV_DEFINITIONS = ("spec", "raw-mean")
 """The two LAV definitions, by name (see :mod:`txstream.linearroad.reference`)."""
 
+ACCIDENT_END_DEFINITIONS = ("spec", "clear-minute")
+"""When an accident stops counting, by name (see :mod:`txstream.linearroad.reference`):
+``spec`` through the minute after the last stopped report of a car there,
+``clear-minute`` through the minute of the report that clears it."""
+
 ANSWER_FIELDS: dict[int, tuple[str, ...]] = {
     0: ("Type", "VID", "Time", "Emit", "LAV", "Toll"),
     1: ("Type", "Time", "Emit", "XWay", "Seg", "Dir", "VID"),

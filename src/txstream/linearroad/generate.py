@@ -2,7 +2,7 @@
 
 Each expressway direction is generated on its own from ``(seed, xway, dir)``,
 so expressways can be generated in parallel (one Spark task each, see
-:mod:`txstream.spark.lrgen`) and give the same file as the sequential run.
+:mod:`txstream.jobs.lrgen`) and give the same file as the sequential run.
 
 What an input contains, per expressway direction:
 

@@ -6,7 +6,9 @@ in ``../shared/linearroad/``, see ``docs/linear-road-data.md``):
 
 - minute ``m`` of time ``t`` is ``t // 60 + 1``;
 - a toll notification answers every position report that puts a car in a new
-  segment (its first report included), except on the exit lane (4);
+  segment (its first report included, and a report back on the road after one
+  on the exit lane, even in the segment it left from), except on the exit
+  lane (4);
 - LAV of segment ``s`` in minute ``m``: over minutes ``m-5 .. m-1``; ``raw-mean``
   is the plain mean of every speed reported there, ``spec`` the mean over those
   minutes of the per-minute mean of the per-car mean speeds; rounded half up;
@@ -16,7 +18,10 @@ in ``../shared/linearroad/``, see ``docs/linear-road-data.md``):
 - a car is stopped at its fourth consecutive report with the same expressway,
   direction, lane and position; an accident is two cars stopped at one
   position; it is active from the minute after the second car's fourth report
-  up to the minute after the last report of a car stopped there;
+  up to (``--accident-end spec``) the minute after the last report of a car
+  stopped there, or (``clear-minute``) the minute of the report that clears it:
+  the first report, from the detection on, of a car stopped there that has
+  moved (no end while none has);
 - an accident notification goes with a toll notification when an accident is
   active in the car's segment or up to 4 segments downstream;
 - the toll of a notification is charged when the car next enters a segment;
@@ -34,6 +39,8 @@ import pandas as pd  # type: ignore[import-untyped]
 
 from txstream.errors import TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
+    ACCIDENT_END_DEFINITIONS,
+    EXIT_LANE,
     INPUT_FIELDS,
     LAV_DEFINITIONS,
     parse_input_line,
@@ -49,6 +56,17 @@ def check_lav(lav: str) -> str:
     if lav not in LAV_DEFINITIONS:
         raise UnknownNameError("LAV definition", lav, list(LAV_DEFINITIONS))
     return lav
+
+
+def check_accident_end(name: str) -> str:
+    """Return ``name`` if it names an accident-end reading, else :class:`UnknownNameError`."""
+    if name not in ACCIDENT_END_DEFINITIONS:
+        raise UnknownNameError("accident-end reading", name, list(ACCIDENT_END_DEFINITIONS))
+    return name
+
+
+NEVER = 10**9
+"""The last minute of an accident nothing has cleared (``clear-minute``)."""
 
 
 @dataclass
@@ -116,10 +134,12 @@ def _lav(p: Any, lav: str) -> Any:
     return w[[*_KEY, "LAV"]]
 
 
-def _accidents(p: Any) -> Any:
+def _accidents(p: Any, accident_end: str = "spec") -> Any:
     """Accidents: XWay, Dir, Seg, first and last active minute."""
-    p = p.sort_values(["VID", "Time"], kind="stable")
+    p = p.sort_values(["VID", "Time"], kind="stable").copy()
     g = p.groupby("VID")
+    # The car's next report: the one after its last stopped report clears (clear-minute).
+    p["Next"] = g["Time"].shift(-1).fillna(-1).astype(np.int64)
     same = np.ones(len(p), dtype=bool)
     for s in (1, 2, 3):
         pr = g[["Pos", "Lane", "XWay", "Dir"]].shift(s)
@@ -130,22 +150,31 @@ def _accidents(p: Any) -> Any:
             & (pr["Dir"] == p["Dir"])
         ).to_numpy()
     stopped = p[same]
-    cols = ["XWay", "Dir", "Seg", "Pos", "Time", "VID"]
+    cols = ["XWay", "Dir", "Seg", "Pos", "Time", "VID", "Next"]
     if stopped.empty:
         return pd.DataFrame(columns=["XWay", "Dir", "Seg", "m0", "m1"], dtype=np.int64)
-    # A stop episode per car and position: first (4th identical) and last stopped report.
-    ep = stopped[cols].groupby(["XWay", "Dir", "Seg", "Pos", "VID"])["Time"].agg(["min", "max"])
-    ep = ep.reset_index()
+    # A stop episode per car and position: first (4th identical) and last stopped
+    # report, and the car's next report after the last (-1: none).
+    ep = (
+        stopped[cols]
+        .groupby(["XWay", "Dir", "Seg", "Pos", "VID"])
+        .agg(min=("Time", "min"), max=("Time", "max"), moved=("Next", "last"))
+        .reset_index()
+    )
     acc = []
     for (x, d, seg, _pos), grp in ep.groupby(["XWay", "Dir", "Seg", "Pos"]):
         if grp["VID"].nunique() < 2:
             continue
         starts = sorted(grp["min"])
         detect = starts[1]
-        end = int(grp["max"].max())
-        if detect > end:
+        if accident_end == "spec":
+            end = int(grp["max"].max()) // 60 + 2
+        else:
+            clears = [int(mv) for mv in grp["moved"] if mv >= 0 and mv >= detect]
+            end = min(clears) // 60 + 1 if clears else NEVER
+        if detect // 60 + 2 > end:
             continue
-        acc.append((x, d, seg, detect // 60 + 2, end // 60 + 2))
+        acc.append((x, d, seg, detect // 60 + 2, end))
     return pd.DataFrame(acc, columns=["XWay", "Dir", "Seg", "m0", "m1"], dtype=np.int64)
 
 
@@ -168,27 +197,34 @@ def _accident_near(n: Any, acc: Any) -> Any:
 
 
 def expected_frames(
-    input_path: str | Path, *, lav: str = "spec", tolls_path: str | Path | None = None
+    input_path: str | Path,
+    *,
+    lav: str = "spec",
+    tolls_path: str | Path | None = None,
+    accident_end: str = "spec",
 ) -> Expected:
     """Every expected answer of the input, as :class:`Expected`."""
     check_lav(lav)
+    check_accident_end(accident_end)
     df, rejected = read_input(input_path)
     p = df[df["Type"] == 0].copy()
     p["m"] = p["Time"] // 60 + 1
     p = p.sort_values(["VID", "Time"], kind="stable")
-    prev = p.groupby("VID")[["Seg", "XWay", "Dir"]].shift()
+    prev = p.groupby("VID")[["Seg", "XWay", "Dir", "Lane"]].shift()
     new_seg = (
         prev["Seg"].isna()
         | (prev["Seg"] != p["Seg"])
         | (prev["XWay"] != p["XWay"])
         | (prev["Dir"] != p["Dir"])
+        # Back on the road after the exit ramp: a new trip enters its segment again.
+        | ((prev["Lane"] == EXIT_LANE) & (p["Lane"] != EXIT_LANE))
     )
     cars = p.groupby(_KEY)["VID"].nunique().rename("cars").reset_index()
     cars["m"] = cars["m"] + 1
-    n = p[new_seg & (p["Lane"] != 4)][["VID", "Time", *_KEY]]
+    n = p[new_seg & (p["Lane"] != EXIT_LANE)][["VID", "Time", *_KEY]]
     n = n.merge(_lav(p, lav), on=_KEY, how="left").merge(cars, on=_KEY, how="left")
     n = n.fillna({"LAV": 0, "cars": 0}).astype({"LAV": np.int64, "cars": np.int64})
-    acc = _accidents(p)
+    acc = _accidents(p, accident_end)
     near = _accident_near(n, acc)
     toll = np.where((n["cars"] > 50) & (n["LAV"] < 40) & (near < 0), 2 * (n["cars"] - 50) ** 2, 0)
     n["Toll"] = toll.astype(np.int64)
@@ -257,7 +293,13 @@ def _expenditures(df: Any, tolls_path: str | Path | None) -> Any:
 
 
 def expected_answers(
-    input_path: str | Path, *, lav: str = "spec", tolls_path: str | Path | None = None
+    input_path: str | Path,
+    *,
+    lav: str = "spec",
+    tolls_path: str | Path | None = None,
+    accident_end: str = "spec",
 ) -> list[str]:
     """The expected answers of the input as answers-file lines (Emit 0.000)."""
-    return expected_frames(input_path, lav=lav, tolls_path=tolls_path).lines()
+    return expected_frames(
+        input_path, lav=lav, tolls_path=tolls_path, accident_end=accident_end
+    ).lines()

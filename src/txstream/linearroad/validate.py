@@ -60,6 +60,7 @@ class ValidationReport:
     rejected_input: list[tuple[int, str, str]] = field(default_factory=list)
     """Malformed input tuples: ``(line_no, reason, raw line)``."""
     lav: str = "spec"
+    accident_end: str = "spec"
 
     @property
     def totals(self) -> dict[str, int]:
@@ -73,12 +74,19 @@ class ValidationReport:
         t = self.totals
         return t["wrong"] == t["missing"] == t["duplicates"] == 0 and not self.malformed
 
+    @property
+    def clean(self) -> bool:
+        """True when the answers are :attr:`ok` and no input tuple was rejected."""
+        return self.ok and not self.rejected_input
+
     def to_json(self) -> str:
         """The report as a JSON object."""
         return json.dumps(
             {
                 "lav": self.lav,
-                "ok": self.ok,
+                "accident_end": self.accident_end,
+                "ok": self.clean,
+                "answers_ok": self.ok,
                 "totals": self.totals,
                 "by_type": {k: vars(v) for k, v in self.by_type.items()},
                 "malformed_answers": [{"line": n, "reason": r} for n, r in self.malformed],
@@ -122,9 +130,10 @@ def validate(
     *,
     lav: str = "spec",
     tolls_path: str | Path | None = None,
+    accident_end: str = "spec",
 ) -> ValidationReport:
     """Compare ``answers_path`` with the answers recomputed from ``input_path``."""
-    exp = expected_frames(input_path, lav=lav, tolls_path=tolls_path)
+    exp = expected_frames(input_path, lav=lav, tolls_path=tolls_path, accident_end=accident_end)
     answers, malformed = read_answers(answers_path)
     want = _expected_by_key(exp)
     counts = {name: TypeCounts(expected=len(want[t])) for t, name in TYPE_NAMES.items()}
@@ -145,7 +154,21 @@ def validate(
             c.wrong += 1
     for t, name in TYPE_NAMES.items():
         counts[name].missing = sum(1 for k in want[t] if k not in seen)
-    return ValidationReport(counts, malformed, exp.rejected, lav)
+    return ValidationReport(counts, malformed, exp.rejected, lav, accident_end)
+
+
+def disagreements(agreement: dict[str, Any]) -> int:
+    """How many answers a :func:`compare_expected` result counts as not agreeing.
+
+    Per answer type: the reference's answers this one lacks, the answers the
+    reference lacks, and the matched answers that differ in any compared field;
+    plus the malformed answer lines.
+    """
+    total = int(agreement.get("malformed", 0))
+    for a in agreement.values():
+        if isinstance(a, dict):
+            total += a["missing"] + a["extra"] + a["differ"]
+    return total
 
 
 def _fields_of(kind: int, values: tuple[int, ...]) -> dict[str, int]:
@@ -158,8 +181,10 @@ def compare_expected(answers_path: str | Path, expected_path: str | Path) -> dic
     Answers are matched by their question (type 0 and 1: VID and Time; 2 and
     3: QID).  A type-2 answer agrees on a field when it equals the reference's
     type-2 line or its type-5 line (one charge old).  Returns, per answer
-    type, ``reference``, ``got``, ``matched``, ``missing``, ``extra`` and
-    ``fields`` (per field: ``agree`` and ``pct`` of the matched answers).
+    type, ``reference``, ``got``, ``matched``, ``missing``, ``extra``,
+    ``differ`` (matched answers with a field that agrees with no reference
+    line) and ``fields`` (per field: ``agree`` and ``pct`` of the matched
+    answers).
     """
     got, bad_got = read_answers(answers_path)
     ref, bad_ref = read_answers(expected_path)
@@ -178,22 +203,27 @@ def compare_expected(answers_path: str | Path, expected_path: str | Path) -> dic
     for t, name in TYPE_NAMES.items():
         fields = ["Time", *COMPARED_FIELDS[t]]
         agree = dict.fromkeys(fields, 0)
-        matched = 0
+        matched = differ = 0
         for key, a in got_by[t].items():
             alts = ref_by[t].get(key)
             if not alts:
                 continue
             matched += 1
             mine = _fields_of(t, a.values)
+            same = True
             for f in fields:
                 if any(_fields_of(t, r.values)[f] == mine[f] for r in alts):
                     agree[f] += 1
+                else:
+                    same = False
+            differ += not same
         result[name] = {
             "reference": len(ref_by[t]),
             "got": len(got_by[t]),
             "matched": matched,
             "missing": sum(1 for k in ref_by[t] if k not in got_by[t]),
             "extra": sum(1 for k in got_by[t] if k not in ref_by[t]),
+            "differ": differ,
             "fields": {
                 f: {"agree": n, "pct": round(100.0 * n / matched, 4) if matched else 100.0}
                 for f, n in agree.items()

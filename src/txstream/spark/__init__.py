@@ -9,3 +9,27 @@ does not start a JVM, :func:`local_session` does.
 from txstream.spark.session import local_session
 
 __all__ = ["local_session"]
+
+# The engine-independent runtime pieces the engines' jobs (txstream.jobs) build on.
+from txstream.spark.batches import (
+    ExactlyOnce,
+    MicroBatch,
+    StreamHandle,
+    foreach_batch,
+    run_available,
+)
+from txstream.spark.sources import FileReplay, csv_files, text_files, untag
+from txstream.spark.sweep import run_points
+
+__all__ += [
+    "ExactlyOnce",
+    "FileReplay",
+    "MicroBatch",
+    "StreamHandle",
+    "csv_files",
+    "foreach_batch",
+    "run_available",
+    "run_points",
+    "text_files",
+    "untag",
+]

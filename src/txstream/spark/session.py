@@ -16,19 +16,22 @@ _FAST_CHECKPOINTS = (
 )
 
 
-def local_session(app_name: str = "txstream", cores: int = 2, **conf: Any) -> Any:
+def local_session(
+    app_name: str = "txstream", cores: int = 2, master: str | None = None, **conf: Any
+) -> Any:
     """Start (or return the running) local SparkSession.
 
     Extra keyword arguments are Spark settings with ``_`` standing for ``.``
     after the ``spark_`` prefix is dropped, e.g. ``sql_shuffle_partitions=4``;
-    or pass a dict of full keys as ``conf``.
+    or pass a dict of full keys as ``conf``.  ``master`` overrides ``local[cores]``
+    (e.g. ``local-cluster[2,1,1024]``: two executor JVMs, or ``spark://host:7077``).
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession
 
     builder = (
-        SparkSession.builder.master(f"local[{cores}]")
+        SparkSession.builder.master(master or f"local[{cores}]")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

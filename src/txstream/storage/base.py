@@ -42,6 +42,22 @@ class LogCorruptError(StorageError):
     """A write-ahead-log record failed its checksum or is malformed."""
 
 
+class CheckpointCorruptError(StorageError):
+    """A checkpoint failed its checksum, has an unknown format or impossible contents."""
+
+
+class StoreLockedError(StorageError):
+    """Another process (or another open store in this one) owns the store directory."""
+
+
+class LogWriteError(StorageError):
+    """Writing a log record failed (e.g. the disk is full); the record was cut off again."""
+
+
+class StoreFailedError(StorageError):
+    """The store hit an I/O error it cannot vouch for; it refuses commits until reopened."""
+
+
 class _Absent:
     """The marker for "no row": a deleted or never-inserted key."""
 

@@ -276,6 +276,13 @@ class Stream:
                 raise StorageError(f"stream {self.name}: event {event_id} was trimmed")
             return self._events[index]
 
+    def start_at(self, first: int) -> None:
+        """Let an empty stream start at id ``first`` (a trimmed stream's checkpoint)."""
+        with self._latch:
+            if self._events:
+                raise StorageError(f"stream {self.name}: only an empty stream can move its start")
+            self._base = first
+
     def place(self, event_id: int, event: Any, ts: int) -> None:
         """Put a committed event at a given id (log replay); earlier gaps become holes.
 

@@ -497,7 +497,9 @@ class TransactionManager:
     request may wait.  ``record``: keep the history of the run.
     ``snapshot_updates``: under ``snapshot``, ``"si"`` (update transactions run
     on snapshots with first-committer-wins) or ``"locking"`` (only read-only
-    transactions use snapshots; update transactions use SS2PL).
+    transactions use snapshots; update transactions use SS2PL).  ``on_damage``:
+    what recovery does with a damaged log record that has good ones after it,
+    ``"stop"`` or ``"truncate"`` (see :class:`~txstream.storage.Store`).
     """
 
     def __init__(
@@ -515,6 +517,7 @@ class TransactionManager:
         snapshot_updates: str = "si",
         arrival_stream: str = "events",
         store: Store | None = None,
+        on_damage: str = "stop",
     ) -> None:
         from txstream.txn.protocols import get_protocol
 
@@ -544,7 +547,7 @@ class TransactionManager:
                 raise TxStreamError(
                     "checkpoint_every_bytes needs a durable store: give path=DIRECTORY"
                 )
-        self.store = store if store is not None else Store(path, sync, group_delay)
+        self.store = store if store is not None else Store(path, sync, group_delay, on_damage)
         self.ordered = ordered
         self.snapshot_updates = snapshot_updates
         self.arrival_stream = arrival_stream
@@ -770,7 +773,18 @@ class TransactionManager:
                 self._count(type(failure).__name__)
             raise failure
         if lsn:
-            self.store.sync(lsn)
+            try:
+                self.store.sync(lsn)
+            except BaseException:
+                # The record could not be made durable (an fsync failed, the
+                # store has failed and cut the record off): the transaction did
+                # not commit.  It must not stay "committing" with its locks, or
+                # every transaction touching its rows would wait forever.  Its
+                # effects stay in memory, which is no longer authoritative: the
+                # store refuses every later commit until it is reopened.
+                txn.state = ABORTED
+                self._ended(txn, committed=False, keep_order=False)
+                raise
         txn.state = COMMITTED
         self._ended(txn, committed=True, keep_order=False)
         every = self.checkpoint_every_bytes
@@ -917,7 +931,7 @@ class TransactionManager:
         return out
 
     def checkpoint(self) -> int:
-        """Write the committed state to ``checkpoint.json`` and empty the log.
+        """Write the committed state to ``checkpoint.json`` and start a new log.
 
         Commits wait while it runs; running transactions go on.  Returns the
         checkpoint's size in bytes.

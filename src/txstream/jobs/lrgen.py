@@ -3,12 +3,14 @@
 Each task runs :func:`txstream.linearroad.generate.generate_direction` for the
 directions of its expressway (seeded by ``(seed, xway, dir)``), so the result
 is the same file the sequential generator writes; the driver merges the
-per-expressway streams by time and writes the input and historical tolls.
+per-expressway streams by time and writes the input and historical tolls.  The
+tasks go through the runtime's generic :func:`txstream.spark.sweep.run_points`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,18 +21,19 @@ from txstream.linearroad.generate import (
     lanes_of,
     write_files,
 )
+from txstream.spark.session import local_session
+from txstream.spark.sweep import run_points
 
 
-def _xway_task(lanes: list[tuple[int, int]], minutes: int, seed: int, rate: float) -> Any:
+def xway_tuples(
+    lanes: list[tuple[int, int]], minutes: int, seed: int, rate: float, xway: int
+) -> list[tuple[int, int, Any]]:
     """The Spark task body: every tuple of the given directions of one expressway."""
-
-    def run(part: Any) -> Any:
-        for xway in part:
-            for x, d in lanes:
-                if x == xway:
-                    yield (x, d, generate_direction(x, d, minutes=minutes, seed=seed, rate=rate))
-
-    return run
+    return [
+        (x, d, generate_direction(x, d, minutes=minutes, seed=seed, rate=rate))
+        for x, d in lanes
+        if x == xway
+    ]
 
 
 def generate_spark(
@@ -47,14 +50,12 @@ def generate_spark(
     # Fail on bad values before Spark starts.
     check_params(minutes, rate)
     if spark is None:
-        from txstream.spark.session import local_session
-
         spark = local_session("txstream-lrgen")
     xways = sorted({x for x, _ in lanes})
-    rdd = spark.sparkContext.parallelize(xways, len(xways))
-    parts = rdd.mapPartitions(_xway_task(lanes, minutes, seed, rate)).collect()
+    parts = run_points(partial(xway_tuples, lanes, minutes, seed, rate), xways, spark=spark)
     by_lane: dict[tuple[int, int], list[tuple[int, ...]]] = defaultdict(list)
-    for x, d, tuples in parts:
-        by_lane[(x, d)] = [tuple(t) for t in tuples]
+    for part in parts:
+        for x, d, tuples in part:
+            by_lane[(x, d)] = [tuple(t) for t in tuples]
     streams = [by_lane[lane] for lane in lanes]
     return write_files(Path(out_dir), streams, L=L, minutes=minutes, seed=seed)

@@ -9,9 +9,10 @@ table, select, average over count-based windows) on micro-batches:
   joined rows across batches.  A window that spans micro-batches can mix
   table versions when the table changes between them.
 * :func:`with_txstream` - every micro-batch goes to a :class:`CQEngine` through
-  ``foreachBatch``; a window's events wait in its redo queue until the window is
-  complete, and the window is evaluated by one CQ-derived transaction under the
-  engine's strategy, so a result never mixes versions.
+  the runtime's ``foreachBatch`` driver; a window's events wait in its redo
+  queue until the window is complete, and the window is evaluated by one
+  CQ-derived transaction under the engine's strategy, so a result never mixes
+  versions.
 
 ``between_batches(batch_id)`` runs after each batch (tests use it to update the
 table deterministically between micro-batches; a real deployment has updaters
@@ -24,38 +25,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
-
 from txstream.cq.base import Result, WindowAgg
 from txstream.cq.engine import VERSION_KEY, CQEngine
+from txstream.spark.batches import MicroBatch, run_available
 from txstream.txn import TransactionManager
 
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
 """The schema of the event files (CSV ``id,part,qty``)."""
 
 
-def _rows(df: DataFrame, columns: list[str]) -> list[dict[str, Any]]:
-    table = df.select(*columns).toArrow()
-    cols = {c: table.column(c).to_pylist() for c in columns}
-    return [dict(zip(columns, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
-
-
-def _run(stream: DataFrame, batch: Callable[[DataFrame, int], None], checkpoint: str) -> None:
-    query = (
-        stream.writeStream.foreachBatch(batch)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
-
-
 def plain_spark(
-    spark: SparkSession,
-    stream: DataFrame,
+    spark: Any,
+    stream: Any,
     tm: TransactionManager,
     table: str,
     window: WindowAgg,
@@ -63,25 +44,28 @@ def plain_spark(
     between_batches: Callable[[int], None] | None = None,
     threshold: int = 50,
 ) -> list[Result]:
-    """Stream-static join per micro-batch, window over the joined rows (Spark's behaviour)."""
+    """Stream-static join per micro-batch, window over the joined rows (Spark's behaviour).
+
+    ``spark`` is the session of ``stream`` (kept for callers; the join uses the
+    batch's own session).
+    """
     tbl = tm.table(table)
     synopsis: deque[tuple[float, int]] = deque(maxlen=window.r)
     results: list[Result] = []
     since = 0
-    seen: set[int] = set()
 
-    def batch(df: DataFrame, batch_id: int) -> None:
+    def batch(b: MicroBatch) -> None:
         nonlocal since
-        if batch_id in seen:
-            return
-        seen.add(batch_id)
         version = int(tbl.read(VERSION_KEY, 0))
         rows = [
             (key, row["price"], version) for key, row in tbl.rows().items() if key != VERSION_KEY
         ]
-        static = spark.createDataFrame(rows, "part LONG, price LONG, version LONG")
-        joined = df.join(static, "part").where(f"price <= {threshold}").orderBy("id")
-        for row in _rows(joined, ["price", "version"]):
+        joined = (
+            b.join_rows(rows, "part LONG, price LONG, version LONG", on="part")
+            .where(f"price <= {int(threshold)}")
+            .order_by("id")
+        )
+        for row in joined.dicts(["price", "version"]):
             synopsis.append((float(row["price"]), int(row["version"])))
             since += 1
             if len(synopsis) == window.r and (not results or since >= window.s):
@@ -90,30 +74,26 @@ def plain_spark(
                 versions = frozenset(v for _, v in synopsis)
                 results.append(Result(window.compute(values), len(results), 0, versions))
         if between_batches is not None:
-            between_batches(batch_id)
+            between_batches(b.id)
 
-    _run(stream, batch, checkpoint)
+    run_available(stream, batch, checkpoint)
     return results
 
 
 def with_txstream(
-    stream: DataFrame,
+    stream: Any,
     engine: CQEngine,
     checkpoint: str,
     between_batches: Callable[[int], None] | None = None,
 ) -> list[Result]:
     """Feed every micro-batch to ``engine``; windows are evaluated transactionally."""
     results: list[Result] = []
-    seen: set[int] = set()
     columns = list(engine.source.columns)
 
-    def batch(df: DataFrame, batch_id: int) -> None:
-        if batch_id in seen:
-            return
-        seen.add(batch_id)
-        results.extend(engine.feed(_rows(df.orderBy("id"), columns)))
+    def batch(b: MicroBatch) -> None:
+        results.extend(engine.feed(b.order_by("id").dicts(columns)))
         if between_batches is not None:
-            between_batches(batch_id)
+            between_batches(b.id)
 
-    _run(stream, batch, checkpoint)
+    run_available(stream, batch, checkpoint)
     return results

@@ -3,7 +3,8 @@
 A streaming query reads modification operations as JSON lines (one object per
 line: ``{"relation": ..., "op": ..., "values": {...}}``) from files dropped
 into a directory and hands every micro-batch to a
-:class:`~txstream.loading.Loader` through ``foreachBatch``::
+:class:`~txstream.loading.Loader` through the runtime's ``foreachBatch``
+driver (:mod:`txstream.spark.batches`)::
 
     sink = LoadingSink(loader)
     query = load_directory(spark, "in/", sink, checkpoint="ckpt/")
@@ -25,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from txstream.loading import Loader, LoadReport
+from txstream.spark.batches import ExactlyOnce, MicroBatch, StreamHandle, foreach_batch
+from txstream.spark.sources import text_files
 
 
 class LoadingSink:
@@ -33,18 +36,24 @@ class LoadingSink:
     def __init__(self, loader: Loader) -> None:
         self.loader = loader
         self.reports: dict[int, LoadReport] = {}
-        self.skipped: list[int] = []
+        # The target's record of completed batches survives a crash; an
+        # in-memory set of batch ids would not.
+        self.batches = ExactlyOnce(self._load, done=loader.target.batch_done)
 
     def __call__(self, batch_df: Any, batch_id: int) -> None:
         """Load the text rows of ``batch_df`` (column ``value``) as batch ``batch_id``."""
-        target = self.loader.target
-        if target.batch_done(batch_id):
-            self.skipped.append(batch_id)
-            return
-        table = batch_df.select("value").toArrow()
-        lines = [v for v in table.column("value").to_pylist() if v and v.strip()]
-        self.reports[batch_id] = self.loader.load(lines, batch_id=batch_id)
-        target.mark_batch(batch_id)
+        self.batches(batch_df, batch_id)
+
+    def _load(self, batch: MicroBatch) -> None:
+        values = batch.columns(["value"])["value"]
+        lines = [v for v in values if v and v.strip()]
+        self.reports[batch.id] = self.loader.load(lines, batch_id=batch.id)
+        self.loader.target.mark_batch(batch.id)
+
+    @property
+    def skipped(self) -> list[int]:
+        """The batch ids skipped because the target had them complete."""
+        return self.batches.skipped
 
     @property
     def rejected(self) -> list[tuple[int, int, str]]:
@@ -61,19 +70,17 @@ def load_directory(
     available_now: bool = True,
     processing_time: str | None = None,
     max_files_per_trigger: int | None = None,
-) -> Any:
+) -> StreamHandle:
     """Start the query: JSON-lines files in ``directory`` -> ``sink``; returns it.
 
     ``available_now`` processes what is there and stops (tests, catch-up runs);
     otherwise it triggers every ``processing_time`` (default: as fast as it can).
     """
-    reader = spark.readStream.format("text")
-    if max_files_per_trigger is not None:
-        reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
-    stream = reader.load(str(directory))
-    writer = stream.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
-    if available_now:
-        writer = writer.trigger(availableNow=True)
-    elif processing_time is not None:
-        writer = writer.trigger(processingTime=processing_time)
-    return writer.start()
+    stream = text_files(spark, directory, max_files_per_trigger=max_files_per_trigger)
+    return foreach_batch(
+        stream,
+        sink.batches,
+        checkpoint,
+        available_now=available_now,
+        processing_time=processing_time,
+    )

@@ -1,0 +1,315 @@
+"""``txstream bench runtime``: Streaming Ledger on the executor runtime and on the driver engine.
+
+Each point runs in a fresh Python process with its own Spark application (a
+master cannot change inside one): a feeder thread writes the ledger's events
+as JSON files at ``rate`` events per second, each stamped with the time its file
+was written (``sent``); the job commits micro-batch after micro-batch until
+every event is in.  Measured:
+
+* ``txn_per_s``: events / (last commit - first file written);
+* ``p99_latency_s``, ``max_latency_s``: batch commit time - ``sent``;
+* ``errors``: transfer outcomes that differ from serial execution in arrival
+  order (lost, duplicated or wrong), plus final balances that differ, plus 1
+  when the total balance is not the sum of the deposits.
+
+Each run's store (with its recorded history) stays in ``DIR/runtime/<point>``,
+so ``txstream check --criterion csao DIR/runtime`` judges every run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from txstream.bench.harness import Experiment, Figure
+from txstream.bench.ledger import OPENING_BALANCE, events, ledger_job, serial_oracle
+from txstream.errors import TxStreamError
+
+POINT_TIMEOUT = 900
+ACCOUNTS = 100_000
+"""Accounts in the ledger (TStream's Streaming Ledger uses a large key space too)."""
+MASTERS = {"local[1]": 1, "local[2]": 2, "local-cluster[2,1,1024]": 2}
+
+
+def _point(engine: str, master: str, cross: int, n: int, rate: int) -> dict[str, Any]:
+    return {
+        "engine": engine,
+        "master": master,
+        "cores": MASTERS[master],
+        "cross_partition_pct": cross,
+        "events": n,
+        "rate": rate,
+    }
+
+
+GRID = [
+    *(_point("executors", m, c, 600_000, 60_000) for m in MASTERS for c in (0, 1, 10)),
+    *(_point("driver", "local[2]", c, 200_000, 60_000) for c in (0, 10)),
+]
+QUICK = [
+    *(
+        _point("executors", m, c, 150_000, 60_000)
+        for m in ("local[1]", "local[2]")
+        for c in (0, 10)
+    ),
+    _point("executors", "local-cluster[2,1,1024]", 10, 150_000, 60_000),
+    _point("driver", "local[2]", 10, 60_000, 60_000),
+]
+
+
+def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
+    """Run one point in a child process; returns its metrics."""
+    out = Path(point.pop("_out", "bench-out")) / "runtime"
+    name = (
+        f"{point['engine']}-{point['master'].replace('[', '').replace(']', '')}"
+        f"-x{point['cross_partition_pct']}-s{seed}"
+    ).replace(",", "_")
+    folder = out / name
+    if folder.exists():
+        import shutil
+
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cmd = [
+        sys.executable,
+        "-m",
+        "txstream.bench.runtime",
+        json.dumps({**point, "seed": seed}),
+        str(folder),
+    ]
+    try:
+        result = subprocess.run(
+            cmd, capture_output=True, text=True, env=env, timeout=POINT_TIMEOUT, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {
+            "txn_per_s": 0.0,
+            "p99_latency_s": None,
+            "max_latency_s": None,
+            "errors": -1,
+            "note": f"timed out after {POINT_TIMEOUT} s",
+        }
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if result.returncode != 0 or not lines:
+        tail = result.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise TxStreamError(f"bench runtime point {name} failed: {tail[0]}")
+    metrics: dict[str, Any] = json.loads(lines[-1])
+    return metrics
+
+
+def _feed(
+    folder: Path,
+    stream: list[tuple[str, dict[str, Any]]],
+    rate: int,
+    chunk: int,
+    started: list[float],
+) -> None:
+    """Write ``stream`` as files of ``chunk`` events at ``rate`` events/s."""
+    staging = folder / "staging"
+    staging.mkdir()
+    begin = time.time()
+    for n, start in enumerate(range(0, len(stream), chunk)):
+        due = begin + start / rate
+        time.sleep(max(0.0, due - time.time()))
+        sent = time.time()
+        if not started:
+            started.append(sent)
+        part = stream[start : start + chunk]
+        for name in ("deposits", "transfers"):
+            tmp = staging / f"{name}-{n:06d}.json"
+            tmp.write_text(
+                "".join(json.dumps({**e, "sent": sent}) + "\n" for i, e in part if i == name)
+            )
+            os.replace(tmp, folder / name / f"part-{n:06d}.json")
+
+
+def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """One point, in this process: feed, run, check against the oracle."""
+    from txstream.spark import local_session
+
+    spark = local_session("bench-runtime", cores=point["cores"], master=point["master"])
+    accounts = int(point.get("accounts", ACCOUNTS))
+    stream = list(events(point["events"], accounts, point["cross_partition_pct"], point["seed"]))
+    feed_dir = folder / "input"
+    feed_dir.mkdir(parents=True)
+    for name in ("deposits", "transfers"):
+        (feed_dir / name).mkdir()
+    deposits = spark.readStream.schema("acct long, amount long, id long, sent double").json(
+        str(feed_dir / "deposits")
+    )
+    transfers = spark.readStream.schema(
+        "src long, dst long, amount long, id long, sent double"
+    ).json(str(feed_dir / "transfers"))
+    job = (
+        ledger_job(
+            deposits,
+            transfers,
+            name="ledger_bench",
+            initial=spark.range(accounts).selectExpr(
+                "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
+            ),
+        )
+        .option("arrivalTime", "sent")
+        .option("recordHistory", True)
+    )
+    partitions = 1 if point["master"] == "local[1]" else 2
+    query = job.start(folder / "store", spark=spark, partitions=partitions, engine=point["engine"])
+    started: list[float] = []  # Spark is up: the clock starts with the first file
+    chunk = max(1000, point["rate"] // 5)
+    feeder = threading.Thread(target=_feed, args=(feed_dir, stream, point["rate"], chunk, started))
+    feeder.start()
+    deadline = time.time() + POINT_TIMEOUT - 60
+    try:
+        while time.time() < deadline:
+            done = sum(p["numInputRows"] for p in query.recentProgress)
+            if done >= len(stream) or not query.isActive:
+                break
+            time.sleep(0.2)
+        feeder.join()
+        progress = list(query.recentProgress)
+        final_balances = _balances(query, job, folder, partitions)
+    finally:
+        query.stop()
+    histogram: dict[int, int] = {}
+    for p in progress:
+        for ms, count in p["latencyHistogramMs"].items():
+            histogram[int(ms)] = histogram.get(int(ms), 0) + count
+    committed = sum(p["numInputRows"] for p in progress)
+    balance, outcomes = serial_oracle(stream, accounts)
+    got = [(r["id"], r["ok"]) for r in query.output("transfers_done")]
+    errors = sum(1 for a, b in zip(got, outcomes, strict=False) if a != b)
+    errors += abs(len(got) - len(outcomes))
+    errors += sum(1 for k in balance if final_balances.get(k) != balance[k])
+    deposited = sum(e["amount"] for n, e in stream if n == "deposits")
+    if sum(final_balances.values()) != accounts * OPENING_BALANCE + deposited:
+        errors += 1
+    elapsed = max(1e-9, _last_commit_time(folder) - started[0]) if started else 0.0
+    return {
+        "txn_per_s": round(committed / elapsed) if elapsed else 0.0,
+        "p99_latency_s": _percentile(histogram, 0.99),
+        "max_latency_s": _percentile(histogram, 1.0),
+        "errors": errors,
+        "batches": len(progress),
+        "committed_events": committed,
+        "deferred": sum(p["deferred"] for p in progress),
+        "phase1_s": round(sum(p.get("phase1Ms", 0) for p in progress) / 1000, 1),
+        "deferred_phases_s": round(sum(p.get("deferredPhasesMs", 0) for p in progress) / 1000, 1),
+        "batch_s": round(sum(p["durationMs"] for p in progress) / 1000, 1),
+    }
+
+
+def _last_commit_time(folder: Path) -> float:
+    commits = sorted((folder / "store" / "txstream" / "commits").glob("*.json"))
+    return commits[-1].stat().st_mtime if commits else time.time()
+
+
+def _balances(query: Any, job: Any, folder: Path, partitions: int) -> dict[int, int]:
+    if query.engine == "driver":
+        tm = query.driver.tm
+        with tm.begin(read_only=True) as txn:
+            table = tm.table("accounts")
+            return {
+                k: txn.read(table, k)["balance"]
+                for k in range(2 * ACCOUNTS)
+                if txn.read(table, k) is not None
+            }
+    from txstream.spark.runtime.state import RuntimeStore
+
+    store = RuntimeStore(folder / "store" / "txstream")
+    last = store.committed()[-1]
+    out: dict[int, int] = {}
+    for pid in range(partitions):
+        for rows in store.load(pid, last).data.get("accounts", {}).values():
+            out.update({k: r["balance"] for k, r in rows.items()})
+    return out
+
+
+def _percentile(histogram: dict[int, int], q: float) -> float | None:
+    total = sum(histogram.values())
+    if not total:
+        return None
+    seen = 0
+    for ms in sorted(histogram):
+        seen += histogram[ms]
+        if seen >= q * total:
+            return (ms + 1) / 1000
+    return None
+
+
+def summarize(rows: list[dict[str, Any]]) -> str:
+    """The goals of the runtime issue, checked on this run's rows."""
+
+    def best(**where: Any) -> float:
+        vals = [r["txn_per_s"] for r in rows if all(r.get(k) == v for k, v in where.items())]
+        return max(vals, default=0.0)
+
+    lines = [
+        "| engine | master | cross % | txn/s | p99 s | max s | errors |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['engine']} | {r['master']} | {r['cross_partition_pct']} | "
+            f"{r['txn_per_s']:,} | {r['p99_latency_s']} | {r['max_latency_s']} | "
+            f"{r['errors']} |"
+        )
+    one, two = (
+        best(engine="executors", master="local[1]", cross_partition_pct=0),
+        best(engine="executors", master="local[2]", cross_partition_pct=0),
+    )
+    drv = best(engine="driver", cross_partition_pct=10)
+    exe = best(engine="executors", master="local[2]", cross_partition_pct=10)
+    lines.append("")
+    if one:
+        lines.append(f"- local[2] / local[1] at 0% cross: {two / one:.2f}x (goal 1.4x)")
+    if drv:
+        lines.append(f"- executors / driver engine at 10% cross: {exe / drv:.2f}x (goal 5x)")
+    lines.append(f"- errors in all runs: {sum(abs(r['errors']) for r in rows)} (goal 0)")
+    return "\n".join(lines)
+
+
+EXPERIMENT = Experiment(
+    name="runtime",
+    description="Streaming Ledger on the executor runtime (local[1], local[2], local-cluster) "
+    "and on the SS2PL driver engine",
+    grid=GRID,
+    quick_grid=QUICK,
+    run=run_point,
+    repetitions=1,
+    quick_repetitions=1,
+    wants_out=True,
+    figures=[
+        Figure(
+            name="runtime",
+            x="cross_partition_pct",
+            y="txn_per_s",
+            series="master",
+            facet="engine",
+            title="Streaming Ledger throughput (dashed: 50,000/s goal)",
+            ylabel="transactions / s",
+            hline=50_000.0,
+        ),
+        Figure(
+            name="runtime_latency",
+            x="cross_partition_pct",
+            y="p99_latency_s",
+            series="master",
+            facet="engine",
+            title="p99 latency (dashed: 2 s goal)",
+            ylabel="seconds",
+            hline=2.0,
+        ),
+    ],
+    summarize=summarize,
+)
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(json.loads(sys.argv[1]), Path(sys.argv[2]))), flush=True)

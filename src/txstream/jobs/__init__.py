@@ -1,0 +1,13 @@
+"""The engines' Spark jobs, built on the runtime's API (:mod:`txstream.spark`).
+
+One module per engine: :mod:`~txstream.jobs.linearroad` (the Linear Road
+replay), :mod:`~txstream.jobs.lrgen` (its input generator as Spark tasks),
+:mod:`~txstream.jobs.cq` (continuous queries on micro-batches),
+:mod:`~txstream.jobs.windows` (a sliding window fed by a stream) and
+:mod:`~txstream.jobs.loading` (the continuous loader fed by a stream).
+
+This layer sits above the engines and below the command line: it imports the
+engines and :mod:`txstream.spark`, never pyspark itself (it hands Spark SQL
+expression strings and plain Python callbacks to the runtime), so importing it
+starts no JVM.  ``tests/test_layering.py`` checks both.
+"""

@@ -1,0 +1,212 @@
+"""Micro-batches handed to Python callbacks, exactly once per batch id.
+
+:func:`foreach_batch` starts a Structured Streaming query whose every
+micro-batch goes to a plain Python function as a :class:`MicroBatch`: the batch
+id and the batch's rows, shaped with Spark SQL expression strings (``where``,
+``select``, ``order_by``, a join with rows the caller supplies) and delivered
+over Arrow as Python lists (SPARK-NOTES.md measures Arrow as far faster than
+``Row`` objects).  The callback never sees a pyspark object.
+
+Exactly once: ``foreachBatch`` is at-least-once (after a crash between the
+sink's write and Spark's commit log, the same batch id runs again with the same
+rows).  :class:`ExactlyOnce` skips a batch id that is already done: by default
+one this process has handed over before, or, across restarts, whatever the
+``done`` predicate says (a sink that commits its effects with the batch id
+atomically answers it from its own store).
+
+Importing this module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Columns = dict[str, list[Any]]
+"""A batch's rows by column: ``{name: [value of row 0, value of row 1, ...]}``."""
+
+
+class MicroBatch:
+    """One micro-batch: its id and its rows, shaped with SQL strings, read as Python lists."""
+
+    def __init__(self, batch_id: int, df: Any) -> None:
+        self.id = batch_id
+        self._df = df
+
+    def _with(self, df: Any) -> MicroBatch:
+        return MicroBatch(self.id, df)
+
+    def where(self, condition: str) -> MicroBatch:
+        """The rows for which the SQL ``condition`` holds."""
+        return self._with(self._df.where(condition))
+
+    def select(self, *exprs: str) -> MicroBatch:
+        """The rows projected to the SQL expressions ``exprs``."""
+        return self._with(self._df.selectExpr(*exprs))
+
+    def order_by(self, *columns: str) -> MicroBatch:
+        """The rows sorted by ``columns`` (names or SQL expressions such as ``"id DESC"``)."""
+        from pyspark.sql import functions as F
+
+        return self._with(self._df.orderBy(*[F.expr(c) for c in columns]))
+
+    def join_rows(self, rows: Sequence[Sequence[Any]], schema: str, on: str) -> MicroBatch:
+        """An inner join on column ``on`` with ``rows`` (a DDL ``schema``) made for this batch.
+
+        This is a stream-static join whose static side is read when the batch
+        runs, which is what Spark does with a table that changes.
+        """
+        static = self._df.sparkSession.createDataFrame(list(rows), schema)
+        return self._with(self._df.join(static, on))
+
+    def columns(self, names: Sequence[str] | None = None) -> Columns:
+        """The rows by column (all columns, in order, when ``names`` is None)."""
+        df = self._df if names is None else self._df.select(*names)
+        table = df.toArrow()
+        return {name: table.column(name).to_pylist() for name in table.column_names}
+
+    def rows(self, names: Sequence[str] | None = None) -> list[tuple[Any, ...]]:
+        """The rows as tuples of the ``names`` columns, in the batch's order."""
+        return list(zip(*self.columns(names).values(), strict=True))
+
+    def dicts(self, names: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The rows as dicts of the ``names`` columns, in the batch's order."""
+        cols = self.columns(names)
+        keys = list(cols)
+        return [dict(zip(keys, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
+
+
+class ExactlyOnce:
+    """A ``foreachBatch`` function that hands each batch id to ``handler`` at most once.
+
+    ``done(batch_id)`` says whether a batch id is already done (e.g. a target
+    that recorded it durably); without it, a batch id this object handed over
+    before is done.  Skipped ids are listed in :attr:`skipped`, handled ones in
+    :attr:`handled`.
+    """
+
+    def __init__(
+        self,
+        handler: Callable[[MicroBatch], None],
+        done: Callable[[int], bool] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.done = done
+        self.handled: list[int] = []
+        self.skipped: list[int] = []
+        self._seen: set[int] = set()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        """Spark's ``foreachBatch`` entry point."""
+        batch_id = int(batch_id)
+        already = self.done(batch_id) if self.done is not None else batch_id in self._seen
+        if already:
+            self.skipped.append(batch_id)
+            return
+        self.handler(MicroBatch(batch_id, df))
+        self._seen.add(batch_id)
+        self.handled.append(batch_id)
+
+
+class StreamHandle:
+    """A started query, with the names a PySpark user knows from ``StreamingQuery``."""
+
+    def __init__(self, query: Any, batches: ExactlyOnce) -> None:
+        self.query = query
+        self.batches = batches
+
+    @property
+    def id(self) -> str:
+        """The query's id (stable across restarts from the same checkpoint)."""
+        return str(self.query.id)
+
+    @property
+    def isActive(self) -> bool:
+        """Whether the query is running."""
+        return bool(self.query.isActive)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """The query's current status (``StreamingQuery.status``)."""
+        return dict(self.query.status)
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """The last micro-batch's progress, or None before the first."""
+        progress = self.query.lastProgress
+        return None if progress is None else dict(progress)
+
+    @property
+    def recentProgress(self) -> list[dict[str, Any]]:
+        """The progress of the recent micro-batches, oldest first."""
+        return [dict(p) for p in self.query.recentProgress]
+
+    def input_rows(self) -> int:
+        """Rows read over the recent micro-batches (0 before the first batch with rows)."""
+        return sum(int(p.get("numInputRows", 0)) for p in self.query.recentProgress)
+
+    def processAllAvailable(self) -> None:
+        """Block until everything available when called has been processed."""
+        self.query.processAllAvailable()
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Wait for the query to end (``StreamingQuery.awaitTermination``)."""
+        return self.query.awaitTermination(timeout)  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Stop the query."""
+        self.query.stop()
+
+    def exception(self) -> Any:
+        """The exception that ended the query, or None."""
+        return self.query.exception()
+
+    def failure(self) -> str | None:
+        """Why the query failed, as one line (no Java stack trace), or None if it has not."""
+        exc = self.query.exception()
+        if exc is None:
+            return None
+        lines = str(getattr(exc, "desc", exc)).strip().splitlines()
+        return lines[0] if lines else str(exc)
+
+
+def foreach_batch(
+    stream: Any,
+    handler: Callable[[MicroBatch], None] | ExactlyOnce,
+    checkpoint: Any,
+    *,
+    done: Callable[[int], bool] | None = None,
+    available_now: bool = True,
+    processing_time: str | None = None,
+) -> StreamHandle:
+    """Start a query that hands every micro-batch of ``stream`` to ``handler``, once per id.
+
+    ``checkpoint`` is Spark's checkpoint folder.  With ``available_now`` the
+    query processes what is there and stops (deterministic; what tests and
+    catch-up runs use); otherwise it triggers every ``processing_time`` (e.g.
+    ``"100 milliseconds"``; default: as fast as it can).  ``done``: see
+    :class:`ExactlyOnce` (ignored when ``handler`` already is one).
+    """
+    batches = handler if isinstance(handler, ExactlyOnce) else ExactlyOnce(handler, done)
+    writer = stream.writeStream.foreachBatch(batches).option("checkpointLocation", str(checkpoint))
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif processing_time is not None:
+        writer = writer.trigger(processingTime=processing_time)
+    return StreamHandle(writer.start(), batches)
+
+
+def run_available(
+    stream: Any,
+    handler: Callable[[MicroBatch], None] | ExactlyOnce,
+    checkpoint: Any,
+    *,
+    done: Callable[[int], bool] | None = None,
+) -> ExactlyOnce:
+    """Process everything ``stream`` has now through ``handler``, then stop; return the driver."""
+    handle = foreach_batch(stream, handler, checkpoint, done=done, available_now=True)
+    try:
+        handle.processAllAvailable()
+    finally:
+        handle.stop()
+    return handle.batches

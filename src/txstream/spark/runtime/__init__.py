@@ -1,0 +1,42 @@
+"""The partitioned transactional runtime and its public API (see ``docs/spark.md``).
+
+Importing this package does not import pyspark; :meth:`Job.start` does.
+"""
+
+from txstream.spark.runtime.base import (
+    DuplicateKeyError,
+    MissingRowError,
+    RuntimeJobError,
+    SchemaError,
+    TransactionAborted,
+    UndeclaredKeyError,
+)
+from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, boundary
+from txstream.spark.runtime.executor import Tx
+from txstream.spark.runtime.job import Job
+from txstream.spark.runtime.local import LocalRunner
+from txstream.spark.runtime.results import history_text, read_failures, read_history, read_output
+from txstream.spark.runtime.sinks import PostgresSink
+from txstream.spark.runtime.state import StoreError, StoreLockedError
+
+__all__ = [
+    "BOUNDARIES",
+    "Boundary",
+    "DuplicateKeyError",
+    "Job",
+    "LocalRunner",
+    "MissingRowError",
+    "PostgresSink",
+    "RuntimeJobError",
+    "SchemaError",
+    "StoreError",
+    "StoreLockedError",
+    "TransactionAborted",
+    "Tx",
+    "UndeclaredKeyError",
+    "boundary",
+    "history_text",
+    "read_failures",
+    "read_history",
+    "read_output",
+]

@@ -1,0 +1,232 @@
+"""The contract of the partitioned transactional runtime.
+
+A *job* declares tables, inputs, outputs, a transaction boundary and one
+transaction function per input.  The runtime executes the job's transactions
+the way H-Store/VoltDB and S-Store do: the state is split into ``P`` partitions
+by a declared *partition value*; each partition executes its transactions one
+after the other in the declared (arrival) order, with no lock manager.
+
+Call order, for every micro-batch ``b`` (enforced by the runtime)::
+
+    order   the batch's events get their arrival position (batch, order value,
+            input, source position): the *declared order*, fixed before execution
+    group   the boundary turns the ordered events into transactions (groups)
+    phase 1 every partition runs its single-partition transactions in order;
+            a transaction on a partition value that an earlier multi-partition
+            transaction of the batch touched is *deferred* (per-value chains)
+    phase 2 one coordinator task runs the deferred transactions in order over the
+            rows of the deferred values, shipped to it (only when any exist)
+    phase 3 the owners take the coordinator's rows back (only after phase 2)
+    commit  every partition's state delta, outputs and history for ``b`` are on
+            disk; the driver writes the batch's commit marker
+
+Invariants:
+
+* a transaction function touches only rows whose partition value is one of its
+  events' declared keys (:class:`UndeclaredKeyError` otherwise), so two
+  transactions with disjoint keys commute and per-value order is enough for
+  conflict-serializability in arrival order (CSAO, EDBT 2012 Def. 9);
+* a transaction function is deterministic: a replayed batch (after a crash)
+  produces the same state, outputs and history, which is what makes every
+  effect exactly-once together with the commit marker;
+* a transaction that raises is rolled back (its undo log) and reported with its
+  input position; when its events span partitions, the batch is re-executed
+  with the transaction aborted everywhere (aborts are rare; no coordination is
+  paid when there are none).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from txstream.errors import TxStreamError
+
+Row = dict[str, Any]
+Key = Any
+"""A table key or partition value: a scalar (int, str, bool) or a tuple of them."""
+
+
+class RuntimeJobError(TxStreamError):
+    """A job definition is wrong (unknown name, missing column, bad option)."""
+
+
+class UndeclaredKeyError(TxStreamError):
+    """A transaction touched a row whose partition value its events did not declare."""
+
+
+class DuplicateKeyError(TxStreamError):
+    """``insert`` of a key that exists; the transaction is rolled back."""
+
+
+class MissingRowError(TxStreamError):
+    """``update``/``increment``/``delete`` of a key that does not exist."""
+
+
+class SchemaError(TxStreamError):
+    """A row does not fit the declared columns of its table or output."""
+
+
+class TransactionAborted(TxStreamError):
+    """Raised by ``tx.abort(reason)``: the transaction is rolled back, not an error."""
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "int": (int,),
+    "integer": (int,),
+    "long": (int,),
+    "bigint": (int,),
+    "double": (float, int),
+    "float": (float, int),
+    "boolean": (bool,),
+    "bool": (bool,),
+}
+
+
+def parse_schema(schema: str) -> dict[str, str]:
+    """Parse ``"a string, b long"`` into ``{"a": "string", "b": "long"}``."""
+    columns: dict[str, str] = {}
+    for part in schema.split(","):
+        words = part.split()
+        if len(words) != 2 or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", words[0]):
+            raise RuntimeJobError(
+                f"bad column {part.strip()!r} in schema {schema!r}; write 'name type'"
+            )
+        name, kind = words[0], words[1].lower()
+        if kind not in _TYPES:
+            raise RuntimeJobError(
+                f"unknown type {kind!r} of column {name!r}; "
+                f"choose one of: {', '.join(sorted(_TYPES))}"
+            )
+        columns[name] = kind
+    return columns
+
+
+def check_row(what: str, columns: dict[str, str], row: Row) -> None:
+    """Raise :class:`SchemaError` unless ``row`` has exactly ``columns`` with fitting types."""
+    if not isinstance(row, dict):
+        raise SchemaError(f"{what}: a row is a dict of columns, not {type(row).__name__}")
+    missing = [c for c in columns if c not in row]
+    extra = [c for c in row if c not in columns]
+    if missing or extra:
+        raise SchemaError(f"{what}: missing columns {missing}, unknown columns {extra}")
+    for name, kind in columns.items():
+        value = row[name]
+        if value is None:
+            continue
+        ok = isinstance(value, _TYPES[kind]) and not (
+            kind != "boolean" and kind != "bool" and isinstance(value, bool)
+        )
+        if not ok:
+            raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
+
+
+def _names(value: str | Sequence[str]) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A partitioned table: rows keyed by ``key``, placed by ``partition_by``.
+
+    ``partition_by`` names key columns (default: the whole key); a row's
+    *partition value* is those columns' values (a scalar for one column).
+    """
+
+    name: str
+    key: tuple[str, ...]
+    partition_by: tuple[str, ...]
+    columns: dict[str, str] | None = None
+    initial: Any = None
+    """Initial contents: a Spark DataFrame, a path (JSON lines, CSV, Parquet) or a list of dicts."""
+
+    def key_of(self, row: Row) -> Key:
+        """The key of ``row``."""
+        return row[self.key[0]] if len(self.key) == 1 else tuple(row[c] for c in self.key)
+
+    def value_of_key(self, key: Key) -> Key:
+        """The partition value of the row with ``key``."""
+        if len(self.key) == 1:
+            return key
+        if not isinstance(key, tuple) or len(key) != len(self.key):
+            raise RuntimeJobError(f"table {self.name!r} has the key {self.key}; got {key!r}")
+        if self.partition_by == self.key:
+            return key
+        parts = tuple(key[self.key.index(c)] for c in self.partition_by)
+        return parts[0] if len(parts) == 1 else parts
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """An input stream: its events' partition values (``keys``) and order column."""
+
+    name: str
+    source: Any
+    keys: tuple[tuple[str, ...], ...]
+    order: str | None = None
+    index: int = 0
+
+    def values_of(self, event: Row) -> list[Key]:
+        """The declared partition values of ``event`` (one per entry of ``keys``)."""
+        return [event[k[0]] if len(k) == 1 else tuple(event[c] for c in k) for k in self.keys]
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    """A named output: emitted rows, optionally checked against ``columns``."""
+
+    name: str
+    columns: dict[str, str] | None = None
+
+
+TxnFunction = Callable[[Any, Row], None]
+
+
+@dataclass
+class JobSpec:
+    """Everything a job declares; built by :class:`txstream.spark.runtime.Job`."""
+
+    name: str
+    tables: dict[str, TableSpec] = field(default_factory=dict)
+    inputs: dict[str, InputSpec] = field(default_factory=dict)
+    outputs: dict[str, OutputSpec] = field(default_factory=dict)
+    handlers: dict[str, TxnFunction] = field(default_factory=dict)
+    boundary: Any = None
+    record_history: bool = False
+
+    def for_tasks(self) -> JobSpec:
+        """A copy without the input DataFrames and initial contents, to ship to executors."""
+        return JobSpec(
+            name=self.name,
+            tables={n: replace(t, initial=None) for n, t in self.tables.items()},
+            inputs={n: replace(i, source=None) for n, i in self.inputs.items()},
+            outputs=dict(self.outputs),
+            handlers=dict(self.handlers),
+            boundary=self.boundary,
+            record_history=self.record_history,
+        )
+
+    def validate(self) -> None:
+        """Raise :class:`RuntimeJobError` for a job that cannot run, naming the problem."""
+        if not self.inputs:
+            raise RuntimeJobError(f"job {self.name!r} has no input; add one with .input(...)")
+        for name in self.inputs:
+            if name not in self.handlers:
+                raise RuntimeJobError(
+                    f"input {name!r} has no transaction function; add one with .on({name!r}, fn)"
+                )
+        for name in self.handlers:
+            if name not in self.inputs:
+                raise RuntimeJobError(
+                    f".on({name!r}, ...) names no input; inputs: {', '.join(self.inputs)}"
+                )
+        widths = {len(t.partition_by) for t in self.tables.values()}
+        widths |= {len(k) for i in self.inputs.values() for k in i.keys}
+        if len(widths) > 1:
+            raise RuntimeJobError(
+                "tables and inputs must share one partition value shape (the same number "
+                f"of partition columns); got {sorted(widths)}"
+            )

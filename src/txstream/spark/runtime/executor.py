@@ -1,0 +1,442 @@
+"""Serial execution of one partition's transactions, and of the deferred ones.
+
+This is the hot path: no locks, no threads, one Python loop over the events of
+a partition in the declared order (the H-Store/S-Store execution model).  It
+imports no pyspark, so the same code runs inside Spark tasks and in the
+in-process runner that tests use as an oracle.
+
+Phase 1 (:meth:`PartitionExecutor.run`) executes every transaction whose events
+all live here, in order, except that a transaction touching a partition value
+that an earlier *multi-partition* transaction of the batch touched is
+*deferred*: from that point on, that value's chain of transactions waits.
+Phase 2 (:func:`run_deferred`) executes the deferred transactions of all
+partitions in order in one place, over the rows of the deferred values shipped
+there; phase 3 hands the rows back.  Per partition value, transactions
+therefore execute in the declared order, and since a transaction touches only
+rows of its declared values, every conflict goes from an earlier to a later
+transaction: the history is conflict-serializable in arrival order.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from txstream.spark.runtime.base import (
+    DuplicateKeyError,
+    JobSpec,
+    Key,
+    MissingRowError,
+    Row,
+    SchemaError,
+    TransactionAborted,
+    UndeclaredKeyError,
+    check_row,
+)
+from txstream.spark.runtime.boundaries import Event, Group
+from txstream.spark.runtime.partitioning import canonical
+from txstream.spark.runtime.state import ABSENT, PartitionState
+
+_SIMPLE = re.compile(r"[A-Za-z0-9_]+")
+
+
+_ITEMS: dict[tuple[str, Key], str] = {}
+
+
+def item_name(table: str, key: Key) -> str:
+    """The history item of a row: ``table:`` and the key (ints as is, strings prefixed)."""
+    name = _ITEMS.get((table, key))
+    if name is None:
+        if len(_ITEMS) > 1_000_000:
+            _ITEMS.clear()
+        name = _ITEMS[(table, key)] = _item_name(table, key)
+    return name
+
+
+def _item_name(table: str, key: Key) -> str:
+    parts = key if isinstance(key, tuple) else (key,)
+    out = []
+    for part in parts:
+        if isinstance(part, bool):
+            out.append("true" if part else "false")
+        elif isinstance(part, int):
+            out.append(str(part))
+        else:
+            text = canonical(part)
+            out.append("s" + (text if _SIMPLE.fullmatch(text) else "-" + text.encode().hex()))
+    return f"{table}:{'.'.join(out)}"
+
+
+def _set_item(table: str, value: Key) -> str:
+    """The history item standing for the set of rows of one partition value (phantoms)."""
+    return item_name(table, value).replace(":", ":v", 1)
+
+
+class Tx:
+    """What a transaction function sees: reads and writes of its partition values.
+
+    Rows are dicts of columns; ``read`` returns a copy.  Every change is undone
+    when the function raises (or calls :meth:`abort`).
+    """
+
+    __slots__ = ("_allowed", "_emits", "_gid", "_history", "_job", "_state", "_undo")
+
+    def __init__(self, job: JobSpec, state: PartitionState, gid: str, history: list[str] | None):
+        self._job = job
+        self._state = state
+        self._gid = gid
+        self._history = history
+        self._allowed: set[Any] = set()
+        self._undo: list[tuple[str, Any, Any, Any]] = []
+        self._emits: list[tuple[str, Row]] = []
+
+    # -- reads ---------------------------------------------------------------------
+    def read(self, table: str, key: Key, default: Any = None) -> Any:
+        """The row of ``table`` with ``key`` (a copy), or ``default`` when there is none."""
+        value = self._value(table, key)
+        if self._history is not None:
+            self._history.append(f"r{self._gid}({item_name(table, key)})")
+        row = self._state.data.get(table, {}).get(value, {}).get(key)
+        return default if row is None else dict(row)
+
+    def scan(self, table: str, value: Key) -> list[Row]:
+        """Every row of ``table`` in partition value ``value`` (copies, in key order)."""
+        self._check_value(table, value)
+        rows = self._state.data.get(table, {}).get(value, {})
+        if self._history is not None:
+            self._history.append(f"r{self._gid}({_set_item(table, value)})")
+            self._history.extend(f"r{self._gid}({item_name(table, k)})" for k in rows)
+        return [dict(rows[k]) for k in sorted(rows, key=canonical)]
+
+    # -- writes --------------------------------------------------------------------
+    def insert(self, table: str, row: Row) -> None:
+        """Add ``row``; :class:`DuplicateKeyError` when its key exists."""
+        spec = self._table(table)
+        self._check(spec.name, row)
+        key = spec.key_of(row)
+        value = self._value(table, key)
+        if key in self._state.data.get(table, {}).get(value, {}):
+            raise DuplicateKeyError(f"insert into {table}: key {key!r} exists")
+        self._put(table, value, key, dict(row), structural=True)
+
+    def upsert(self, table: str, row: Row) -> None:
+        """Insert ``row`` or replace the row with its key."""
+        spec = self._table(table)
+        self._check(spec.name, row)
+        key = spec.key_of(row)
+        value = self._value(table, key)
+        exists = key in self._state.data.get(table, {}).get(value, {})
+        self._put(table, value, key, dict(row), structural=not exists)
+
+    def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
+        """Change some columns of the row with ``key``; returns the new row (a copy)."""
+        value = self._value(table, key)
+        old = self._state.data.get(table, {}).get(value, {}).get(key)
+        if old is None:
+            raise MissingRowError(f"update of {table}: no row with key {key!r}")
+        new = dict(old)
+        new.update(changes or {})
+        new.update(columns)
+        spec = self._table(table)
+        self._check(table, new)
+        if spec.key_of(new) != key:
+            raise SchemaError(f"update of {table}: the key columns {spec.key} cannot change")
+        self._put(table, value, key, new)
+        return dict(new)
+
+    def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
+        """Add ``by`` to one column of the row with ``key``; returns the new value."""
+        value = self._value(table, key)
+        old = self._state.data.get(table, {}).get(value, {}).get(key)
+        if old is None:
+            raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
+        if column not in old:
+            raise SchemaError(f"increment of {table}: no column {column!r}")
+        new = dict(old)
+        new[column] = old[column] + by
+        self._put(table, value, key, new)
+        return new[column]
+
+    def delete(self, table: str, key: Key) -> None:
+        """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
+        value = self._value(table, key)
+        if key not in self._state.data.get(table, {}).get(value, {}):
+            raise MissingRowError(f"delete from {table}: no row with key {key!r}")
+        self._put(table, value, key, ABSENT, structural=True)
+
+    def emit(self, output: str, row: Row) -> None:
+        """Send ``row`` to ``output`` when (and only if) the transaction commits."""
+        spec = self._job.outputs.get(output)
+        if spec is None:
+            raise SchemaError(
+                f"emit to unknown output {output!r}; outputs: {', '.join(self._job.outputs)}"
+            )
+        if spec.columns is not None:
+            check_row(f"emit to {output}", spec.columns, row)
+        self._emits.append((output, dict(row)))
+
+    def abort(self, reason: str = "aborted by the transaction") -> None:
+        """Roll this transaction back (it is reported as aborted, not as an error)."""
+        raise TransactionAborted(reason)
+
+    # -- internals -----------------------------------------------------------------
+    def _table(self, table: str) -> Any:
+        spec = self._job.tables.get(table)
+        if spec is None:
+            raise SchemaError(f"unknown table {table!r}; tables: {', '.join(self._job.tables)}")
+        return spec
+
+    def _check(self, table: str, row: Row) -> None:
+        spec = self._table(table)
+        if spec.columns is not None:
+            check_row(f"row of {table}", spec.columns, row)
+        else:
+            missing = [c for c in spec.key if c not in row]
+            if missing:
+                raise SchemaError(f"row of {table}: missing key columns {missing}")
+
+    def _value(self, table: str, key: Key) -> Any:
+        value = self._table(table).value_of_key(key)
+        self._check_value(table, value)
+        return value
+
+    def _check_value(self, table: str, value: Any) -> None:
+        if value not in self._allowed:
+            raise UndeclaredKeyError(
+                f"{table}: partition value {value!r} is not a key of the transaction's events "
+                f"({sorted(map(canonical, self._allowed))}); declare it in .input(keys=...)"
+            )
+
+    def _put(self, table: str, value: Any, key: Any, row: Any, structural: bool = False) -> None:
+        rows = self._state.data.get(table, {}).get(value, {})
+        self._undo.append((table, value, key, rows.get(key, ABSENT)))
+        self._state.put(table, value, key, row)
+        if self._history is not None:
+            self._history.append(f"w{self._gid}({item_name(table, key)})")
+            if structural:
+                self._history.append(f"w{self._gid}({_set_item(table, value)})")
+
+    def _rollback(self) -> None:
+        for table, value, key, old in reversed(self._undo):
+            self._state.put(table, value, key, old)
+        self._undo.clear()
+        self._emits.clear()
+
+
+@dataclass
+class Outcome:
+    """What one task did: outputs, history, failures and counts, for the driver."""
+
+    outputs: dict[str, list[str]] = field(default_factory=dict)
+    history: list[str] = field(default_factory=list)
+    txns: list[str] = field(default_factory=list)
+    """``T <gid> c|a <order>`` lines: every transaction's fate and declared order."""
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    events: int = 0
+    committed: int = 0
+    aborted: int = 0
+    deferred: int = 0
+    sent: list[float] = field(default_factory=list)
+    """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
+
+    def stats(self) -> dict[str, Any]:
+        """The counters and failures, JSON-ready."""
+        return {
+            "events": self.events,
+            "committed": self.committed,
+            "aborted": self.aborted,
+            "deferred": self.deferred,
+            "failures": self.failures,
+            "latency": _histogram(self.sent),
+        }
+
+
+def _histogram(sent: list[float]) -> dict[str, int]:
+    """Arrival times counted per millisecond (compact, mergeable).
+
+    The driver turns them into latencies when the batch commits, the moment the
+    effects become visible.
+    """
+    counts: dict[str, int] = {}
+    for seconds in sent:
+        bucket = str(int(seconds * 1000))
+        counts[bucket] = counts.get(bucket, 0) + 1
+    return counts
+
+
+def latencies(arrivals: dict[str, int], committed_at: float) -> dict[str, int]:
+    """Turn an arrival histogram into a latency histogram (ms) for a commit at ``committed_at``."""
+    now = int(committed_at * 1000)
+    out: dict[str, int] = {}
+    for sent, count in arrivals.items():
+        key = str(max(0, now - int(sent)))
+        out[key] = out.get(key, 0) + count
+    return out
+
+
+class GroupRunner:
+    """Runs groups (transactions) on a state, recording outputs, history and failures."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        state: PartitionState,
+        outcome: Outcome,
+        arrival: Callable[[Row], float | None] | None = None,
+    ) -> None:
+        self.job = job
+        self.state = state
+        self.outcome = outcome
+        self.arrival = arrival
+        self.record = job.record_history
+        self._emit_seq = 0
+
+    def run(self, group: Group, abort: set[str]) -> None:
+        """Execute ``group`` as one transaction (or record it aborted)."""
+        if group.gid in abort or group.late:
+            reason = group.late or "aborted: it failed in an earlier attempt of this batch"
+            self._aborted(group, reason, kind="late" if group.late else "abort")
+            return
+        history: list[str] | None = [] if self.record else None
+        tx = Tx(self.job, self.state, group.gid, history)
+        allowed = tx._allowed
+        for event in group.events:
+            allowed.update(event.values)
+        current: Event | None = None
+        try:
+            for current in group.events:
+                self.job.handlers[current.input](tx, current.row)
+        except Exception as exc:
+            tx._rollback()
+            where = current.position if current is not None else group.gid
+            kind = "abort" if isinstance(exc, TransactionAborted) else "error"
+            self._aborted(group, f"{type(exc).__name__}: {exc}", kind=kind, where=where)
+            return
+        self.outcome.committed += 1
+        if history is not None:
+            self.outcome.txns.append(f"T {group.gid} c {_order_text(group.order)}")
+            self.outcome.history.extend(history)
+        for output, row in tx._emits:
+            row["__order"] = [*group.order, self._emit_seq]
+            self._emit_seq += 1
+            self.outcome.outputs.setdefault(output, []).append(json.dumps(row, default=str))
+        if self.arrival is not None:
+            for event in group.events:
+                sent = self.arrival(event.row)
+                if sent is not None:
+                    self.outcome.sent.append(sent)
+
+    def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
+        self.outcome.aborted += 1
+        if self.record:
+            self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
+        self.outcome.failures.append(
+            {
+                "txn": group.gid,
+                "kind": kind,
+                "position": where or group.events[0].position,
+                "order": list(group.order),
+                "error": reason,
+            }
+        )
+
+
+def _order_text(order: tuple[float, int, int]) -> str:
+    return f"{order[0]!r} {order[1]} {order[2]}"
+
+
+class PartitionExecutor:
+    """Phase 1 on partition ``pid``: run its transactions in order, defer what it must."""
+
+    def __init__(
+        self,
+        job: JobSpec,
+        pid: int,
+        state: PartitionState,
+        arrival: Callable[[Row], float | None] | None = None,
+    ) -> None:
+        self.job = job
+        self.pid = pid
+        self.state = state
+        self.outcome = Outcome()
+        self.runner = GroupRunner(job, state, self.outcome, arrival)
+        self.blocked: set[Any] = set()
+        self.shipped_events: list[tuple[str, Event]] = []
+
+    def run(self, batch: int, events: list[Event], abort: set[str]) -> None:
+        """Run the batch's events of this partition (sorted by declared order)."""
+        self.outcome.events = sum(1 for e in events if e.copy)
+        for group in self.job.boundary.groups(batch, events, self.state.meta):
+            local = [
+                v
+                for e in group.events
+                for v, p in zip(e.values, e.pids, strict=True)
+                if p == self.pid
+            ]
+            multi = any(not e.copy or any(p != self.pid for p in e.pids) for e in group.events)
+            if multi or (self.blocked and any(v in self.blocked for v in local)):
+                # The value's chain waits for phase 2, from here on (per-value order).
+                self.blocked.update(local)
+                self.outcome.deferred += 1
+                self.shipped_events.extend((group.gid, e) for e in group.events if e.copy)
+                continue
+            self.runner.run(group, abort)
+
+    def shipped_rows(self) -> list[tuple[Any, dict[str, dict[Any, Row]]]]:
+        """The rows of every deferred value, for the coordinator: (value, table -> rows)."""
+        data = self.state.data
+        return [
+            (v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables})
+            for v in self.blocked
+        ]
+
+
+def run_deferred(
+    job: JobSpec,
+    batch: int,
+    shipped_rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]],
+    shipped_events: Iterable[tuple[str, Event]],
+    abort: set[str],
+    arrival: Callable[[Row], float | None] | None = None,
+) -> tuple[Outcome, list[tuple[Any, dict[str, dict[Any, Row]]]]]:
+    """Phase 2: run every deferred transaction in the declared order over the shipped rows.
+
+    Returns the outcome and, per shipped value, its rows afterwards (for phase 3).
+    """
+    state = PartitionState()
+    values = []
+    for value, tables in shipped_rows:
+        values.append(value)
+        for table, rows in tables.items():
+            if rows:
+                state.data.setdefault(table, {})[value] = dict(rows)
+    state.begin(batch)
+    groups: dict[str, Group] = {}
+    for gid, event in shipped_events:
+        groups.setdefault(gid, Group(gid)).events.append(event)
+    outcome = Outcome()
+    runner = GroupRunner(job, state, outcome, arrival)
+    for group in sorted(groups.values(), key=lambda g: min(e.order for e in g.events)):
+        group.events.sort(key=lambda e: e.order)
+        runner.run(group, abort)
+    back = [(v, {t: dict(state.data.get(t, {}).get(v, {})) for t in job.tables}) for v in values]
+    return outcome, back
+
+
+def take_back(
+    state: PartitionState, job: JobSpec, rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]]
+) -> None:
+    """Phase 3: replace the rows of each value with the coordinator's."""
+    for value, tables in rows:
+        for table in job.tables:
+            new = tables.get(table, {})
+            old = state.data.get(table, {}).get(value, {})
+            for key in list(old):
+                if key not in new:
+                    state.put(table, value, key, ABSENT)
+            for key, row in new.items():
+                if old.get(key) != row:
+                    state.put(table, value, key, row)

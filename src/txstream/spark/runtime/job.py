@@ -1,0 +1,248 @@
+"""The public API: declare a transactional job, start it on Spark, watch it like a query.
+
+::
+
+    import txstream as tx
+
+    job = (
+        tx.Job("sensor-alerts")
+        .table("specs", key="device", initial=[{"device": "d1", "unit": "C", "limit": 30.0}])
+        .input("specs_changes", changes_df, keys="device", order="ts")
+        .input("readings", readings_df, keys="device", order="ts")
+        .output("alerts", schema="device string, ts double, celsius double")
+        .boundary("timestamp")
+        .on("specs_changes", apply_change)
+        .on("readings", check_reading)
+    )
+    query = job.start(checkpoint="/data/ckpt/alerts")     # a StreamingQuery-like handle
+    query.processAllAvailable(); query.stop()
+    tx.read_output("/data/ckpt/alerts", "alerts")
+
+Nothing here imports pyspark until :meth:`Job.start`; ``job.run_local(...)``
+runs the same job in this process (the reference the tests compare with).
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from txstream.spark.runtime.base import (
+    InputSpec,
+    JobSpec,
+    OutputSpec,
+    Row,
+    RuntimeJobError,
+    TableSpec,
+    TxnFunction,
+    _names,
+    parse_schema,
+)
+from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
+from txstream.spark.runtime.local import LocalRunner
+from txstream.spark.runtime.sinks import deliver
+
+ON_ERROR = ("rollback", "stop")
+
+
+class Job:
+    """A transactional job under construction (builder methods return the job)."""
+
+    def __init__(self, name: str = "txstream-job") -> None:
+        self.spec = JobSpec(name=name, boundary=PerEvent())
+        self._partitions: int | None = None
+        self._on_error = "rollback"
+        self._snapshot_every = 20
+        self._trigger: dict[str, Any] = {"processingTime": "0 seconds"}
+        self._arrival: str | None = None
+        self._sinks: dict[str, list[Any]] = {}
+
+    # -- declarations ----------------------------------------------------------------
+    def table(
+        self,
+        name: str,
+        key: str | Sequence[str],
+        partition_by: str | Sequence[str] | None = None,
+        schema: str | None = None,
+        initial: Any = None,
+    ) -> Job:
+        """Declare a partitioned table keyed by ``key``, placed by ``partition_by`` (default key).
+
+        ``initial`` is a Spark DataFrame, a file (``.json``/``.jsonl``/``.csv``/
+        ``.parquet``) or a list of dicts, loaded when the job first starts.
+        """
+        _name("table", name, self.spec.tables)
+        keys = _names(key)
+        part = _names(partition_by) if partition_by is not None else keys
+        if not keys or any(c not in keys for c in part):
+            raise RuntimeJobError(
+                f"table {name!r}: partition_by {list(part)} must name key columns {list(keys)}"
+            )
+        columns = parse_schema(schema) if schema else None
+        if columns is not None and any(c not in columns for c in keys):
+            raise RuntimeJobError(f"table {name!r}: key columns {list(keys)} are not all in schema")
+        self.spec.tables[name] = TableSpec(name, keys, part, columns, initial)
+        return self
+
+    def input(
+        self,
+        name: str,
+        source: Any,
+        keys: str | Sequence[str | Sequence[str]] = (),
+        order: str | None = None,
+    ) -> Job:
+        """Declare an input stream (a streaming DataFrame, or a list of dicts for ``run_local``).
+
+        ``keys`` names the column(s) holding the event's partition values: one
+        column (``"device"``), several partition values (``["src", "dst"]``, a
+        multi-partition transaction), composite values (``[("xway", "dir")]``),
+        or none (``()``: the event reaches every partition, e.g. a CTI).
+        ``order`` is the column of the declared order (event time); without it,
+        the order is the source's (inputs in declaration order within a batch).
+        """
+        _name("input", name, self.spec.inputs)
+        if isinstance(keys, str):
+            key_list: tuple[tuple[str, ...], ...] = ((keys,),)
+        else:
+            key_list = tuple(_names(k) for k in keys)
+        self.spec.inputs[name] = InputSpec(name, source, key_list, order, len(self.spec.inputs))
+        return self
+
+    def output(self, name: str, schema: str | None = None) -> Job:
+        """Declare an output; emitted rows are checked against ``schema`` when given."""
+        _name("output", name, self.spec.outputs)
+        self.spec.outputs[name] = OutputSpec(name, parse_schema(schema) if schema else None)
+        return self
+
+    def sink(self, output: str, sink: Any) -> Job:
+        """Also deliver ``output``'s committed rows to ``sink(batch_id, rows)``.
+
+        Exactly once when the sink is idempotent per batch id, as
+        :class:`~txstream.spark.runtime.sinks.PostgresSink` is.
+        """
+        if output not in self.spec.outputs:
+            raise RuntimeJobError(f".sink({output!r}, ...) names no output; declare it first")
+        if not callable(sink):
+            raise RuntimeJobError(f".sink({output!r}, ...) needs a callable sink(batch_id, rows)")
+        self._sinks.setdefault(output, []).append(sink)
+        return self
+
+    def on(self, input_name: str, fn: TxnFunction) -> Job:
+        """The transaction function for events of ``input_name``: ``fn(tx, event_row)``."""
+        if not callable(fn):
+            raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
+        self.spec.handlers[input_name] = fn
+        return self
+
+    def boundary(self, name: str | Boundary, **options: Any) -> Job:
+        """Choose the transaction boundary by name (see :mod:`~txstream.spark.runtime.boundaries`).
+
+        Names: event, timestamp, timeslice, punctuation, seconds, batch, by.
+        """
+        self.spec.boundary = boundary(name, **options)
+        return self
+
+    def option(self, key: str, value: Any) -> Job:
+        """Set an option by name.
+
+        ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
+        ``recordHistory`` (bool), ``arrivalTime`` (a column of epoch seconds for latency).
+        """
+        if key == "partitions":
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+                raise RuntimeJobError(
+                    f"option partitions must be an integer 1..4096, not {value!r}"
+                )
+            self._partitions = value
+        elif key == "onError":
+            if value not in ON_ERROR:
+                raise RuntimeJobError(f"option onError is one of {ON_ERROR}, not {value!r}")
+            self._on_error = value
+        elif key == "snapshotEvery":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RuntimeJobError(
+                    f"option snapshotEvery must be a positive integer, not {value!r}"
+                )
+            self._snapshot_every = value
+        elif key == "recordHistory":
+            self.spec.record_history = bool(value)
+        elif key == "arrivalTime":
+            self._arrival = str(value)
+        else:
+            raise RuntimeJobError(
+                f"unknown option {key!r}; choose one of: arrivalTime, onError, partitions, "
+                "recordHistory, snapshotEvery"
+            )
+        return self
+
+    def trigger(self, **trigger: Any) -> Job:
+        """The Structured Streaming trigger, as for ``DataStreamWriter.trigger``."""
+        self._trigger = trigger
+        return self
+
+    # -- running ------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check the job's declarations (raises :class:`RuntimeJobError`)."""
+        self.spec.validate()
+        self.spec.boundary.validate(self.spec.inputs)
+
+    def arrival_fn(self) -> Callable[[Row], float | None] | None:
+        """A function giving an event's arrival time (epoch seconds), if declared."""
+        column = self._arrival
+        if column is None:
+            return None
+        return lambda row: _seconds(row.get(column))
+
+    def run_local(
+        self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path, partitions: int = 2
+    ) -> LocalRunner:
+        """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
+        self.validate()
+        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
+        runner.arrival = self.arrival_fn()
+        runner.run(batches)
+        deliver(runner.store, self._sinks)
+        return runner
+
+    def start(
+        self,
+        checkpoint: str | Path,
+        spark: Any = None,
+        partitions: int | None = None,
+        engine: str = "executors",
+    ) -> Any:
+        """Start the job on Spark; returns a :class:`~txstream.spark.runtime.query.TxQuery`.
+
+        ``checkpoint`` holds Spark's checkpoint (``spark/``) and txstream's store
+        (``txstream/``); it must be on a file system every executor reaches.
+        ``engine``: ``executors`` (partitions on Spark executors, the default) or
+        ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
+        """
+        self.validate()
+        from txstream.spark.runtime.query import TxQuery
+
+        return TxQuery.start(self, Path(checkpoint), spark, partitions or self._partitions, engine)
+
+
+def _seconds(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _name(kind: str, name: str, known: dict[str, Any]) -> None:
+    if not isinstance(name, str) or not name.replace("_", "").isalnum():
+        raise RuntimeJobError(f"a {kind} name is letters, digits and _, not {name!r}")
+    if name in known:
+        raise RuntimeJobError(f"{kind} {name!r} is declared twice")
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle for the task payloads."""
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+__all__ = ["Job"]

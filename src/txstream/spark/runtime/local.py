@@ -1,0 +1,149 @@
+"""Run a job in this process, without Spark: the same executor, store and driver loop.
+
+:class:`LocalRunner` is the runtime's reference: tests compare it with Spark
+runs and with brute-force oracles, and users can try a job on a list of events
+before they start a cluster.  Partitions run one after the other here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from txstream.spark.runtime.base import JobSpec, Row, RuntimeJobError
+from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.partitioning import partition_of
+from txstream.spark.runtime.state import RuntimeStore
+from txstream.spark.runtime.tasks import (
+    BatchContext,
+    Phases,
+    committed_tokens,
+    phase1,
+    phase2,
+    phase3,
+    run_batch,
+)
+
+
+def event_copies(
+    job: JobSpec, partitions: int, input_name: str, row: Row, mid: int
+) -> list[tuple[int, Event]]:
+    """The copies of one event: one per partition of its keys (the first is the owner).
+
+    An input without keys is delivered to every partition (a CTI/punctuation).
+    """
+    spec = job.inputs[input_name]
+    order_value = 0.0
+    if spec.order is not None:
+        raw = row.get(spec.order)
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise RuntimeJobError(
+                f"{input_name}#{mid}: order column {spec.order!r} must be a finite number, "
+                f"got {raw!r}"
+            )
+        order_value = float(raw)
+    order = (order_value, spec.index, mid)
+    if not spec.keys:
+        return [(p, Event(order, input_name, row, [], [p])) for p in range(partitions)]
+    values = spec.values_of(row)
+    pids = [partition_of(v, partitions) for v in values]
+    copies = []
+    for pid in dict.fromkeys(pids):
+        copies.append((pid, Event(order, input_name, row, values, pids, copy=pid == pids[0])))
+    return copies
+
+
+class LocalRunner:
+    """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
+
+    def __init__(
+        self, job: JobSpec, store: str | Path, partitions: int = 2, snapshot_every: int = 10
+    ) -> None:
+        job.validate()
+        self.job = job
+        self.partitions = partitions
+        self.store = RuntimeStore(store)
+        self.snapshot_every = snapshot_every
+        committed = self.store.committed()
+        self.batch = committed[-1] + 1 if committed else 0
+        self.prev = committed[-1] if committed else -1
+        self.stats: list[dict[str, Any]] = []
+        self.arrival: Callable[[Row], float | None] | None = None
+        self.tokens = committed_tokens(self.store)
+        if not committed:
+            self._load_initial()
+
+    def _load_initial(self) -> None:
+        """Place the tables' initial rows (lists of dicts) in their partitions."""
+        for table in self.job.tables.values():
+            if table.initial is None:
+                continue
+            if not isinstance(table.initial, list):
+                raise RuntimeJobError(
+                    f"table {table.name!r}: run_local takes initial rows as a list of dicts"
+                )
+            by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
+            for row in table.initial:
+                key = table.key_of(row)
+                value = table.value_of_key(key)
+                pid = partition_of(value, self.partitions)
+                by_pid.setdefault(pid, {}).setdefault(value, {})[key] = dict(row)
+            for pid, values in by_pid.items():
+                self.store.write_init(pid, table.name, values)
+
+    def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
+        """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
+        per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
+        for mid, (name, row) in enumerate(events):
+            if name not in self.job.inputs:
+                raise RuntimeJobError(
+                    f"unknown input {name!r}; inputs: {', '.join(self.job.inputs)}"
+                )
+            for pid, event in event_copies(self.job, self.partitions, name, row, mid):
+                per_partition[pid].append(event)
+        ctx = BatchContext(
+            str(self.store.root),
+            self.batch,
+            self.prev,
+            snapshot=self.batch % self.snapshot_every == 0,
+            arrival=self.arrival,
+            tokens=self.tokens,
+        )
+        stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
+        self.prev = self.batch
+        self.batch += 1
+        self.stats.append(stats)
+        return stats
+
+    def run(self, batches: Sequence[Iterable[tuple[str, Row]]]) -> list[dict[str, Any]]:
+        """Run several micro-batches."""
+        return [self.run_batch(batch) for batch in batches]
+
+
+class _LocalPhases(Phases):
+    def __init__(self, job: JobSpec, events: dict[int, list[Event]]) -> None:
+        self.job = job
+        self.events = events
+        self._shipped: list[dict[str, Any]] = []
+
+    def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
+        results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
+        self._shipped = results
+        ctx.phase1_tokens = {pid: r["token"] for pid, r in zip(self.events, results, strict=True)}
+        return [r["stats"] for r in results], any(r["events"] or r["rows"] for r in results)
+
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
+        rows = [row for r in self._shipped for row in r["rows"]]
+        events = [e for r in self._shipped for e in r["events"]]
+        stats, back = phase2(self.job, ctx, rows, events)
+        by_pid: dict[int, list[Any]] = {pid: [] for pid in self.events}
+        for value, tables in back:
+            by_pid[_owner(self.job, value, len(self.events))].append((value, tables))
+        tokens = {pid: phase3(self.job, ctx, pid, items) for pid, items in by_pid.items() if items}
+        return stats, tokens
+
+
+def _owner(job: JobSpec, value: Any, partitions: int) -> int:
+    return partition_of(value, partitions)

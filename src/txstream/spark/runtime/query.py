@@ -1,0 +1,675 @@
+"""The Spark side of the runtime: a job's micro-batches become tasks on executors.
+
+Each micro-batch (``foreachBatch``) goes through these Spark jobs; the driver
+touches only per-task counters, never an event:
+
+1. the batch's events get their declared order (order value, input, source
+   position), their partitions (:mod:`~txstream.spark.runtime.partitioning`, in
+   SQL) and one copy per partition of their keys; a shuffle by route number
+   sends partition ``q``'s copies to Spark partition ``q``; phase 1 runs there
+   (``mapInArrow``) and the results are cached;
+2. when anything was deferred, the deferred transactions and their rows go to
+   one task (phase 2) and the rows go back to their partitions (phase 3);
+3. the driver writes the batch's commit marker.
+
+Spark's own failures reach the user as one line (:func:`one_line`).
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from txstream.errors import TxStreamError
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError
+from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.executor import latencies
+from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
+from txstream.spark.runtime.sinks import deliver
+from txstream.spark.runtime.state import RuntimeStore, write_atomic
+from txstream.spark.runtime.tasks import (
+    BatchContext,
+    Phases,
+    committed_tokens,
+    phase1,
+    phase2,
+    phase3,
+    run_batch,
+)
+
+if TYPE_CHECKING:
+    from txstream.spark.runtime.job import Job
+
+OUT_SCHEMA = "kind string, pid int, route long, payload binary"
+ENGINES = ("executors", "driver")
+_KEY_TYPES = ("IntegerType", "LongType", "ShortType", "ByteType", "StringType", "BooleanType")
+
+
+def one_line(exc: BaseException) -> str:
+    """A Spark or Python failure as one readable line (the innermost useful message)."""
+    text = str(exc)
+    for marker in ("TxStreamError: ", "RuntimeJobError: ", "SchemaError: ", "StoreError: "):
+        if marker in text:
+            return text.split(marker, 1)[1].splitlines()[0].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for line in lines:
+        if line.startswith(("pyspark.", "py4j.", "at ", "File ", "Traceback", "JVM stacktrace")):
+            continue
+        return line[:500]
+    return type(exc).__name__
+
+
+class TxQuery:
+    """A running job: the handle :meth:`Job.start` returns, shaped like a StreamingQuery."""
+
+    def __init__(self, job: Job, root: Path, spark: Any, partitions: int, engine: str) -> None:
+        self.job = job
+        self.engine = engine
+        self.driver: Any = None
+        self.spec: JobSpec = job.spec
+        self.root = root
+        self.store = RuntimeStore(root / "txstream")
+        self.spark = spark
+        self.partitions = partitions
+        self.routes: list[int] = []
+        self.query: Any = None
+        self.recentProgress: list[dict[str, Any]] = []
+        self._lock = self.store.lock()
+        self._status = "starting"
+        self._failure: str | None = None
+        self._mutex = threading.Lock()
+        committed = self.store.committed()
+        self._prev = committed[-1] if committed else -1
+        self._tokens = committed_tokens(self.store)
+
+    # -- StreamingQuery-like surface -----------------------------------------------
+    @property
+    def id(self) -> str:
+        """The Spark query id."""
+        return str(self.query.id) if self.query is not None else ""
+
+    @property
+    def name(self) -> str:
+        """The job name."""
+        return self.spec.name
+
+    @property
+    def isActive(self) -> bool:
+        """Whether the job runs."""
+        return self.query is not None and bool(self.query.isActive)
+
+    @property
+    def status(self) -> dict[str, Any]:
+        """What the job is doing now."""
+        return {
+            "message": self._status,
+            "isActive": self.isActive,
+            "committedBatches": len(self.recentProgress),
+            "failure": self._failure,
+        }
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """The last committed batch: ids, counts, latency percentiles, duration."""
+        return self.recentProgress[-1] if self.recentProgress else None
+
+    def processAllAvailable(self) -> None:
+        """Block until every available input has been processed and committed."""
+        self._wrap(self.query.processAllAvailable)
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Wait for the job to end (as ``StreamingQuery.awaitTermination``)."""
+        if timeout is None:
+            return self._wrap(self.query.awaitTermination)  # type: ignore[no-any-return]
+        return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
+
+    def stop(self) -> None:
+        """Stop the job and give the store up."""
+        try:
+            if self.query is not None:
+                self.query.stop()
+        finally:
+            self._lock.release()
+            self._status = "stopped"
+
+    def output(self, name: str) -> list[dict[str, Any]]:
+        """Committed rows of output ``name``, in order."""
+        from txstream.spark.runtime.results import read_output
+
+        return read_output(self.store.root, name)
+
+    def failures(self) -> list[dict[str, Any]]:
+        """Transactions rolled back so far, with their input positions."""
+        from txstream.spark.runtime.results import read_failures
+
+        return read_failures(self.store.root)
+
+    def _wrap(self, call: Any) -> Any:
+        try:
+            return call()
+        except Exception as exc:
+            if self._failure:
+                raise TxStreamError(self._failure) from None
+            raise TxStreamError(f"job {self.name!r} failed: {one_line(exc)}") from None
+
+    # -- start --------------------------------------------------------------------------
+    @classmethod
+    def start(
+        cls, job: Job, root: Path, spark: Any, partitions: int | None, engine: str = "executors"
+    ) -> TxQuery:
+        """Check the inputs, load initial tables on first start, start the stream."""
+        if spark is None:
+            from txstream.spark.session import local_session
+
+            spark = local_session()
+        root.mkdir(parents=True, exist_ok=True)
+        meta_path = root / "txstream" / "job.json"
+        if meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            if partitions is not None and partitions != meta["partitions"]:
+                raise RuntimeJobError(
+                    f"checkpoint {root} was started with {meta['partitions']} partitions; "
+                    "restart with the same number or a new checkpoint"
+                )
+            partitions = int(meta["partitions"])
+        partitions = partitions or int(spark.sparkContext.defaultParallelism)
+        if engine not in ENGINES:
+            raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
+        self = cls(job, root, spark, partitions, engine)
+        try:
+            self._check_inputs()
+            self._routes()
+            if engine == "driver":
+                self._start_driver()
+            elif not meta_path.exists():
+                self._load_initial()
+                write_atomic(
+                    meta_path,
+                    json.dumps({"job": self.spec.name, "partitions": partitions}).encode(),
+                )
+            deliver(self.store, job._sinks)  # batches committed before a crash
+            self._start_stream()
+        except TxStreamError:
+            self._lock.release()
+            raise
+        except Exception as exc:
+            self._lock.release()
+            raise TxStreamError(f"job {job.spec.name!r} could not start: {one_line(exc)}") from None
+        return self
+
+    def _check_inputs(self) -> None:
+        for spec in self.spec.inputs.values():
+            df = spec.source
+            if not hasattr(df, "isStreaming"):
+                raise RuntimeJobError(f"input {spec.name!r} must be a Spark DataFrame")
+            fields = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
+            for group in spec.keys:
+                for column in group:
+                    if column not in fields:
+                        raise RuntimeJobError(
+                            f"input {spec.name!r}: key column {column!r} is not in its schema "
+                            f"({', '.join(fields)})"
+                        )
+                    if fields[column] not in _KEY_TYPES:
+                        raise RuntimeJobError(
+                            f"input {spec.name!r}: key column {column!r} is {fields[column]}; "
+                            "a key is an integer, string or boolean column"
+                        )
+            if spec.order is not None and spec.order not in fields:
+                raise RuntimeJobError(
+                    f"input {spec.name!r}: order column {spec.order!r} is not in its schema"
+                )
+
+    def _routes(self) -> None:
+        from pyspark.sql import functions as F
+
+        rows = (
+            self.spark.range(0, 64 * self.partitions)
+            .select("id", F.expr(f"pmod(hash(id), {self.partitions})").alias("p"))
+            .collect()
+        )
+        self.routes = route_numbers(self.partitions, {int(r[0]): int(r[1]) for r in rows})
+
+    def _route_expr(self, pid_column: str) -> str:
+        array = ", ".join(f"cast({r} as bigint)" for r in self.routes)
+        return f"element_at(array({array}), greatest({pid_column}, 0) + 1)"
+
+    def _load_initial(self) -> None:
+        for table in self.spec.tables.values():
+            if table.initial is None:
+                continue
+            df = _as_dataframe(self.spark, table.initial, table.name)
+            missing = [c for c in table.key if c not in df.columns]
+            if missing:
+                raise RuntimeJobError(
+                    f"table {table.name!r}: initial rows lack key columns {missing}"
+                )
+            df = df.selectExpr(
+                "to_json(struct(*)) as payload",
+                f"{sql_partition(table.partition_by, self.partitions)} as pid",
+            ).selectExpr("payload", "pid", f"{self._route_expr('pid')} as route")
+            write = _init_writer(str(self.store.root), replace(table, initial=None))
+            df.repartition(self.partitions, "route").mapInArrow(write, "n long").collect()
+
+    def _start_stream(self) -> None:
+        from pyspark.sql import functions as F
+
+        parts = []
+        for spec in self.spec.inputs.values():
+            df = spec.source
+            pids = [sql_partition(group, self.partitions) for group in spec.keys]
+            order = f"cast(`{spec.order}` as double)" if spec.order else "cast(0 as double)"
+            parts.append(
+                df.select(
+                    F.lit(spec.index).alias("__input"),
+                    F.expr(order).alias("__ordv"),
+                    F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("__payload"),
+                    F.expr(f"array({', '.join(pids)})" if pids else "array()")
+                    .cast("array<int>")
+                    .alias("__pids"),
+                )
+            )
+        union = parts[0]
+        for part in parts[1:]:
+            union = union.unionByName(part)
+        writer = (
+            union.writeStream.queryName(self.spec.name.replace("-", "_"))
+            .option("checkpointLocation", str(self.root / "spark"))
+            .foreachBatch(self._on_batch)
+            .trigger(**self.job._trigger)
+        )
+        self._status = "running"
+        self.query = writer.start()
+
+    # -- one micro-batch ------------------------------------------------------------
+    def _on_batch(self, df: Any, batch_id: int) -> None:
+        with self._mutex:
+            try:
+                self._run(df, int(batch_id))
+            except TxStreamError as exc:
+                self._failure = str(exc)
+                self._status = "failed"
+                raise
+
+    def _start_driver(self) -> None:
+        from txstream.spark.runtime.driver import DriverEngine
+
+        if self.store.committed():
+            raise RuntimeJobError(
+                "the driver engine keeps its tables in memory and cannot resume a checkpoint; "
+                "use a new checkpoint (or the executors engine)"
+            )
+        self.driver = DriverEngine(self.spec)
+        for table in self.spec.tables.values():
+            if table.initial is not None:
+                df = _as_dataframe(self.spark, table.initial, table.name)
+                self.driver.load(
+                    table.name,
+                    [json.loads(r[0]) for r in df.selectExpr("to_json(struct(*))").collect()],
+                )
+
+    def _run_driver(self, df: Any, batch_id: int, started: float) -> dict[str, Any]:
+        names = {spec.index: spec.name for spec in self.spec.inputs.values()}
+        cols = (
+            df.selectExpr(
+                "__input", "__ordv", "__payload", "monotonically_increasing_id() as __mid"
+            )
+            .toArrow()
+            .to_pydict()
+        )
+        events = []
+        for inp, ordv, payload, mid in zip(
+            cols["__input"], cols["__ordv"], cols["__payload"], cols["__mid"], strict=True
+        ):
+            row = json.loads(payload)
+            name = names[inp]
+            values = self.spec.inputs[name].values_of(row)
+            events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
+        outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
+        for name, lines in outcome.outputs.items():
+            self.store.write_lines("outputs", name, batch_id, "driver", lines)
+        if outcome.failures:
+            self.store.write_lines(
+                "errors",
+                "",
+                batch_id,
+                "driver",
+                [json.dumps(f, default=str) for f in outcome.failures],
+            )
+        self.store.commit(
+            batch_id, {"prev": self._prev, "events": outcome.events, "engine": "driver"}
+        )
+        stats: dict[str, Any] = outcome.stats()
+        stats["latency"] = latencies(stats["latency"], time.time())
+        return stats
+
+    def _run(self, df: Any, batch_id: int) -> None:
+        if self.store.is_committed(batch_id):
+            return  # a replayed batch: its effects are already committed
+        started = time.time()
+        if self.engine == "driver":
+            self.store.clear_uncommitted(batch_id)
+            stats = self._run_driver(df, batch_id, started)
+            self._prev = batch_id
+            self.recentProgress.append(_progress(batch_id, stats, time.time() - started, 1))
+            deliver(self.store, self.job._sinks)
+            return
+        P = self.partitions
+        prepared = (
+            df.selectExpr("*", "monotonically_increasing_id() as __mid")
+            .selectExpr(
+                "__input",
+                "__ordv",
+                "__payload",
+                "__pids",
+                "__mid",
+                f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), array_distinct(__pids))) "
+                "as __pid",
+            )
+            .selectExpr(
+                "*",
+                "(size(__pids) = 0 or __pid = __pids[0]) as __copy",
+                f"{self._route_expr('__pid')} as __route",
+            )
+            .repartition(P, "__route")
+        )
+        snapshot_every = self.job._snapshot_every
+        ctx = BatchContext(
+            str(self.store.root),
+            batch_id,
+            self._prev,
+            snapshot=batch_id % snapshot_every == 0,
+            arrival=self.job.arrival_fn(),
+        )
+        phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
+        try:
+            stats = run_batch(phases.job, phases, ctx, self.store)
+        finally:
+            phases.release()
+        self._prev = batch_id
+        deliver(self.store, self.job._sinks)
+        if ctx.snapshot:
+            self._trim(batch_id)
+        progress = _progress(batch_id, stats, time.time() - started, P)
+        self.recentProgress.append(progress)
+        del self.recentProgress[:-100]
+        errors = [f for f in stats["failures"] if f["kind"] == "error"]
+        if errors and self.job._on_error == "stop":
+            first = errors[0]
+            raise TxStreamError(
+                f"transaction at {first['position']} failed: {first['error']} (onError=stop; "
+                "the batch is committed with it rolled back)"
+            )
+
+    def _trim(self, batch_id: int) -> None:
+        snaps = []
+        state_dir = self.store.root / "state"
+        for pdir in state_dir.glob("p*"):
+            snaps = sorted(
+                int(p.stem.split("-")[1])
+                for p in pdir.glob("snap-*.bin")
+                if int(p.stem.split("-")[1]) <= batch_id
+            )
+            if len(snaps) >= 2:
+                self.store.trim(int(pdir.name[1:]), snaps[-2])
+
+
+def _progress(
+    batch_id: int, stats: dict[str, Any], seconds: float, partitions: int
+) -> dict[str, Any]:
+    latency = {int(k): v for k, v in stats["latency"].items()}
+    total = sum(latency.values())
+
+    def pct(q: float) -> float | None:
+        if not total:
+            return None
+        need, seen = q * total, 0
+        for ms in sorted(latency):
+            seen += latency[ms]
+            if seen >= need:
+                return (ms + 1) / 1000
+        return None
+
+    return {
+        "batchId": batch_id,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "numInputRows": stats["events"],
+        "committed": stats["committed"],
+        "aborted": stats["aborted"],
+        "deferred": stats["deferred"],
+        "failed": len(stats["failures"]),
+        "durationMs": round(seconds * 1000),
+        "partitions": partitions,
+        "phase1Ms": round(stats.get("phase1_s", 0.0) * 1000),
+        "deferredPhasesMs": round(stats.get("deferred_s", 0.0) * 1000),
+        "latency": {"p50": pct(0.5), "p99": pct(0.99), "max": pct(1.0)},
+        "latencyHistogramMs": stats["latency"],
+    }
+
+
+def _init_writer(store_root: str, spec: Any) -> Any:
+    """A task that writes its partitions' initial rows of table ``spec``."""
+
+    def write_init(batches: Iterator[Any]) -> Iterator[Any]:
+        import pyarrow as pa  # type: ignore[import-untyped]
+
+        by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
+        for batch in batches:
+            cols = batch.to_pydict()
+            for payload, pid in zip(cols["payload"], cols["pid"], strict=True):
+                row = json.loads(payload)
+                key = spec.key_of(row)
+                by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
+        store = RuntimeStore(store_root)
+        for pid, values in by_pid.items():
+            store.write_init(pid, spec.name, values)
+        yield pa.RecordBatch.from_pylist(
+            [{"n": len(by_pid)}], schema=pa.schema([("n", pa.int64())])
+        )
+
+    return write_init
+
+
+def _as_dataframe(spark: Any, initial: Any, table: str) -> Any:
+    if hasattr(initial, "schema") and hasattr(initial, "columns"):
+        return initial
+    if isinstance(initial, list):
+        if not initial:
+            raise RuntimeJobError(f"table {table!r}: initial rows are an empty list; leave it None")
+        return spark.createDataFrame(initial)
+    path = Path(initial)
+    if not path.exists():
+        raise RuntimeJobError(f"table {table!r}: initial file {path} does not exist")
+    suffix = path.suffix.lower()
+    if suffix in (".json", ".jsonl"):
+        return spark.read.json(str(path))
+    if suffix == ".csv":
+        return spark.read.csv(str(path), header=True, inferSchema=True)
+    if suffix == ".parquet" or path.is_dir():
+        return spark.read.parquet(str(path))
+    raise RuntimeJobError(
+        f"table {table!r}: initial file {path} is not .json, .jsonl, .csv or .parquet"
+    )
+
+
+class _SparkPhases(Phases):
+    """The batch's phases as Spark jobs (see the module docstring)."""
+
+    def __init__(self, job: JobSpec, prepared: Any, partitions: int, route_expr: Any) -> None:
+        self.job = job
+        self.prepared = prepared
+        self.partitions = partitions
+        self.route_expr = route_expr
+        self.p1: Any = None
+
+    def release(self) -> None:
+        if self.p1 is not None:
+            self.p1.unpersist()
+            self.p1 = None
+
+    def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
+        self.release()
+        job, partitions = self.job, self.partitions
+        names = {spec.index: spec.name for spec in job.inputs.values()}
+
+        def run(batches: Iterator[Any]) -> Iterator[Any]:
+            return _phase1_task(job, ctx, partitions, names, batches)
+
+        self.p1 = self.prepared.mapInArrow(run, OUT_SCHEMA).persist()
+        rows = self.p1.where("kind = 'stats'").select("payload").collect()
+        stats = [pickle.loads(r[0]) for r in rows]
+        ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
+        return [s["stats"] for s in stats], any(s["shipped"] for s in stats)
+
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
+        job = self.job
+
+        def coordinate(batches: Iterator[Any]) -> Iterator[Any]:
+            return _phase2_task(job, ctx, batches)
+
+        p2 = (
+            self.p1.where("kind in ('rows', 'event')")
+            .repartition(1)
+            .mapInArrow(coordinate, OUT_SCHEMA)
+            .persist()
+        )
+        try:
+            stats = pickle.loads(p2.where("kind = 'stats'").select("payload").collect()[0][0])
+
+            def take(batches: Iterator[Any]) -> Iterator[Any]:
+                return _phase3_task(job, ctx, batches)
+
+            back = p2.where("kind = 'back'").selectExpr(
+                "kind", "pid", f"{self.route_expr('pid')} as route", "payload"
+            )
+            done = back.repartition(self.partitions, "route").mapInArrow(take, OUT_SCHEMA)
+            tokens = {
+                int(r[0]): pickle.loads(r[1]) for r in done.select("pid", "payload").collect()
+            }
+        finally:
+            p2.unpersist()
+        result: dict[str, Any] = stats
+        return result, tokens
+
+
+def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "pid": pid,
+        "route": 0,
+        "payload": pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL),
+    }
+
+
+def _record_batch(rows: list[dict[str, Any]]) -> Any:
+    import pyarrow as pa
+
+    schema = pa.schema(
+        [
+            ("kind", pa.string()),
+            ("pid", pa.int32()),
+            ("route", pa.int64()),
+            ("payload", pa.binary()),
+        ]
+    )
+    return pa.RecordBatch.from_pylist(rows, schema=schema)
+
+
+def _phase1_task(
+    job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str], batches: Iterator[Any]
+) -> Iterator[Any]:
+    events: dict[int, list[Event]] = {}
+    bad: list[dict[str, Any]] = []
+    for batch in batches:
+        cols = batch.to_pydict()
+        for inp, ordv, payload, pids, mid, pid, copy in zip(
+            cols["__input"],
+            cols["__ordv"],
+            cols["__payload"],
+            cols["__pids"],
+            cols["__mid"],
+            cols["__pid"],
+            cols["__copy"],
+            strict=True,
+        ):
+            name = names[inp]
+            row = json.loads(payload)
+            spec = job.inputs[name]
+            values = spec.values_of(row)
+            if pid < 0 or any(p < 0 for p in pids):
+                bad.append(
+                    {
+                        "txn": f"b{ctx.batch}_{mid}",
+                        "kind": "error",
+                        "position": f"{name}#{mid}",
+                        "order": [ordv or 0.0, inp, mid],
+                        "error": "SchemaError: the event has a null key",
+                    }
+                )
+                continue
+            if values and partition_of(values[0], partitions) != pids[0]:
+                raise RuntimeJobError(
+                    f"{name}#{mid}: Spark and Python place key {values[0]!r} differently; "
+                    "use integer or string key columns"
+                )
+            order = (float(ordv) if ordv is not None else 0.0, inp, mid)
+            events.setdefault(pid, []).append(
+                Event(order, name, row, values, list(pids) if pids else [pid], copy)
+            )
+    out: list[dict[str, Any]] = []
+    for pid, evs in sorted(events.items()):
+        result = phase1(job, ctx, pid, evs)
+        stats = result["stats"]
+        if bad and pid == min(events):
+            stats["failures"].extend(bad)
+            stats["aborted"] += len(bad)
+        shipped = bool(result["rows"] or result["events"])
+        summary = {"stats": stats, "pid": pid, "token": result["token"], "shipped": shipped}
+        out.append(_out("stats", pid, summary))
+        out.extend(_out("rows", pid, r) for r in result["rows"])
+        out.extend(_out("event", pid, e) for e in result["events"])
+    if bad and not events:
+        stats = {
+            "events": 0,
+            "committed": 0,
+            "aborted": len(bad),
+            "deferred": 0,
+            "failures": bad,
+            "latency": {},
+        }
+        out.append(_out("stats", -1, {"stats": stats, "pid": -1, "shipped": False}))
+    if out:
+        yield _record_batch(out)
+
+
+def _phase2_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:
+    rows, events, owner = [], [], {}
+    for batch in batches:
+        cols = batch.to_pydict()
+        for kind, pid, payload in zip(cols["kind"], cols["pid"], cols["payload"], strict=True):
+            item = pickle.loads(payload)
+            if kind == "rows":
+                rows.append(item)
+                owner[item[0]] = pid
+            else:
+                events.append(item)
+    stats, back = phase2(job, ctx, rows, events)
+    out = [_out("stats", -1, stats)]
+    out.extend(_out("back", owner[value], (value, tables)) for value, tables in back)
+    yield _record_batch(out)
+
+
+def _phase3_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:
+    by_pid: dict[int, list[Any]] = {}
+    for batch in batches:
+        cols = batch.to_pydict()
+        for pid, payload in zip(cols["pid"], cols["payload"], strict=True):
+            by_pid.setdefault(pid, []).append(pickle.loads(payload))
+    done = [_out("done", pid, phase3(job, ctx, pid, items)) for pid, items in by_pid.items()]
+    yield _record_batch(done)

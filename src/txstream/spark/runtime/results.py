@@ -1,0 +1,112 @@
+"""Reading what a job committed: outputs, failures and its history as one history.
+
+Only committed batches count (``commits/<b>.json`` exists); within a batch the
+rows come in the declared order of the transactions that emitted them.  The
+history's ``arrival`` line is built from the declared order recorded with each
+transaction (batch, order value, input, source position), never from the order
+in which transactions committed or the files were written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from txstream.model.history import History
+from txstream.model.notation import parse_one
+from txstream.spark.runtime.state import RuntimeStore
+
+
+def is_runtime_store(path: str | Path) -> bool:
+    """Whether ``path`` is a runtime store (or a job checkpoint holding one)."""
+    root = Path(path)
+    return (root / "commits").is_dir() or (root / "txstream" / "commits").is_dir()
+
+
+def _store(path: str | Path) -> RuntimeStore:
+    root = Path(path)
+    if not (root / "commits").is_dir() and (root / "txstream" / "commits").is_dir():
+        root = root / "txstream"
+    return RuntimeStore(root)
+
+
+def read_output(path: str | Path, name: str, with_order: bool = False) -> list[dict[str, Any]]:
+    """The rows emitted to output ``name`` by committed transactions, in order."""
+    store = _store(path)
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for batch in store.committed():
+        folder = store.batch_dir("outputs", name, batch)
+        if not folder.is_dir():
+            continue
+        for part in sorted(folder.glob("*.jsonl")):
+            for line in part.read_text().splitlines():
+                row = json.loads(line)
+                order = row.pop("__order")
+                rows.append(((batch, *order), row))
+    rows.sort(key=lambda item: item[0])
+    if with_order:
+        return [{**row, "__order": list(order)} for order, row in rows]
+    return [row for _, row in rows]
+
+
+def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[str, Any]]:
+    """The rows of output ``name`` in one batch, in order (without their order field)."""
+    folder = store.batch_dir("outputs", name, batch)
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        for line in part.read_text().splitlines():
+            row = json.loads(line)
+            rows.append((row.pop("__order"), row))
+    rows.sort(key=lambda item: item[0])
+    return [row for _, row in rows]
+
+
+def read_failures(path: str | Path) -> list[dict[str, Any]]:
+    """Every transaction rolled back in a committed batch, with its input position and error."""
+    store = _store(path)
+    failures = []
+    for batch in store.committed():
+        folder = store.batch_dir("errors", "", batch)
+        for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+            for line in part.read_text().splitlines():
+                failure = json.loads(line)
+                failure["batch"] = batch
+                failures.append(failure)
+    failures.sort(key=lambda f: (f["batch"], f["order"]))
+    return failures
+
+
+def history_text(path: str | Path, stream: str = "IN") -> str:
+    """The committed runs of a store as one history in the notation."""
+    store = _store(path)
+    fates: dict[str, tuple[tuple[Any, ...], str]] = {}
+    operations: list[str] = []
+    for batch in store.committed():
+        folder = store.batch_dir("history", "", batch)
+        parts = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+        # Phase-1 files before the coordinator's: a deferred value's operations
+        # all come after its phase-1 operations.
+        parts.sort(key=lambda p: p.stem == "coord")
+        for part in parts:
+            for line in part.read_text().splitlines():
+                if line.startswith("T "):
+                    _, gid, fate, ordv, index, mid = line.split()
+                    order = (batch, float(ordv), int(index), int(mid))
+                    known = fates.get(gid)
+                    if known is None or known[1] == "c":
+                        fates[gid] = (min(order, known[0]) if known else order, fate)
+                else:
+                    operations.append(line)
+    arrival = sorted(fates, key=lambda gid: fates[gid][0])
+    lines = [f"# committed history of {store.root}"]
+    if arrival:
+        lines.append(f"arrival {stream}: " + " ".join(arrival))
+    lines.extend(operations)
+    lines.extend(("c" if fates[gid][1] == "c" else "a") + gid for gid in arrival)
+    return "\n".join(lines) + "\n"
+
+
+def read_history(path: str | Path) -> History:
+    """The committed runs of a store as one :class:`History` (for the checkers)."""
+    return parse_one(history_text(path), source=str(path))

@@ -1,0 +1,372 @@
+"""Durable partition state, outputs and histories of the runtime, under one directory.
+
+Layout of a job's store directory (on a file system every executor reaches)::
+
+    LOCK                        the driver's lock: one running job per store
+    job.json                    partitions, job name (checked on restart)
+    commits/<batch>.json        the batch's commit marker (written last, by the driver)
+    state/p<pid>/snap-<b>.bin   a partition's whole state after batch b
+    state/p<pid>/delta-<b>.bin  the rows batch b changed (written by the task)
+    outputs/<name>/batch-<b>/<role>.jsonl   emitted rows of batch b
+    history/batch-<b>/<role>.txt            the committed history of batch b
+    errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
+
+Every ``.bin`` file is ``MAGIC | crc32 | length | pickle`` and is written to a
+temporary name, fsynced and renamed, so a reader sees a whole file or none; a
+damaged file is reported with its path and never loaded.  Everything a batch
+writes counts only once ``commits/<b>.json`` exists: a batch that is re-run
+after a crash overwrites its own files with the same contents (transactions
+are deterministic), and the driver removes a batch's uncommitted outputs before
+it runs it again.
+
+Python workers keep the state of the partitions they ran in memory
+(:data:`_CACHE`), tagged with the batch it reflects, so the next batch on the
+same worker reads nothing from disk; a worker that has not seen the partition
+loads the latest snapshot and the deltas after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import pickle
+import re
+import socket
+import struct
+import uuid
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TxStreamError
+
+MAGIC = b"TXRT1\n"
+_HEADER = struct.Struct(">IQ")
+ABSENT: Any = None  # a deleted row in a delta
+Data = dict[str, dict[Any, dict[Any, dict[str, Any]]]]
+"""table -> partition value -> key -> row"""
+
+
+class StoreError(TxStreamError):
+    """A runtime store file is damaged or the store is in use; the message names it."""
+
+
+class StoreLockedError(StoreError):
+    """Another process owns the store directory."""
+
+
+def write_atomic(path: Path, payload: bytes) -> None:
+    """Write ``payload`` to ``path`` via a temporary file, fsync and rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(payload)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def dump_blob(obj: Any) -> bytes:
+    """``obj`` pickled, behind a magic string, a CRC-32 and the length."""
+    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return MAGIC + _HEADER.pack(zlib.crc32(body), len(body)) + body
+
+
+def load_blob(path: Path) -> Any:
+    """The object in ``path``; :class:`StoreError` when the file is damaged."""
+    raw = path.read_bytes()
+    head = len(MAGIC) + _HEADER.size
+    if len(raw) < head or not raw.startswith(MAGIC):
+        raise StoreError(f"{path}: not a txstream runtime file (damaged header)")
+    crc, length = _HEADER.unpack_from(raw, len(MAGIC))
+    body = raw[head:]
+    if len(body) != length or zlib.crc32(body) != crc:
+        raise StoreError(
+            f"{path}: checksum mismatch (damaged file); restore it from a backup or "
+            "remove the store to start over"
+        )
+    return pickle.loads(body)
+
+
+@dataclass
+class PartitionState:
+    """One partition's rows and boundary state, as of ``version`` (a committed batch).
+
+    While a batch ``pending`` runs, ``undo`` keeps the first pre-image of every
+    row it changed (``changed`` the same keys), so a re-run of the batch rolls
+    back in memory.
+    """
+
+    data: Data = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+    version: int = -1
+    pending: int | None = None
+    undo: dict[tuple[str, Any, Any], Any] = field(default_factory=dict)
+    meta_before: dict[str, Any] | None = None
+    token: str | None = None
+    """Names the saved version this state is (a fresh one per save): a worker's cached
+    state is used only when its token is the one the driver committed."""
+    token_before: str | None = None
+
+    def begin(self, batch: int) -> None:
+        """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
+        self.pending = batch
+        self.undo = {}
+        self.meta_before = dict(self.meta)
+        self.token_before = self.token
+
+    def rollback(self) -> None:
+        """Undo the pending batch."""
+        for (table, value, key), old in self.undo.items():
+            self._set(table, value, key, old)
+        if self.meta_before is not None:
+            self.meta = self.meta_before
+        self.token = self.token_before
+        self.pending = None
+        self.undo = {}
+        self.meta_before = None
+
+    def settle(self) -> None:
+        """The pending batch committed: it becomes this state's version."""
+        if self.pending is not None:
+            self.version = self.pending
+        self.pending = None
+        self.undo = {}
+        self.meta_before = None
+
+    def put(self, table: str, value: Any, key: Any, row: Any) -> None:
+        """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
+        undo_key = (table, value, key)
+        if undo_key not in self.undo:
+            self.undo[undo_key] = self.data.get(table, {}).get(value, {}).get(key, ABSENT)
+        self._set(table, value, key, row)
+
+    def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
+        rows = self.data.setdefault(table, {}).setdefault(value, {})
+        if row is ABSENT:
+            rows.pop(key, None)
+            if not rows:
+                self.data[table].pop(value, None)
+        else:
+            rows[key] = row
+
+    def delta(self) -> dict[str, Any]:
+        """The rows the pending batch changed, as they are now (ABSENT when deleted)."""
+        rows = [
+            (table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT))
+            for (table, value, key) in self.undo
+        ]
+        return {"rows": rows, "meta": self.meta, "token": self.token}
+
+    def apply(self, delta: dict[str, Any]) -> None:
+        """Apply a delta read from disk (no undo kept)."""
+        for table, value, key, row in delta["rows"]:
+            self._set(table, value, key, row)
+        self.meta = dict(delta["meta"])
+        self.token = delta.get("token")
+
+
+_CACHE: dict[tuple[str, int], PartitionState] = {}
+_NAME = re.compile(r"(snap|delta)-(\d+)\.bin")
+
+
+class RuntimeStore:
+    """The files of one job's store directory (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    # -- partition state (executors) ---------------------------------------------------
+    def _pdir(self, pid: int) -> Path:
+        return self.root / "state" / f"p{pid:05d}"
+
+    def state_for(self, pid: int, batch: int, prev: int, token: str | None) -> PartitionState:
+        """The partition's state after batch ``prev`` (the last that ran), ready for ``batch``.
+
+        ``token`` names the version the driver committed for this partition; a
+        worker's cached state is used only when it is that version (another
+        worker may have run the partition since, or rewritten it in phase 3).
+        """
+        key = (str(self.root), pid)
+        state = _CACHE.pop(key, None)
+        if state is not None and state.pending is not None:
+            if state.pending == batch:
+                state.rollback()
+            else:
+                state.settle()
+        if state is None or token is None or state.token != token:
+            state = self.load(pid, prev)
+        state.version = prev
+        _CACHE[key] = state
+        state.begin(batch)
+        return state
+
+    def state_after_phase1(
+        self, pid: int, batch: int, prev: int, token: str | None
+    ) -> PartitionState:
+        """The partition's state with batch ``batch``'s phase-1 changes (version ``token``)."""
+        state = _CACHE.get((str(self.root), pid))
+        if state is not None and state.pending == batch and state.token == token:
+            return state
+        state = self.load(pid, prev)
+        state.begin(batch)
+        path = self._pdir(pid) / f"delta-{batch:012d}.bin"
+        if path.exists():
+            delta = load_blob(path)
+            for table, value, key, row in delta["rows"]:
+                state.put(table, value, key, row)
+            state.meta = dict(delta["meta"])
+        _CACHE[(str(self.root), pid)] = state
+        return state
+
+    def load(self, pid: int, upto: int) -> PartitionState:
+        """Read the partition's state as of batch ``upto`` from its snapshot and deltas."""
+        files: dict[str, list[int]] = {"snap": [], "delta": []}
+        pdir = self._pdir(pid)
+        if pdir.exists():
+            for entry in os.listdir(pdir):
+                match = _NAME.fullmatch(entry)
+                if match and int(match.group(2)) <= upto:
+                    files[match.group(1)].append(int(match.group(2)))
+        state = PartitionState()
+        start = max(files["snap"], default=None)
+        if start is None and pdir.exists():
+            for init in sorted(pdir.glob("init-*.bin")):
+                state.data[init.stem[len("init-") :]] = load_blob(init)
+        if start is not None:
+            snap = load_blob(pdir / f"snap-{start:012d}.bin")
+            state.data, state.meta, state.token = snap["data"], snap["meta"], snap.get("token")
+            state.version = start
+        for batch in sorted(b for b in files["delta"] if start is None or b > start):
+            state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
+            state.version = batch
+        state.version = upto
+        return state
+
+    def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> str:
+        """Write the pending batch's delta (and a snapshot when asked); keep it in the cache.
+
+        Returns the new version's token.
+        """
+        state.token = uuid.uuid4().hex
+        pdir = self._pdir(pid)
+        write_atomic(pdir / f"delta-{batch:012d}.bin", dump_blob(state.delta()))
+        if snapshot:
+            write_atomic(
+                pdir / f"snap-{batch:012d}.bin",
+                dump_blob({"data": state.data, "meta": state.meta, "token": state.token}),
+            )
+        _CACHE[(str(self.root), pid)] = state
+        return state.token
+
+    def write_init(self, pid: int, table: str, values: dict[Any, dict[Any, Any]]) -> None:
+        """Write a partition's initial rows of ``table`` (partition value -> key -> row)."""
+        write_atomic(self._pdir(pid) / f"init-{table}.bin", dump_blob(values))
+
+    def trim(self, pid: int, keep_from: int) -> None:
+        """Delete snapshots and deltas that no restart can need (before ``keep_from``)."""
+        pdir = self._pdir(pid)
+        if not pdir.exists():
+            return
+        for entry in os.listdir(pdir):
+            match = _NAME.fullmatch(entry)
+            if match and int(match.group(2)) < keep_from:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(pdir / entry)
+
+    # -- per-batch files written by tasks --------------------------------------------
+    def write_lines(self, kind: str, name: str, batch: int, role: str, lines: list[str]) -> None:
+        """Write a task's lines for batch ``batch`` (outputs, history or errors)."""
+        folder = self.batch_dir(kind, name, batch)
+        write_atomic(
+            folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}",
+            "".join(line + "\n" for line in lines).encode(),
+        )
+
+    def batch_dir(self, kind: str, name: str, batch: int) -> Path:
+        """The folder of batch ``batch``'s files of one kind (and output name)."""
+        base = self.root / kind / name if name else self.root / kind
+        return base / f"batch-{batch:012d}"
+
+    # -- driver side ------------------------------------------------------------------
+    def committed(self) -> list[int]:
+        """The committed batch ids, in order."""
+        folder = self.root / "commits"
+        if not folder.exists():
+            return []
+        return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+
+    def is_committed(self, batch: int) -> bool:
+        """Whether batch ``batch`` has its commit marker."""
+        return (self.root / "commits" / f"{batch:012d}.json").exists()
+
+    def commit(self, batch: int, info: dict[str, Any]) -> None:
+        """Write batch ``batch``'s commit marker: from now on its files count."""
+        body = json.dumps(info, sort_keys=True)
+        payload = json.dumps({"crc": zlib.crc32(body.encode()), "info": info}, sort_keys=True)
+        write_atomic(self.root / "commits" / f"{batch:012d}.json", payload.encode())
+
+    def commit_info(self, batch: int) -> dict[str, Any]:
+        """The information stored with batch ``batch``'s commit (checked)."""
+        path = self.root / "commits" / f"{batch:012d}.json"
+        try:
+            record = json.loads(path.read_text())
+            body = json.dumps(record["info"], sort_keys=True)
+            if zlib.crc32(body.encode()) != record["crc"]:
+                raise ValueError("checksum mismatch")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"{path}: damaged commit marker ({exc})") from None
+        info: dict[str, Any] = record["info"]
+        return info
+
+    def clear_uncommitted(self, batch: int) -> None:
+        """Remove the files an earlier, uncommitted attempt of ``batch`` left."""
+        import shutil
+
+        for kind in ("outputs", "history", "errors"):
+            base = self.root / kind
+            if not base.exists():
+                continue
+            folders = [base / f"batch-{batch:012d}"]
+            folders += [d / f"batch-{batch:012d}" for d in base.iterdir() if d.is_dir()]
+            for folder in folders:
+                if folder.is_dir():
+                    shutil.rmtree(folder)
+
+    def lock(self) -> StoreLock:
+        """Take the store's owner lock (one running job per store directory)."""
+        return StoreLock(self.root)
+
+
+class StoreLock:
+    """An exclusive ``flock`` on ``ROOT/LOCK`` naming its owner; released by :meth:`release`."""
+
+    def __init__(self, root: Path) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.path = root / "LOCK"
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(self._fd, 200, 0).decode(errors="replace").strip() or "unknown"
+            os.close(self._fd)
+            raise StoreLockedError(
+                f"store {root} is in use by {owner}; stop that job first (one job per store)"
+            ) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Give the store up."""
+        if self._fd >= 0:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,194 @@
+"""The three task bodies of a batch and the driver's loop around them, without pyspark.
+
+:func:`phase1`, :func:`phase2` and :func:`phase3` are what Spark tasks run (and
+what the in-process runner runs); each reads and writes the job's
+:class:`~txstream.spark.runtime.state.RuntimeStore` itself, so the driver only
+moves counters.  :func:`run_batch` is the driver's loop: run phase 1, the
+deferred phases when anything was deferred, re-run with a transaction aborted
+everywhere when a transaction that may span partitions failed, commit.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from txstream.errors import TxStreamError
+from txstream.spark.runtime.base import JobSpec, Row
+from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.executor import (
+    Outcome,
+    PartitionExecutor,
+    latencies,
+    run_deferred,
+    take_back,
+)
+from txstream.spark.runtime.state import RuntimeStore
+
+MAX_ATTEMPTS = 64
+"""Re-runs of one batch for aborted multi-partition transactions before giving up."""
+
+
+@dataclass
+class BatchContext:
+    """What every task of a batch needs to know besides its rows."""
+
+    store: str
+    batch: int
+    prev: int
+    """The last batch that ran before this one (-1 for none): the state tasks start from."""
+    abort: set[str] = field(default_factory=set)
+    snapshot: bool = False
+    arrival: Callable[[Row], float | None] | None = None
+    tokens: dict[int, str] = field(default_factory=dict)
+    """Each partition's committed version (see ``PartitionState.token``)."""
+    phase1_tokens: dict[int, str] = field(default_factory=dict)
+
+
+def _write(
+    store: RuntimeStore, ctx: BatchContext, role: str, outcome: Outcome, job: JobSpec
+) -> None:
+    for name, lines in outcome.outputs.items():
+        store.write_lines("outputs", name, ctx.batch, role, lines)
+    if job.record_history and (outcome.txns or outcome.history):
+        store.write_lines("history", "", ctx.batch, role, outcome.txns + outcome.history)
+    if outcome.failures:
+        store.write_lines(
+            "errors", "", ctx.batch, role, [json.dumps(f, default=str) for f in outcome.failures]
+        )
+
+
+def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
+    """Run partition ``pid``'s events of the batch; returns stats and what it ships."""
+    store = RuntimeStore(ctx.store)
+    state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+    events.sort(key=lambda e: e.order)
+    executor = PartitionExecutor(job, pid, state, ctx.arrival)
+    executor.run(ctx.batch, events, ctx.abort)
+    token = store.save(pid, state, ctx.batch, ctx.snapshot)
+    _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
+    return {
+        "token": token,
+        "stats": executor.outcome.stats(),
+        "rows": executor.shipped_rows(),
+        "events": executor.shipped_events,
+    }
+
+
+def phase2(
+    job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any]
+) -> tuple[dict[str, Any], list[Any]]:
+    """Run the deferred transactions in one place; returns stats and the rows to hand back."""
+    store = RuntimeStore(ctx.store)
+    outcome, back = run_deferred(job, ctx.batch, rows, events, ctx.abort, ctx.arrival)
+    _write(store, ctx, "coord", outcome, job)
+    return outcome.stats(), back
+
+
+def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> str:
+    """Take the coordinator's rows back into partition ``pid``; returns the new version's token."""
+    store = RuntimeStore(ctx.store)
+    state = store.state_after_phase1(pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid))
+    take_back(state, job, back)
+    return store.save(pid, state, ctx.batch, ctx.snapshot)
+
+
+class Phases:
+    """How a batch's phases run: in Spark tasks or in this process (see the runners)."""
+
+    def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
+        """Run phase 1 on every partition: (stats per partition, whether anything was deferred).
+
+        Sets ``ctx.phase1_tokens`` to the versions the partitions saved.
+        """
+        raise NotImplementedError
+
+    def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
+        """Run phases 2 and 3 after :meth:`phase1`: phase 2's stats, phase 3's tokens."""
+        raise NotImplementedError
+
+
+def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Add up per-task stats."""
+    total: dict[str, Any] = {
+        "events": 0,
+        "committed": 0,
+        "aborted": 0,
+        "deferred": 0,
+        "failures": [],
+        "latency": {},
+    }
+    for part in parts:
+        for key in ("events", "committed", "aborted", "deferred"):
+            total[key] += part[key]
+        total["failures"].extend(part["failures"])
+        for bucket, count in part["latency"].items():
+            total["latency"][bucket] = total["latency"].get(bucket, 0) + count
+    total["failures"].sort(key=lambda f: f["order"])
+    return total
+
+
+def committed_tokens(store: RuntimeStore) -> dict[int, str]:
+    """The partitions' versions as of the last committed batch (empty before the first)."""
+    committed = store.committed()
+    if not committed:
+        return {}
+    info = store.commit_info(committed[-1])
+    return {int(p): t for p, t in info.get("tokens", {}).items()}
+
+
+def run_batch(
+    job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeStore
+) -> dict[str, Any]:
+    """Run batch ``ctx.batch`` to its commit marker; returns its merged stats."""
+    reasons: dict[str, str] = {}
+    for _attempt in range(MAX_ATTEMPTS):
+        store.clear_uncommitted(ctx.batch)
+        ctx.phase1_tokens = {}
+        began = time.time()
+        parts, deferred = phases.phase1(ctx)
+        phase1_s = time.time() - began
+        tokens = dict(ctx.phase1_tokens)
+        if deferred:
+            stats2, tokens3 = phases.deferred(ctx)
+            parts.append(stats2)
+            tokens.update(tokens3)
+        stats = merge_stats(parts)
+        stats["phase1_s"] = round(phase1_s, 3)
+        stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
+        new = [
+            f
+            for f in stats["failures"]
+            if f["txn"] not in ctx.abort and f["kind"] in ("abort", "error")
+        ]
+        if job.boundary.may_span and new:
+            # A transaction with parts on several partitions failed: abort it
+            # everywhere and run the batch again (only the earliest failure is
+            # certain; later ones may have seen its effects).
+            first = new[0]
+            ctx.abort.add(first["txn"])
+            reasons[first["txn"]] = first["error"]
+            continue
+        for failure in stats["failures"]:
+            if failure["txn"] in reasons:
+                failure["error"] = reasons[failure["txn"]]
+        ctx.tokens.update(tokens)
+        store.commit(
+            ctx.batch,
+            {
+                "prev": ctx.prev,
+                "events": stats["events"],
+                "committed": stats["committed"],
+                "aborted": stats["aborted"],
+                "tokens": {str(p): t for p, t in ctx.tokens.items()},
+            },
+        )
+        stats["latency"] = latencies(stats["latency"], time.time())
+        return stats
+    raise TxStreamError(
+        f"batch {ctx.batch}: {MAX_ATTEMPTS} transactions spanning partitions failed; stopping "
+        "(see the errors folder of the store)"
+    )

@@ -1,0 +1,352 @@
+"""The partitioned runtime without Spark: the executor, boundaries, store and histories.
+
+The local runner runs the same executor, store and driver loop as Spark
+tasks; here it is checked against brute-force serial oracles (Hypothesis), and
+its recorded histories with the project's own CSAO checker.  One test breaks
+the executor on purpose and shows that both the oracle and the checker notice.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import txstream as tx
+from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.model import check
+from txstream.spark.runtime import executor as executor_module
+from txstream.spark.runtime.partitioning import partition_of
+from txstream.spark.runtime.state import RuntimeStore, StoreError, StoreLockedError
+
+
+def balances(store: Path, partitions: int) -> dict[int, int]:
+    rs = RuntimeStore(store)
+    last = rs.committed()[-1]
+    out: dict[int, int] = {}
+    for pid in range(partitions):
+        state = rs.load(pid, last)
+        for rows in state.data.get("accounts", {}).values():
+            out.update({k: r["balance"] for k, r in rows.items()})
+    return out
+
+
+def split(stream: list[Any], sizes: list[int]) -> list[list[Any]]:
+    out, i = [], 0
+    for size in sizes:
+        out.append(stream[i : i + size])
+        i += size
+    out.append(stream[i:])
+    return [b for b in out if b]
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    accounts=st.integers(2, 12),
+    cross=st.sampled_from([0, 20, 100]),
+    partitions=st.integers(1, 4),
+    sizes=st.lists(st.integers(1, 40), max_size=4),
+)
+def test_ledger_equals_serial_execution_in_arrival_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    accounts: int,
+    cross: int,
+    partitions: int,
+    sizes: list[int],
+) -> None:
+    stream = list(events(60, accounts, cross, seed))
+    store = tmp_path_factory.mktemp("ledger")
+    job = ledger_job().option("recordHistory", True)
+    job.run_local(split(stream, sizes), store, partitions=partitions)
+    balance, outcomes = serial_oracle(stream)
+    got = [(r["id"], r["ok"]) for r in tx.read_output(store, "transfers_done")]
+    assert got == outcomes
+    assert balances(store, partitions) == balance
+    assert sum(balance.values()) == sum(e["amount"] for n, e in stream if n == "deposits")
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_multi_partition_transfers_are_deferred_and_still_correct(tmp_path: Path) -> None:
+    stream = list(events(400, 30, 50, seed=3))
+    runner = ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 2)
+    assert runner.stats[0]["deferred"] > 0
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance
+    assert check(tx.read_history(tmp_path), "csao").holds
+
+
+def test_a_broken_executor_is_caught_by_the_oracle_and_the_checker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Run multi-partition transfers as if they were local, ignoring the values
+    # other partitions hold: the per-value order breaks.  The evidence must fail.
+    def run_everything_locally(self: Any, batch: int, evs: list[Any], abort: set[str]) -> None:
+        self.outcome.events = len(evs)
+        for group in self.job.boundary.groups(batch, evs, self.state.meta):
+            if all(e.copy for e in group.events):
+                self.runner.run(group, abort)
+
+    monkeypatch.setattr(executor_module.PartitionExecutor, "run", run_everything_locally)
+    monkeypatch.setattr(executor_module.Tx, "_check_value", lambda self, table, value: None)
+    stream = list(events(300, 8, 100, seed=5))
+    ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 2)
+    _, outcomes = serial_oracle(stream)
+    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")]
+    assert got != outcomes
+    assert not check(tx.read_history(tmp_path), "csao").holds
+
+
+def test_partition_of_spreads_values_and_is_stable() -> None:
+    assert partition_of(7, 4) == partition_of(7, 4)
+    assert {partition_of(v, 4) for v in range(100)} == {0, 1, 2, 3}
+    assert partition_of(("a", 1), 8) == partition_of(("a", 1), 8)
+    with pytest.raises(tx.RuntimeJobError, match="partition value"):
+        partition_of(1.5, 2)
+
+
+# -- transaction functions: errors, aborts, undeclared keys --------------------------
+def counter_job(boundary: str = "event", **options: Any) -> tx.Job:
+    def add(t: tx.Tx, e: dict[str, Any]) -> None:
+        if t.read("counts", e["k"]) is None:
+            t.insert("counts", {"k": e["k"], "n": 0})
+        t.increment("counts", e["k"], "n", 1)
+        t.emit("seen", {"k": e["k"], "ts": e["ts"]})
+        if e.get("boom"):
+            raise ValueError("boom")
+        if e.get("stop"):
+            t.abort("not today")
+        if e.get("other") is not None:
+            t.read("counts", e["other"])
+
+    return (
+        tx.Job("counter")
+        .table("counts", key="k")
+        .input("ev", None, keys="k", order="ts")
+        .output("seen")
+        .on("ev", add)
+        .boundary(boundary, **options)
+        .option("recordHistory", True)
+    )
+
+
+def counts(store: Path, partitions: int = 2) -> dict[Any, int]:
+    rs = RuntimeStore(store)
+    out: dict[Any, int] = {}
+    for pid in range(partitions):
+        for rows in rs.load(pid, rs.committed()[-1]).data.get("counts", {}).values():
+            out.update({k: r["n"] for k, r in rows.items()})
+    return out
+
+
+def test_a_failing_transaction_is_rolled_back_and_reported_with_its_position(
+    tmp_path: Path,
+) -> None:
+    batch = [("ev", {"k": 1, "ts": 1}), ("ev", {"k": 1, "ts": 2, "boom": True}),
+             ("ev", {"k": 2, "ts": 3, "stop": True}), ("ev", {"k": 1, "ts": 4, "other": 99})]
+    counter_job().run_local([batch], tmp_path)
+    assert counts(tmp_path) == {1: 1}
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [1]
+    failures = tx.read_failures(tmp_path)
+    assert [(f["position"], f["kind"]) for f in failures] == [
+        ("ev#1", "error"), ("ev#2", "abort"), ("ev#3", "error")]
+    assert "ValueError: boom" in failures[0]["error"]
+    assert "not today" in failures[1]["error"]
+    assert "UndeclaredKeyError" in failures[2]["error"] and "99" in failures[2]["error"]
+
+
+def test_a_timestamp_transaction_spanning_partitions_aborts_everywhere(tmp_path: Path) -> None:
+    keys = [k for k in range(40) if partition_of(k, 2) == 0][:1] + [
+        k for k in range(40) if partition_of(k, 2) == 1][:1]
+    a, b = keys
+    batch = [("ev", {"k": a, "ts": 1}), ("ev", {"k": b, "ts": 1}),
+             ("ev", {"k": a, "ts": 2}), ("ev", {"k": b, "ts": 2, "boom": True}),
+             ("ev", {"k": a, "ts": 3})]
+    runner = counter_job("timestamp").run_local([batch], tmp_path)
+    # ts=2 is one transaction with a part on each partition: b's part failed,
+    # so a's part must not stay applied either.
+    assert counts(tmp_path) == {a: 2, b: 1}
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [1, 1, 3]
+    assert runner.stats[0]["aborted"] >= 1
+    assert check(tx.read_history(tmp_path), "csao").holds
+
+
+# -- boundaries --------------------------------------------------------------------
+def group_sizes(boundary: str, batch: list[Any], **options: Any) -> list[int]:
+    from txstream.spark.runtime.boundaries import Event
+
+    evs = [Event((float(e.get("ts", 0)), 0 if n == "ev" else 1, i), n, e, [0], [0])
+           for i, (n, e) in enumerate(batch)]
+    meta: dict[str, Any] = {}
+    return [len(g.events) for g in tx.boundary(boundary, **options).groups(0, evs, meta)]
+
+
+def test_boundaries_by_name_group_events_as_table_3_says() -> None:
+    batch = [("ev", {"ts": t}) for t in (1, 1, 2, 3.5, 4, 4, 4)]
+    assert group_sizes("event", batch) == [1] * 7
+    assert group_sizes("timestamp", batch) == [2, 1, 1, 3]
+    assert group_sizes("seconds", batch, seconds=2) == [2, 2, 3]
+    assert group_sizes("batch", batch) == [7]
+    assert group_sizes("by", batch, group=lambda e: e["ts"] > 2) == [3, 4]
+    cti = [("ev", {"ts": 1}), ("cti", {}), ("ev", {"ts": 2}), ("ev", {"ts": 3}), ("cti", {})]
+    assert group_sizes("punctuation", cti, of="cti") == [2, 3]
+
+
+def test_timeslice_aborts_late_events(tmp_path: Path) -> None:
+    job = counter_job("timeslice", seconds=10, of="ev")
+    job.run_local([[("ev", {"k": 1, "ts": 5}), ("ev", {"k": 1, "ts": 25})],
+                   [("ev", {"k": 1, "ts": 12}), ("ev", {"k": 1, "ts": 27})]], tmp_path, 1)
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [5, 25, 27]
+    late = tx.read_failures(tmp_path)
+    assert [(f["kind"], f["position"]) for f in late] == [("late", "ev#0")]
+
+
+def test_unknown_names_and_bad_declarations_fail_with_one_line() -> None:
+    with pytest.raises(tx.UnknownNameError, match="unknown boundary 'hourly'"):
+        tx.Job().boundary("hourly")
+    with pytest.raises(tx.RuntimeJobError, match="positive finite"):
+        tx.Job().boundary("seconds", seconds=float("nan"))
+    with pytest.raises(tx.RuntimeJobError, match="unknown option"):
+        tx.Job().option("partitons", 2)
+    with pytest.raises(tx.RuntimeJobError, match="no transaction function"):
+        tx.Job().input("a", None, keys="k").validate()
+    with pytest.raises(tx.RuntimeJobError, match="needs an order column"):
+        tx.Job().input("a", None, keys="k").on("a", print).boundary("timestamp").validate()
+    with pytest.raises(tx.RuntimeJobError, match="partition_by"):
+        tx.Job().table("t", key="a", partition_by="b")
+
+
+def test_rows_that_do_not_fit_the_schema_are_rejected(tmp_path: Path) -> None:
+    stream = [("deposits", {"acct": 1, "amount": "ten", "id": 0})]
+    ledger_job().run_local([stream], tmp_path, 1)
+    (failure,) = tx.read_failures(tmp_path)
+    assert "SchemaError" in failure["error"] and "balance" in failure["error"]
+
+
+# -- the store: restarts, replays, damage, one owner -----------------------------------
+def test_a_batch_replayed_after_a_crash_takes_effect_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stream = list(events(200, 10, 50, seed=9))
+    batches = split(stream, [50, 50, 50])
+    ledger_job().run_local(batches[:2], tmp_path, 2)
+    # The third batch runs completely but dies before its commit marker.
+    from txstream.spark.runtime import tasks
+
+    def die(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RuntimeStore, "commit", die)
+    with pytest.raises(KeyboardInterrupt):
+        ledger_job().run_local(batches[2:3], tmp_path, 2)
+    monkeypatch.undo()
+    assert tasks  # the real loop ran
+    runner = tx.LocalRunner(ledger_job().spec, tmp_path, 2)
+    assert runner.batch == 2  # the uncommitted batch runs again
+    runner.run(batches[2:])
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance
+
+
+def test_a_damaged_state_file_is_reported_not_loaded(tmp_path: Path) -> None:
+    ledger_job().run_local([list(events(50, 5, 0, seed=1))] * 1, tmp_path, 1)
+    for path in (tmp_path / "state" / "p00000").glob("*.bin"):
+        raw = bytearray(path.read_bytes())
+        raw[-3] ^= 0x40
+        path.write_bytes(bytes(raw))
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        RuntimeStore(tmp_path).load(0, 0)
+
+
+def test_a_second_owner_of_a_store_gets_one_line_naming_the_first(tmp_path: Path) -> None:
+    lock = RuntimeStore(tmp_path).lock()
+    try:
+        code = (
+            "import sys\n"
+            "from txstream.spark.runtime.state import RuntimeStore, StoreLockedError\n"
+            f"try:\n    RuntimeStore({str(tmp_path)!r}).lock()\n"
+            "except StoreLockedError as e:\n    print(e); sys.exit(3)\n"
+        )
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+        assert result.returncode == 3
+        assert "in use by pid" in result.stdout and str(__import__("os").getpid()) in result.stdout
+    finally:
+        lock.release()
+    RuntimeStore(tmp_path).lock().release()
+    with pytest.raises(StoreLockedError):
+        held = RuntimeStore(tmp_path).lock()
+        try:
+            RuntimeStore(tmp_path).lock()
+        finally:
+            held.release()
+
+
+def test_history_arrival_comes_from_the_declared_order_not_commit_order(tmp_path: Path) -> None:
+    # Events arrive out of id order within the batch; the order column decides.
+    stream = [("deposits", {"acct": 1, "amount": 5, "id": 2}),
+              ("deposits", {"acct": 1, "amount": 7, "id": 1})]
+    ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 1)
+    text = tx.spark.runtime.history_text(tmp_path)
+    arrival = next(line for line in text.splitlines() if line.startswith("arrival"))
+    assert arrival.split(": ")[1].split() == ["b0_1", "b0_0"]
+    assert json.loads(json.dumps(check(tx.read_history(tmp_path), "csao").holds))
+
+
+def test_sinks_get_each_committed_batch_once_even_after_a_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[int, int]] = []
+    stream = list(events(120, 6, 50, seed=2))
+    batches = split(stream, [40, 40])
+
+    def sink(batch: int, rows: list[dict[str, Any]]) -> None:
+        calls.append((batch, len(rows)))
+
+    ledger_job().sink("transfers_done", sink).run_local(batches[:2], tmp_path, 2)
+    assert [b for b, _ in calls] == [0, 1]
+    # The driver dies after batch 2 committed but before its sink delivery was recorded.
+    from txstream.spark.runtime import sinks
+
+    real = sinks.write_atomic
+    monkeypatch.setattr(sinks, "write_atomic", lambda *a: (_ for _ in ()).throw(OSError("gone")))
+    with pytest.raises(OSError):
+        tx.LocalRunner(ledger_job().spec, tmp_path, 2).run(batches[2:])
+        sinks.deliver(RuntimeStore(tmp_path), {"transfers_done": [sink]})
+    monkeypatch.setattr(sinks, "write_atomic", real)
+    sinks.deliver(RuntimeStore(tmp_path), {"transfers_done": [sink]})
+    # Batch 2 was handed over again (a sink must be idempotent per batch id) and
+    # nothing else was.
+    assert [b for b, _ in calls] == [0, 1, 2, 2]
+    total = sum(n for b, n in calls[:3])
+    assert total == len(tx.read_output(tmp_path, "transfers_done"))
+
+
+def test_postgres_sink_is_exactly_once_per_batch(tmp_path: Path) -> None:
+    from txstream.loading.pgserver import PostgresServer, find_bindir
+
+    if find_bindir() is None:
+        pytest.fail("PostgreSQL server binaries missing: run scripts/pg-install.sh")
+    server = PostgresServer().start()
+    try:
+        import psycopg
+
+        sink = tx.PostgresSink(server.conninfo, "transfers", ["id", "ok"],
+                               types={"id": "bigint", "ok": "boolean"})
+        stream = list(events(150, 6, 50, seed=4))
+        ledger_job().sink("transfers_done", sink).run_local(split(stream, [50, 50]), tmp_path, 2)
+        sink(1, [{"id": -1, "ok": True}])  # a re-delivered batch is skipped
+        with psycopg.connect(server.conninfo) as conn:
+            got = conn.execute("SELECT id, ok FROM transfers ORDER BY id").fetchall()
+        expected = sorted((r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done"))
+        assert [tuple(r) for r in got] == expected
+    finally:
+        server.stop()

@@ -1,0 +1,202 @@
+"""The runtime on Spark: the same answers as serial execution, on executors, across crashes.
+
+Few and deterministic (``availableNow``); one shared local session, and
+subprocesses for what needs its own Spark application (SIGKILL of the driver,
+``local-cluster`` with two executor JVMs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txstream as tx
+from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.model import check
+from txstream.spark.runtime.partitioning import partition_of, sql_partition
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "sensor_alerts.py"
+
+
+def write_ledger_input(folder: Path, stream: list[Any], files: int) -> None:
+    for name in ("deposits", "transfers"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    size = -(-len(stream) // files)
+    for n in range(files):
+        part = stream[n * size : (n + 1) * size]
+        for name in ("deposits", "transfers"):
+            path = folder / name / f"part-{n:04d}.json"
+            path.write_text("".join(json.dumps(e) + "\n" for i, e in part if i == name))
+            os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
+
+
+def ledger_streams(spark: Any, folder: Path) -> tuple[Any, Any]:
+    deposits = (spark.readStream.schema("acct long, amount long, id long")
+                .option("maxFilesPerTrigger", 1).json(str(folder / "deposits")))
+    transfers = (spark.readStream.schema("src long, dst long, amount long, id long")
+                 .option("maxFilesPerTrigger", 1).json(str(folder / "transfers")))
+    return deposits, transfers
+
+
+def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path) -> None:
+    stream = list(events(1500, 40, 30, seed=11))
+    write_ledger_input(tmp_path / "in", stream, files=3)
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("recordHistory", True)
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    _, outcomes = serial_oracle(stream)
+    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path / "ckpt", "transfers_done")]
+    assert got == outcomes
+    progress = query.recentProgress
+    assert len(progress) == 3 and sum(p["numInputRows"] for p in progress) == len(stream)
+    assert sum(p["deferred"] for p in progress) > 0  # multi-partition transfers took phase 2
+    verdict = check(tx.read_history(tmp_path / "ckpt"), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_spark_and_python_place_keys_alike(spark: Any) -> None:
+    rng = random.Random(4)
+    ints = [rng.randrange(-10**12, 10**12) for _ in range(200)]
+    texts = ["".join(rng.choice("aé€ b\x1f7") for _ in range(rng.randrange(0, 6)))
+             for _ in range(200)]
+    rows = [(i, t, i % 2 == 0) for i, t in zip(ints, texts, strict=True)]
+    df = spark.createDataFrame(rows, "i long, t string, b boolean")
+    for cols, value in (
+        (["i"], lambda r: r[0]), (["t"], lambda r: r[1]), (["i", "t", "b"], lambda r: r)):
+        got = [r[0] for r in df.selectExpr(sql_partition(cols, 7)).collect()]
+        assert got == [partition_of(value(r), 7) for r in rows], cols
+
+
+def test_bad_declarations_fail_in_one_line_before_the_stream_starts(
+    spark: Any, tmp_path: Path
+) -> None:
+    df = spark.readStream.schema("k double, v long").json(str(tmp_path))
+    job = tx.Job("bad").input("ev", df, keys="k").on("ev", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match="key column 'k' is DoubleType"):
+        job.start(tmp_path / "ckpt", spark=spark)
+    job = tx.Job("bad").input("ev", df, keys="nope").on("ev", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match="key column 'nope' is not in its schema"):
+        job.start(tmp_path / "ckpt", spark=spark)
+    assert not spark.streams.active
+
+
+def test_a_second_job_on_a_running_checkpoint_is_refused(spark: Any, tmp_path: Path) -> None:
+    stream = list(events(50, 5, 0, seed=1))
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    first = ledger_job(*ledger_streams(spark, tmp_path / "in")).start(tmp_path / "ckpt", spark)
+    try:
+        with pytest.raises(tx.StoreLockedError, match=f"pid {os.getpid()}"):
+            ledger_job(*ledger_streams(spark, tmp_path / "in")).start(tmp_path / "ckpt", spark)
+    finally:
+        first.stop()
+
+
+def run_example(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
+                          check=False, **kwargs)
+
+
+def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None:
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    assert run_example("generate", "--out", str(data), "--files", "40").returncode == 0
+    rng = random.Random(7)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    commits = ckpt / "txstream" / "commits"
+    kills = 0
+    for n in range(10):
+        before = len(list(commits.glob("*.json"))) if commits.exists() else 0
+        proc = subprocess.Popen(
+            [sys.executable, str(EXAMPLE), "run", "--continuous", "--data", str(data),
+             "--checkpoint", str(ckpt)],
+            stdout=subprocess.DEVNULL, stderr=(tmp_path / f"run{n}.err").open("w"), env=env,
+            start_new_session=True,
+        )
+        if n % 3 == 0:
+            time.sleep(rng.uniform(1, 8))  # during start-up or recovery
+        else:
+            # Once the run has committed something new, at a random moment of
+            # the batches that follow.
+            deadline = time.time() + 120
+            while time.time() < deadline and proc.poll() is None:
+                if commits.exists() and len(list(commits.glob("*.json"))) > before:
+                    break
+                time.sleep(0.2)
+            time.sleep(rng.uniform(0, 2.5))
+        assert proc.poll() is None, (tmp_path / f"run{n}.err").read_text()[-3000:]
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
+        proc.wait()
+        kills += 1
+    committed = len(list((ckpt / "txstream" / "commits").glob("*.json")))
+    assert committed > 0  # work was done between kills
+    final = run_example("run", "--data", str(data), "--checkpoint", str(ckpt), env=env)
+    assert final.returncode == 0, final.stderr[-2000:]
+    shown = run_example("show", "--data", str(data), "--checkpoint", str(ckpt))
+    assert '"exactly_as_expected": true' in shown.stdout, shown.stdout
+    verdict = check(tx.read_history(ckpt), "csao")
+    assert verdict.holds and kills == 10
+
+
+CLUSTER_JOB = """
+import json, os, sys
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_runtime_spark import ledger_streams
+import txstream as tx
+from txstream.bench.ledger import ledger_job
+from txstream.spark import local_session
+
+spark = local_session("cluster-test", master={master!r})
+folder, ckpt, kill = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "kill"
+job = ledger_job(*ledger_streams(spark, folder))
+if kill:
+    # The first task of batch 1 takes its executor JVM down with it (once).
+    marker = ckpt.parent / "killed"
+    inner = job.spec.handlers["transfers"]
+    def transfer(t, e):
+        if e["id"] > 500 and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.kill(os.getppid(), 9)
+            os._exit(1)
+        inner(t, e)
+    job.on("transfers", transfer)
+query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
+try:
+    query.awaitTermination()
+finally:
+    query.stop()
+print(json.dumps([[r["id"], r["ok"]] for r in tx.read_output(ckpt, "transfers_done")]))
+"""
+
+
+def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
+    tmp_path: Path,
+) -> None:
+    stream = list(events(1200, 30, 30, seed=21))
+    write_ledger_input(tmp_path / "in", stream, files=3)
+    _, outcomes = serial_oracle(stream)
+    script = tmp_path / "job.py"
+    script.write_text(CLUSTER_JOB.format(tests=str(ROOT / "tests"),
+                                         master="local-cluster[2,1,1024]"))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "ckpt"), "kill"],
+        capture_output=True, text=True, env=env, timeout=600, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "killed").exists()  # an executor really died mid-batch
+    got = [tuple(x) for x in json.loads(result.stdout.strip().splitlines()[-1])]
+    assert got == outcomes
