@@ -585,3 +585,9 @@ def test_a_bad_first_id_in_a_checkpoint_is_refused(tmp_path, first) -> None:
     (tmp_path / "checkpoint.json").write_bytes(head + body + b"}\n")
     with pytest.raises(CheckpointCorruptError, match="bad first id"):
         Store(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["my stream", "", "a:b c", 5])
+def test_arrival_stream_names_that_would_not_parse_back_are_refused(name) -> None:
+    with pytest.raises(TxStreamError, match="arrival_stream must be a name"):
+        TransactionManager(record=True, arrival_stream=name)

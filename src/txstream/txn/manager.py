@@ -38,6 +38,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -464,6 +465,8 @@ class Transaction:
         mgr._ended(self, committed=False, keep_order=keep_order)
 
 
+_STREAM_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+
 _PRUNE_MIN = 4096
 """Write-map size below which the write map is not pruned."""
 
@@ -533,6 +536,12 @@ class TransactionManager:
         if lock_timeout is not None:
             lock_timeout = _seconds("lock_timeout", lock_timeout, zero=False)
         group_delay = _seconds("group_delay", group_delay, zero=True)
+        if not isinstance(arrival_stream, str) or not _STREAM_NAME.fullmatch(arrival_stream):
+            # The recorded arrival line must parse back: 'arrival <name>: 1 2 3'.
+            raise TxStreamError(
+                f"arrival_stream must be a name of letters, digits and _.:- , not "
+                f"{arrival_stream!r}"
+            )
         if checkpoint_every_bytes is not None:
             if (
                 isinstance(checkpoint_every_bytes, bool)
