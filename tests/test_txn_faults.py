@@ -591,3 +591,33 @@ def test_a_bad_first_id_in_a_checkpoint_is_refused(tmp_path, first) -> None:
 def test_arrival_stream_names_that_would_not_parse_back_are_refused(name) -> None:
     with pytest.raises(TxStreamError, match="arrival_stream must be a name"):
         TransactionManager(record=True, arrival_stream=name)
+
+
+def test_threaded_recording_to_a_file_with_snapshot_readers(tmp_path) -> None:
+    file = tmp_path / "h.txt"
+    tm = TransactionManager("snapshot", snapshot_updates="locking", record=file, lock_timeout=10)
+    x = tm.table("x")
+    x.load({k: 0 for k in range(5)})
+    errors: list[BaseException] = []
+
+    def worker(k: int) -> None:
+        try:
+            for i in range(300):
+                if i % 3 == 0:
+                    tm.run(lambda t: [t.read(x, j) for j in range(5)], read_only=True)
+                else:
+                    tm.run(lambda t, i=i: t.increment(x, (i + k) % 5, 1))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    tm.close()
+    history = parse_one(file.read_text()).committed_projection()
+    assert len(history.committed()) == 1200 and sum(x.snapshot().values()) == 800
+    assert sorted(history.arrivals["events"]) == sorted(history.committed())
+    assert check(history, "cs").holds
