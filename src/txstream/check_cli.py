@@ -138,7 +138,9 @@ def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
             texts.append((str(path), history_text(path)))
         elif path.is_dir():
             files = sorted(path.glob("*.txt"))
-            stores = sorted(p for p in path.iterdir() if p.is_dir() and is_runtime_store(p))
+            stores = sorted(
+                p for p in path.iterdir() if p.is_dir() and is_runtime_store(p, with_history=True)
+            )
             if not files and not stores:
                 raise TxStreamError(
                     f"folder {path} holds no *.txt history files and no runtime job stores"

@@ -13,15 +13,22 @@ import json
 from pathlib import Path
 from typing import Any
 
+from txstream.errors import TxStreamError
 from txstream.model.history import History
 from txstream.model.notation import parse_one
 from txstream.spark.runtime.state import RuntimeStore
 
 
-def is_runtime_store(path: str | Path) -> bool:
-    """Whether ``path`` is a runtime store (or a job checkpoint holding one)."""
+def is_runtime_store(path: str | Path, with_history: bool = False) -> bool:
+    """Whether ``path`` is a runtime store (or a job checkpoint holding one).
+
+    ``with_history``: only one that recorded a history (``recordHistory``).
+    """
     root = Path(path)
-    return (root / "commits").is_dir() or (root / "txstream" / "commits").is_dir()
+    for store in (root, root / "txstream"):
+        if (store / "commits").is_dir():
+            return not with_history or (store / "history").is_dir()
+    return False
 
 
 def _store(path: str | Path) -> RuntimeStore:
@@ -80,6 +87,10 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
 def history_text(path: str | Path, stream: str = "IN") -> str:
     """The committed runs of a store as one history in the notation."""
     store = _store(path)
+    if not (store.root / "history").is_dir():
+        raise TxStreamError(
+            f"{path}: this job recorded no history; start it with .option('recordHistory', True)"
+        )
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
     operations: list[str] = []
     for batch in store.committed():
