@@ -79,7 +79,8 @@ def test_five_method_interface() -> None:
     tm.write(t2, "acct", "a", 2)
     tm.abort(t2)
     assert acct.read("a") == 1
-    assert format_history(tm.history()) == "r1(acct.a) w1(acct.a) c1 a2"
+    # The arrival line lists the committed transactions in the order they began.
+    assert format_history(tm.history()) == "arrival events: 1\nr1(acct.a) w1(acct.a) c1 a2"
     assert set(protocols()) == set(ALL)
 
 
@@ -227,7 +228,9 @@ def test_first_committer_wins_and_snapshot_reads() -> None:
     reader.commit()
     assert x.snapshot() == {1: 1}
     history = tm.history()
-    assert format_history(history).startswith("r1(x.1)")  # recorded at the snapshot point
+    ops = format_history(history).splitlines()[1]
+    assert ops.startswith("r1(x.1)")  # recorded at the snapshot point
+    assert history.arrivals == {"events": ["1", "2"]}  # t2 (3) may still be retried
     assert check(history, "cs").holds
 
 
@@ -524,3 +527,28 @@ def test_threaded_runs_match_a_serial_execution(programs, protocol) -> None:
         for perm in perms
     )
     tm.locks.check_idle()
+
+
+def test_arrival_line_is_the_begin_order_with_retries_in_place() -> None:
+    tm = TransactionManager("ss2pl", record=True)  # unordered: recorded all the same
+    x = tm.table("x")
+    x.load({1: 0})
+    first = tm.begin()
+    first.increment(x, 1, 1)
+    first.abort(retry=True)  # will be retried: keeps its place
+    second = tm.begin()
+    second.increment(x, 1, 1)
+    second.commit()
+    dropped = tm.begin()
+    dropped.abort(retry=True)
+    tm.give_up(dropped)  # never retried: its place is released
+    again = tm.begin(retry_of=first)
+    again.increment(x, 1, 1)
+    again.commit()
+    last = tm.begin()
+    last.read(x, 1)
+    last.commit()
+    history = tm.history(committed_only=True)
+    assert history.arrivals == {"events": ["4", "2", "5"]}  # 4 took 1's place
+    assert not check(history, "csao").holds  # 4 committed after 2, on the same row
+    assert check(history, "cs").holds

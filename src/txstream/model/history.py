@@ -180,7 +180,13 @@ class History:
                         "which has no operation in the history",
                         arrival=txn,
                     )
-            twice = [t for t in txns if txns.count(t) > 1]
+            # A set, not list.count per entry: that was quadratic in the arrivals.
+            seen: set[str] = set()
+            twice: list[str] = []
+            for txn in txns:
+                if txn in seen:
+                    twice.append(txn)
+                seen.add(txn)
             if twice:
                 raise HistoryInvariantError(
                     f"arrival order of stream {stream} names transaction {twice[0]} twice",

@@ -334,7 +334,7 @@ class Store:
                     for name, t in self.tables.items()
                 },
                 "streams": {
-                    name: {**s.describe(), "events": s.committed_with_ids()}
+                    name: {**s.describe(), "first": s.first, "events": s.committed_with_ids()}
                     for name, s in self.streams.items()
                 },
                 "offsets": dict(self.offsets),
@@ -637,14 +637,21 @@ class Store:
                 if pair[0] <= last:
                     raise bad(f"stream {name}: event ids are not increasing")
                 last = pair[0]
+            first = spec.get("first", 0)
+            events = spec["events"]
+            if type(first) is not int or first < 0 or (events and events[0][0] < first):
+                raise bad(f"stream {name}: bad first id {first!r}")
         for name, rows in tables.items():
             table = self.tables.setdefault(name, Table(name))
             for key, row in rows:
                 table.apply(_key(key), row, ts)
         for name, spec in streams.items():
-            settings = {k: v for k, v in spec.items() if k != "events"}
+            settings = {k: v for k, v in spec.items() if k not in ("events", "first")}
             self._replay_definition({"def": "stream", "name": name, **settings})
             stream = self.streams[name]
+            # A trimmed stream starts at its first kept id (optional: older
+            # checkpoints have none), so its trimmed ids are no holes to allocate.
+            stream.start_at(spec.get("first", 0))
             for event_id, event in spec["events"]:
                 self._place(stream, event_id, event, ts)
         self.offsets.update(offsets)
@@ -654,7 +661,9 @@ class Store:
         """Replay one committed event, refusing ids that would allocate absurd gaps."""
         if type(event_id) is not int or event_id < 0:
             raise StorageError(f"stream {stream.name}: bad event id {event_id!r}")
-        gap = event_id - len(stream)
+        first, end = stream.first, len(stream)
+        # Replay follows commit order: an id below the first one leaves holes before it.
+        gap = first - event_id if event_id < first and end > first else event_id - end
         if gap > 0:
             self._holes -= gap
             if self._holes < 0:

@@ -81,15 +81,23 @@ class Stream:
         self.range_size = range_size
         self._events: list[Any] = []
         self._ts: list[int | None] = []
+        self._base = 0  # the id of _events[0]: ids below it were trimmed
         self._live = 0
         self._latch = threading.Lock()
+        self.readers: dict[str, int] = {}
+        """Registered readers and the id each has read up to (see :meth:`trim`)."""
 
     def __repr__(self) -> str:
         return f"Stream({self.name!r}, events={self._live}, granularity={self.granularity!r})"
 
     def __len__(self) -> int:
-        """Number of slots (the next event id), holes included."""
-        return len(self._events)
+        """The next event id (slots, holes and trimmed events included)."""
+        return self._base + len(self._events)
+
+    @property
+    def first(self) -> int:
+        """The smallest id still kept (events below it were trimmed)."""
+        return self._base
 
     @property
     def live(self) -> int:
@@ -176,15 +184,17 @@ class Stream:
             self._events.append(event)
             self._ts.append(None)
             self._live += 1
-            return len(self._events) - 1
+            return self._base + len(self._events) - 1
 
     def bounds(self, start: int = 0, end: int | None = None) -> tuple[int, int]:
-        """Clamp a requested id range to the stream's current slots."""
-        n = len(self._events)
+        """Clamp a requested id range to the stream's current (untrimmed) slots."""
+        base = self._base
+        n = base + len(self._events)
         if start < 0:
             raise StorageError(f"stream {self.name}: negative start {start}")
         stop = n if end is None else min(end, n)
-        return min(start, n), max(min(start, n), stop)
+        lo = min(max(start, base), n)
+        return lo, max(lo, stop)
 
     def _slots(self, start: int, end: int | None) -> tuple[int, list[Any], list[int | None]]:
         """A consistent copy of the slots in ``[start, end)``.
@@ -194,7 +204,8 @@ class Stream:
         """
         with self._latch:
             lo, hi = self.bounds(start, end)
-            return lo, self._events[lo:hi], self._ts[lo:hi]
+            base = self._base
+            return lo, self._events[lo - base : hi - base], self._ts[lo - base : hi - base]
 
     def read(self, start: int = 0, end: int | None = None) -> list[Any]:
         """The present events with ids in ``[start, end)``, committed or not."""
@@ -242,10 +253,11 @@ class Stream:
         """Undo the append of ``event_id``: truncate at the tail, else leave a hole."""
         with self._latch:
             events = self._events
-            if event_id >= len(events) or events[event_id] is GONE:
+            index = event_id - self._base
+            if index < 0 or index >= len(events) or events[index] is GONE:
                 return
-            events[event_id] = GONE
-            self._ts[event_id] = None
+            events[index] = GONE
+            self._ts[index] = None
             self._live -= 1
             while events and events[-1] is GONE and self._ts[-1] is None:
                 events.pop()
@@ -253,23 +265,121 @@ class Stream:
 
     def install(self, event_id: int, ts: int) -> None:
         """Mark event ``event_id`` committed at timestamp ``ts``."""
-        self._ts[event_id] = ts
+        with self._latch:  # a trim may shift the slots meanwhile
+            self._ts[event_id - self._base] = ts
+
+    def event(self, event_id: int) -> Any:
+        """The event with id ``event_id`` (``GONE`` for a hole)."""
+        with self._latch:
+            index = event_id - self._base
+            if index < 0:
+                raise StorageError(f"stream {self.name}: event {event_id} was trimmed")
+            return self._events[index]
+
+    def start_at(self, first: int) -> None:
+        """Let an empty stream start at id ``first`` (a trimmed stream's checkpoint)."""
+        with self._latch:
+            if self._events:
+                raise StorageError(f"stream {self.name}: only an empty stream can move its start")
+            self._base = first
 
     def place(self, event_id: int, event: Any, ts: int) -> None:
-        """Put a committed event at a given id (log replay); earlier gaps become holes."""
+        """Put a committed event at a given id (log replay); earlier gaps become holes.
+
+        The first event placed in an empty stream sets its first id, so a stream
+        that was trimmed comes back from a checkpoint without its trimmed ids.
+        """
         events, stamps = self._events, self._ts
-        while len(events) < event_id:
+        if not events:
+            self._base = event_id
+        elif event_id < self._base:
+            # Log replay follows commit order, which may differ from id order.
+            gap = self._base - event_id
+            events[:0] = [GONE] * gap
+            stamps[:0] = [None] * gap
+            self._base = event_id
+        index = event_id - self._base
+        while len(events) < index:
             events.append(GONE)
             stamps.append(None)
-        if event_id == len(events):
+        if index == len(events):
             events.append(event)
             stamps.append(ts)
         else:
-            if events[event_id] is not GONE:
+            if events[index] is not GONE:
                 raise StorageError(f"stream {self.name}: event id {event_id} is taken")
-            events[event_id] = event
-            stamps[event_id] = ts
+            events[index] = event
+            stamps[index] = ts
         self._live += 1
+
+    # -- retention ------------------------------------------------------------------
+
+    def register_reader(self, name: str, position: int = 0) -> None:
+        """Declare a reader that has read every event below id ``position``.
+
+        :meth:`trim` never drops events a registered reader has not passed.
+        """
+        if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+            raise StorageError(f"stream {self.name}: reader position must be an id >= 0")
+        with self._latch:
+            self.readers[name] = position
+
+    def advance_reader(self, name: str, position: int) -> None:
+        """Record that reader ``name`` has read every event below id ``position``."""
+        if name not in self.readers:
+            raise StorageError(
+                f"stream {self.name}: no reader {name!r}; register it with register_reader"
+            )
+        self.register_reader(name, position)
+
+    def drop_reader(self, name: str) -> None:
+        """Forget reader ``name`` (it no longer holds back trimming)."""
+        with self._latch:
+            self.readers.pop(name, None)
+
+    def trim(self, offset: int) -> int:
+        """Drop the events with ids below ``offset``; return how many slots went.
+
+        Refused (:class:`StorageError`, nothing dropped) when a registered reader
+        has not read that far or an event below ``offset`` is not committed yet.
+        Ids stay stable: later events keep theirs, and reads of trimmed ids find
+        nothing.  The newest committed event is always kept, because a stream
+        recovered from a checkpoint continues its ids after it.
+        """
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise StorageError(f"stream {self.name}: trim offset must be an id >= 0")
+        with self._latch:
+            events, stamps, base = self._events, self._ts, self._base
+            if offset <= base:
+                return 0
+            n = base + len(events)
+            if offset > n:
+                raise StorageError(
+                    f"stream {self.name}: cannot trim below {offset}: its next id is {n}"
+                )
+            behind = [(pos, who) for who, pos in self.readers.items() if pos < offset]
+            if behind:
+                pos, who = min(behind)
+                raise StorageError(
+                    f"stream {self.name}: cannot trim below {offset}: reader {who!r} has "
+                    f"read only up to {pos}; advance it first (advance_reader)"
+                )
+            cut = offset - base
+            for i in range(cut):
+                if stamps[i] is None and events[i] is not GONE:
+                    raise StorageError(
+                        f"stream {self.name}: cannot trim below {offset}: event {base + i} "
+                        "is not committed yet"
+                    )
+            newest = len(events) - 1
+            while newest >= 0 and (stamps[newest] is None or events[newest] is GONE):
+                newest -= 1
+            cut = min(cut, max(newest, 0))
+            self._live -= sum(1 for e in events[:cut] if e is not GONE)
+            del events[:cut]
+            del stamps[:cut]
+            self._base = base + cut
+            return cut
 
     def describe(self) -> dict[str, Hashable]:
         """The stream's settings as JSON-ready values (for the log's definitions)."""

@@ -22,7 +22,9 @@ versions concurrent with writers).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterator
+from bisect import bisect_left, bisect_right
+from collections.abc import Hashable, Iterator, Sequence
+from operator import itemgetter
 from typing import Any
 
 from txstream.storage.base import (
@@ -33,6 +35,8 @@ from txstream.storage.base import (
     check_name,
     item_name,
 )
+
+_version_ts = itemgetter(0)
 
 Undo = tuple[Any, ...]
 """An inverse operation: ``("delete", key)``, ``("restore", key, row)`` or
@@ -49,6 +53,9 @@ class Table:
         self._current: dict[Hashable, Any] = {}
         self._versions: dict[Hashable, list[tuple[int, Any]]] = {}
         self._items: dict[Hashable, str] = {}
+        self._sweep_at: dict[Hashable, int] = {}
+        self.chain_steps = 0
+        """Versions looked at while installing (a cost counter for tests)."""
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, rows={len(self._current)})"
@@ -89,11 +96,16 @@ class Table:
         chain = self._versions.get(key)
         if chain is None:
             return default
-        for i in range(len(chain) - 1, -1, -1):
-            vts, value = chain[i]
-            if vts <= ts:
-                return default if value is ABSENT else value
-        return default
+        vts, value = chain[-1]
+        if vts <= ts:
+            return default if value is ABSENT else value
+        # A binary search over a list that a commit may append to meanwhile: it sees
+        # the versions present when it ran, which hold the one visible at ``ts``.
+        i = bisect_right(chain, ts, key=_version_ts) - 1
+        if i < 0:
+            return default
+        value = chain[i][1]
+        return default if value is ABSENT else value
 
     def latest(self, key: Hashable) -> tuple[int, Any]:
         """``(commit timestamp, row)`` of the newest committed version; ``(0, ABSENT)`` if none."""
@@ -195,23 +207,46 @@ class Table:
             raise StorageError(f"unknown undo record {record!r}")
 
     # -- versions -----------------------------------------------------------------
+    #
+    # ``keep`` is the sorted list of the timestamps of the open snapshots (``None``:
+    # none is open).  A version must be kept while it is the newest one, or the
+    # newest one at or before some open snapshot; every other version is garbage.
+    # Commits touch a chain in O(log n) amortized: the newest version is replaced
+    # in place when no snapshot can see it, the head is cut with a binary search,
+    # and a full sweep runs only when the chain has doubled since the last one, so
+    # an old snapshot left open costs memory for the versions it needs and nothing
+    # per commit beyond that.  ``chain_steps`` counts the versions looked at, so
+    # tests can tell a linear scan from this.
 
-    def install(self, key: Hashable, ts: int, keep_since: int | None = None) -> None:
+    def install(
+        self,
+        key: Hashable,
+        ts: int,
+        keep_since: int | None = None,
+        keep: Sequence[int] | None = None,
+    ) -> None:
         """Make the current row of ``key`` its committed version at timestamp ``ts``.
 
-        ``keep_since`` is the oldest snapshot timestamp still in use (``None``:
+        ``keep`` holds the timestamps of the open snapshots, oldest first (``None``:
         no snapshot is open); versions no reader can need any more are dropped.
+        ``keep_since`` (instead of ``keep``): keep every version visible at or after
+        that timestamp.
         """
         row = self._current.get(key, ABSENT)
-        if keep_since is None:
+        if keep is None and keep_since is None:
             chain = self._versions.get(key)
             if chain is not None and len(chain) == 1:
                 chain[0] = (ts, row)
                 return
-        self.install_value(key, ts, row, keep_since)
+        self.install_value(key, ts, row, keep_since, keep)
 
     def install_value(
-        self, key: Hashable, ts: int, row: Any, keep_since: int | None = None
+        self,
+        key: Hashable,
+        ts: int,
+        row: Any,
+        keep_since: int | None = None,
+        keep: Sequence[int] | None = None,
     ) -> None:
         """Add ``row`` (or :data:`ABSENT`) as the committed version of ``key`` at ``ts``."""
         chain = self._versions.get(key)
@@ -219,32 +254,69 @@ class Table:
             self._versions[key] = [(ts, row)]
             return
         # Readers may be walking a chain while this runs: a chain is only ever
-        # appended to or replaced whole, never shortened in place.
-        if keep_since is None:
+        # appended to, replaced whole, or has an element replaced that no open
+        # snapshot can read; it is never shortened in place.
+        if not keep and keep_since is None:
             # No snapshot open: only the newest version can ever be read.
             if len(chain) == 1:
                 chain[0] = (ts, row)
             else:
                 self._versions[key] = [(ts, row)]
+                self._sweep_at.pop(key, None)
+            return
+        self.chain_steps += 1
+        # Snapshots are taken at the commit clock, so every open one is older than
+        # ``ts``: the newest version is needed only by a snapshot taken since it.
+        if keep and keep[-1] < chain[-1][0]:
+            chain[-1] = (ts, row)
             return
         chain.append((ts, row))
-        if len(chain) > 4:
-            # Keep the newest version visible at keep_since and all later ones.
-            cut = 0
-            for i in range(len(chain) - 1, -1, -1):
-                if chain[i][0] <= keep_since:
-                    cut = i
-                    break
-            if cut:
-                self._versions[key] = chain[cut:]
+        n = len(chain)
+        if n <= 4:
+            return
+        if keep:
+            if n >= self._sweep_at.get(key, 8):
+                self._sweep(key, chain, keep)
+                return
+            keep_since = keep[0]
+        # Keep the newest version visible at the oldest snapshot and all later ones;
+        # cut only when at least half the chain goes, so copies stay amortized O(1).
+        cut = bisect_right(chain, keep_since, key=_version_ts) - 1
+        self.chain_steps += max(1, n.bit_length())
+        if cut > 0 and 2 * cut >= n:
+            self._versions[key] = chain[cut:]
 
-    def apply(self, key: Hashable, row: Any, ts: int, keep_since: int | None = None) -> None:
+    def _sweep(self, key: Hashable, chain: list[tuple[int, Any]], keep: Sequence[int]) -> None:
+        """Drop every version of ``chain`` that no open snapshot can read."""
+        last = len(chain) - 1
+        kept = []
+        j = 0
+        for i, version in enumerate(chain):
+            if i == last:
+                kept.append(version)
+                break
+            # needed iff an open snapshot lies in [its ts, the next version's ts)
+            j = bisect_left(keep, version[0], j)
+            if j < len(keep) and keep[j] < chain[i + 1][0]:
+                kept.append(version)
+        self.chain_steps += len(chain)
+        self._versions[key] = kept
+        self._sweep_at[key] = max(8, 2 * len(kept))
+
+    def apply(
+        self,
+        key: Hashable,
+        row: Any,
+        ts: int,
+        keep_since: int | None = None,
+        keep: Sequence[int] | None = None,
+    ) -> None:
         """Set the current row and its committed version at once (deferred writes, replay)."""
         if row is ABSENT:
             self._current.pop(key, None)
         else:
             self._current[key] = row
-        self.install_value(key, ts, row, keep_since)
+        self.install_value(key, ts, row, keep_since, keep)
 
     def load(self, rows: dict[Hashable, Any], ts: int = 0) -> None:
         """Bulk-load committed rows outside any transaction (initial data)."""

@@ -35,13 +35,16 @@ histories are CSAO, not just CS.
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from typing import TYPE_CHECKING
 
 from txstream.txn.base import (
+    ABORTED,
     ACTIVE,
     EXCLUSIVE,
     SHARED,
+    STATE_NAMES,
     DeadlockError,
     LockTimeoutError,
     TransactionError,
@@ -102,6 +105,9 @@ class LockManager:
         # predefined ordering: sequence numbers finished and the lowest unfinished one
         self._next_seq = 0
         self._finished: set[int] = set()
+        # the latest attempt holding each unfinished sequence number, so that a
+        # transaction that waits too long for its turn can name the one it waits for
+        self._holders: dict[int, Transaction] = {}
 
     # -- acquiring -----------------------------------------------------------------------
 
@@ -178,11 +184,13 @@ class LockManager:
         if not waiter.gate.acquire(timeout=-1 if self.timeout is None else self.timeout):
             with self.mutex:
                 if not waiter.granted and waiter.error is None:
+                    blockers = ", ".join(t.hid for t in self._blockers(waiter)) or "nobody"
                     self._dequeue(waiter)
                     self.timeouts += 1
                     waiter.error = LockTimeoutError(
                         f"transaction {txn.hid} waited more than {self.timeout} s for a "
-                        f"lock on {waiter.item}"
+                        f"lock on {waiter.item} (held or requested first by transaction "
+                        f"{blockers}); retry it"
                     )
         txn.waiting = None
         if waiter.error is not None:
@@ -283,17 +291,52 @@ class LockManager:
             self._cancel(txn.waiting, txn.doomed)
         self.turn.notify_all()
 
+    def register_order(self, txn: Transaction) -> None:
+        """Note that ``txn`` (a new transaction or a retry) now holds its sequence number."""
+        self._holders[txn.order] = txn
+
     def wait_turn(self, txn: Transaction) -> None:
-        """Block until every transaction ordered before ``txn`` has finished."""
+        """Block until every transaction ordered before ``txn`` has finished.
+
+        The wait is bounded by the lock timeout like every other wait: an earlier
+        transaction left open must not stop every later commit forever.
+        """
+        timeout = self.timeout
         with self.mutex:
-            while self._next_seq < txn.order and txn.doomed is None:
-                self.turn.wait()
+            if timeout is None:
+                while self._next_seq < txn.order and txn.doomed is None:
+                    self.turn.wait()
+            else:
+                deadline = time.monotonic() + timeout
+                while self._next_seq < txn.order and txn.doomed is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.timeouts += 1
+                        raise LockTimeoutError(self._turn_timeout(txn))
+                    self.turn.wait(left)
             if txn.doomed is not None:
                 raise txn.doomed
+
+    def _turn_timeout(self, txn: Transaction) -> str:
+        """Why ``txn`` waited too long for its turn: the first unfinished one before it."""
+        seq = self._next_seq
+        blocker = self._holders.get(seq)
+        if blocker is None:
+            who = f"the transaction at position {seq} of the order"
+        else:
+            state = STATE_NAMES[blocker.state]
+            who = f"transaction {blocker.hid} (position {seq}, {state})"
+            if blocker.state == ABORTED:
+                who += ", aborted but neither retried nor given up (tm.give_up)"
+        return (
+            f"transaction {txn.hid} waited more than {self.timeout} s for its turn in the "
+            f"predefined order: {who} has not finished; commit or abort it, then retry"
+        )
 
     def finish_order(self, seq: int) -> None:
         """Sequence number ``seq`` is done (committed, or abandoned for good)."""
         with self.mutex:
+            self._holders.pop(seq, None)
             self._finished.add(seq)
             while self._next_seq in self._finished:
                 self._finished.discard(self._next_seq)

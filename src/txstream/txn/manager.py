@@ -33,7 +33,12 @@ before the error reaches the caller; run it again, e.g. with
 
 from __future__ import annotations
 
+import bisect
 import itertools
+import logging
+import math
+import os
+import re
 import threading
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -55,7 +60,9 @@ from txstream.txn.base import (
     TransactionError,
 )
 from txstream.txn.locks import LockManager, Waiter
-from txstream.txn.recorder import HistoryRecorder
+from txstream.txn.recorder import DEFAULT_LIMIT, HistoryRecorder, Slot
+
+log = logging.getLogger("txstream.txn")
 
 T = TypeVar("T")
 
@@ -110,7 +117,7 @@ class Transaction:
         self.doomed: TransientError | None = None
         self.snapshot_ts: int | None = None
         self.deferred = False
-        self.slot: list[Operation] | None = None
+        self.slot: Slot | None = None
         self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
         self.wrows: dict[tuple[Table, Hashable], str] = {}
         # Containers most transactions never fill start as shared empty ones;
@@ -458,6 +465,30 @@ class Transaction:
         mgr._ended(self, committed=False, keep_order=keep_order)
 
 
+_STREAM_NAME = re.compile(r"[A-Za-z0-9_.:\-]+")
+
+_PRUNE_MIN = 4096
+"""Write-map size below which the write map is not pruned."""
+
+
+def _seconds(name: str, value: object, zero: bool) -> float:
+    """A finite number of seconds from a setting; :class:`TxStreamError` otherwise.
+
+    NaN and infinity would reach ``threading`` waits, which raise ``ValueError``
+    or ``OverflowError`` at the first wait instead of at creation.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TxStreamError(f"{name} must be a number of seconds, not {value!r}")
+    seconds = float(value)
+    limit = threading.TIMEOUT_MAX
+    if not math.isfinite(seconds) or seconds < 0 or (seconds == 0 and not zero):
+        kind = "a non-negative" if zero else "a positive"
+        raise TxStreamError(f"{name} must be {kind}, finite number of seconds, not {value!r}")
+    if seconds > limit:
+        raise TxStreamError(f"{name} must be at most {limit:.0f} seconds, not {value!r}")
+    return seconds
+
+
 class TransactionManager:
     """Runs transactions over a :class:`~txstream.storage.Store` under a protocol.
 
@@ -483,7 +514,9 @@ class TransactionManager:
         group_delay: float = 0.0,
         ordered: bool = False,
         lock_timeout: float | None = None,
-        record: bool = False,
+        record: bool | str | os.PathLike[str] = False,
+        record_limit: int = DEFAULT_LIMIT,
+        checkpoint_every_bytes: int | None = None,
         snapshot_updates: str = "si",
         arrival_stream: str = "events",
         store: Store | None = None,
@@ -500,32 +533,79 @@ class TransactionManager:
             raise TxStreamError(
                 f"unknown snapshot_updates {snapshot_updates!r}; choose one of: locking, si"
             )
-        if lock_timeout is not None and lock_timeout <= 0:
-            raise TxStreamError("lock_timeout must be a positive number of seconds")
+        if lock_timeout is not None:
+            lock_timeout = _seconds("lock_timeout", lock_timeout, zero=False)
+        group_delay = _seconds("group_delay", group_delay, zero=True)
+        if not isinstance(arrival_stream, str) or not _STREAM_NAME.fullmatch(arrival_stream):
+            # The recorded arrival line must parse back: 'arrival <name>: 1 2 3'.
+            raise TxStreamError(
+                f"arrival_stream must be a name of letters, digits and _.:- , not "
+                f"{arrival_stream!r}"
+            )
+        if checkpoint_every_bytes is not None:
+            if (
+                isinstance(checkpoint_every_bytes, bool)
+                or not isinstance(checkpoint_every_bytes, int)
+                or checkpoint_every_bytes < 1
+            ):
+                raise TxStreamError(
+                    "checkpoint_every_bytes must be a positive number of bytes, not "
+                    f"{checkpoint_every_bytes!r}"
+                )
+            if path is None and (store is None or not store.durable):
+                raise TxStreamError(
+                    "checkpoint_every_bytes needs a durable store: give path=DIRECTORY"
+                )
         self.store = store if store is not None else Store(path, sync, group_delay, on_damage)
         self.ordered = ordered
         self.snapshot_updates = snapshot_updates
         self.arrival_stream = arrival_stream
         self.locks = LockManager(timeout=lock_timeout, ordered=ordered)
-        self.recorder: HistoryRecorder | None = HistoryRecorder() if record else None
+        self.recorder: HistoryRecorder | None = None
+        if record is not False and record is not None:
+            self.recorder = HistoryRecorder(
+                None if record is True else record, limit=record_limit, stream=arrival_stream
+            )
         self.commit_mutex = threading.Lock()
         self.clock = self.store.last_ts
+        # Optimistic and snapshot protocols: the commit timestamp of the last write
+        # per item, pruned of entries no active transaction can be validated
+        # against (see _prune_last_write); the start clock of each active
+        # optimistic transaction bounds that pruning.
         self.last_write: dict[str, int] = {}
+        self.active_since: dict[int, int] = {}
+        self._prune_at = _PRUNE_MIN
         self.snapshots: dict[int, int] = {}
+        # The open snapshots' timestamps, oldest first (changed under the commit
+        # mutex): commits pass them to the tables to prune versions.
+        self._open_snapshots: list[int] = []
         self._ids = itertools.count(1)
         self._orders = itertools.count(0)
         self.protocol: Protocol = cls(self)
         self._validates = cls.validate is not Protocol.validate
         # In-place protocol, no validation, no recorder, no ordering: commit is short.
         self._plain = not (
-            ordered or record or self._validates or cls.tracks_writes or cls.name == "snapshot"
+            ordered
+            or self.recorder is not None
+            or self._validates
+            or cls.tracks_writes
+            or cls.name == "snapshot"
         )
         self.latch: threading.Lock | None = (
-            threading.Lock() if record and not self.protocol.records_writes_at_commit else None
+            threading.Lock()
+            if self.recorder is not None and not self.protocol.records_writes_at_commit
+            else None
         )
         self.committed = 0
         self.aborted = 0
         self.failures: dict[str, int] = {}
+        # Automatic checkpoints: log positions (LSNs) of the newest commit record
+        # and of the newest commit already covered by a checkpoint.
+        self.checkpoint_every_bytes = checkpoint_every_bytes
+        self.checkpoints = 0
+        self.checkpoint_failures = 0
+        self._last_lsn = 0
+        self._checkpoint_lsn = 0
 
     def __repr__(self) -> str:
         return f"TransactionManager(protocol={self.protocol.name!r})"
@@ -575,6 +655,8 @@ class TransactionManager:
         else:
             order = next(self._orders)
         txn = Transaction(self, tid, order, read_only)
+        if self.ordered:
+            self.locks.register_order(txn)
         self.protocol.begin(txn)
         return txn
 
@@ -602,6 +684,8 @@ class TransactionManager:
             raise TransactionError(f"transaction {txn.hid} is {txn.status}, not aborted")
         if self.ordered:
             self.locks.finish_order(txn.order)
+        if self.recorder is not None:
+            self.recorder.settle(txn.order, None)
 
     def run(
         self,
@@ -635,14 +719,17 @@ class TransactionManager:
         with self.commit_mutex:
             txn.snapshot_ts = self.clock
             self.snapshots[txn.id] = self.clock
+            # The clock never goes back, so appending keeps the list sorted.
+            self._open_snapshots.append(self.clock)
             if self.recorder is not None:
                 txn.slot = self.recorder.slot()
 
-    def _keep_since(self) -> int | None:
-        snaps = self.snapshots
-        if not snaps:
-            return None
-        return min(snaps.values())
+    def _end_snapshot(self, txn: Transaction) -> None:
+        with self.commit_mutex:
+            ts = self.snapshots.pop(txn.id, None)
+            if ts is not None:
+                snaps = self._open_snapshots
+                del snaps[bisect.bisect_left(snaps, ts)]
 
     # -- commit --------------------------------------------------------------------------
 
@@ -653,9 +740,9 @@ class TransactionManager:
             txn.state = COMMITTING
             with self.commit_mutex:
                 ts = self.clock + 1
-                keep = self._keep_since() if self.snapshots else None
+                keep = self._open_snapshots or None
                 for tbl, key in txn.wrows:
-                    tbl.install(key, ts, keep)
+                    tbl.install(key, ts, None, keep)
                 if txn.offsets:
                     self.store.offsets.update(txn.offsets)
                 self.clock = ts
@@ -684,6 +771,8 @@ class TransactionManager:
                 ts = self.clock + 1
                 lsn = self._publish(txn, ts)
                 self.clock = ts
+                if lsn:
+                    self._last_lsn = lsn
             except BaseException as exc:
                 failure = exc
         if failure is not None:
@@ -707,11 +796,33 @@ class TransactionManager:
                 raise
         txn.state = COMMITTED
         self._ended(txn, committed=True, keep_order=False)
+        every = self.checkpoint_every_bytes
+        if every is not None and lsn - self._checkpoint_lsn >= every:
+            self._auto_checkpoint(every)
+
+    def _auto_checkpoint(self, every: int) -> None:
+        """Checkpoint because the log grew by ``every`` bytes (after a commit is done).
+
+        The commit that triggers it has completed, so a failure here is logged
+        and counted, not raised to its caller; the next attempt comes after
+        another ``every`` bytes.
+        """
+        with self.commit_mutex:
+            if self._last_lsn - self._checkpoint_lsn < every:
+                return  # another committer took it
+            self._checkpoint_lsn = self._last_lsn
+            try:
+                self.store.checkpoint(self.clock)
+            except (OSError, TxStreamError) as exc:
+                self.checkpoint_failures += 1
+                log.warning("automatic checkpoint failed (will retry later): %s", exc)
+                return
+            self.checkpoints += 1
 
     def _publish(self, txn: Transaction, ts: int) -> int:
         """Log, install and record the effects of ``txn`` at timestamp ``ts`` (mutex held)."""
         store = self.store
-        keep = self._keep_since() if self.snapshots else None
+        keep = self._open_snapshots or None
         items: list[str]
         if txn.deferred:
             appended: list[tuple[Stream, int, Any]] = []
@@ -725,7 +836,7 @@ class TransactionManager:
                     s.remove(event_id)
                 raise
             for tbl, key, row in rows:
-                tbl.apply(key, row, ts, keep)
+                tbl.apply(key, row, ts, None, keep)
             for s, event_id, _ in appended:
                 s.install(event_id, ts)
             items = [tbl.item(key) for tbl, key, _ in rows]
@@ -734,12 +845,12 @@ class TransactionManager:
             wrows = txn.wrows
             if store.wal is not None:
                 rows = [(tbl, key, tbl.read(key, ABSENT)) for tbl, key in wrows]
-                events = [(s, i, s._events[i]) for s, i in txn.wevents]
+                events = [(s, i, s.event(i)) for s, i in txn.wevents]
                 lsn = store.log_commit(ts, rows, events, txn.offsets)
             else:
                 lsn = store.log_commit(ts, [], [], txn.offsets) if txn.offsets else 0
             for tbl, key in wrows:
-                tbl.install(key, ts, keep)
+                tbl.install(key, ts, None, keep)
             if txn.wevents:
                 for s, event_id in txn.wevents:
                     s.install(event_id, ts)
@@ -754,18 +865,47 @@ class TransactionManager:
                 for item in dict.fromkeys(items):
                     rec.op(Operation("w", hid, item))
             rec.op(Operation("c", hid))
-            if self.ordered:
-                rec.arrival(self.arrival_stream, hid)
         if self.protocol.tracks_writes:
             last = self.last_write
             for item in items:
                 last[item] = ts
+            if len(last) > self._prune_at:
+                self._prune_last_write()
         return lsn
+
+    def _prune_last_write(self) -> None:
+        """Drop write-map entries older than every active transaction (mutex held).
+
+        Validation asks "was the item written after time t?", where t is a
+        snapshot or a read of an active transaction, never older than the
+        watermark; an entry at or before the watermark answers "no" exactly as a
+        missing one does.  Runs when the map has doubled since the last pruning,
+        so its cost is amortized O(1) per write.
+        """
+        mark = self.clock
+        if self._open_snapshots:
+            mark = min(mark, self._open_snapshots[0])
+        active = list(self.active_since.values())
+        if active:
+            mark = min(mark, min(active))
+        last = self.last_write
+        for item in [item for item, ts in last.items() if ts <= mark]:
+            del last[item]
+        self._prune_at = max(_PRUNE_MIN, 2 * len(last))
 
     def _ended(self, txn: Transaction, committed: bool, keep_order: bool) -> None:
         self.protocol.release(txn)
         if txn.snapshot_ts is not None:
-            self.snapshots.pop(txn.id, None)
+            self._end_snapshot(txn)
+        rec = self.recorder
+        if rec is not None:
+            if txn.slot is not None:
+                txn.slot.done = True
+            # The arrival line follows the input (begin) order, not the commit order.
+            if committed:
+                rec.settle(txn.order, txn.hid)
+            elif not keep_order:
+                rec.settle(txn.order, None)
         if committed:
             self.committed += 1
         else:
@@ -794,6 +934,7 @@ class TransactionManager:
             "lock_waits": lm.waits,
             "wounds": lm.wounds,
             "timeouts": lm.timeouts,
+            "checkpoints": self.checkpoints,
         }
         out.update(self.protocol.stats())
         return out
@@ -805,10 +946,14 @@ class TransactionManager:
         checkpoint's size in bytes.
         """
         with self.commit_mutex:
-            return self.store.checkpoint(self.clock)
+            size = self.store.checkpoint(self.clock)
+            self._checkpoint_lsn = self._last_lsn
+            return size
 
     def close(self) -> None:
-        """Close the write-ahead log."""
+        """Close the write-ahead log and write out the recorded history."""
+        if self.recorder is not None:
+            self.recorder.close()
         self.store.close()
 
     def __enter__(self) -> TransactionManager:

@@ -164,18 +164,25 @@ class Optimistic(Protocol):
     def __init__(self, manager: TransactionManager) -> None:
         super().__init__(manager)
         self._last = manager.last_write
+        self._active = manager.active_since
         self.validation_failures = 0
 
     def begin(self, txn: Transaction) -> None:
-        """Writes are buffered until commit."""
+        """Writes are buffered until commit; the start time bounds write-map pruning."""
         txn.deferred = True
         txn.buffers()
+        self._active[txn.id] = self.manager.clock
 
     def before_read(self, txn: Transaction, item: str) -> None:
-        """Remember the commit timestamp of the version about to be read."""
+        """Remember the commit clock at the read: any later write to the item is newer.
+
+        (Not the timestamp of the version read: the manager prunes the write map
+        of entries older than every active transaction, and a pruned entry must
+        mean "not written since", which a clock comparison gives.)
+        """
         reads = txn.reads
         if item not in reads:
-            reads[item] = self._last.get(item, 0)
+            reads[item] = self.manager.clock
 
     def before_write(self, txn: Transaction, item: str) -> None:
         """Nothing: the write is buffered."""
@@ -184,14 +191,15 @@ class Optimistic(Protocol):
         """Fail if an item read was overwritten by a commit since it was read."""
         last = self._last
         for item, seen in txn.reads.items():
-            if last.get(item, 0) != seen:
+            if last.get(item, 0) > seen:
                 self.validation_failures += 1
                 raise ValidationError(
                     f"transaction {txn.hid}: {item} changed after it was read; retry it"
                 )
 
     def release(self, txn: Transaction) -> None:
-        """Nothing is held."""
+        """Nothing is held; the transaction no longer bounds write-map pruning."""
+        self._active.pop(txn.id, None)
 
     def stats(self) -> dict[str, int]:
         """Validation failures."""

@@ -13,8 +13,8 @@ hot tenth of them, so there is contention.  A transaction that fails with a
 retryable error (deadlock victim, failed validation, write conflict, wound) is
 retried as a new transaction (a new id in the history) until it commits.
 
-At the end the committed history goes to ``--history`` (with an ``arrival``
-line when ``--ordered``), is checked for ``cs`` (``csao`` when ordered), and the
+At the end the committed history goes to ``--history`` (with its ``arrival``
+line, the begin order), is checked for ``cs`` (``csao`` when ordered), and the
 table is checked against the workload: the sum of all rows must equal the
 number of committed increments and updates.  A JSON summary goes to stdout; the
 exit status is 0 only if the run finished and both checks pass.
