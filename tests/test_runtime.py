@@ -150,14 +150,21 @@ def counts(store: Path, partitions: int = 2) -> dict[Any, int]:
 def test_a_failing_transaction_is_rolled_back_and_reported_with_its_position(
     tmp_path: Path,
 ) -> None:
-    batch = [("ev", {"k": 1, "ts": 1}), ("ev", {"k": 1, "ts": 2, "boom": True}),
-             ("ev", {"k": 2, "ts": 3, "stop": True}), ("ev", {"k": 1, "ts": 4, "other": 99})]
+    batch = [
+        ("ev", {"k": 1, "ts": 1}),
+        ("ev", {"k": 1, "ts": 2, "boom": True}),
+        ("ev", {"k": 2, "ts": 3, "stop": True}),
+        ("ev", {"k": 1, "ts": 4, "other": 99}),
+    ]
     counter_job().run_local([batch], tmp_path)
     assert counts(tmp_path) == {1: 1}
     assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [1]
     failures = tx.read_failures(tmp_path)
     assert [(f["position"], f["kind"]) for f in failures] == [
-        ("ev#1", "error"), ("ev#2", "abort"), ("ev#3", "error")]
+        ("ev#1", "error"),
+        ("ev#2", "abort"),
+        ("ev#3", "error"),
+    ]
     assert "ValueError: boom" in failures[0]["error"]
     assert "not today" in failures[1]["error"]
     assert "UndeclaredKeyError" in failures[2]["error"] and "99" in failures[2]["error"]
@@ -165,11 +172,16 @@ def test_a_failing_transaction_is_rolled_back_and_reported_with_its_position(
 
 def test_a_timestamp_transaction_spanning_partitions_aborts_everywhere(tmp_path: Path) -> None:
     keys = [k for k in range(40) if partition_of(k, 2) == 0][:1] + [
-        k for k in range(40) if partition_of(k, 2) == 1][:1]
+        k for k in range(40) if partition_of(k, 2) == 1
+    ][:1]
     a, b = keys
-    batch = [("ev", {"k": a, "ts": 1}), ("ev", {"k": b, "ts": 1}),
-             ("ev", {"k": a, "ts": 2}), ("ev", {"k": b, "ts": 2, "boom": True}),
-             ("ev", {"k": a, "ts": 3})]
+    batch = [
+        ("ev", {"k": a, "ts": 1}),
+        ("ev", {"k": b, "ts": 1}),
+        ("ev", {"k": a, "ts": 2}),
+        ("ev", {"k": b, "ts": 2, "boom": True}),
+        ("ev", {"k": a, "ts": 3}),
+    ]
     runner = counter_job("timestamp").run_local([batch], tmp_path)
     # ts=2 is one transaction with a part on each partition: b's part failed,
     # so a's part must not stay applied either.
@@ -183,8 +195,10 @@ def test_a_timestamp_transaction_spanning_partitions_aborts_everywhere(tmp_path:
 def group_sizes(boundary: str, batch: list[Any], **options: Any) -> list[int]:
     from txstream.spark.runtime.boundaries import Event
 
-    evs = [Event((float(e.get("ts", 0)), 0 if n == "ev" else 1, i), n, e, [0], [0])
-           for i, (n, e) in enumerate(batch)]
+    evs = [
+        Event((float(e.get("ts", 0)), 0 if n == "ev" else 1, i), n, e, [0], [0])
+        for i, (n, e) in enumerate(batch)
+    ]
     meta: dict[str, Any] = {}
     return [len(g.events) for g in tx.boundary(boundary, **options).groups(0, evs, meta)]
 
@@ -202,8 +216,14 @@ def test_boundaries_by_name_group_events_as_table_3_says() -> None:
 
 def test_timeslice_aborts_late_events(tmp_path: Path) -> None:
     job = counter_job("timeslice", seconds=10, of="ev")
-    job.run_local([[("ev", {"k": 1, "ts": 5}), ("ev", {"k": 1, "ts": 25})],
-                   [("ev", {"k": 1, "ts": 12}), ("ev", {"k": 1, "ts": 27})]], tmp_path, 1)
+    job.run_local(
+        [
+            [("ev", {"k": 1, "ts": 5}), ("ev", {"k": 1, "ts": 25})],
+            [("ev", {"k": 1, "ts": 12}), ("ev", {"k": 1, "ts": 27})],
+        ],
+        tmp_path,
+        1,
+    )
     assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [5, 25, 27]
     late = tx.read_failures(tmp_path)
     assert [(f["kind"], f["position"]) for f in late] == [("late", "ev#0")]
@@ -292,8 +312,10 @@ def test_a_second_owner_of_a_store_gets_one_line_naming_the_first(tmp_path: Path
 
 def test_history_arrival_comes_from_the_declared_order_not_commit_order(tmp_path: Path) -> None:
     # Events arrive out of id order within the batch; the order column decides.
-    stream = [("deposits", {"acct": 1, "amount": 5, "id": 2}),
-              ("deposits", {"acct": 1, "amount": 7, "id": 1})]
+    stream = [
+        ("deposits", {"acct": 1, "amount": 5, "id": 2}),
+        ("deposits", {"acct": 1, "amount": 7, "id": 1}),
+    ]
     ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 1)
     text = tx.spark.runtime.history_text(tmp_path)
     arrival = next(line for line in text.splitlines() if line.startswith("arrival"))
@@ -339,8 +361,9 @@ def test_postgres_sink_is_exactly_once_per_batch(tmp_path: Path) -> None:
     try:
         import psycopg
 
-        sink = tx.PostgresSink(server.conninfo, "transfers", ["id", "ok"],
-                               types={"id": "bigint", "ok": "boolean"})
+        sink = tx.PostgresSink(
+            server.conninfo, "transfers", ["id", "ok"], types={"id": "bigint", "ok": "boolean"}
+        )
         stream = list(events(150, 6, 50, seed=4))
         ledger_job().sink("transfers_done", sink).run_local(split(stream, [50, 50]), tmp_path, 2)
         sink(1, [{"id": -1, "ok": True}])  # a re-delivered batch is skipped

@@ -42,10 +42,16 @@ def write_ledger_input(folder: Path, stream: list[Any], files: int) -> None:
 
 
 def ledger_streams(spark: Any, folder: Path) -> tuple[Any, Any]:
-    deposits = (spark.readStream.schema("acct long, amount long, id long")
-                .option("maxFilesPerTrigger", 1).json(str(folder / "deposits")))
-    transfers = (spark.readStream.schema("src long, dst long, amount long, id long")
-                 .option("maxFilesPerTrigger", 1).json(str(folder / "transfers")))
+    deposits = (
+        spark.readStream.schema("acct long, amount long, id long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(folder / "deposits"))
+    )
+    transfers = (
+        spark.readStream.schema("src long, dst long, amount long, id long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(folder / "transfers"))
+    )
     return deposits, transfers
 
 
@@ -70,13 +76,17 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
 
 def test_spark_and_python_place_keys_alike(spark: Any) -> None:
     rng = random.Random(4)
-    ints = [rng.randrange(-10**12, 10**12) for _ in range(200)]
-    texts = ["".join(rng.choice("aé€ b\x1f7") for _ in range(rng.randrange(0, 6)))
-             for _ in range(200)]
+    ints = [rng.randrange(-(10**12), 10**12) for _ in range(200)]
+    texts = [
+        "".join(rng.choice("aé€ b\x1f7") for _ in range(rng.randrange(0, 6))) for _ in range(200)
+    ]
     rows = [(i, t, i % 2 == 0) for i, t in zip(ints, texts, strict=True)]
     df = spark.createDataFrame(rows, "i long, t string, b boolean")
     for cols, value in (
-        (["i"], lambda r: r[0]), (["t"], lambda r: r[1]), (["i", "t", "b"], lambda r: r)):
+        (["i"], lambda r: r[0]),
+        (["t"], lambda r: r[1]),
+        (["i", "t", "b"], lambda r: r),
+    ):
         got = [r[0] for r in df.selectExpr(sql_partition(cols, 7)).collect()]
         assert got == [partition_of(value(r), 7) for r in rows], cols
 
@@ -106,8 +116,9 @@ def test_a_second_job_on_a_running_checkpoint_is_refused(spark: Any, tmp_path: P
 
 
 def run_example(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(EXAMPLE), *args], capture_output=True, text=True,
-                          check=False, **kwargs)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, check=False, **kwargs
+    )
 
 
 def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None:
@@ -120,9 +131,19 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
     for n in range(10):
         before = len(list(commits.glob("*.json"))) if commits.exists() else 0
         proc = subprocess.Popen(
-            [sys.executable, str(EXAMPLE), "run", "--continuous", "--data", str(data),
-             "--checkpoint", str(ckpt)],
-            stdout=subprocess.DEVNULL, stderr=(tmp_path / f"run{n}.err").open("w"), env=env,
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "run",
+                "--continuous",
+                "--data",
+                str(data),
+                "--checkpoint",
+                str(ckpt),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / f"run{n}.err").open("w"),
+            env=env,
             start_new_session=True,
         )
         if n % 3 == 0:
@@ -189,12 +210,17 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     write_ledger_input(tmp_path / "in", stream, files=3)
     _, outcomes = serial_oracle(stream)
     script = tmp_path / "job.py"
-    script.write_text(CLUSTER_JOB.format(tests=str(ROOT / "tests"),
-                                         master="local-cluster[2,1,1024]"))
+    script.write_text(
+        CLUSTER_JOB.format(tests=str(ROOT / "tests"), master="local-cluster[2,1,1024]")
+    )
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
         [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "ckpt"), "kill"],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "killed").exists()  # an executor really died mid-batch
