@@ -260,16 +260,29 @@ class TxQuery:
     def _start_stream(self) -> None:
         from pyspark.sql import functions as F
 
+        # One schema for all inputs (a union needs it): each input's rows travel
+        # as a struct column of their own (__in<i>), null in the other inputs'
+        # rows, so they reach Python as dicts through Arrow, with their types.
+        specs = list(self.spec.inputs.values())
+        structs = {s.index: F.struct(*[F.col(f"`{c}`") for c in s.source.columns]) for s in specs}
+        types = {
+            s.index: s.source.select(structs[s.index].alias("x")).schema["x"].dataType
+            for s in specs
+        }
         parts = []
-        for spec in self.spec.inputs.values():
+        for spec in specs:
             df = spec.source
             pids = [sql_partition(group, self.partitions) for group in spec.keys]
             order = f"cast(`{spec.order}` as double)" if spec.order else "cast(0 as double)"
+            payloads = [
+                (structs[j] if j == spec.index else F.lit(None).cast(types[j])).alias(f"__in{j}")
+                for j in sorted(types)
+            ]
             parts.append(
                 df.select(
                     F.lit(spec.index).alias("__input"),
                     F.expr(order).alias("__ordv"),
-                    F.to_json(F.struct(*[F.col(f"`{c}`") for c in df.columns])).alias("__payload"),
+                    *payloads,
                     F.expr(f"array({', '.join(pids)})" if pids else "array()")
                     .cast("array<int>")
                     .alias("__pids"),
@@ -316,18 +329,12 @@ class TxQuery:
 
     def _run_driver(self, df: Any, batch_id: int, started: float) -> dict[str, Any]:
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
-        cols = (
-            df.selectExpr(
-                "__input", "__ordv", "__payload", "monotonically_increasing_id() as __mid"
-            )
-            .toArrow()
-            .to_pydict()
-        )
+        cols = df.selectExpr("*", "monotonically_increasing_id() as __mid").toArrow().to_pydict()
         events = []
-        for inp, ordv, payload, mid in zip(
-            cols["__input"], cols["__ordv"], cols["__payload"], cols["__mid"], strict=True
+        for k, (inp, ordv, mid) in enumerate(
+            zip(cols["__input"], cols["__ordv"], cols["__mid"], strict=True)
         ):
-            row = json.loads(payload)
+            row = cols[f"__in{inp}"][k]
             name = names[inp]
             values = self.spec.inputs[name].values_of(row)
             events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
@@ -366,7 +373,7 @@ class TxQuery:
             .selectExpr(
                 "__input",
                 "__ordv",
-                "__payload",
+                *[f"__in{spec.index}" for spec in self.spec.inputs.values()],
                 "__pids",
                 "__mid",
                 f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), array_distinct(__pids))) "
@@ -588,18 +595,20 @@ def _phase1_task(
     bad: list[dict[str, Any]] = []
     for batch in batches:
         cols = batch.to_pydict()
-        for inp, ordv, payload, pids, mid, pid, copy in zip(
-            cols["__input"],
-            cols["__ordv"],
-            cols["__payload"],
-            cols["__pids"],
-            cols["__mid"],
-            cols["__pid"],
-            cols["__copy"],
-            strict=True,
+        payloads = {inp: cols[f"__in{inp}"] for inp in names}
+        for k, (inp, ordv, pids, mid, pid, copy) in enumerate(
+            zip(
+                cols["__input"],
+                cols["__ordv"],
+                cols["__pids"],
+                cols["__mid"],
+                cols["__pid"],
+                cols["__copy"],
+                strict=True,
+            )
         ):
             name = names[inp]
-            row = json.loads(payload)
+            row = payloads[inp][k]
             spec = job.inputs[name]
             values = spec.values_of(row)
             if pid < 0 or any(p < 0 for p in pids):
