@@ -519,3 +519,25 @@ def test_each_ingest_offset_covers_only_lines_it_took(tmp_path: Path) -> None:
         taken.update(lines)
         assert set(range(1, offset + 1)) <= taken, (offset, sorted(taken))
     assert taken == set(range(1, len(raw) + 1))
+
+
+def test_a_tuple_out_of_time_order_is_rejected_by_engine_and_validator(
+    small: Path, tmp_path: Path
+) -> None:
+    text = (small / "input.dat").read_text().splitlines()
+    late = text[50].split(",")
+    late[1] = "0"  # a position report from time 0, far into the input
+    text.insert(3000, ",".join(late))
+    data = tmp_path / "input.dat"
+    data.write_text("\n".join(text) + "\n")
+    answers = tmp_path / "answers.txt"
+    engine = LinearRoadEngine(answers_path=answers)
+    engine.start()
+    with open_text(data) as f:
+        replay(engine, numbered_lines(f))
+    engine.finish()
+    (line,) = engine.rejected_lines()
+    assert line.startswith("line 3001: time 0 is before the previous tuple's time")
+    report = validate(data, answers)
+    assert report.totals["wrong"] == report.totals["missing"] == 0
+    assert [n for n, _, _ in report.rejected_input] == [3001]

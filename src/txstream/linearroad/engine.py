@@ -111,6 +111,7 @@ from txstream.linearroad.formats import (
     TYPE,
     VID,
     XWAY,
+    out_of_order,
 )
 from txstream.storage import DuplicateKeyError
 from txstream.txn import Transaction, TransactionManager
@@ -540,6 +541,12 @@ class LinearRoadEngine:
         for arrival in arrivals:
             seq, _, t = arrival
             if seq <= self.resumed_from:
+                continue
+            if t[TIME] < self.input_time:
+                # The input must come in time order (the validator rejects the same tuple).
+                self._rejects.append(
+                    (seq, out_of_order(t[TIME], self.input_time), ",".join(map(str, t)))
+                )
                 continue
             minute = t[TIME] // 60 + 1
             if minute > self.minute:

@@ -86,10 +86,19 @@ def open_text(path: str | Path) -> TextIO:
         raise TxStreamError(f"cannot read {p}: {exc.strerror or exc}") from None
 
 
+def out_of_order(time: int, previous: int) -> str:
+    """Why a tuple that goes back in time is rejected."""
+    return (
+        f"time {time} is before the previous tuple's time {previous} (input must be in time order)"
+    )
+
+
 def read_lines(
-    path: str | Path, parse: Callable[[str], T]
+    path: str | Path, parse: Callable[[str], T], numbers: list[int] | None = None
 ) -> tuple[list[T], list[tuple[int, str, str]]]:
     """Parse every non-blank line of ``path``; also the malformed ones ``(line_no, reason, raw)``.
+
+    ``numbers``, when given, receives the line number of each parsed item.
 
     An unreadable file (missing, not text, a broken ``.gz``) is a :class:`TxStreamError`.
     """
@@ -102,6 +111,8 @@ def read_lines(
                     continue
                 try:
                     items.append(parse(line))
+                    if numbers is not None:
+                        numbers.append(no)
                 except MalformedTupleError as exc:
                     rejected.append((no, str(exc), line.rstrip("\n")))
         except (UnicodeDecodeError, OSError, EOFError) as exc:

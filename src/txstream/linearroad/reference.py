@@ -43,6 +43,8 @@ from txstream.linearroad.formats import (
     EXIT_LANE,
     INPUT_FIELDS,
     LAV_DEFINITIONS,
+    TIME,
+    out_of_order,
     parse_input_line,
     read_lines,
 )
@@ -102,7 +104,19 @@ class Expected:
 
 def read_input(path: str | Path) -> tuple[Any, list[tuple[int, str, str]]]:
     """The input as a DataFrame, plus the malformed lines ``(line_no, reason, raw)``."""
-    rows, rejected = read_lines(path, parse_input_line)
+    line_of: list[int] = []
+    parsed, rejected = read_lines(path, parse_input_line, numbers=line_of)
+    # A tuple that goes back in time is rejected, as the engine does.
+    rows, previous = [], 0
+    for index, row in enumerate(parsed):
+        if row[TIME] < previous:
+            rejected.append(
+                (line_of[index], out_of_order(row[TIME], previous), ",".join(map(str, row)))
+            )
+            continue
+        previous = row[TIME]
+        rows.append(row)
+    rejected.sort()
     arr = np.array(rows, dtype=np.int64).reshape(-1, len(INPUT_FIELDS))
     return pd.DataFrame(arr, columns=list(INPUT_FIELDS)), rejected
 
