@@ -148,7 +148,7 @@ class RunStats:
 class _Entry:
     """An input event in its branch's redo queue: what entered the queue, its reads, its output."""
 
-    __slots__ = ("branch", "checked", "out", "queued", "reads", "slots", "ts")
+    __slots__ = ("branch", "checked", "items", "out", "queued", "reads", "slots", "ts")
 
     def __init__(self, ts: int, branch: int) -> None:
         self.ts = ts
@@ -158,6 +158,7 @@ class _Entry:
         self.out: Event | None = None  # what the branch outputs for it (None: dropped)
         self.checked = -1  # the transaction attempt that last re-read its rows
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
+        self.items: tuple[tuple[Read, ...], dict[str, int]] | None = None
 
 
 @dataclass
@@ -335,24 +336,37 @@ class CQEngine:
         looked at again now (inside the transaction: ``s2pl`` still holds its
         locks, ``optimistic`` has not validated yet): a version still current
         is current now; one that is not was current at least when it was read.
+        Shortcut: when nothing committed since the previous unit found all its
+        reads current (``_clean``), every read of this unit, made since or
+        found current then, is current now.
         """
-        lo, hi = 0, self.tm.clock
-        if txn is not None and txn.snapshot_ts is not None:
-            for _, _, version, _ in reads:
-                if version == DIRTY:
-                    return (1, 0)
-                lo = max(lo, version)
-            return (lo, txn.snapshot_ts)
-        now = hi
-        tables = self._tables
-        for table, key, version, seen in reads:
+        lo = 0
+        for _, _, version, _ in reads:
             if version == DIRTY:
+                self._clean = -1
                 return (1, 0)
             if version > lo:
                 lo = version
-            if tables[table].latest(key)[0] != version and seen < hi:
+        self._prev = self._attempt
+        now = self.tm.clock
+        if txn is not None and txn.snapshot_ts is not None:
+            self._clean = now if now == txn.snapshot_ts else -1
+            return (lo, txn.snapshot_ts)
+        if now == self._clean:
+            return (lo, now)
+        hi = now
+        tables = self._tables
+        for table, key, version, seen in reads:
+            if seen < hi and tables[table].latest(key)[0] != version:
                 hi = seen
-        return (lo, min(hi, now))
+        self._clean = now if hi == now else -1
+        return (lo, hi)
+
+    def _quiet(self, txn: Transaction | None) -> bool:
+        """Nothing committed since the previous unit found its reads current."""
+        if txn is not None and txn.snapshot_ts is not None:
+            return txn.snapshot_ts == self._clean
+        return self.tm.clock == self._clean
 
     # -- the redo queues ------------------------------------------------------------------
 
@@ -391,6 +405,19 @@ class CQEngine:
         if not self.strategy.transactional or entry.checked == self._attempt or not entry.reads:
             return entry  # naive reuses its synopsis as it is
         assert txn is not None
+        if self._fast and entry.checked >= self._prev and self._quiet(txn):
+            # Its rows are at the versions it read (nothing committed since they were
+            # found current): the transaction only has to make them its own reads.
+            mode = self._mode
+            if mode == "optimistic":
+                txn.reads.update(self._items(entry))  # validated at commit
+            elif mode == "s2pl":
+                tables = self._tables
+                for table, key, _, _ in entry.reads:
+                    txn.read(tables[table], key)  # the read lock
+            if mode != "s2pl" or self._quiet(txn):
+                entry.checked = self._attempt
+                return entry
         fresh: list[Read] = []
         for table, key, version, _ in entry.reads:
             _, read = self._read(txn, table, key, None)
@@ -402,6 +429,16 @@ class CQEngine:
         entry.reads = tuple(fresh)
         entry.checked = self._attempt
         return entry
+
+    def _items(self, entry: _Entry) -> dict[str, int]:
+        """Optimistic: the entry's reads as the protocol's read set (item -> timestamp)."""
+        if entry.items is None or entry.items[0] is not entry.reads:
+            tables = self._tables
+            entry.items = (
+                entry.reads,
+                {tables[t].item(k): v for t, k, v, _ in entry.reads},
+            )
+        return entry.items[1]
 
     def _prune(self, below: int) -> None:
         """Drop the events below the next window's LWM from the redo queues."""
@@ -475,6 +512,11 @@ class CQEngine:
         self._wstart: float | None = None  # time-based windows: the next window's start
         self._windows = 0  # windows completed
         self._attempt = 0
+        # the clock at which the previous unit's reads were all found current (-1: no),
+        # and that unit's attempt
+        self._clean = -1
+        self._prev = 0
+        self._fast = self.tm.recorder is None  # shortcuts skip reads a history must show
         self._record_naive = not self.strategy.transactional and self.tm.recorder is not None
 
     def _advance(
@@ -545,7 +587,10 @@ class CQEngine:
                 if out is None:
                     txn.abort()
                 else:
+                    clean = self._clean
                     txn.commit()
+                    # our own commit moved the clock by one: nothing else did
+                    self._clean = clean + 1 if clean >= 0 and self.tm.clock == clean + 1 else -1
                 return out, attempts
             except TransientError:
                 # validation failed (or a deadlock victim): abort and redo the unit
