@@ -245,6 +245,10 @@ class CQEngine:
         self.stats = RunStats()
         self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
         self._mode = self.strategy.name
+        self._optimistic: bool = self._mode == "optimistic"
+        self._s2pl: bool = self._mode == "s2pl"
+        self._quiet_now: bool = False
+        self._lock = tm.protocol.before_read
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
@@ -272,11 +276,13 @@ class CQEngine:
         if txn is not None and txn.snapshot_ts is not None:
             snap = txn.snapshot_ts
             value = txn.read(tbl, key)
-            version = 0
-            for vts, _ in reversed(tbl.versions(key)):
-                if vts <= snap:
-                    version = vts
-                    break
+            version = tbl.latest(key)[0]
+            if version > snap:  # changed since the snapshot: the version it shows
+                version = 0
+                for vts, _ in reversed(tbl.versions(key)):
+                    if vts <= snap:
+                        version = vts
+                        break
             return value, (table, key, version, snap)
         clock = self.tm.clock
         if txn is not None:
@@ -405,19 +411,23 @@ class CQEngine:
         if not self.strategy.transactional or entry.checked == self._attempt or not entry.reads:
             return entry  # naive reuses its synopsis as it is
         assert txn is not None
-        if self._fast and entry.checked >= self._prev and self._quiet(txn):
+        if self._quiet_now and entry.checked >= self._prev:
             # Its rows are at the versions it read (nothing committed since they were
             # found current): the transaction only has to make them its own reads.
-            mode = self._mode
-            if mode == "optimistic":
+            if self._optimistic:
                 txn.reads.update(self._items(entry))  # validated at commit
-            elif mode == "s2pl":
-                tables = self._tables
-                for table, key, _, _ in entry.reads:
-                    txn.read(tables[table], key)  # the read lock
-            if mode != "s2pl" or self._quiet(txn):
                 entry.checked = self._attempt
                 return entry
+            if not self._s2pl:
+                entry.checked = self._attempt  # snapshot: its snapshot shows those versions
+                return entry
+            lock = self._lock
+            for item in self._items(entry):
+                lock(txn, item)  # the read lock (the row itself is not needed again)
+            if self._quiet(txn):  # still nothing committed: the versions locked are those
+                entry.checked = self._attempt
+                return entry
+            self._quiet_now = False
         fresh: list[Read] = []
         for table, key, version, _ in entry.reads:
             _, read = self._read(txn, table, key, None)
@@ -517,6 +527,7 @@ class CQEngine:
         self._clean = -1
         self._prev = 0
         self._fast = self.tm.recorder is None  # shortcuts skip reads a history must show
+        self._quiet_now = False  # the current attempt may take the shortcut
         self._record_naive = not self.strategy.transactional and self.tm.recorder is not None
 
     def _advance(
@@ -582,6 +593,7 @@ class CQEngine:
             attempts += 1
             self._attempt += 1
             txn = self.tm.begin(read_only=True)
+            self._quiet_now = self._fast and self._quiet(txn)
             try:
                 out = fill(txn)
                 if out is None:
@@ -594,6 +606,8 @@ class CQEngine:
                 return out, attempts
             except TransientError:
                 # validation failed (or a deadlock victim): abort and redo the unit
+                if txn.status == "active":
+                    txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
 
     def _name_reads(self, txn: Transaction, entries: list[_Entry]) -> None:
