@@ -393,7 +393,7 @@ class CQEngine:
             entry.out, entry.reads = None, ()
             return
         reads: list[Read] = []
-        slots: list[Any] | None = [] if self._record_naive else None
+        slots: list[Any] | None = [] if self._record_naive and txn is None else None
         after = self._branches[entry.branch].after
         entry.out = self._apply(after, entry.queued, txn, reads, slots)
         entry.reads = tuple(reads)
@@ -628,18 +628,9 @@ class CQEngine:
                 row = entry.out.value if entry.out is not None else None
                 return [], _Pending(row, entry.reads, self._state(txn, reads), ts, ts)
 
-            if self._record_naive:
-                # the per-event transaction reads through the manager, which records
-                self._attempt += 1
-                txn = self.tm.begin(read_only=True)
-                self._record_naive = False
-                try:
-                    done, attempts = fill(txn), 1
-                finally:
-                    self._record_naive = True
-                txn.commit()
-            else:
-                done, attempts = self._transact(fill)
+            # naive with a recorder: the event's reads go through the transaction
+            # _transact opens to name them, and the manager records them
+            done, attempts = self._transact(fill)
             self._pos += 1
             self._emit(done[1], attempts)
             if self._on_commit is not None:
