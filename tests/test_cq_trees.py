@@ -660,3 +660,17 @@ def test_redo_re_inputs_events_from_the_queue_algorithm_1_places(strategy: str) 
     assert 0 < eng.stats.reevaluated < 4 * len(results)
     assert eng.stats.max_redo_queue <= 6 + 2  # pruned below each window's LWM
     assert all(res.consistent for res in results)
+
+
+def test_a_window_that_takes_long_to_fill_does_not_overrun_the_deadline() -> None:
+    import time
+
+    src = Source("events", ("id", "part"))
+    never = Select("never", RefJoin("j", src, "parts", "part"), lambda v: False)
+    state = {"parts": {0: {"price": 1, "cat": 0}}, "cats": {}, "labels": {}}
+    eng = CQEngine(
+        WindowAgg("w", never, "count", "price", 3), load("snapshot", state), "snapshot", TABLES
+    )
+    start = time.monotonic()
+    assert eng.run([{"id": i, "part": 0} for i in range(2_000_000)], until=start + 0.2) == []
+    assert time.monotonic() - start < 2.0  # the whole input would take far longer

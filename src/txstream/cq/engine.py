@@ -663,8 +663,10 @@ class CQEngine:
                 acc: list[_Entry] = []
                 i = start
                 while len(acc) < w.r:
-                    if i >= len(self._input):
-                        return None  # the input ends inside the window: wait for more
+                    if i >= len(self._input) or ((i - start) % 4096 == 4095 and self._stopped()):
+                        # the input ends inside the window (or the run's time is up in a
+                        # window that takes long to fill): wait for more
+                        return None
                     entry = self._entry(i, txn)
                     used.append(entry)
                     i += 1
@@ -716,7 +718,7 @@ class CQEngine:
                 used: list[_Entry] = []
                 i = base
                 while True:
-                    if i >= len(self._input):
+                    if i >= len(self._input) or ((i - base) % 4096 == 4095 and self._stopped()):
                         return None  # wait for an event past the window's end
                     if self._time(i) >= end:
                         break
