@@ -382,7 +382,8 @@ class CQEngine:
         branch = self._branch_of[ts] if self._branch_of else 0
         b = self._branches[branch]
         entry = _Entry(ts, branch)
-        entry.queued = self._apply(b.before, Event(row, ts, ts), None, [])
+        event = Event(row, ts, ts)
+        entry.queued = self._apply(b.before, event, None, []) if b.before else event
         self._rerun(entry, txn)
         return entry
 
@@ -557,7 +558,7 @@ class CQEngine:
                 return
             row = out.value
         value = row.get("value", row)
-        versions = frozenset((t, k, v) for t, k, v, _ in p.reads)
+        versions = frozenset([(t, k, v) for t, k, v, _ in p.reads])
         result = Result(value, p.window, p.lwm, versions, attempts, p.state, row)
         self._results.append(result)
         if self._on_result is not None:
@@ -647,9 +648,12 @@ class CQEngine:
         state: bool = True,
     ) -> _Pending:
         """Run the operators above the window up to the commit operator, in ``txn``."""
-        reads = list(dep)
-        out = self._apply(self._inside, Event(row, ts, lwm), txn, reads)
-        value = out.value if out is not None else None
+        if self._inside:
+            reads = list(dep)
+            out = self._apply(self._inside, Event(row, ts, lwm), txn, reads)
+            value = out.value if out is not None else None
+        else:
+            reads, value = dep, row
         return _Pending(value, tuple(reads), self._state(txn, reads) if state else (0, 0), n, lwm)
 
     def _run_count(self) -> None:
@@ -662,12 +666,17 @@ class CQEngine:
                 used: list[_Entry] = []
                 acc: list[_Entry] = []
                 i = start
-                while len(acc) < w.r:
-                    if i >= len(self._input) or ((i - start) % 4096 == 4095 and self._stopped()):
+                end, r = len(self._input), w.r
+                queue, get_entry = self._queue, self._entry
+                naive = not self.strategy.transactional
+                while len(acc) < r:
+                    if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
                         # the input ends inside the window (or the run's time is up in a
                         # window that takes long to fill): wait for more
                         return None
-                    entry = self._entry(i, txn)
+                    entry = queue.get(i) if naive else None  # naive: the synopsis as it is
+                    if entry is None:
+                        entry = get_entry(i, txn)
                     used.append(entry)
                     i += 1
                     if entry.out is not None:
