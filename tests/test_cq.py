@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -168,9 +169,25 @@ def test_concurrent_updaters_never_make_an_inconsistent_result_and_histories_are
     assert check(m["history"], "cs").holds
 
 
-def test_naive_under_concurrent_updaters_produces_inconsistent_results() -> None:
-    m = run(CQRun(strategy="naive", update_rate=20_000, r=80, seconds=0.8, rows=50))
-    assert m["consistent_ratio"] < 1.0
+def test_naive_under_concurrent_updaters_produces_inconsistent_results(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-4)  # threads take turns often: updates land inside windows
+    try:
+        m = run(CQRun(strategy="naive", update_rate=20_000, r=80, seconds=0.8, rows=50))
+        assert m["consistent_ratio"] < 1.0
+        # the recorded history holds the query's reads: the checker sees the anomaly
+        out = tmp_path / "naive.txt"
+        args = ["cq", "run", "--strategy", "naive", "--seconds", "0.5", "--rows", "20"]
+        assert main([*args, "--window", "40", "--update-rate", "5000", "--record", str(out)]) == 0
+    finally:
+        sys.setswitchinterval(interval)
+    summary = json.loads(capsys.readouterr().out)
+    history = out.read_text()
+    assert " r" in history or history.startswith("r")
+    assert summary["cs"] is False and summary["consistent_ratio"] < 1.0
+    assert main(["check", "--criterion", "cs", str(out)]) != 0
 
 
 def test_optimistic_redoes_windows_when_validation_fails() -> None:

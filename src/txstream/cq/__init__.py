@@ -1,7 +1,7 @@
 """Continuous queries that read updatable tables consistently (Oyamada et al., SAC 2013).
 
 Start here: the operators in :mod:`txstream.cq.base` (``Source``, ``Select``,
-``Project``, ``RefJoin``, ``Reference``, ``WindowAgg``), the analysis in
+``Project``, ``RefJoin``, ``Reference``, ``WindowAgg``, ``WindowJoin``), the analysis in
 :mod:`txstream.cq.plan` (commit operator, SETUP-REDO-QUEUES), :class:`CQEngine`
 with the strategies ``naive``, ``s2pl``, ``snapshot``, ``optimistic``
 (:data:`STRATEGIES`), and :class:`Updaters`.  ``txstream cq run`` and
@@ -10,6 +10,7 @@ with the strategies ``naive``, ``s2pl``, ``snapshot``, ``optimistic``
 
 from txstream.cq.base import (
     AGGREGATES,
+    DIRTY,
     CQError,
     Event,
     Operator,
@@ -20,6 +21,7 @@ from txstream.cq.base import (
     Select,
     Source,
     WindowAgg,
+    WindowJoin,
 )
 from txstream.cq.engine import (
     STRATEGIES,
@@ -30,10 +32,11 @@ from txstream.cq.engine import (
     get_strategy,
     make_manager,
 )
-from txstream.cq.plan import commit_operator, setup_redo_queues, validate
+from txstream.cq.plan import commit_operator, setup_redo_queues, shape, validate
 
 __all__ = [
     "AGGREGATES",
+    "DIRTY",
     "STRATEGIES",
     "VERSION_KEY",
     "CQEngine",
@@ -49,9 +52,11 @@ __all__ = [
     "Strategy",
     "Updaters",
     "WindowAgg",
+    "WindowJoin",
     "commit_operator",
     "get_strategy",
     "make_manager",
     "setup_redo_queues",
+    "shape",
     "validate",
 ]

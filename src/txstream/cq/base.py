@@ -9,37 +9,50 @@ operators are
   table that other systems update): :class:`RefJoin` (stream-table equi-join)
   and :class:`Reference` (apply a resource held in a table row, e.g. a model);
 * **window-based operators**: :class:`WindowAgg` (COUNT/SUM/AVG/MIN/MAX over
-  count-based windows of range ``r`` and slide ``s``; overlapping when ``s < r``).
+  count- or time-based windows of range ``r`` and slide ``s``; overlapping when
+  ``s < r``) and :class:`WindowJoin` (stream-stream equi-join of two inputs
+  over time-based windows).
 
 An :class:`Event` carries its timestamp, its low water-mark (LWM, Definition
 4.1: the lowest input timestamp it depends on) and the reads it depends on:
 ``refs`` is TXN(e) of Definition 3.1, the union of REF over its dependencies
-(DEP, Definition 2.2), each read as (table, key, table version seen).
+(DEP, Definition 2.2), each read as ``(table, key, version, seen)``: the row's
+version is the commit timestamp of the row version read (``DIRTY`` for an
+uncommitted row), ``seen`` an instant at which that version was known to be the
+committed one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from txstream.errors import TxStreamError
 
 Row = dict[str, Any]
+
+DIRTY = -1
+"""The version recorded for a read that saw an uncommitted (or not yet installed) row."""
+
+Read = tuple[str, Any, int, int]
+"""One reference: (table, key, version read, an instant at which that version was current)."""
 
 
 class CQError(TxStreamError, ValueError):
     """A continuous query is malformed (unknown table or column, bad window, ...)."""
 
 
-@dataclass(frozen=True)
-class Event:
-    """A stream event ``<s, t>`` with its LWM and the resource reads it depends on."""
+class Event(NamedTuple):
+    """A stream event ``<s, t>`` with its LWM and the resource reads it depends on.
+
+    A named tuple: immutable like before, and cheap to build on the per-event path.
+    """
 
     value: Row
     ts: int
     lwm: int
-    refs: tuple[tuple[str, Any, int], ...] = ()
+    refs: tuple[Read, ...] = ()
 
 
 class Operator:
@@ -197,17 +210,92 @@ class WindowAgg(Operator):
         return float(min(values) if self.aggregate == "min" else max(values))
 
 
+class WindowJoin(Operator):
+    """Stream-stream equi-join of two inputs over time-based windows (window-based).
+
+    Window ``k`` holds the input events whose time lies in
+    ``[t0 + k*s, t0 + k*s + r)``: the raw input position, or ``time_column`` of
+    both sources (non-decreasing), ``t0`` being the first input event's time.
+    Each pair of a left and a right event of one window with
+    ``left[left_key] == right[right_key]`` is output once per window, the right
+    event's columns prefixed by ``prefix``.
+    """
+
+    kind = "window-join"
+    is_window = True
+
+    def __init__(
+        self,
+        name: str,
+        left: Operator,
+        right: Operator,
+        left_key: str,
+        right_key: str,
+        r: int,
+        s: int | None = None,
+        *,
+        prefix: str = "r_",
+        time_column: str | None = None,
+    ) -> None:
+        super().__init__(name, left, right)
+        s = r if s is None else s
+        if not isinstance(r, int) or not isinstance(s, int) or r < 1 or s < 1:
+            raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
+        if s > r:
+            raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
+        self.left_key = left_key
+        self.right_key = right_key
+        self.r = r
+        self.s = s
+        self.prefix = prefix
+        self.time_column = time_column
+
+
 @dataclass
 class Result:
-    """One output of the query: the window aggregate and the table versions it read."""
+    """One output of the query and the row versions its CQ-derived transaction read.
+
+    ``versions`` holds one ``(table, key, version)`` per distinct row version
+    read (``version`` is the commit timestamp of the row version, ``DIRTY`` for
+    an uncommitted row); ``state`` is the range ``[lo, hi]`` of instants
+    (commit timestamps) at which every one of those versions was the committed
+    one, as far as the engine could establish. ``row`` is the whole output row;
+    ``value`` its ``"value"`` column (a window aggregate) or the row itself.
+    """
 
     value: Any
     window: int
     lwm: int
-    versions: frozenset[int] = field(default_factory=frozenset)
+    versions: frozenset[Any] = field(default_factory=frozenset)
     attempts: int = 1
+    state: tuple[int, int] | None = None
+    row: Row | None = None
 
     @property
     def consistent(self) -> bool:
-        """All of its reads saw one version of the referenced table."""
-        return len(self.versions) <= 1
+        """Its reads saw one state of the tables: some instant at which all were current.
+
+        Results built by hand without ``state`` (table-level versions, e.g.
+        plain Spark's) are consistent when each row, or the table, was seen at
+        one version.
+        """
+        if self.state is not None:
+            return self.state[0] <= self.state[1]
+        seen: dict[Any, Any] = {}
+        for v in self.versions:
+            row, version = (v[:2], v[2]) if isinstance(v, tuple) else (None, v)
+            if version == DIRTY or seen.setdefault(row, version) != version:
+                return False
+        return True
+
+    def rows(self) -> dict[tuple[str, Any], frozenset[int]]:
+        """Per (table, key): the versions of that row the result's transaction read."""
+        out: dict[tuple[str, Any], set[int]] = {}
+        for v in self.versions:
+            if isinstance(v, tuple):
+                out.setdefault((v[0], v[1]), set()).add(v[2])
+        return {k: frozenset(vs) for k, vs in out.items()}
+
+    def tables(self) -> frozenset[str]:
+        """The referenced tables it read."""
+        return frozenset(v[0] for v in self.versions if isinstance(v, tuple))

@@ -14,17 +14,25 @@ onto a transaction-manager protocol:
   referenced-resource timestamp at commit; on failure abort and redo
   (``optimistic``).
 
-The transactional strategies evaluate one window per CQ-derived transaction.
-Overlapping windows (slide < range) are handled as in Section 4.3: the events
-entering the reference operator are kept in a **redo queue**; when a
-transaction commits, the synopsis is reset and the events from the biggest LWM
-of the overlap on are re-input, so the next transaction references the table
-itself instead of reusing reads of the previous one; events below the LWM are
-pruned from the queue.
+The unit of a CQ-derived transaction follows from the commit operator
+(Definition 3.2): with a window-based operator in the tree, one transaction
+per window of it (the reference operators below the window, those above it up
+to the commit operator, all in that one transaction); without one, one per
+input event.  Operators above the commit operator run after the commit.
 
-A table's *version* is a counter row that every update transaction increments
-(the resource ``x`` that becomes ``x'`` in Figure 2); each read records the
-version it saw, so each :class:`Result` says which versions it mixed.
+Overlapping windows (Section 4.3): every input event is kept in the **redo
+queue** that SETUP-REDO-QUEUES (Algorithm 1) places on its branch, as it
+entered the queue's operator, with the reads its evaluation made and its
+output.  The next window's transaction re-reads those rows under its own
+protocol (a read lock, its snapshot, a read timestamp to validate); an event
+whose rows are still at the versions it read keeps its output, an event with a
+changed row is re-input from the queue and evaluated again.  After a window
+commits, the events below the next window's LWM are pruned.
+
+Versions are per row: a read records the commit timestamp of the row version
+it saw, so an update to a row that a window never read neither blocks nor
+invalidates its transaction, and each :class:`Result` says per (table, row)
+which versions it saw and whether some instant had all of them current.
 """
 
 from __future__ import annotations
@@ -32,29 +40,39 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from txstream.cq.base import (
+    DIRTY,
     CQError,
     Event,
     Operator,
     Project,
+    Read,
     Reference,
     RefJoin,
     Result,
     Row,
     Select,
+    Source,
+    WindowAgg,
+    WindowJoin,
 )
-from txstream.cq.plan import commit_operator, pipeline, setup_redo_queues, validate
+from txstream.cq.plan import commit_operator, setup_redo_queues, shape, validate
 from txstream.errors import TransientError, UnknownNameError
+from txstream.model.history import Operation
 from txstream.storage import Table
+from txstream.storage.base import ABSENT as _ABSENT
 from txstream.txn import Transaction, TransactionManager
 
 VERSION_KEY = "__version__"
-"""The row of each referenced table that counts its committed update transactions."""
+"""A table-level counter row some callers keep (plain Spark's baseline reads it).
+
+The engine itself no longer reads it: versions are per row."""
+
+_ABSENT_ROW: Any = object()
 
 
 class Strategy(ABC):
@@ -123,16 +141,54 @@ class RunStats:
 
     redos: int = 0
     reads: int = 0
-    reevaluated: int = 0  # events re-input from a redo queue
+    reevaluated: int = 0  # events re-input from a redo queue because a row they read changed
     max_redo_queue: int = 0
 
 
-class CQEngine:
-    """Evaluates one continuous query over a finite input under a strategy.
+class _Entry:
+    """An input event in its branch's redo queue: what entered the queue, its reads, its output."""
 
-    Call :meth:`run` with the raw events; it returns the results in window
-    order.  ``tables`` maps each referenced table to its columns (for
-    validation); the tables live in ``tm``'s store.
+    __slots__ = ("branch", "checked", "items", "out", "queued", "reads", "slots", "ts")
+
+    def __init__(self, ts: int, branch: int) -> None:
+        self.ts = ts
+        self.branch = branch
+        self.queued: Event | None = None  # the event at the input of the queue's operator
+        self.reads: tuple[Read, ...] = ()
+        self.out: Event | None = None  # what the branch outputs for it (None: dropped)
+        self.checked = -1  # the transaction attempt that last re-read its rows
+        self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
+        self.items: tuple[tuple[Read, ...], dict[str, int]] | None = None
+
+
+@dataclass
+class _Branch:
+    source: Source
+    index: int
+    before: list[Operator]  # stateless operators below the redo queue (run once)
+    after: list[Operator]  # from the redo queue's operator up (re-run on redo)
+    time_column: str | None
+
+
+@dataclass
+class _Pending:
+    """A result computed inside a transaction, emitted once it commits."""
+
+    row: Row | None
+    reads: tuple[Read, ...]
+    state: tuple[int, int]
+    window: int
+    lwm: int
+
+
+class CQEngine:
+    """Evaluates one continuous query (an operator tree) under a strategy.
+
+    Call :meth:`run` with the raw events (one source: the rows; several: pairs
+    ``(source name, row)`` in arrival order; an event's index is its
+    timestamp), or :meth:`feed` them in micro-batches.  ``tables`` maps each
+    referenced table to its columns (for validation); the tables live in
+    ``tm``'s store.  A tree the engine cannot run is refused here.
     """
 
     def __init__(
@@ -151,42 +207,111 @@ class CQEngine:
         validate(root, tables)
         self.root = root
         self.tm = tm
-        self.source, self.pre, self.window, self.post = pipeline(root)
+        plan = shape(root)
+        self.window: WindowAgg | WindowJoin | None = plan.window
         self.commit_op = commit_operator(root)
         self.redo_queues = setup_redo_queues(root)
+        self.sources = [src for src, _ in plan.branches]
+        self.source = self.sources[0]
+        self._names = {src.name: k for k, src in enumerate(self.sources)}
+        time_column = self.window.time_column if self.window is not None else None
+        self._branches: list[_Branch] = []
+        for k, (src, chain) in enumerate(plan.branches):
+            q = len(chain)
+            for i, op in enumerate(chain):
+                below = chain[i - 1] if i else src
+                if (op.name, below.name) in self.redo_queues:
+                    q = i
+                    break
+            if self.window is not None and q == len(chain) and any(o.is_reference for o in chain):
+                raise CQError(  # Algorithm 1 always queues these inputs: a bug, not bad input
+                    f"internal: no redo queue below the reference operators of {src.name!r}"
+                )
+            self._branches.append(_Branch(src, k, chain[:q], chain[q:], time_column))
+        # the operators run inside the transaction and those after its commit
+        above = plan.above if plan.window is not None else plan.branches[0][1]
+        cut = 0
+        for i, op in enumerate(above):
+            if op is self.commit_op:
+                cut = i + 1
+        if plan.window is None:
+            # no window: the whole chain is one event's transaction
+            self._branches[0] = _Branch(self.source, 0, [], above[:cut], None)
+            self._after = above[cut:]
+            self._inside: list[Operator] = []
+        else:
+            self._inside = above[:cut]
+            self._after = above[cut:]
         self.stats = RunStats()
-        self._versions: dict[str, int] = {}  # table -> version read by the current transaction
-        self._raw: list[Row] = []
+        self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
+        self._mode = self.strategy.name
+        self._optimistic: bool = self._mode == "optimistic"
+        self._s2pl: bool = self._mode == "s2pl"
+        self._quiet_now: bool = False
+        self._lock = tm.protocol.before_read
+        self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
+        self._on_commit: Callable[[int], None] | None = None
+        self._input: list[Row] = []
+        self._branch_of: list[int] = []  # several sources: the branch of each input event
+        self._base: int = 0
         self._reset()
-        self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
 
-    # -- reading a referenced resource --------------------------------------------------
+    # -- reading a referenced resource ----------------------------------------------------
 
-    def _read(self, txn: Transaction | None, table: str, key: Any) -> tuple[Any, int]:
-        """The row and the version of its table that the read saw.
+    def _read(
+        self, txn: Transaction | None, table: str, key: Any, slots: list[Any] | None
+    ) -> tuple[Any, Read]:
+        """The row of ``key`` and the read: (table, key, row version, instant it was current).
 
-        Inside a transaction the version is read once, at the table's first
-        reference (and first, so that under ``s2pl`` the lock on the version row
-        is taken before any row lock: updaters lock it first too, so no cycle).
-        That one version is the version of every read of the transaction:
-        snapshot reads are of one state, ``s2pl`` holds the version row's read
-        lock to the end, and ``optimistic`` validates it at commit.
+        ``snapshot`` reads its snapshot: the version is the newest one at or
+        before the snapshot, current at the snapshot.  The others read the
+        current row; its version is that of the newest committed version if the
+        row read is that version (else the read saw an uncommitted row:
+        ``DIRTY``), current at least from the clock sampled before the read.
         """
         self.stats.reads += 1
-        if txn is None:
-            tbl = self._tables[table]
-            return tbl.read(key), int(tbl.read(VERSION_KEY, 0))
-        version = self._versions.get(table)
-        if version is None:
-            version = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
-        return txn.read(table, key), version
+        tbl = self._tables[table]
+        if txn is not None and txn.snapshot_ts is not None:
+            snap = txn.snapshot_ts
+            value = txn.read(tbl, key)
+            version = tbl.latest(key)[0]
+            if version > snap:  # changed since the snapshot: the version it shows
+                version = 0
+                for vts, _ in reversed(tbl.versions(key)):
+                    if vts <= snap:
+                        version = vts
+                        break
+            return value, (table, key, version, snap)
+        clock = self.tm.clock
+        if txn is not None:
+            value = txn.read(tbl, key, _ABSENT_ROW)
+        else:
+            value = tbl.read(key, _ABSENT_ROW)
+            if slots is not None:
+                rec = self.tm.recorder
+                assert rec is not None
+                slots.append(rec.slot())  # the read's place in the history, owner named later
+        version, committed = tbl.latest(key)
+        if value is _ABSENT_ROW:
+            value = None
+            if committed is not _ABSENT and committed is not None:
+                version = DIRTY  # deleted by a transaction that has not committed
+        elif committed is not value:
+            version = DIRTY
+        return value, (table, key, version, max(clock, version))
 
-    def _pre(self, raw: Row, ts: int, txn: Transaction | None) -> Event | None:
-        """Push one raw event through the operators below the window."""
-        e = Event(raw, ts, ts)
-        for op in self.pre:
+    def _apply(
+        self,
+        ops: list[Operator],
+        e: Event,
+        txn: Transaction | None,
+        reads: list[Read],
+        slots: list[Any] | None = None,
+    ) -> Event | None:
+        """Push one event through ``ops`` (bottom-up); append its reads to ``reads``."""
+        for op in ops:
             if isinstance(op, Select):
                 if not op.predicate(e.value):
                     return None
@@ -194,73 +319,217 @@ class CQEngine:
                 e = Event(op.fn(e.value), e.ts, e.lwm, e.refs)
             elif isinstance(op, RefJoin):
                 key = e.value[op.key]
-                row, version = self._read(txn, op.table, key)
+                row, read = self._read(txn, op.table, key, slots)
+                reads.append(read)
                 if row is None:
                     return None
-                joined = {**e.value, **{op.prefix + k: v for k, v in row.items()}}
-                e = Event(joined, e.ts, e.lwm, (*e.refs, (op.table, key, version)))
+                if op.prefix:
+                    row = {op.prefix + k: v for k, v in row.items()}
+                e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
             elif isinstance(op, Reference):
-                resource, version = self._read(txn, op.table, op.key)
+                resource, read = self._read(txn, op.table, op.key, slots)
+                reads.append(read)
                 value = op.apply(e.value, resource)
                 if value is None:
                     return None
-                e = Event(value, e.ts, e.lwm, (*e.refs, (op.table, op.key, version)))
+                e = Event(value, e.ts, e.lwm, (*e.refs, read))
         return e
 
-    def _post(self, value: Row) -> Row | None:
-        for op in self.post:
-            if isinstance(op, Select) and not op.predicate(value):
-                return None
-            if isinstance(op, Project):
-                value = op.fn(value)
-        return value
+    def _state(self, txn: Transaction | None, reads: list[Read]) -> tuple[int, int]:
+        """The instants at which every version read was the committed one: [lo, hi].
+
+        Under ``snapshot`` every read is of the snapshot.  Otherwise each row is
+        looked at again now (inside the transaction: ``s2pl`` still holds its
+        locks, ``optimistic`` has not validated yet): a version still current
+        is current now; one that is not was current at least when it was read.
+        Shortcut: when nothing committed since the previous unit found all its
+        reads current (``_clean``), every read of this unit, made since or
+        found current then, is current now.
+        """
+        lo = 0
+        for _, _, version, _ in reads:
+            if version == DIRTY:
+                self._clean = -1
+                return (1, 0)
+            if version > lo:
+                lo = version
+        self._prev = self._attempt
+        now = self.tm.clock
+        if txn is not None and txn.snapshot_ts is not None:
+            self._clean = now if now == txn.snapshot_ts else -1
+            return (lo, txn.snapshot_ts)
+        if now == self._clean:
+            return (lo, now)
+        hi = now
+        tables = self._tables
+        for table, key, version, seen in reads:
+            if seen < hi and tables[table].latest(key)[0] != version:
+                hi = seen
+        self._clean = now if hi == now else -1
+        return (lo, hi)
+
+    def _quiet(self, txn: Transaction | None) -> bool:
+        """Nothing committed since the previous unit found its reads current."""
+        if txn is not None and txn.snapshot_ts is not None:
+            return txn.snapshot_ts == self._clean
+        return self.tm.clock == self._clean
+
+    # -- the redo queues ------------------------------------------------------------------
+
+    def _evaluate(self, ts: int, txn: Transaction | None) -> _Entry:
+        """Input one raw event: run its branch below the queue once, then the rest."""
+        row = self._input[ts]
+        branch = self._branch_of[ts] if self._branch_of else 0
+        b = self._branches[branch]
+        entry = _Entry(ts, branch)
+        event = Event(row, ts, ts)
+        entry.queued = self._apply(b.before, event, None, []) if b.before else event
+        self._rerun(entry, txn)
+        return entry
+
+    def _rerun(self, entry: _Entry, txn: Transaction | None) -> None:
+        """(Re-)input the entry's queued event above the redo queue, in ``txn``."""
+        entry.checked = self._attempt
+        if entry.queued is None:
+            entry.out, entry.reads = None, ()
+            return
+        reads: list[Read] = []
+        slots: list[Any] | None = [] if self._record_naive and txn is None else None
+        after = self._branches[entry.branch].after
+        entry.out = self._apply(after, entry.queued, txn, reads, slots)
+        entry.reads = tuple(reads)
+        entry.slots = slots or []
+
+    def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
+        """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
+        entry = self._queue.get(ts)
+        if entry is None:
+            entry = self._evaluate(ts, txn if self.strategy.transactional else None)
+            self._queue[ts] = entry
+            if len(self._queue) > self.stats.max_redo_queue:
+                self.stats.max_redo_queue = len(self._queue)
+            return entry
+        if not self.strategy.transactional or entry.checked == self._attempt or not entry.reads:
+            return entry  # naive reuses its synopsis as it is
+        assert txn is not None
+        if self._quiet_now and entry.checked >= self._prev:
+            # Its rows are at the versions it read (nothing committed since they were
+            # found current): the transaction only has to make them its own reads.
+            if self._optimistic:
+                txn.reads.update(self._items(entry))  # validated at commit
+                entry.checked = self._attempt
+                return entry
+            if not self._s2pl:
+                entry.checked = self._attempt  # snapshot: its snapshot shows those versions
+                return entry
+            lock = self._lock
+            for item in self._items(entry):
+                lock(txn, item)  # the read lock (the row itself is not needed again)
+            if self._quiet(txn):  # still nothing committed: the versions locked are those
+                entry.checked = self._attempt
+                return entry
+            self._quiet_now = False
+        fresh: list[Read] = []
+        for table, key, version, _ in entry.reads:
+            _, read = self._read(txn, table, key, None)
+            if read[2] != version:
+                self.stats.reevaluated += 1
+                self._rerun(entry, txn)
+                return entry
+            fresh.append(read)
+        entry.reads = tuple(fresh)
+        entry.checked = self._attempt
+        return entry
+
+    def _items(self, entry: _Entry) -> dict[str, int]:
+        """Optimistic: the entry's reads as the protocol's read set (item -> timestamp)."""
+        if entry.items is None or entry.items[0] is not entry.reads:
+            tables = self._tables
+            entry.items = (
+                entry.reads,
+                {tables[t].item(k): v for t, k, v, _ in entry.reads},
+            )
+        return entry.items[1]
+
+    def _prune(self, below: int) -> None:
+        """Drop the events below the next window's LWM from the redo queues."""
+        queue = self._queue
+        for ts in range(self._base, below):
+            queue.pop(ts, None)
+        self._base = max(self._base, below)
 
     # -- running ------------------------------------------------------------------------
 
     def run(
         self,
-        events: Sequence[Row],
+        events: Sequence[Any],
         *,
         max_results: int | None = None,
         until: float | None = None,
         on_result: Callable[[Result], None] | None = None,
+        on_commit: Callable[[int], None] | None = None,
     ) -> list[Result]:
         """Process ``events`` (their index is their timestamp); return the results.
 
         Stops at the end of the input, after ``max_results`` results, or at the
-        wall-clock time ``until`` (``time.monotonic()``).
+        wall-clock time ``until`` (``time.monotonic()``).  ``on_result`` sees each
+        result; ``on_commit`` is called with the unit's index (window, or input
+        event without a window) after each CQ-derived transaction commits and
+        its results are out, e.g. to interleave other work deterministically.
         """
         self._reset()
-        self._raw = list(events)
+        self._input, self._branch_of = self._tag(events)
+        self._on_commit = on_commit
         return self._advance(max_results, until, on_result)
 
     def feed(
-        self, events: Sequence[Row], on_result: Callable[[Result], None] | None = None
+        self, events: Sequence[Any], on_result: Callable[[Result], None] | None = None
     ) -> list[Result]:
         """Streaming use: append raw events; run every window now complete; the new results.
 
         Events of a window that is not complete yet wait in the redo queue, so
         a window's CQ-derived transaction covers events of several micro-batches
-        and still reads one table version.
+        and still reads one state of the tables.
         """
-        self._raw.extend(events)
+        rows, branches = self._tag(events)
+        self._input.extend(rows)
+        self._branch_of.extend(branches)
+        self._on_commit = None
         before = len(self._results)
         self._advance(None, None, on_result)
         return self._results[before:]
 
+    def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
+        """The raw rows and, with several sources, the branch of each."""
+        if len(self.sources) == 1:
+            return list(events), []
+        rows, branches = [], []
+        for e in events:
+            if not (isinstance(e, tuple) and len(e) == 2 and e[0] in self._names):
+                raise CQError(
+                    f"a query with several sources takes (source, row) pairs with a source in "
+                    f"{sorted(self._names)}; got {e!r:.80}"
+                )
+            branches.append(self._names[e[0]])
+            rows.append(e[1])
+        return rows, branches
+
     def _reset(self) -> None:
         self._results: list[Result] = []
-        self._pos = 0  # next raw event not yet input
-        self._carried: list[Event] = []  # the synopsis: overlap of the previous window
-        self._synopsis: deque[Event] = deque(maxlen=self.window.r if self.window else 1)
-        self._since = 0
-        self._reinput = 0
-        # time-based windows: the current window's start, the raw index of its
-        # first event (the redo queue's head) and the versions its reads saw
-        self._wstart: float | None = None
-        self._rpos = 0
-        self._seen_versions: dict[str, int] = {}
-        self._tsyn: list[Event] = []
+        self._queue: dict[int, _Entry] = {}
+        self._base = 0  # the redo queues hold no event below this
+        self._pos = 0  # per-event mode: next raw event
+        self._start = 0  # count-based windows: raw index where the next window starts
+        self._wstart: float | None = None  # time-based windows: the next window's start
+        self._windows = 0  # windows completed
+        self._attempt = 0
+        # the clock at which the previous unit's reads were all found current (-1: no),
+        # and that unit's attempt
+        self._clean = -1
+        self._prev = 0
+        self._fast = self.tm.recorder is None  # shortcuts skip reads a history must show
+        self._quiet_now = False  # the current attempt may take the shortcut
+        self._record_naive = not self.strategy.transactional and self.tm.recorder is not None
 
     def _advance(
         self,
@@ -270,20 +539,27 @@ class CQEngine:
     ) -> list[Result]:
         self._limits = (max_results, until)
         self._on_result = on_result
-        if self.window is None:
+        w = self.window
+        if w is None:
             self._run_per_event()
-        elif self.window.time_column is not None:
-            if self.strategy.transactional:
-                self._run_transactional_time()
-            else:
-                self._run_naive_time()
-        elif not self.strategy.transactional:
-            self._run_naive()
+        elif isinstance(w, WindowAgg) and w.time_column is None:
+            self._run_count()
         else:
-            self._run_transactional()
+            self._run_time()
         return self._results
 
-    def _emit(self, result: Result) -> None:
+    def _emit(self, p: _Pending, attempts: int) -> None:
+        row = p.row
+        if row is None:
+            return
+        if self._after:
+            out = self._apply(self._after, Event(row, p.lwm, p.lwm), None, [])
+            if out is None:
+                return
+            row = out.value
+        value = row.get("value", row)
+        versions = frozenset([(t, k, v) for t, k, v, _ in p.reads])
+        result = Result(value, p.window, p.lwm, versions, attempts, p.state, row)
         self._results.append(result)
         if self._on_result is not None:
             self._on_result(result)
@@ -292,232 +568,226 @@ class CQEngine:
         """Whether the run's result count or deadline is reached."""
         return _stop(self._results, *self._limits)
 
-    def _run_per_event(self) -> None:
-        # Without a window the reference operator is the commit operator: one
-        # CQ-derived transaction per event.
-        events = self._raw
-        while self._pos < len(events) and not self._stopped():
-            ts = self._pos
-            attempts = 0
-            while True:
-                attempts += 1
-                txn = self.tm.begin(read_only=True) if self.strategy.transactional else None
-                self._versions = {}
-                try:
-                    e = self._pre(events[ts], ts, txn)
-                    value = self._post(e.value) if e is not None else None
-                    if txn is not None:
-                        txn.commit()
-                    break
-                except TransientError:
-                    self.stats.redos += 1
-            self._pos += 1
-            if e is not None and value is not None:
-                versions = frozenset(v for _, _, v in e.refs)
-                n = len(self._results)
-                self._emit(Result(value, n, e.lwm, versions, attempts))
+    def _transact(self, fill: Callable[[Transaction | None], Any]) -> tuple[Any, int]:
+        """Run ``fill`` in one CQ-derived transaction; redo it on a transient failure.
 
-    def _run_naive(self) -> None:
-        window = self.window
-        assert window is not None
-        events = self._raw
-        while self._pos < len(events) and not self._stopped():
-            ts = self._pos
-            self._pos += 1
-            e = self._pre(events[ts], ts, None)
-            if e is None:
-                continue
-            self._synopsis.append(e)
-            self._since += 1
-            full = len(self._synopsis) == window.r
-            if full and (not self._results or self._since >= window.s):
-                self._since = 0
-                self._window_result(list(self._synopsis), 1)
-
-    def _window_result(self, acc: list[Event], attempts: int, lwm: int = 0) -> None:
-        window = self.window
-        assert window is not None
-        values = [float(a.value[window.column]) for a in acc] if window.column else []
-        agg = window.compute(values)
-        n = len(self._results)
-        out = self._post({"window": n, "value": agg})
-        versions = frozenset(v for a in acc for _, _, v in a.refs)
-        lwm = min((a.lwm for a in acc), default=lwm)
-        if out is not None:
-            self._emit(Result(out["value"], n, lwm, versions, attempts))
-
-    def _run_transactional(self) -> None:
-        window = self.window
-        assert window is not None
-        events = self._raw
-        while self._pos <= len(events) and not self._stopped():
-            pos, carried = self._pos, self._carried
-
-            def fill(txn: Transaction, pos: int = pos, carried: list[Event] = carried) -> Any:
-                acc, i = self._reuse(txn, carried, pos, window.r)
-                while len(acc) < window.r and i < len(events):
-                    e = self._pre(events[i], i, txn)
-                    if i < self._reinput:
-                        self.stats.reevaluated += 1
-                    i += 1
-                    self._reinput = max(self._reinput, i)
-                    if e is not None:
-                        acc.append(e)
-                # the input ends inside the window: wait for more events
-                return (acc, i) if len(acc) == window.r else None
-
-            done, attempts = self._transact(fill)
-            if done is None:
-                return
-            acc, i = done
-            self._window_result(acc, attempts)
-            if window.s < window.r:
-                # The next window starts with acc[s]: its LWM is the biggest LWM of
-                # the overlap, so everything below it leaves the redo queue.
-                self._carried = acc[window.s :]
-                self.stats.max_redo_queue = max(self.stats.max_redo_queue, i - self._carried[0].lwm)
-            else:
-                self._carried = []
-            self._pos = i
-
-    def _transact(self, fill: Callable[[Transaction], Any]) -> tuple[Any, int]:
-        """Run ``fill`` in a CQ-derived transaction; redo it on a transient failure.
-
-        ``fill`` returns the window's events (and where the input stands), or
-        None when the window is not complete yet: then the transaction aborts
-        and the events wait in the redo queue.  Returns (what ``fill`` returned,
+        ``fill`` returns what the unit produced, with the entries it used
+        (``out[0]``), or None when its window is not complete yet: then the
+        transaction aborts and the events wait in the redo queue.  Under
+        ``naive`` there is no transaction (with a recorder, one that only names
+        the window's reads in the history).  Returns (what ``fill`` returned,
         attempts).
         """
+        if not self._txn_per_unit:
+            self._attempt += 1
+            txn = self.tm.begin(read_only=True) if self._record_naive else None
+            out = fill(txn)
+            if txn is not None:
+                if out is None:
+                    txn.abort()
+                else:
+                    self._name_reads(txn, out[0])
+                    txn.commit()
+            return out, 1
         attempts = 0
         while True:
             attempts += 1
+            self._attempt += 1
             txn = self.tm.begin(read_only=True)
-            self._versions = {}
+            self._quiet_now = self._fast and self._quiet(txn)
             try:
                 out = fill(txn)
                 if out is None:
                     txn.abort()
                 else:
+                    clean = self._clean
                     txn.commit()
+                    # our own commit moved the clock by one: nothing else did
+                    self._clean = clean + 1 if clean >= 0 and self.tm.clock == clean + 1 else -1
                 return out, attempts
             except TransientError:
-                # validation failed (or a deadlock victim): abort and redo the window
+                # validation failed (or a deadlock victim): abort and redo the unit
+                if txn.status == "active":
+                    txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
 
-    # -- time-based windows ---------------------------------------------------------------
+    def _name_reads(self, txn: Transaction, entries: list[_Entry]) -> None:
+        """Naive with a recorder: the window's transaction made the reads of its events."""
+        for entry in entries:
+            for (table, key, _, _), slot in zip(entry.reads, entry.slots, strict=True):
+                slot.append(Operation("r", txn.hid, self._tables[table].item(key)))
 
-    def _time(self, k: int) -> float:
-        assert self.window is not None and self.window.time_column is not None
-        return float(self._raw[k][self.window.time_column])
-
-    def _run_naive_time(self) -> None:
-        window = self.window
-        assert window is not None
-        events = self._raw
-        while self._pos < len(events) and not self._stopped():
+    def _run_per_event(self) -> None:
+        # Without a window, the commit operator is a reference operator (or there
+        # is none): one CQ-derived transaction per input event.
+        while self._pos < len(self._input) and not self._stopped():
             ts = self._pos
-            now = self._time(ts)
-            if self._wstart is None:
-                self._wstart = now
-            while now >= self._wstart + window.r:  # this event closes the window
-                end = self._wstart + window.r
-                inside = [e for e in self._tsyn if self._time(e.ts) < end]
-                self._window_result(inside, 1, lwm=ts)
-                self._wstart += window.s
-                start = self._wstart
-                self._tsyn = [e for e in self._tsyn if self._time(e.ts) >= start]
+
+            def fill(txn: Transaction | None, ts: int = ts) -> Any:
+                entry = self._evaluate(ts, txn)
+                reads = list(entry.reads)
+                row = entry.out.value if entry.out is not None else None
+                return [], _Pending(row, entry.reads, self._state(txn, reads), ts, ts)
+
+            # naive with a recorder: the event's reads go through the transaction
+            # _transact opens to name them, and the manager records them
+            done, attempts = self._transact(fill)
             self._pos += 1
-            e = self._pre(events[ts], ts, None)
-            if e is not None:
-                self._tsyn.append(e)
+            self._emit(done[1], attempts)
+            if self._on_commit is not None:
+                self._on_commit(ts)
 
-    def _run_transactional_time(self) -> None:
-        window = self.window
-        assert window is not None
-        events = self._raw
+    def _window_row(
+        self,
+        txn: Transaction | None,
+        n: int,
+        lwm: int,
+        ts: int,
+        row: Row,
+        dep: list[Read],
+        state: bool = True,
+    ) -> _Pending:
+        """Run the operators above the window up to the commit operator, in ``txn``."""
+        if self._inside:
+            reads = list(dep)
+            out = self._apply(self._inside, Event(row, ts, lwm), txn, reads)
+            value = out.value if out is not None else None
+        else:
+            reads, value = dep, row
+        return _Pending(value, tuple(reads), self._state(txn, reads) if state else (0, 0), n, lwm)
+
+    def _run_count(self) -> None:
+        w = self.window
+        assert isinstance(w, WindowAgg)
         while not self._stopped():
-            if self._wstart is None:
-                if not events:
-                    return
-                self._wstart = self._time(0)
-            end = self._wstart + window.r
+            start, n = self._start, self._windows
 
-            def fill(txn: Transaction, end: float = end) -> Any:
-                acc = self._reuse_time(txn)
-                i = self._pos
-                while i < len(events):
-                    if self._time(i) >= end:
-                        return acc, i
-                    e = self._pre(events[i], i, txn)
+            def fill(txn: Transaction | None, start: int = start, n: int = n) -> Any:
+                used: list[_Entry] = []
+                acc: list[_Entry] = []
+                i = start
+                end, r = len(self._input), w.r
+                queue, get_entry = self._queue, self._entry
+                naive = not self.strategy.transactional
+                while len(acc) < r:
+                    if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
+                        # the input ends inside the window (or the run's time is up in a
+                        # window that takes long to fill): wait for more
+                        return None
+                    entry = queue.get(i) if naive else None  # naive: the synopsis as it is
+                    if entry is None:
+                        entry = get_entry(i, txn)
+                    used.append(entry)
                     i += 1
-                    if e is not None:
-                        acc.append(e)
-                return None  # wait for an event past the window's end
+                    if entry.out is not None:
+                        acc.append(entry)
+                values = (
+                    [float(e.out.value[w.column]) for e in acc if e.out is not None]
+                    if (w.aggregate != "count")
+                    else [0.0] * len(acc)
+                )
+                dep = [r for e in used for r in e.reads]
+                last = acc[-1].ts
+                pending = self._window_row(
+                    txn, n, start, last, {"window": n, "value": w.compute(values)}, dep
+                )
+                nxt = acc[w.s].ts if w.s < w.r else i
+                return used, pending, nxt
 
             done, attempts = self._transact(fill)
             if done is None:
                 return
-            acc, i = done
-            self._window_result(acc, attempts, lwm=self._rpos)
-            start = self._wstart + window.s
-            self._carried = [e for e in acc if self._time(e.ts) >= start]
-            j = self._rpos
-            while j < i and self._time(j) < start:
+            _, pending, nxt = done
+            self._windows += 1
+            self._start = nxt
+            self._prune(nxt)
+            self._emit(pending, attempts)
+            if self._on_commit is not None:
+                self._on_commit(n)
+
+    def _time(self, ts: int) -> float:
+        row = self._input[ts]
+        column = self._branches[0].time_column
+        return float(ts if column is None else row[column])
+
+    def _run_time(self) -> None:
+        w = self.window
+        assert w is not None
+        while not self._stopped():
+            if self._wstart is None:
+                if not self._input:
+                    return
+                self._wstart = self._time(0)
+            end = self._wstart + w.r
+            base, n = self._base, self._windows
+
+            def fill(
+                txn: Transaction | None, end: float = end, base: int = base, n: int = n
+            ) -> Any:
+                used: list[_Entry] = []
+                i = base
+                while True:
+                    if i >= len(self._input) or ((i - base) % 4096 == 4095 and self._stopped()):
+                        return None  # wait for an event past the window's end
+                    if self._time(i) >= end:
+                        break
+                    used.append(self._entry(i, txn))
+                    i += 1
+                if isinstance(w, WindowAgg):
+                    outs = [e.out for e in used if e.out is not None]
+                    values = (
+                        [float(o.value[w.column]) for o in outs]
+                        if w.aggregate != "count"
+                        else [0.0] * len(outs)
+                    )
+                    dep = [r for e in used for r in e.reads]
+                    last = used[-1].ts if used else i
+                    return used, [
+                        self._window_row(
+                            txn, n, base, last, {"window": n, "value": w.compute(values)}, dep
+                        )
+                    ]
+                pendings = []
+                window_reads = [r for e in used for r in e.reads]
+                left = [e for e in used if e.branch == 0 and e.out is not None]
+                right = [e for e in used if e.branch == 1 and e.out is not None]
+                for le in left:
+                    assert le.out is not None
+                    key = le.out.value[w.left_key]
+                    for re_ in right:
+                        assert re_.out is not None
+                        if re_.out.value[w.right_key] == key:
+                            row = {
+                                **le.out.value,
+                                **{w.prefix + c: v for c, v in re_.out.value.items()},
+                            }
+                            lwm = min(le.ts, re_.ts)  # the window's reads are added below
+                            pendings.append(
+                                self._window_row(txn, n, lwm, max(le.ts, re_.ts), row, [], False)
+                            )
+                # every result of the window is an output of the window's one
+                # transaction and reports its whole read set: the reads of events that
+                # formed no pair, and of pairs dropped above the join, decided that too
+                reads = window_reads + [r for p in pendings for r in p.reads]
+                state = self._state(txn, reads)
+                for p in pendings:
+                    p.reads, p.state = tuple(reads), state
+                return used, pendings
+
+            done, attempts = self._transact(fill)
+            if done is None:
+                return
+            self._windows += 1
+            self._wstart += w.s
+            start = self._wstart
+            j = self._base
+            while j < len(self._input) and self._time(j) < start:
                 j += 1
-            self._rpos, self._pos, self._wstart = j, i, start
-            self._seen_versions = dict(self._versions)
-
-    def _reuse_time(self, txn: Transaction) -> list[Event]:
-        """The overlap with the previous window: reused, or its raw events re-input."""
-        if self._rpos >= self._pos:
-            return []
-        for table, version in self._seen_versions.items():
-            now = self._versions.get(table)
-            if now is None:
-                self.stats.reads += 1
-                now = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
-            if now != version:
-                out = []
-                for ts in range(self._rpos, self._pos):
-                    self.stats.reevaluated += 1
-                    again = self._pre(self._raw[ts], ts, txn)
-                    if again is not None:
-                        out.append(again)
-                return out
-        return list(self._carried)
-
-    def _reuse(
-        self, txn: Transaction, carried: list[Event], pos: int, r: int
-    ) -> tuple[list[Event], int]:
-        """The overlap for the next window: reused, or re-input from the redo queue.
-
-        Reusing the synopsis is serializable only if the tables it read are
-        still at the versions it read (every update transaction changes the
-        version row): then its reads are exactly what this transaction would
-        read.  Otherwise the synopsis is reset and the redo queue's raw events
-        from the biggest LWM of the overlap up to ``pos`` are re-input
-        (Section 4.3.2): all of them, since a changed row may change what the
-        selection lets through.
-        """
-        if not carried:
-            return [], pos
-        seen = {table: version for e in carried for table, _, version in e.refs}
-        for table, version in seen.items():
-            now = self._versions.get(table)
-            if now is None:
-                self.stats.reads += 1
-                now = self._versions[table] = int(txn.read(table, VERSION_KEY, 0))
-            if now != version:
-                out: list[Event] = []
-                ts = carried[0].lwm
-                while ts < pos and len(out) < r:
-                    self.stats.reevaluated += 1
-                    again = self._pre(self._raw[ts], ts, txn)
-                    ts += 1
-                    if again is not None:
-                        out.append(again)
-                return out, ts
-        return list(carried), pos
+            self._prune(j)
+            for pending in done[1]:
+                self._emit(pending, attempts)
+            if self._on_commit is not None:
+                self._on_commit(n)
 
 
 def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:
@@ -531,8 +801,7 @@ class Updaters:
 
     ``threads`` threads together run ``rate`` update transactions per second
     (as fast as they can when the rate is above what they reach); each
-    increments the table's version row and rewrites one random row with
-    ``new_row(rng)``.
+    rewrites one random row with ``new_row(rng)``.
     """
 
     def __init__(
@@ -579,7 +848,6 @@ class Updaters:
                 row = self.new_row(rng)
 
                 def update(t: Transaction, key: Any = key, row: Row = row) -> None:
-                    t.increment(self.table, VERSION_KEY, 1)
                     t.put(self.table, key, row)
 
                 self.tm.run(update, retries=1000)

@@ -9,12 +9,17 @@
   of the previous transaction held in a synopsis.
 * :func:`validate` - unknown tables or columns and malformed trees fail before
   anything runs.
+* :func:`shape` - the tree as the engine runs it: the branches (a source and
+  the single-input operators above it) that feed the window-based operator,
+  the window, and the operators above it; trees the engine cannot run are
+  refused here with one line.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from txstream.cq.base import (
     CQError,
@@ -25,6 +30,7 @@ from txstream.cq.base import (
     Select,
     Source,
     WindowAgg,
+    WindowJoin,
 )
 
 
@@ -89,6 +95,30 @@ def _columns(op: Operator, tables: Mapping[str, tuple[str, ...]]) -> tuple[str, 
     """The columns of ``op``'s output stream (validating on the way)."""
     if isinstance(op, Source):
         return op.columns
+    if isinstance(op, WindowJoin):
+        if len(op.children) != 2:
+            raise CQError(f"window join {op.name!r} needs exactly two inputs")
+        left, right = (_columns(c, tables) for c in op.children)
+        for key, side, cols in ((op.left_key, "left", left), (op.right_key, "right", right)):
+            if key not in cols:
+                raise CQError(
+                    f"window join {op.name!r}: unknown {side} key {key!r}; that input has {cols}"
+                )
+        out = left + tuple(op.prefix + c for c in right)
+        clash = sorted({c for c in out if out.count(c) > 1})
+        if clash:
+            raise CQError(
+                f"window join {op.name!r}: columns {clash} on both sides; give a prefix= "
+                "that makes the right input's columns distinct"
+            )
+        if op.time_column is not None:
+            for src in _sources(op):
+                if op.time_column not in src.columns:
+                    raise CQError(
+                        f"window join {op.name!r}: time column {op.time_column!r} is not a "
+                        f"column of the source {src.name!r} ({src.columns})"
+                    )
+        return out
     if len(op.children) != 1:
         raise CQError(f"operator {op.name!r} needs exactly one input")
     cols = _columns(op.children[0], tables)
@@ -127,29 +157,69 @@ def _source(op: Operator) -> Source:
     return op
 
 
-def pipeline(root: Operator) -> tuple[Source, list[Operator], WindowAgg | None, list[Operator]]:
-    """A linear tree as (source, operators before the window, window, operators after).
+def _sources(op: Operator) -> list[Source]:
+    return [o for o in op.walk() if isinstance(o, Source)]
 
-    The engine executes linear pipelines (one source, one window at most); the
-    analysis functions above accept any tree.
+
+@dataclass
+class Shape:
+    """An operator tree as the engine runs it.
+
+    ``branches``: one (source, operators above it, bottom-up) per input of the
+    window (one for a :class:`WindowAgg` or no window, two for a
+    :class:`WindowJoin`); ``window``: the window-based operator, if any;
+    ``above``: the operators between the window and the root, bottom-up (with
+    no window, empty: the branch goes up to the root).
     """
-    chain = []
+
+    branches: list[tuple[Source, list[Operator]]]
+    window: WindowAgg | WindowJoin | None
+    above: list[Operator]
+
+
+def shape(root: Operator) -> Shape:
+    """Decompose ``root``; :class:`CQError` for a tree the engine cannot run.
+
+    The engine runs any number of sources, stateless and reference operators
+    below and above one window-based operator (a window aggregate, or a
+    window join of two inputs); a tree with two window-based operators on one
+    path (a window over a window) is refused.
+    """
+    above: list[Operator] = []
     op = root
-    while not isinstance(op, Source):
+    while not (isinstance(op, Source) or op.is_window):
         if len(op.children) != 1:
+            raise CQError(f"operator {op.name!r} has {len(op.children)} inputs; it needs one")
+        above.append(op)
+        op = op.children[0]
+    above.reverse()
+    if isinstance(op, Source):
+        src, chain = _branch(root, None)
+        return Shape([(src, chain)], None, [])
+    if not isinstance(op, WindowAgg | WindowJoin):
+        raise CQError(
+            f"window-based operator {op.name!r} ({type(op).__name__}) cannot be run: the engine "
+            "runs WindowAgg and WindowJoin"
+        )
+    branches = [_branch(child, op) for child in op.children]
+    names = [src.name for src, _ in branches]
+    if len(set(names)) != len(names):
+        raise CQError(f"window join {op.name!r} joins the source {names[0]!r} with itself")
+    return Shape(branches, op, above)
+
+
+def _branch(top: Operator, window: Operator | None) -> tuple[Source, list[Operator]]:
+    chain: list[Operator] = []
+    op = top
+    while not isinstance(op, Source):
+        if op.is_window:
             raise CQError(
-                f"operator {op.name!r} has {len(op.children)} inputs; the engine runs linear "
-                "pipelines (one source, at most one window)"
+                f"window {op.name!r} lies below window {window.name if window else '?'!r}: the "
+                "engine runs one window-based operator per path (no window over a window)"
             )
+        if len(op.children) != 1:
+            raise CQError(f"operator {op.name!r} has {len(op.children)} inputs; it needs one")
         chain.append(op)
         op = op.children[0]
     chain.reverse()
-    windows = [i for i, o in enumerate(chain) if isinstance(o, WindowAgg)]
-    if len(windows) > 1:
-        raise CQError("the engine runs at most one window operator per query")
-    if not windows:
-        return op, chain, None, []
-    w = windows[0]
-    window = chain[w]
-    assert isinstance(window, WindowAgg)
-    return op, chain[:w], window, chain[w + 1 :]
+    return op, chain
