@@ -49,6 +49,7 @@ def start(spark: Any, data: Path, checkpoint: Path, once: bool) -> Any:
                keys="device", order="ts")
         .output("alerts", schema="device string, temp double, ts long")
         .boundary("timestamp")
+        .option("merge", "event-time")  # whichever input a source hands over first
         .on("changes", change_spec)
         .on("readings", check_reading)
         .option("recordHistory", True)

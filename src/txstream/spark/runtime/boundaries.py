@@ -53,8 +53,12 @@ class Event:
 
     @property
     def position(self) -> str:
-        """The input position, for error messages: ``input#source-position``."""
-        return f"{self.input}#{self.order[2]}"
+        """The input position, for error messages.
+
+        ``input#position`` in batch 0, else ``input#b<batch>+<position>``.
+        """
+        batch, place = self.order[2] >> 40, self.order[2] & ((1 << 40) - 1)
+        return f"{self.input}#{place}" if batch == 0 else f"{self.input}#b{batch}+{place}"
 
 
 @dataclass(slots=True)

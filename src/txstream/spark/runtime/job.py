@@ -43,6 +43,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
 from txstream.spark.runtime.local import LocalRunner
+from txstream.spark.runtime.merge import MERGES
 from txstream.spark.runtime.sinks import deliver
 
 ON_ERROR = ("rollback", "stop")
@@ -59,6 +60,8 @@ class Job:
         self._trigger: dict[str, Any] = {"processingTime": "0 seconds"}
         self._arrival: str | None = None
         self._sinks: dict[str, list[Any]] = {}
+        self._merge = "batch"
+        self._idle_batches = 1
 
     # -- declarations ----------------------------------------------------------------
     def table(
@@ -149,7 +152,10 @@ class Job:
         """Set an option by name.
 
         ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
-        ``recordHistory`` (bool), ``arrivalTime`` (a column of epoch seconds for latency).
+        ``recordHistory`` (bool), ``arrivalTime`` (a column of epoch seconds for latency),
+        ``merge`` (``batch`` | ``event-time``, see :mod:`~txstream.spark.runtime.merge`),
+        ``idleBatches`` (event-time merge: quiet batches before an input stops holding
+        the others back, 1).
         """
         if key == "partitions":
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
@@ -167,14 +173,24 @@ class Job:
                     f"option snapshotEvery must be a positive integer, not {value!r}"
                 )
             self._snapshot_every = value
+        elif key == "merge":
+            if value not in MERGES:
+                raise RuntimeJobError(f"option merge is one of {MERGES}, not {value!r}")
+            self._merge = value
+        elif key == "idleBatches":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RuntimeJobError(
+                    f"option idleBatches must be a positive integer, not {value!r}"
+                )
+            self._idle_batches = value
         elif key == "recordHistory":
             self.spec.record_history = bool(value)
         elif key == "arrivalTime":
             self._arrival = str(value)
         else:
             raise RuntimeJobError(
-                f"unknown option {key!r}; choose one of: arrivalTime, onError, partitions, "
-                "recordHistory, snapshotEvery"
+                f"unknown option {key!r}; choose one of: arrivalTime, idleBatches, merge, "
+                "onError, partitions, recordHistory, snapshotEvery"
             )
         return self
 
@@ -203,6 +219,8 @@ class Job:
         self.validate()
         runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
         runner.arrival = self.arrival_fn()
+        if self._merge == "event-time":
+            runner.idle_batches = self._idle_batches
         runner.run(batches)
         deliver(runner.store, self._sinks)
         return runner

@@ -14,11 +14,13 @@ from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, Row, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
+    committed_frontier,
     committed_tokens,
     phase1,
     phase2,
@@ -55,6 +57,11 @@ def event_copies(
     return copies
 
 
+MID_BITS = 40
+"""An event's source position is ``batch << MID_BITS`` plus its place in the batch,
+unique across batches (held events from earlier batches meet new ones)."""
+
+
 class LocalRunner:
     """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
 
@@ -71,6 +78,9 @@ class LocalRunner:
         self.prev = committed[-1] if committed else -1
         self.stats: list[dict[str, Any]] = []
         self.arrival: Callable[[Row], float | None] | None = None
+        self.idle_batches: int | None = None
+        """Event-time merge (see :mod:`.merge`) when set; batch order otherwise."""
+        self.frontier = committed_frontier(self.store)
         self.tokens = committed_tokens(self.store)
         if not committed:
             self._load_initial()
@@ -96,13 +106,16 @@ class LocalRunner:
     def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
-        for mid, (name, row) in enumerate(events):
+        seen: dict[str, float] = {}
+        for index, (name, row) in enumerate(events):
+            mid = (self.batch << MID_BITS) + index
             if name not in self.job.inputs:
                 raise RuntimeJobError(
                     f"unknown input {name!r}; inputs: {', '.join(self.job.inputs)}"
                 )
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
+                seen[name] = max(seen.get(name, -math.inf), event.order[0])
         ctx = BatchContext(
             str(self.store.root),
             self.batch,
@@ -111,6 +124,9 @@ class LocalRunner:
             arrival=self.arrival,
             tokens=self.tokens,
         )
+        if self.idle_batches is not None:
+            ctx.release_upto, self.frontier = advance(self.frontier, seen, self.idle_batches)
+            ctx.frontier = self.frontier
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
         self.prev = self.batch
         self.batch += 1

@@ -30,12 +30,15 @@ from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import latencies
+from txstream.spark.runtime.local import MID_BITS
+from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
+    committed_frontier,
     committed_tokens,
     phase1,
     phase2,
@@ -87,6 +90,7 @@ class TxQuery:
         committed = self.store.committed()
         self._prev = committed[-1] if committed else -1
         self._tokens = committed_tokens(self.store)
+        self._frontier = committed_frontier(self.store)
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -329,7 +333,7 @@ class TxQuery:
 
     def _run_driver(self, df: Any, batch_id: int, started: float) -> dict[str, Any]:
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
-        cols = df.selectExpr("*", "monotonically_increasing_id() as __mid").toArrow().to_pydict()
+        cols = df.selectExpr("*", f"{_mid_expr(batch_id)} as __mid").toArrow().to_pydict()
         events = []
         for k, (inp, ordv, mid) in enumerate(
             zip(cols["__input"], cols["__ordv"], cols["__mid"], strict=True)
@@ -369,7 +373,7 @@ class TxQuery:
             return
         P = self.partitions
         prepared = (
-            df.selectExpr("*", "monotonically_increasing_id() as __mid")
+            df.selectExpr("*", f"{_mid_expr(batch_id)} as __mid")
             .selectExpr(
                 "__input",
                 "__ordv",
@@ -387,6 +391,7 @@ class TxQuery:
             .repartition(P, "__route")
         )
         snapshot_every = self.job._snapshot_every
+        upto, frontier = self._advance(df)
         ctx = BatchContext(
             str(self.store.root),
             batch_id,
@@ -394,12 +399,14 @@ class TxQuery:
             snapshot=batch_id % snapshot_every == 0,
             arrival=self.job.arrival_fn(),
         )
+        ctx.release_upto, ctx.frontier = upto, frontier
         phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
         try:
             stats = run_batch(phases.job, phases, ctx, self.store)
         finally:
             phases.release()
         self._prev = batch_id
+        self._frontier = frontier
         deliver(self.store, self.job._sinks)
         if ctx.snapshot:
             self._trim(batch_id)
@@ -414,6 +421,17 @@ class TxQuery:
                 "the batch is committed with it rolled back)"
             )
 
+    def _advance(self, df: Any) -> tuple[float | None, dict[str, Any]]:
+        """The batch's release frontier under the event-time merge (None: batch order)."""
+        if self.job._merge != "event-time":
+            return None, {}
+        from pyspark.sql import functions as F
+
+        names = {spec.index: spec.name for spec in self.spec.inputs.values()}
+        rows = df.groupBy("__input").agg(F.max("__ordv")).collect()
+        seen = {names[int(r[0])]: float(r[1]) for r in rows if r[1] is not None}
+        return advance(self._frontier, seen, self.job._idle_batches)
+
     def _trim(self, batch_id: int) -> None:
         snaps = []
         state_dir = self.store.root / "state"
@@ -425,6 +443,11 @@ class TxQuery:
             )
             if len(snaps) >= 2:
                 self.store.trim(int(pdir.name[1:]), snaps[-2])
+
+
+def _mid_expr(batch_id: int) -> str:
+    """An event's source position, unique across batches (see ``local.MID_BITS``)."""
+    return f"(cast({batch_id} as bigint) * {1 << MID_BITS}) + monotonically_increasing_id()"
 
 
 def _progress(
@@ -450,6 +473,7 @@ def _progress(
         "committed": stats["committed"],
         "aborted": stats["aborted"],
         "deferred": stats["deferred"],
+        "held": stats.get("held", 0),
         "failed": len(stats["failures"]),
         "durationMs": round(seconds * 1000),
         "partitions": partitions,

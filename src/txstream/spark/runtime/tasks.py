@@ -41,6 +41,10 @@ class BatchContext:
     prev: int
     """The last batch that ran before this one (-1 for none): the state tasks start from."""
     abort: set[str] = field(default_factory=set)
+    release_upto: float | None = None
+    """Event-time merge: events with a larger order value wait (held) for a later batch."""
+    frontier: dict[str, Any] = field(default_factory=dict)
+    """The merge's durable bookkeeping, stored with the commit (see :mod:`.merge`)."""
     snapshot: bool = False
     arrival: Callable[[Row], float | None] | None = None
     tokens: dict[int, str] = field(default_factory=dict)
@@ -61,18 +65,34 @@ def _write(
         )
 
 
+def release(state: Any, events: list[Event], upto: float) -> list[Event]:
+    """The events to run now: those held before and the new ones up to ``upto``.
+
+    The rest wait in the partition's state (``meta["held"]``, saved with the
+    batch) until a later batch's frontier passes them.
+    """
+    pool = list(state.meta.get("held", ())) + events
+    ready = [e for e in pool if e.order[0] <= upto]
+    state.meta["held"] = [e for e in pool if e.order[0] > upto]
+    return ready
+
+
 def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
     """Run partition ``pid``'s events of the batch; returns stats and what it ships."""
     store = RuntimeStore(ctx.store)
     state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+    if ctx.release_upto is not None:
+        events = release(state, events, ctx.release_upto)
     events.sort(key=lambda e: e.order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival)
     executor.run(ctx.batch, events, ctx.abort)
     token = store.save(pid, state, ctx.batch, ctx.snapshot)
     _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
+    stats = executor.outcome.stats()
+    stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.copy)
     return {
         "token": token,
-        "stats": executor.outcome.stats(),
+        "stats": stats,
         "rows": executor.shipped_rows(),
         "events": executor.shipped_events,
     }
@@ -124,11 +144,21 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     for part in parts:
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
+        total["held"] = total.get("held", 0) + part.get("held", 0)
         total["failures"].extend(part["failures"])
         for bucket, count in part["latency"].items():
             total["latency"][bucket] = total["latency"].get(bucket, 0) + count
     total["failures"].sort(key=lambda f: f["order"])
     return total
+
+
+def committed_frontier(store: RuntimeStore) -> dict[str, Any]:
+    """The event-time merge's bookkeeping as of the last committed batch."""
+    committed = store.committed()
+    if not committed:
+        return {}
+    frontier: dict[str, Any] = store.commit_info(committed[-1]).get("frontier", {})
+    return frontier
 
 
 def committed_tokens(store: RuntimeStore) -> dict[int, str]:
@@ -184,6 +214,7 @@ def run_batch(
                 "committed": stats["committed"],
                 "aborted": stats["aborted"],
                 "tokens": {str(p): t for p, t in ctx.tokens.items()},
+                "frontier": ctx.frontier,
             },
         )
         stats["latency"] = latencies(stats["latency"], time.time())
