@@ -264,6 +264,17 @@ def test_serializable_matches_the_batch_oracle_on_random_inputs(
     assert report.ok, report.totals
 
 
+def _replay_lines(text: list[str], data: Path, answers: Path) -> LinearRoadEngine:
+    """Write ``text`` as the input and run the engine over it to the end."""
+    data.write_text("\n".join(text) + "\n")
+    engine = LinearRoadEngine(answers_path=answers)
+    engine.start()
+    with open_text(data) as f:
+        replay(engine, numbered_lines(f))
+    engine.finish()
+    return engine
+
+
 def test_malformed_lines_are_rejected_with_their_reason_and_the_run_goes_on(
     small: Path, tmp_path: Path
 ) -> None:
@@ -271,14 +282,8 @@ def test_malformed_lines_are_rejected_with_their_reason_and_the_run_goes_on(
     bad = {100: "0,12,107,x,0,1,0,10,53320,-1,-1,-1,-1,-1,-1", 2000: "garbage", 5000: "9,9"}
     for at in sorted(bad, reverse=True):
         text.insert(at, bad[at])
-    data = tmp_path / "input.dat"
-    data.write_text("\n".join(text) + "\n")
-    answers = tmp_path / "answers.txt"
-    engine = LinearRoadEngine(answers_path=answers)
-    engine.start()
-    with open_text(data) as f:
-        replay(engine, numbered_lines(f))
-    engine.finish()
+    data, answers = tmp_path / "input.dat", tmp_path / "answers.txt"
+    engine = _replay_lines(text, data, answers)
     assert engine.rejected_lines() == [
         "line 101: input tuple: field 'x' is not an integer: " + bad[100],
         "line 2002: input tuple: expected 15 fields, got 1: garbage",
@@ -528,14 +533,8 @@ def test_a_tuple_out_of_time_order_is_rejected_by_engine_and_validator(
     late = text[50].split(",")
     late[1] = "0"  # a position report from time 0, far into the input
     text.insert(3000, ",".join(late))
-    data = tmp_path / "input.dat"
-    data.write_text("\n".join(text) + "\n")
-    answers = tmp_path / "answers.txt"
-    engine = LinearRoadEngine(answers_path=answers)
-    engine.start()
-    with open_text(data) as f:
-        replay(engine, numbered_lines(f))
-    engine.finish()
+    data, answers = tmp_path / "input.dat", tmp_path / "answers.txt"
+    engine = _replay_lines(text, data, answers)
     (line,) = engine.rejected_lines()
     assert line.startswith("line 3001: time 0 is before the previous tuple's time")
     report = validate(data, answers)
