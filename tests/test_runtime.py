@@ -460,3 +460,67 @@ def test_event_time_merge_equals_serial_order_by_time_however_sources_split_batc
     specs_job("event-time").run_local(batches, store, partitions=partitions)
     assert tx.read_output(store, "alerts") == expected
     assert check(tx.read_history(store), "csao").holds
+
+
+def audit(t: Any, e: dict[str, Any]) -> None:
+    # One fragment per partition: the sum of the balances placed here.
+    total = sum(r["balance"] for v in t.values("accounts") for r in t.scan("accounts", v))
+    t.emit("audits", {"audit": e["id"], "total": total})
+
+
+def audited_ledger() -> tx.Job:
+    return (
+        ledger_job()
+        .input("audits", None, keys=(), order="id")
+        .output("audits", schema="audit long, total long")
+        .on("audits", audit)
+        .option("recordHistory", True)
+    )
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    cross=st.sampled_from([0, 30, 100]),
+    partitions=st.integers(1, 4),
+    sizes=st.lists(st.integers(1, 40), max_size=3),
+    every=st.integers(3, 15),
+)
+def test_keyless_fragments_read_each_partition_at_their_place_in_the_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    cross: int,
+    partitions: int,
+    sizes: list[int],
+    every: int,
+) -> None:
+    # A keyless event runs as one fragment per partition; the fragments' partial
+    # sums must add up to the total a serial execution has at the audit's place,
+    # also when multi-partition transfers before it in the batch were deferred.
+    stream: list[Any] = []
+    for name, e in events(60, 10, cross, seed):
+        stream.append((name, {**e, "id": 2 * e["id"]}))
+        if e["id"] % every == 0:
+            stream.append(("audits", {"id": 2 * e["id"] + 1}))
+    store = tmp_path_factory.mktemp("audits")
+    audited_ledger().run_local(split(stream, sizes), store, partitions=partitions)
+    expected: dict[int, int] = {}
+    for name, e in stream:
+        if name == "audits":
+            prefix = [(n, x) for n, x in stream if n != "audits" and x["id"] < e["id"]]
+            expected[e["id"]] = sum(serial_oracle(prefix)[0].values())
+    got: dict[int, int] = {}
+    for r in tx.read_output(store, "audits"):
+        got[r["audit"]] = got.get(r["audit"], 0) + r["total"]
+    assert got == expected
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_values_is_only_for_keyless_events(tmp_path: Path) -> None:
+    def peek(t: Any, e: dict[str, Any]) -> None:
+        t.values("accounts")
+
+    job = ledger_job().on("deposits", peek)
+    job.run_local([[("deposits", {"acct": 1, "amount": 5, "id": 0})]], tmp_path, 2)
+    (failure,) = tx.read_failures(tmp_path)
+    assert "values('accounts') is for events of an input declared without keys" in failure["error"]

@@ -37,7 +37,7 @@ from txstream.spark.runtime.base import (
     check_row,
 )
 from txstream.spark.runtime.boundaries import Event, Group
-from txstream.spark.runtime.partitioning import canonical
+from txstream.spark.runtime.partitioning import canonical, partition_of
 from txstream.spark.runtime.state import ABSENT, PartitionState
 
 _SIMPLE = re.compile(r"[A-Za-z0-9_]+")
@@ -82,7 +82,17 @@ class Tx:
     when the function raises (or calls :meth:`abort`).
     """
 
-    __slots__ = ("_allowed", "_emits", "_gid", "_history", "_job", "_state", "_undo")
+    __slots__ = (
+        "_allowed",
+        "_emits",
+        "_gid",
+        "_history",
+        "_home",
+        "_job",
+        "_partitions",
+        "_state",
+        "_undo",
+    )
 
     def __init__(self, job: JobSpec, state: PartitionState, gid: str, history: list[str] | None):
         self._job = job
@@ -92,6 +102,9 @@ class Tx:
         self._allowed: set[Any] = set()
         self._undo: list[tuple[str, Any, Any, Any]] = []
         self._emits: list[tuple[str, Row]] = []
+        self._home: int | None = None
+        """While a keyless event runs: the partition whose rows it may touch (its fragment)."""
+        self._partitions = 0
 
     # -- reads ---------------------------------------------------------------------
     def read(self, table: str, key: Key, default: Any = None) -> Any:
@@ -110,6 +123,27 @@ class Tx:
             self._history.append(f"r{self._gid}({_set_item(table, value)})")
             self._history.extend(f"r{self._gid}({item_name(table, k)})" for k in rows)
         return [dict(rows[k]) for k in sorted(rows, key=canonical)]
+
+    def values(self, table: str) -> list[Key]:
+        """The partition values of ``table`` with rows here, for a keyless event's fragment.
+
+        An event of an input declared without keys reaches every partition; on
+        each, its fragment may touch that partition's rows.  This lists which
+        partition values it holds (in canonical order), so a fragment can find
+        e.g. one car's rows wherever they were written.
+        """
+        self._table(table)
+        if self._home is None:
+            raise UndeclaredKeyError(
+                f"values({table!r}) is for events of an input declared without keys "
+                "(they reach every partition); this event has keys"
+            )
+        home, parts = self._home, self._partitions
+        found = [v for v in self._state.data.get(table, {}) if partition_of(v, parts) == home]
+        found.sort(key=canonical)
+        if self._history is not None:
+            self._history.extend(f"r{self._gid}({_set_item(table, v)})" for v in found)
+        return found
 
     # -- writes --------------------------------------------------------------------
     def insert(self, table: str, row: Row) -> None:
@@ -204,7 +238,9 @@ class Tx:
         return value
 
     def _check_value(self, table: str, value: Any) -> None:
-        if value not in self._allowed:
+        if value not in self._allowed and not (
+            self._home is not None and partition_of(value, self._partitions) == self._home
+        ):
             raise UndeclaredKeyError(
                 f"{table}: partition value {value!r} is not a key of the transaction's events "
                 f"({sorted(map(canonical, self._allowed))}); declare it in .input(keys=...)"
@@ -286,11 +322,13 @@ class GroupRunner:
         state: PartitionState,
         outcome: Outcome,
         arrival: Callable[[Row], float | None] | None = None,
+        partitions: int = 0,
     ) -> None:
         self.job = job
         self.state = state
         self.outcome = outcome
         self.arrival = arrival
+        self.partitions = partitions
         self.record = job.record_history
         self._emit_seq = 0
 
@@ -305,9 +343,13 @@ class GroupRunner:
         allowed = tx._allowed
         for event in group.events:
             allowed.update(event.values)
+        tx._partitions = self.partitions
         current: Event | None = None
         try:
             for current in group.events:
+                # A keyless event is one fragment per partition: each copy may touch
+                # the rows of the partition it was delivered to, and no others.
+                tx._home = current.pids[0] if not current.values and self.partitions else None
                 self.job.handlers[current.input](tx, current.row)
         except Exception as exc:
             tx._rollback()
@@ -357,13 +399,16 @@ class PartitionExecutor:
         pid: int,
         state: PartitionState,
         arrival: Callable[[Row], float | None] | None = None,
+        partitions: int = 0,
     ) -> None:
         self.job = job
         self.pid = pid
         self.state = state
         self.outcome = Outcome()
-        self.runner = GroupRunner(job, state, self.outcome, arrival)
+        self.runner = GroupRunner(job, state, self.outcome, arrival, partitions)
         self.blocked: set[Any] = set()
+        self.blocked_all = False
+        """A keyless fragment met deferred values: everything here waits for phase 2."""
         self.shipped_events: list[tuple[str, Event]] = []
 
     def run(self, batch: int, events: list[Event], abort: set[str]) -> None:
@@ -373,11 +418,20 @@ class PartitionExecutor:
             local = [
                 v
                 for e in group.events
+                if e.values  # a keyless event has no values (and its one pid)
                 for v, p in zip(e.values, e.pids, strict=True)
                 if p == self.pid
             ]
             multi = any(not e.copy or any(p != self.pid for p in e.pids) for e in group.events)
-            if multi or (self.blocked and any(v in self.blocked for v in local)):
+            if not self.blocked_all and self.blocked and any(not e.values for e in group.events):
+                # A fragment may touch any row here, deferred values' rows included:
+                # it and everything after it wait for them (per-value order).
+                self.blocked_all = True
+            if (
+                self.blocked_all
+                or multi
+                or (self.blocked and any(v in self.blocked for v in local))
+            ):
                 # The value's chain waits for phase 2, from here on (per-value order).
                 self.blocked.update(local)
                 self.outcome.deferred += 1
@@ -388,10 +442,10 @@ class PartitionExecutor:
     def shipped_rows(self) -> list[tuple[Any, dict[str, dict[Any, Row]]]]:
         """The rows of every deferred value, for the coordinator: (value, table -> rows)."""
         data = self.state.data
-        return [
-            (v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables})
-            for v in self.blocked
-        ]
+        values = set(self.blocked)
+        if self.blocked_all:
+            values.update(v for t in self.job.tables for v in data.get(t, {}))
+        return [(v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables}) for v in values]
 
 
 def run_deferred(
@@ -401,6 +455,7 @@ def run_deferred(
     shipped_events: Iterable[tuple[str, Event]],
     abort: set[str],
     arrival: Callable[[Row], float | None] | None = None,
+    partitions: int = 0,
 ) -> tuple[Outcome, list[tuple[Any, dict[str, dict[Any, Row]]]]]:
     """Phase 2: run every deferred transaction in the declared order over the shipped rows.
 
@@ -418,10 +473,14 @@ def run_deferred(
     for gid, event in shipped_events:
         groups.setdefault(gid, Group(gid)).events.append(event)
     outcome = Outcome()
-    runner = GroupRunner(job, state, outcome, arrival)
+    runner = GroupRunner(job, state, outcome, arrival, partitions)
     for group in sorted(groups.values(), key=lambda g: min(e.order for e in g.events)):
         group.events.sort(key=lambda e: e.order)
         runner.run(group, abort)
+    # A fragment may have created rows of values nobody shipped: they go back too.
+    values += sorted(
+        {v for t in job.tables for v in state.data.get(t, {})} - set(values), key=canonical
+    )
     back = [(v, {t: dict(state.data.get(t, {}).get(v, {})) for t in job.tables}) for v in values]
     return outcome, back
 

@@ -123,6 +123,7 @@ class LocalRunner:
             snapshot=self.batch % self.snapshot_every == 0,
             arrival=self.arrival,
             tokens=self.tokens,
+            partitions=self.partitions,
         )
         if self.idle_batches is not None:
             ctx.release_upto, self.frontier = advance(self.frontier, seen, self.idle_batches)

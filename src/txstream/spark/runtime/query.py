@@ -398,6 +398,7 @@ class TxQuery:
             self._prev,
             snapshot=batch_id % snapshot_every == 0,
             arrival=self.job.arrival_fn(),
+            partitions=P,
         )
         ctx.release_upto, ctx.frontier = upto, frontier
         phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
@@ -694,7 +695,10 @@ def _phase2_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Ite
                 events.append(item)
     stats, back = phase2(job, ctx, rows, events)
     out = [_out("stats", -1, stats)]
-    out.extend(_out("back", owner[value], (value, tables)) for value, tables in back)
+    out.extend(
+        _out("back", owner.get(value, partition_of(value, ctx.partitions)), (value, tables))
+        for value, tables in back
+    )
     yield _record_batch(out)
 
 

@@ -50,6 +50,8 @@ class BatchContext:
     tokens: dict[int, str] = field(default_factory=dict)
     """Each partition's committed version (see ``PartitionState.token``)."""
     phase1_tokens: dict[int, str] = field(default_factory=dict)
+    partitions: int = 0
+    """The job's number of partitions (keyless fragments check their rows' placement)."""
 
 
 def _write(
@@ -84,7 +86,7 @@ def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> di
     if ctx.release_upto is not None:
         events = release(state, events, ctx.release_upto)
     events.sort(key=lambda e: e.order)
-    executor = PartitionExecutor(job, pid, state, ctx.arrival)
+    executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
     executor.run(ctx.batch, events, ctx.abort)
     token = store.save(pid, state, ctx.batch, ctx.snapshot)
     _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
@@ -103,7 +105,9 @@ def phase2(
 ) -> tuple[dict[str, Any], list[Any]]:
     """Run the deferred transactions in one place; returns stats and the rows to hand back."""
     store = RuntimeStore(ctx.store)
-    outcome, back = run_deferred(job, ctx.batch, rows, events, ctx.abort, ctx.arrival)
+    outcome, back = run_deferred(
+        job, ctx.batch, rows, events, ctx.abort, ctx.arrival, ctx.partitions
+    )
     _write(store, ctx, "coord", outcome, job)
     return outcome.stats(), back
 
