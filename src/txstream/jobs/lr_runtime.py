@@ -1,0 +1,226 @@
+"""Linear Road as a ``tx.Job``: the main job on the partitioned executor runtime.
+
+:func:`linear_road_job` declares the job - Figure 3's stores as tables
+partitioned by ``(xway, dir)``, four inputs cut from the one parsed input
+stream (position reports; account-balance queries, which reach every
+partition; daily-expenditure queries; malformed lines), the input line number
+as the declared order, and the transaction functions of
+:mod:`txstream.linearroad.txns`.  The same job runs on Spark
+(:func:`txstream.jobs.linearroad.run_runtime`) and in this process
+(:func:`run_local`, the tests' and benchmarks' reference without a JVM).
+
+Answers leave through :class:`AnswersFile`, a sink that appends each committed
+batch's answers to ``answers.txt`` exactly once per batch id (the file is cut
+back to the length recorded with the previous batch before a batch is written
+again after a crash), stamping each answer's ``Emit`` with its commit time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TxStreamError
+from txstream.linearroad.engine import TXN_SIZES, Latency
+from txstream.linearroad.formats import MalformedTupleError, open_text, parse_input_line
+from txstream.linearroad.replay import duplicate_entries, numbered_lines
+from txstream.linearroad.txns import PARTITION_BY, TABLES, LinearRoadTxns, combine_balance
+from txstream.spark.runtime import Job, read_output
+
+REPORT_COLUMNS = ("time", "vid", "spd", "xway", "lane", "dir", "seg", "pos")
+"""The position-report columns the transactions read (besides ``seq`` and ``handoff``)."""
+
+
+def linear_road_job(
+    txns: LinearRoadTxns,
+    txn_size: str = "event",
+    sources: dict[str, Any] | None = None,
+    record: bool = False,
+) -> Job:
+    """The Linear Road job; ``sources`` maps each input to a streaming DataFrame (None: local).
+
+    ``txn_size``: ``event`` (one transaction per report, Section 5.3) or ``1s``,
+    ``2s``, ``3s`` (a partition's consecutive events of the same period of
+    input time in one transaction).
+    """
+    if txn_size not in TXN_SIZES:
+        raise TxStreamError(f"unknown transaction size {txn_size!r}; one of {list(TXN_SIZES)}")
+    src = sources or {}
+    job = Job("linear_road")
+    for name, key in TABLES.items():
+        job.table(name, key=key, partition_by=PARTITION_BY)
+    job.input("reports", src.get("reports"), keys=[PARTITION_BY], order="seq")
+    job.input("balance", src.get("balance"), keys=(), order="seq")
+    job.input("expenditure", src.get("expenditure"), keys=[("xk", "dk")], order="seq")
+    job.input("rejected", src.get("rejected"), keys=[("xk", "dk")], order="seq")
+    for name in ("answers", "rejected", "duplicates"):
+        job.output(name)
+    job.on("reports", txns.report)
+    job.on("balance", txns.balance)
+    job.on("expenditure", txns.expenditure)
+    job.on("rejected", txns.rejected)
+    period = TXN_SIZES[txn_size]
+    if period:
+        job.boundary("by", group=_Period(period))
+    job.option("arrivalTime", "handoff")
+    job.option("recordHistory", record)
+    return job
+
+
+@dataclass(frozen=True)
+class _Period:
+    """The boundary's grouping: input time divided by the period (rejected lines alone)."""
+
+    seconds: int
+
+    def __call__(self, row: dict[str, Any]) -> Any:
+        when = row.get("time")
+        return ("line", row["seq"]) if when is None else when // self.seconds
+
+
+class AnswersFile:
+    """A sink that appends answers to ``path`` exactly once per batch id.
+
+    ``start_wall`` is the wall time of the run's first start: ``Emit`` counts
+    from it.  ``latencies`` collects each answer's handoff and commit time.
+    """
+
+    def __init__(self, path: Path, start_wall: float, clock: Callable[[], float] = time.time):
+        self.path = path
+        self.state = path.with_name(path.name + ".batches.json")
+        self.start_wall = start_wall
+        self.clock = clock
+        self.latencies: list[Latency] = []
+        self.answers = 0
+        if not path.exists():
+            path.write_bytes(b"")
+        done = self._done()
+        if path.stat().st_size > done["bytes"]:
+            with path.open("r+b") as f:  # a batch written but not recorded: cut it
+                f.truncate(done["bytes"])
+
+    def _done(self) -> dict[str, int]:
+        if not self.state.exists():
+            return {"batch": -1, "bytes": 0}
+        try:
+            data = json.loads(self.state.read_text())
+            return {"batch": int(data["batch"]), "bytes": int(data["bytes"])}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TxStreamError(f"cannot read {self.state}: {exc}; the answers file is in doubt")
+
+    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+        """Write one committed batch's answers (skipped when it was written already)."""
+        done = self._done()
+        if batch <= done["batch"]:
+            return
+        now = self.clock()
+        emit = f"{now - self.start_wall:.3f}"
+        lines, parts = format_answers(rows, emit)
+        with self.path.open("r+b") as f:
+            f.truncate(done["bytes"])
+            f.seek(done["bytes"])
+            f.write("".join(line + "\n" for line in lines).encode("ascii"))
+            f.flush()
+            os.fsync(f.fileno())
+            size = f.tell()
+        tmp = self.state.with_name(self.state.name + ".tmp")
+        tmp.write_text(json.dumps({"batch": batch, "bytes": size}))
+        os.replace(tmp, self.state)
+        self.answers += len(lines)
+        for kind, handoff in parts:
+            self.latencies.append(Latency(kind, handoff, now))
+
+
+def format_answers(rows: Iterable[dict[str, Any]], emit: str) -> tuple[list[str], list[Any]]:
+    """A batch's answer rows as answer lines, and (type, handoff) per line.
+
+    Balance parts (one per partition) are combined per query in the order of
+    their first part.
+    """
+    lines: list[str] = []
+    kinds: list[tuple[int, float]] = []
+    balances: dict[str, list[str]] = {}
+    slots: dict[str, int] = {}
+    for row in rows:
+        kind = row["kind"]
+        if kind == 2:
+            qid = row["text"].split(",", 1)[0]
+            if qid not in balances:
+                balances[qid] = []
+                slots[qid] = len(lines)
+                lines.append("")
+                kinds.append((2, float(row["handoff"])))
+            balances[qid].append(row["text"])
+        else:
+            lines.append(row["text"].replace("@", emit, 1))
+            kinds.append((kind, float(row["handoff"])))
+    for qid, parts in balances.items():
+        q, when, balance = combine_balance(parts)
+        lines[slots[qid]] = f"2,{when},{emit},{when},{q},{balance}"
+    return lines, kinds
+
+
+# -- in this process (no JVM) ------------------------------------------------------------
+
+
+def input_events(
+    numbered: Iterable[tuple[int, str]], handoff: float = 0.0
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Input lines as the job's events ``(input, row)``, parsed as Spark's parser does."""
+    for seq, raw in numbered:
+        try:
+            t = parse_input_line(raw)
+        except MalformedTupleError as exc:
+            yield "rejected", {"seq": seq, "handoff": handoff, "reason": str(exc), "raw": raw,
+                               "xk": -1, "dk": -1}  # fmt: skip
+            continue
+        yield event_of(seq, handoff, t)
+
+
+def event_of(seq: int, handoff: float, t: tuple[int, ...]) -> tuple[str, dict[str, Any]]:
+    """One well-formed tuple as an event of the job."""
+    kind = t[0]
+    if kind == 0:
+        row = dict(
+            zip(REPORT_COLUMNS, (t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]), strict=True)
+        )
+        return "reports", {"seq": seq, "handoff": handoff, **row}
+    if kind == 2:
+        return "balance", {"seq": seq, "handoff": handoff, "time": t[1], "vid": t[2], "qid": t[9]}
+    return "expenditure", {
+        "seq": seq, "handoff": handoff, "time": t[1], "vid": t[2], "qid": t[9], "xway": t[4],
+        "day": t[14], "xk": max(t[4], 0), "dk": 0,
+    }  # fmt: skip
+
+
+def run_local(
+    input_path: Path,
+    out: Path,
+    txns: LinearRoadTxns,
+    txn_size: str = "event",
+    partitions: int = 4,
+    batch_lines: int = 5000,
+    duplicate_every: int = 0,
+    record: bool = False,
+) -> tuple[Path, AnswersFile]:
+    """Run the job over ``input_path`` in this process; returns (answers file, its sink)."""
+    out.mkdir(parents=True, exist_ok=True)
+    answers = AnswersFile(out / "answers.txt", time.time())
+    job = linear_road_job(txns, txn_size, record=record).sink("answers", answers)
+    with open_text(input_path) as f:
+        events = list(input_events(duplicate_entries(numbered_lines(f), duplicate_every)))
+    batches = [events[i : i + batch_lines] for i in range(0, len(events), batch_lines)]
+    job.run_local(batches, out / "ckpt", partitions=partitions)
+    return out / "answers.txt", answers
+
+
+def rejected_lines(checkpoint: Path) -> list[str]:
+    """The rejected input lines, ``line N: reason: raw``, in line order."""
+    rows = read_output(checkpoint, "rejected")
+    return [f"line {r['seq']}: {r['reason']}: {r.get('raw', '')}" for r in sorted(
+        rows, key=lambda r: r["seq"])]  # fmt: skip

@@ -1,0 +1,334 @@
+"""Linear Road as transaction functions for the partitioned runtime (``tx.Job``).
+
+The same queries as :class:`~txstream.linearroad.engine.LinearRoadEngine`, but
+written for one partition that runs its transactions serially in arrival
+order (H-Store/S-Store): no locks, no paths, no threads.  Every table is
+partitioned by ``(xway, dir)``, so a position report and everything it
+triggers (segment statistics, stopped cars, the minute's accidents and tolls,
+its toll and accident notifications, the charge of the previous toll) touch
+one partition only:
+
+=================  ==========================  =====================================
+table              key                         row
+=================  ==========================  =====================================
+``meta``           (xway, dir)                 the partition's current minute and
+                                               latest report time
+``cars``           (xway, dir, vid)            the car's last report there, stop
+                                               counter, running speed sum of its
+                                               segment-minute (CAR SEGM CHANGE)
+``segstats``       (xway, dir, seg, minute)    speed sum, reports, distinct cars,
+                                               sum of per-car mean speeds
+``stops``          (xway, dir, seg)            stopped cars ``[pos, vid, first,
+                                               last, moved]`` (ACCIDENTS' input)
+``tolls``          (xway, dir, seg)            the minute's LAV, toll and nearest
+                                               accident segment (TOLLS)
+``balance``        (xway, dir, vid)            tolls charged there, the toll
+                                               pending (charged at the car's next
+                                               entry) and the time of that entry
+=================  ==========================  =====================================
+
+A minute's accidents and tolls are computed by the first report of that
+minute in the partition, before the report itself (the engine's minute path
+runs at the same place of the order).  The transaction per toll notification
+of Section 5.3 is the report's own transaction (boundary ``event``); the 1, 2
+and 3 s sizes group a partition's consecutive events of the same period.
+
+**Account balances across partitions.** A car's tolls are charged in the
+partition where it drives, so its balance is spread over the ``(xway, dir)``
+partitions it used.  An account-balance query is a keyless event: one
+fragment per partition reads the car's row there at the query's place in the
+order (a read-only transaction split into per-partition pieces, each at the
+same position of every partition's serial order), and :func:`combine_balance`
+adds the parts.  The pending toll of every partition but the one of the car's
+latest entry has been charged by that later entry, which is exactly what a
+single balance row would hold.
+
+Each handler is deterministic (a replayed micro-batch does the same thing), as
+the runtime requires.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from txstream.linearroad.engine import (
+    MEAN_SCALE,
+    HistoricalTolls,
+    _downstream,
+    _lav,
+    _span,
+    _still_needed,
+    _stop_entry,
+    check_accident_end,
+)
+from txstream.linearroad.formats import EXIT_LANE, LAV_DEFINITIONS, SEGMENTS, out_of_order
+
+TABLES: dict[str, tuple[str, ...]] = {
+    "meta": ("xway", "dir"),
+    "cars": ("xway", "dir", "vid"),
+    "segstats": ("xway", "dir", "seg", "minute"),
+    "stops": ("xway", "dir", "seg"),
+    "tolls": ("xway", "dir", "seg"),
+    "balance": ("xway", "dir", "vid"),
+}
+"""Every table's key; each is partitioned by its first two columns ``(xway, dir)``."""
+
+PARTITION_BY = ("xway", "dir")
+
+_TOLLS_CACHE: dict[str, HistoricalTolls] = {}
+"""Historical tolls per file, loaded once per Python worker (a static relation)."""
+
+
+def _historical(path: str | None) -> HistoricalTolls:
+    if path is None:
+        return HistoricalTolls([])
+    found = _TOLLS_CACHE.get(path)
+    if found is None:
+        found = _TOLLS_CACHE[path] = HistoricalTolls.from_file(path)
+    return found
+
+
+@dataclass(frozen=True)
+class LinearRoadTxns:
+    """The transaction functions of the job, with the run's readings of the specification.
+
+    ``tolls_path`` names the historical-tolls file; on a cluster it must be
+    readable at that path by every executor.
+    """
+
+    lav: str = "spec"
+    accident_end: str = "spec"
+    tolls_path: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.lav not in LAV_DEFINITIONS:
+            raise ValueError(f"unknown LAV definition {self.lav!r}")
+        check_accident_end(self.accident_end)
+
+    # -- position reports ---------------------------------------------------------------
+
+    def report(self, t: Any, e: dict[str, Any]) -> None:
+        """A position report: statistics, stops, the minute's tolls, notification and charge."""
+        x, d, now, vid = e["xway"], e["dir"], e["time"], e["vid"]
+        meta = t.read("meta", (x, d)) or {"xway": x, "dir": d, "minute": 0, "time": -1}
+        if now < meta["time"]:
+            # The input must come in time order (the validator rejects the same tuple).
+            t.emit("rejected", {"seq": e["seq"], "reason": out_of_order(now, meta["time"])})
+            return
+        minute = now // 60 + 1
+        for m in range(meta["minute"] + 1, minute + 1):
+            self._minute(t, x, d, m)
+        t.upsert("meta", {"xway": x, "dir": d, "minute": max(minute, meta["minute"]), "time": now})
+        car = t.read("cars", (x, d, vid))
+        if car is not None and car["time"] >= now:
+            # Delivered again (a faulty source or a replay): no effect, reported.
+            t.emit("duplicates", {"seq": e["seq"]})
+            return
+        entered = self._ingest(t, e, car, minute)
+        if entered:
+            self._notify(t, e)
+
+    def _ingest(self, t: Any, e: dict[str, Any], car: Any, minute: int) -> bool:
+        """Update ``cars``, ``segstats`` and ``stops``; return whether the car entered a segment."""
+        x, d, now, vid = e["xway"], e["dir"], e["time"], e["vid"]
+        seg, lane, pos, spd = e["seg"], e["lane"], e["pos"], e["spd"]
+        moved_on = car is None or car["seg"] != seg
+        # A car back from the exit ramp enters its segment again, even the one it
+        # left from (a new trip: a new toll notification).
+        entered = moved_on or (car["lane"] == EXIT_LANE and lane != EXIT_LANE)
+        same = (
+            car["same"] + 1 if car is not None and (car["pos"], car["lane"]) == (pos, lane) else 1
+        )
+        key = (x, d, seg, minute)
+        stat = t.read("segstats", key) or {
+            "xway": x, "dir": d, "seg": seg, "minute": minute, "s": 0, "n": 0, "cars": 0, "means": 0,
+        }  # fmt: skip
+        stat["s"] += spd
+        stat["n"] += 1
+        # Per-car means are per segment-minute: a car back from the exit ramp in the
+        # same segment and minute is still one car there.
+        if car is not None and not moved_on and car["minute"] == minute:
+            s0, c0 = car["sum"], car["count"]
+            s1, c1 = s0 + spd, c0 + 1
+            stat["means"] += MEAN_SCALE * s1 // c1 - MEAN_SCALE * s0 // c0
+        else:
+            s1, c1 = spd, 1
+            stat["cars"] += 1
+            stat["means"] += MEAN_SCALE * spd
+        t.upsert("segstats", stat)
+        if car is not None and car["same"] >= 4 and same == 1:
+            # A stopped car moved: this report may clear an accident (clear-minute).
+            self._moved(t, x, d, car["seg"], car["pos"], vid, now)
+        if same >= 4:
+            self._stopped(t, x, d, seg, pos, vid, now)
+        t.upsert(
+            "cars",
+            {
+                "xway": x, "dir": d, "vid": vid, "time": now, "seg": seg, "lane": lane,
+                "pos": pos, "same": same, "minute": minute, "sum": s1, "count": c1,
+            },
+        )  # fmt: skip
+        return entered
+
+    def _moved(self, t: Any, x: int, d: int, seg: int, pos: int, vid: int, now: int) -> None:
+        row = t.read("stops", (x, d, seg))
+        if row is None:
+            return
+        entries = [list(_stop_entry(s)) for s in row["entries"]]
+        for s in entries:
+            if s[0] == pos and s[1] == vid:
+                s[4] = now
+                t.update("stops", (x, d, seg), entries=entries)
+                return
+
+    def _stopped(self, t: Any, x: int, d: int, seg: int, pos: int, vid: int, now: int) -> None:
+        row = t.read("stops", (x, d, seg))
+        entries = [list(_stop_entry(s)) for s in row["entries"]] if row else []
+        for s in entries:
+            if s[0] == pos and s[1] == vid:
+                s[3], s[4] = now, -1
+                break
+        else:
+            entries.append([pos, vid, now, now, -1])
+        t.upsert("stops", {"xway": x, "dir": d, "seg": seg, "entries": entries})
+
+    def _notify(self, t: Any, e: dict[str, Any]) -> None:
+        """A segment entry: charge the pending toll; off the exit lane, notify the next one."""
+        x, d, now, vid, seg = e["xway"], e["dir"], e["time"], e["vid"], e["seg"]
+        bal = t.read("balance", (x, d, vid)) or {
+            "xway": x, "dir": d, "vid": vid, "charged": 0, "pending": 0, "last": -1,
+        }  # fmt: skip
+        bal["charged"] += bal["pending"]
+        bal["last"] = now
+        if e["lane"] == EXIT_LANE:
+            bal["pending"] = 0
+            t.upsert("balance", bal)
+            return
+        toll_row = t.read("tolls", (x, d, seg))
+        lav, toll, near = (
+            (toll_row["lav"], toll_row["toll"], toll_row["near"]) if toll_row else (0, 0, -1)
+        )
+        bal["pending"] = toll
+        t.upsert("balance", bal)
+        base = {"seq": e["seq"], "handoff": e["handoff"]}
+        t.emit("answers", {**base, "kind": 0, "text": f"0,{vid},{now},@,{lav},{toll}"})
+        if near >= 0:
+            t.emit("answers", {**base, "kind": 1, "text": f"1,{now},@,{x},{near},{d},{vid}"})
+
+    # -- the minute's accidents and tolls --------------------------------------------------
+
+    def _minute(self, t: Any, x: int, d: int, m: int) -> None:
+        """Minute ``m`` starts in partition ``(x, d)``: its accidents, then its tolls."""
+        active: set[int] = set()
+        for seg in range(SEGMENTS):
+            row = t.read("stops", (x, d, seg))
+            if row is None:
+                continue
+            entries = row["entries"]
+            if _active_in(entries, m, self.accident_end):
+                active.add(seg)
+            kept = _still_needed(entries, m, self.accident_end)
+            if len(kept) != len(entries):
+                if kept:
+                    t.update("stops", (x, d, seg), entries=kept)
+                else:
+                    t.delete("stops", (x, d, seg))
+        for seg in range(SEGMENTS):
+            rows = []
+            cars = 0
+            for k in range(m - 5, m):
+                r = t.read("segstats", (x, d, seg, k))
+                if r is not None:
+                    rows.append((r["s"], r["n"], r["cars"], r["means"]))
+                    if k == m - 1:
+                        cars = r["cars"]
+            lav = _lav(rows, self.lav)
+            near = min((s for s in _downstream(d, seg) if s in active), default=-1)
+            toll = 2 * (cars - 50) ** 2 if cars > 50 and lav < 40 and near < 0 else 0
+            old = t.read("tolls", (x, d, seg))
+            if old is not None or toll or near >= 0 or rows:
+                t.upsert(
+                    "tolls",
+                    {"xway": x, "dir": d, "seg": seg, "lav": lav, "toll": toll, "near": near},
+                )
+            if t.read("segstats", (x, d, seg, m - 6)) is not None:
+                t.delete("segstats", (x, d, seg, m - 6))
+
+    # -- queries ------------------------------------------------------------------------------
+
+    def balance(self, t: Any, q: dict[str, Any]) -> None:
+        """Account balance: this partition's part (a keyless event: one fragment per partition)."""
+        charged = pending = 0
+        last = -1
+        for x, d in t.values("balance"):
+            row = t.read("balance", (x, d, q["vid"]))
+            if row is not None:
+                charged += row["charged"]
+                if row["last"] > last:
+                    # Of this partition's rows, only the latest entry's toll may be
+                    # still pending; the others were charged by the later entry.
+                    charged += pending
+                    pending, last = row["pending"], row["last"]
+                else:
+                    charged += row["pending"]
+        t.emit(
+            "answers",
+            {
+                "seq": q["seq"], "handoff": q["handoff"], "kind": 2,
+                "text": f"{q['qid']},{q['time']},{charged},{pending},{last}",
+            },
+        )  # fmt: skip
+
+    def expenditure(self, t: Any, q: dict[str, Any]) -> None:
+        """Daily expenditure: the historical toll of (VID, Day, XWay), a static relation."""
+        toll = _historical(self.tolls_path).lookup(q["vid"], q["day"], q["xway"])
+        t.emit(
+            "answers",
+            {
+                "seq": q["seq"], "handoff": q["handoff"], "kind": 3,
+                "text": f"3,{q['time']},@,{q['qid']},{toll}",
+            },
+        )  # fmt: skip
+
+    def rejected(self, t: Any, r: dict[str, Any]) -> None:
+        """A malformed input line: reported with its reason, exactly once."""
+        t.emit("rejected", {"seq": r["seq"], "reason": r["reason"], "raw": r["raw"]})
+
+
+def _active_in(entries: Sequence[Sequence[int]], minute: int, accident_end: str) -> bool:
+    by_pos: dict[int, dict[int, tuple[int, int, int]]] = {}
+    for s in entries:
+        pos, vid, first, last, moved = _stop_entry(s)
+        by_pos.setdefault(pos, {})[vid] = (first, last, moved)
+    for cars in by_pos.values():
+        span = _span(cars, accident_end)
+        if span is not None and span[0] <= minute <= span[1]:
+            return True
+    return False
+
+
+def combine_balance(parts: Sequence[str]) -> tuple[int, int, int]:
+    """Add up a balance query's per-partition parts: ``(qid, time, balance)``.
+
+    Each part is ``qid,time,charged,pending,last``.  The toll pending in the
+    partition of the car's latest entry is not charged yet; every other
+    partition's pending toll was charged when the car entered a segment later.
+    """
+    qid = time = 0
+    charged = 0
+    latest_last, latest_pending = -1, 0
+    for part in parts:
+        q, tm, c, p, last = (int(v) for v in part.split(","))
+        qid, time = q, tm
+        charged += c + p
+        if last > latest_last:
+            latest_last, latest_pending = last, p
+    return qid, time, charged - latest_pending
+
+
+def tolls_path(path: str | Path | None) -> str | None:
+    """The historical-tolls path as the handlers take it (absolute, so executors find it)."""
+    return None if path is None else str(Path(path).resolve())
