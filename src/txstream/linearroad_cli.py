@@ -125,7 +125,25 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         metavar="SECONDS",
         help="duplicate a segment-entering report every SECONDS of input time",
     )
-    r.add_argument("--sync", default="off", help="write-ahead log sync: off, group or commit")
+    r.add_argument(
+        "--engine",
+        default=None,
+        help="runtime (partitions on Spark executors, serial in arrival order; the default "
+        "for serializable) or driver (the transaction manager's concurrent paths in the "
+        "driver; the default for not-serializable)",
+    )
+    r.add_argument(
+        "--master", default=None, help="Spark master, e.g. local[1], local-cluster[2,1,1024]"
+    )
+    r.add_argument(
+        "--partitions",
+        type=int_range(1, 4096),
+        default=4,
+        help="runtime partitions (fixed at the first start of --out)",
+    )
+    r.add_argument(
+        "--sync", default="off", help="write-ahead log sync (driver engine): off, group or commit"
+    )
     r.add_argument("--no-validate", action="store_true", help="skip the validation")
     r.add_argument(
         "--no-spark",
@@ -184,7 +202,7 @@ SYNC_MODES = ("off", "group", "commit")
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size, check_variant
     from txstream.linearroad.reference import check_accident_end, check_lav
-    from txstream.linearroad_run import RunOptions, run_job
+    from txstream.linearroad_run import RunOptions, check_engine, run_job
 
     check_variant(args.variant)
     check_txn_size(args.txn_size)
@@ -221,7 +239,11 @@ def _run(args: argparse.Namespace) -> int:
         validate=not args.no_validate,
         record=args.record,
         spark=not args.no_spark,
+        engine=args.engine or ("runtime" if args.variant == "serializable" else "driver"),
+        master=args.master,
+        partitions=args.partitions,
     )
+    check_engine(options)
     result = run_job(options)
     from txstream.linearroad.report import table
 

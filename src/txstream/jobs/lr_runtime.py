@@ -111,7 +111,9 @@ class AnswersFile:
             data = json.loads(self.state.read_text())
             return {"batch": int(data["batch"]), "bytes": int(data["bytes"])}
         except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise TxStreamError(f"cannot read {self.state}: {exc}; the answers file is in doubt")
+            raise TxStreamError(
+                f"cannot read {self.state}: {exc}; the answers file is in doubt"
+            ) from None
 
     def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
         """Write one committed batch's answers (skipped when it was written already)."""
@@ -224,3 +226,124 @@ def rejected_lines(checkpoint: Path) -> list[str]:
     rows = read_output(checkpoint, "rejected")
     return [f"line {r['seq']}: {r['reason']}: {r.get('raw', '')}" for r in sorted(
         rows, key=lambda r: r["seq"])]  # fmt: skip
+
+
+# -- on Spark ---------------------------------------------------------------------------------
+
+
+@dataclass
+class SparkRun:
+    """What :func:`run_spark` leaves: the feeder, the answers sink and the progress seen."""
+
+    feeder: Any
+    answers: AnswersFile
+    progress: list[dict[str, Any]]
+    master: str
+    partitions: int
+
+
+def sources_of(parsed: Any) -> dict[str, Any]:
+    """The job's four inputs, cut from one parsed input stream (one Spark source)."""
+    from txstream.spark.sql import select, where
+
+    ok = "reason IS NULL"
+    return {
+        "reports": select(
+            where(parsed, f"{ok} AND f0 = 0"), "seq", "handoff", "f1 AS time", "f2 AS vid",
+            "f3 AS spd", "f4 AS xway", "f5 AS lane", "f6 AS dir", "f7 AS seg", "f8 AS pos",
+        ),
+        "balance": select(
+            where(parsed, f"{ok} AND f0 = 2"), "seq", "handoff", "f1 AS time", "f2 AS vid",
+            "f9 AS qid",
+        ),
+        "expenditure": select(
+            where(parsed, f"{ok} AND f0 = 3"), "seq", "handoff", "f1 AS time", "f2 AS vid",
+            "f9 AS qid", "f4 AS xway", "f14 AS day", "greatest(f4, 0) AS xk",
+            "CAST(0 AS BIGINT) AS dk",
+        ),
+        "rejected": select(
+            where(parsed, "reason IS NOT NULL"), "seq", "handoff", "reason", "raw",
+            "CAST(-1 AS BIGINT) AS xk", "CAST(-1 AS BIGINT) AS dk",
+        ),
+    }  # fmt: skip
+
+
+def run_spark(
+    spark: Any,
+    input_path: Path,
+    work: Path,
+    txns: LinearRoadTxns,
+    answers: AnswersFile,
+    *,
+    txn_size: str = "event",
+    speedup: float = 1.0,
+    duplicate_every: int = 0,
+    partitions: int = 4,
+    record: bool = False,
+    progress: Callable[[str], None] | None = None,
+    give_up_after_s: float | None = None,
+) -> SparkRun:
+    """Replay ``input_path`` through Spark at ``speedup`` into the job; wait for every answer.
+
+    ``work`` holds the source folder and the checkpoint (``ckpt/``: Spark's and
+    txstream's); running again with the same folders resumes after a crash.
+    """
+    from txstream.jobs.linearroad import Feeder, parse
+    from txstream.linearroad.report import FellBehind
+    from txstream.spark.sources import text_files
+    from txstream.spark.sql import where
+
+    # The four inputs filter one parsed stream whose validation is a large CASE
+    # expression; inferring constraints over their union exhausts the planner's
+    # heap (seen: OutOfMemoryError before the first batch), and nothing here needs it.
+    spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
+    chunk_seconds = max(1, int(speedup // 10))  # at most ~10 files per wall second
+    feeder = Feeder(input_path, work / "source", speedup, chunk_seconds, duplicate_every)
+    parsed = where(parse(text_files(spark, work / "source")), "seq > 0")  # 0: warm-up line
+    job = linear_road_job(txns, txn_size, sources_of(parsed), record).sink("answers", answers)
+    job.option("partitions", partitions)
+    query = job.start(checkpoint=work / "ckpt", spark=spark)
+    run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)
+    try:
+        feeder.warm_up(lambda: len(query.recentProgress), lambda: not query.isActive)
+        feeder.start()
+        last = time.time()
+        while feeder.is_alive():
+            feeder.join(timeout=1.0)
+            _check(query, feeder)
+            lag = _lag(answers, feeder, query)
+            if give_up_after_s is not None and lag > give_up_after_s:
+                raise FellBehind(f"the answers lag the input by {lag:.0f} s")
+            if progress is not None and time.time() - last >= 5:
+                last = time.time()
+                progress(
+                    f"input time {feeder.sim_time} s, {feeder.handed} tuples handed to Spark, "
+                    f"{len(query.recentProgress)} batches committed, {answers.answers} answers, "
+                    f"recent max response {lag:.2f} s"
+                )
+        _check(query, feeder)
+        query.processAllAvailable()
+    finally:
+        feeder.stopping.set()
+        query.stop()
+    return run
+
+
+def _lag(answers: AnswersFile, feeder: Any, query: Any) -> float:
+    """How far behind the job is: the slowest recent answer, or the oldest unread input."""
+    recent = answers.latencies[-500:]
+    worst = max((x.committed - x.handoff for x in recent), default=0.0)
+    last = query.lastProgress
+    pending = 0.0
+    if last is not None and feeder.handed and last["latency"]["max"] is not None:
+        pending = last["latency"]["max"]
+    return max(worst, pending)
+
+
+def _check(query: Any, feeder: Any) -> None:
+    if feeder.error is not None:
+        raise TxStreamError(f"input replay failed: {feeder.error}")
+    if query.status["failure"]:
+        raise TxStreamError(query.status["failure"])
+    if not query.isActive:
+        raise TxStreamError("the Spark query stopped")

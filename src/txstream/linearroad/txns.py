@@ -144,7 +144,8 @@ class LinearRoadTxns:
         )
         key = (x, d, seg, minute)
         stat = t.read("segstats", key) or {
-            "xway": x, "dir": d, "seg": seg, "minute": minute, "s": 0, "n": 0, "cars": 0, "means": 0,
+            "xway": x, "dir": d, "seg": seg, "minute": minute,
+            "s": 0, "n": 0, "cars": 0, "means": 0,
         }  # fmt: skip
         stat["s"] += spd
         stat["n"] += 1
