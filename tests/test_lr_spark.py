@@ -86,7 +86,7 @@ def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Pat
     done = subprocess.run(_run_cli(out), env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["resumed_from_line"] > 0
+    assert summary["resumed"] is True and summary["execution"] == "runtime"
     assert summary["valid"] is True
     assert summary["wrong"] == summary["missing"] == summary["duplicates"] == 0
     assert (out / "latency.png").stat().st_size > 0

@@ -239,7 +239,7 @@ def _run(args: argparse.Namespace) -> int:
         validate=not args.no_validate,
         record=args.record,
         spark=not args.no_spark,
-        engine=args.engine or ("runtime" if args.variant == "serializable" else "driver"),
+        engine=args.engine,
         master=args.master,
         partitions=args.partitions,
     )

@@ -63,9 +63,10 @@ class RunOptions:
     """Write the committed history of operations here, for ``txstream check``."""
     spark: bool = True
     """Replay through Spark at ``speedup``; false: in Python, as fast as possible."""
-    engine: str = "runtime"
+    engine: str | None = None
     """``runtime``: partitions on Spark executors (serializable only); ``driver``: the
-    transaction manager in the driver, the paper's concurrent paths (both variants)."""
+    transaction manager in the driver, the paper's concurrent paths (both variants);
+    None: ``runtime`` for the serializable variant, else ``driver``."""
     master: str | None = None
     """The Spark master (default ``local[2]``), e.g. ``local-cluster[2,1,1024]``."""
     partitions: int = 4
@@ -83,6 +84,7 @@ ENGINES = ("runtime", "driver")
 
 def _check_resume(out: Path, o: RunOptions) -> None:
     mine = {k: str(getattr(o, k)) for k in _FIXED}
+    mine["engine"] = engine_of(o)
     record = out / "run.json"
     if record.exists():
         before = json.loads(record.read_text())
@@ -156,7 +158,7 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
             say(f"generated {paths.tuples} tuples ({paths.density:.1f} per expressway-second)")
     else:
         input_path, tolls = o.input, o.tolls
-    if o.engine == "runtime":
+    if engine_of(o) == "runtime":
         return _run_runtime(o, input_path, tolls, spark, say)
     history = HistoricalTolls.from_file(tolls) if tolls is not None else None
     engine = LinearRoadEngine(
@@ -233,13 +235,21 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
     return data
 
 
+def engine_of(o: RunOptions) -> str:
+    """The engine ``o`` runs on (its default depends on the variant)."""
+    if o.engine is not None:
+        return o.engine
+    return "runtime" if o.variant == "serializable" else "driver"
+
+
 def check_engine(o: RunOptions) -> None:
     """Refuse an engine name or a variant the engine cannot run, before anything starts."""
-    if o.engine not in ENGINES:
+    engine = engine_of(o)
+    if engine not in ENGINES:
         from txstream.errors import UnknownNameError
 
-        raise UnknownNameError("engine", o.engine, list(ENGINES))
-    if o.engine == "runtime" and o.variant != "serializable":
+        raise UnknownNameError("engine", engine, list(ENGINES))
+    if engine == "runtime" and o.variant != "serializable":
         raise TxStreamError(
             "the runtime executes each partition serially in arrival order, so it has no "
             "not-serializable variant; use --engine driver for the paper's comparison"
@@ -314,7 +324,7 @@ def _run_runtime(
         speedup=o.speedup,
         tuples=tuples,
         latencies=answers.latencies,
-        engine_stats={"rolled_back": dropped, "batches": len(batches)},
+        engine_stats={"rolled_back": dropped, **_batch_stats(batches)},
         validation=report,
         extra={
             "input": str(input_path),
@@ -355,4 +365,21 @@ def _write_runtime_history(ckpt: Path, path: Path) -> dict[str, Any]:
         "history_operations": len(history),
         "history_cs": check(history, "cs").holds,
         "history_csao": check(history, "csao").holds,
+    }
+
+
+def _batch_stats(batches: list[dict[str, Any]]) -> dict[str, Any]:
+    """Micro-batch counts and durations (median and slowest), from the runtime's progress."""
+    if not batches:
+        return {"batches": 0}
+    spans = sorted(int(b["durationMs"]) for b in batches)
+    phase1 = sorted(int(b["phase1Ms"]) for b in batches)
+    rows = sorted(int(b["numInputRows"]) for b in batches)
+    return {
+        "batches": len(batches),
+        "batch_ms_median": spans[len(spans) // 2],
+        "batch_ms_max": spans[-1],
+        "phase1_ms_median": phase1[len(phase1) // 2],
+        "batch_rows_median": rows[len(rows) // 2],
+        "batch_rows_max": rows[-1],
     }
