@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	@scripts/pg-install.sh
 	@touch $(STAMP)
 
-run: install ## the main job: Linear Road on Spark under the transaction manager, validated
+run: install ## the main job: Linear Road on the Spark executor runtime, validated
 	@scripts/check-java.sh
 	rm -rf run-out/linear-road
 	$(BIN)/txstream linear-road run --L 1 --minutes 8 --speedup 15 --out run-out/linear-road
