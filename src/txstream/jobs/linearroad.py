@@ -34,7 +34,7 @@ from txstream.spark.batches import Columns, MicroBatch, StreamHandle, foreach_ba
 from txstream.spark.sources import TAG, FileReplay, text_files, untag
 from txstream.spark.sql import case_when, literal, select
 
-__all__ = ["TAG", "Feeder", "parse", "run"]
+__all__ = ["TAG", "Feeder", "parse", "parse_rows", "run"]
 
 
 def _second(line: str, default: int) -> int:
@@ -123,10 +123,13 @@ def parse(lines: Any) -> Any:
 
     Valid tuples have ``reason`` null; a malformed one keeps its raw text and says why.
     """
+    return parse_rows(untag(lines))
+
+
+def parse_rows(rows: Any) -> Any:
+    """As :func:`parse`, from untagged rows (columns ``seq``, ``handoff``, ``raw``)."""
     count = len(INPUT_FIELDS)
-    body = select(
-        untag(lines), "seq", "handoff", "raw", r"regexp_replace(raw, '^\\s+|\\s+$', '') AS _body"
-    )
+    body = select(rows, "seq", "handoff", "raw", r"regexp_replace(raw, '^\\s+|\\s+$', '') AS _body")
     fields = select(
         body,
         "seq",

@@ -44,6 +44,12 @@ def linear_road_job(
 ) -> Job:
     """The Linear Road job; ``sources`` maps each input to a streaming DataFrame (None: local).
 
+    Inputs, in the declared order of the input line number ``seq``: ``tuples``
+    (position reports and malformed lines, keyed by ``(xk, dk)``: the report's
+    ``(xway, dir)``, ``(-1, -1)`` for a malformed line), ``balance`` (valid
+    account-balance queries, keyless: a fragment per partition) and
+    ``queries`` (daily-expenditure queries and malformed query lines).
+
     ``txn_size``: ``event`` (one transaction per report, Section 5.3) or ``1s``,
     ``2s``, ``3s`` (a partition's consecutive events of the same period of
     input time in one transaction).
@@ -54,16 +60,14 @@ def linear_road_job(
     job = Job("linear_road")
     for name, key in TABLES.items():
         job.table(name, key=key, partition_by=PARTITION_BY)
-    job.input("reports", src.get("reports"), keys=[PARTITION_BY], order="seq")
+    job.input("tuples", src.get("tuples"), keys=[("xk", "dk")], order="seq")
     job.input("balance", src.get("balance"), keys=(), order="seq")
-    job.input("expenditure", src.get("expenditure"), keys=[("xk", "dk")], order="seq")
-    job.input("rejected", src.get("rejected"), keys=[("xk", "dk")], order="seq")
+    job.input("queries", src.get("queries"), keys=[("xk", "dk")], order="seq")
     for name in ("answers", "rejected", "duplicates"):
         job.output(name)
-    job.on("reports", txns.report)
+    job.on("tuples", txns.tuple_)
     job.on("balance", txns.balance)
-    job.on("expenditure", txns.expenditure)
-    job.on("rejected", txns.rejected)
+    job.on("queries", txns.query)
     period = TXN_SIZES[txn_size]
     if period:
         job.boundary("by", group=_Period(period))
@@ -178,25 +182,27 @@ def input_events(
         try:
             t = parse_input_line(raw)
         except MalformedTupleError as exc:
-            yield "rejected", {"seq": seq, "handoff": handoff, "reason": str(exc), "raw": raw,
-                               "xk": -1, "dk": -1}  # fmt: skip
+            yield "tuples", {**_NO_REPORT, "seq": seq, "handoff": handoff, "reason": str(exc),
+                             "raw": raw, "xk": -1, "dk": -1}  # fmt: skip
             continue
         yield event_of(seq, handoff, t)
+
+
+_NO_REPORT = dict.fromkeys(REPORT_COLUMNS)
 
 
 def event_of(seq: int, handoff: float, t: tuple[int, ...]) -> tuple[str, dict[str, Any]]:
     """One well-formed tuple as an event of the job."""
     kind = t[0]
+    base = {"seq": seq, "handoff": handoff}
     if kind == 0:
-        row = dict(
-            zip(REPORT_COLUMNS, (t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8]), strict=True)
-        )
-        return "reports", {"seq": seq, "handoff": handoff, **row}
+        row = dict(zip(REPORT_COLUMNS, t[1:9], strict=True))
+        return "tuples", {**base, **row, "reason": None, "raw": None, "xk": t[4], "dk": t[6]}
     if kind == 2:
-        return "balance", {"seq": seq, "handoff": handoff, "time": t[1], "vid": t[2], "qid": t[9]}
-    return "expenditure", {
-        "seq": seq, "handoff": handoff, "time": t[1], "vid": t[2], "qid": t[9], "xway": t[4],
-        "day": t[14], "xk": max(t[4], 0), "dk": 0,
+        return "balance", {**base, "time": t[1], "vid": t[2], "qid": t[9]}
+    return "queries", {
+        **base, "time": t[1], "vid": t[2], "qid": t[9], "xway": t[4], "day": t[14],
+        "reason": None, "raw": None, "xk": max(t[4], 0), "dk": 0,
     }  # fmt: skip
 
 
@@ -242,30 +248,48 @@ class SparkRun:
     partitions: int
 
 
-def sources_of(parsed: Any) -> dict[str, Any]:
-    """The job's four inputs, cut from one parsed input stream (one Spark source)."""
+def sources_of(lines: Any) -> dict[str, Any]:
+    """The job's three inputs from the tagged input lines (one Spark source).
+
+    Each line is fully parsed once: a cheap look at its first field sends
+    queries (types 2 and 3, under 1% of the input) to the query branches and
+    everything else, malformed lines included, to ``tuples``.  (Four branches
+    that each parsed every line spent three times the parser's cost.)
+    """
+    from txstream.jobs.linearroad import parse_rows as parse
     from txstream.spark.sql import select, where
 
+    kind = "try_cast(trim(split_part(regexp_replace(raw, '^\\\\s+', ''), ',', 1)) AS BIGINT)"
+    tagged = select(untag_lines(lines), "*", f"{kind} AS _kind")
+    queries = parse(where(tagged, "_kind IN (2, 3)"))
+    tuples = parse(where(tagged, "_kind IS NULL OR _kind NOT IN (2, 3)"))
     ok = "reason IS NULL"
     return {
-        "reports": select(
-            where(parsed, f"{ok} AND f0 = 0"), "seq", "handoff", "f1 AS time", "f2 AS vid",
-            "f3 AS spd", "f4 AS xway", "f5 AS lane", "f6 AS dir", "f7 AS seg", "f8 AS pos",
+        "tuples": select(
+            tuples, "seq", "handoff", "f1 AS time", "f2 AS vid", "f3 AS spd", "f4 AS xway",
+            "f5 AS lane", "f6 AS dir", "f7 AS seg", "f8 AS pos", "reason",
+            f"if({ok}, NULL, raw) AS raw",
+            f"if({ok}, f4, CAST(-1 AS BIGINT)) AS xk", f"if({ok}, f6, CAST(-1 AS BIGINT)) AS dk",
         ),
         "balance": select(
-            where(parsed, f"{ok} AND f0 = 2"), "seq", "handoff", "f1 AS time", "f2 AS vid",
+            where(queries, f"{ok} AND f0 = 2"), "seq", "handoff", "f1 AS time", "f2 AS vid",
             "f9 AS qid",
         ),
-        "expenditure": select(
-            where(parsed, f"{ok} AND f0 = 3"), "seq", "handoff", "f1 AS time", "f2 AS vid",
-            "f9 AS qid", "f4 AS xway", "f14 AS day", "greatest(f4, 0) AS xk",
-            "CAST(0 AS BIGINT) AS dk",
-        ),
-        "rejected": select(
-            where(parsed, "reason IS NOT NULL"), "seq", "handoff", "reason", "raw",
-            "CAST(-1 AS BIGINT) AS xk", "CAST(-1 AS BIGINT) AS dk",
+        "queries": select(
+            where(queries, f"NOT ({ok} AND f0 = 2)"), "seq", "handoff", "f1 AS time",
+            "f2 AS vid", "f9 AS qid", "f4 AS xway", "f14 AS day", "reason", "raw",
+            f"if({ok}, greatest(f4, 0), CAST(-1 AS BIGINT)) AS xk",
+            f"if({ok}, CAST(0 AS BIGINT), CAST(-1 AS BIGINT)) AS dk",
         ),
     }  # fmt: skip
+
+
+def untag_lines(lines: Any) -> Any:
+    """Tagged lines (``value``) as ``seq, handoff, raw``, without the warm-up line 0."""
+    from txstream.spark.sources import untag
+    from txstream.spark.sql import where
+
+    return where(untag(lines), "seq > 0")
 
 
 def run_spark(
@@ -288,10 +312,9 @@ def run_spark(
     ``work`` holds the source folder and the checkpoint (``ckpt/``: Spark's and
     txstream's); running again with the same folders resumes after a crash.
     """
-    from txstream.jobs.linearroad import Feeder, parse
+    from txstream.jobs.linearroad import Feeder
     from txstream.linearroad.report import FellBehind
     from txstream.spark.sources import text_files
-    from txstream.spark.sql import where
 
     # The four inputs filter one parsed stream whose validation is a large CASE
     # expression; inferring constraints over their union exhausts the planner's
@@ -299,8 +322,8 @@ def run_spark(
     spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
     chunk_seconds = max(1, int(speedup // 10))  # at most ~10 files per wall second
     feeder = Feeder(input_path, work / "source", speedup, chunk_seconds, duplicate_every)
-    parsed = where(parse(text_files(spark, work / "source")), "seq > 0")  # 0: warm-up line
-    job = linear_road_job(txns, txn_size, sources_of(parsed), record).sink("answers", answers)
+    sources = sources_of(text_files(spark, work / "source"))
+    job = linear_road_job(txns, txn_size, sources, record).sink("answers", answers)
     job.option("partitions", partitions)
     query = job.start(checkpoint=work / "ckpt", spark=spark)
     run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)

@@ -108,6 +108,22 @@ class LinearRoadTxns:
             raise ValueError(f"unknown LAV definition {self.lav!r}")
         check_accident_end(self.accident_end)
 
+    # -- the inputs -----------------------------------------------------------------------
+
+    def tuple_(self, t: Any, e: dict[str, Any]) -> None:
+        """A line of the ``tuples`` input: a position report, or a malformed line."""
+        if e["reason"] is not None:
+            self.rejected(t, e)
+        else:
+            self.report(t, e)
+
+    def query(self, t: Any, q: dict[str, Any]) -> None:
+        """A line of the ``queries`` input: a daily-expenditure query, or a malformed query."""
+        if q["reason"] is not None:
+            self.rejected(t, q)
+        else:
+            self.expenditure(t, q)
+
     # -- position reports ---------------------------------------------------------------
 
     def report(self, t: Any, e: dict[str, Any]) -> None:
@@ -116,7 +132,10 @@ class LinearRoadTxns:
         meta = t.read("meta", (x, d)) or {"xway": x, "dir": d, "minute": 0, "time": -1}
         if now < meta["time"]:
             # The input must come in time order (the validator rejects the same tuple).
-            t.emit("rejected", {"seq": e["seq"], "reason": out_of_order(now, meta["time"])})
+            raw = ",".join(str(e[c]) for c in ("time", "vid", "spd", "xway", "lane", "dir"))
+            raw = f"0,{raw},{e['seg']},{e['pos']},-1,-1,-1,-1,-1,-1"
+            t.emit("rejected", {"seq": e["seq"], "reason": out_of_order(now, meta["time"]),
+                                "raw": raw})  # fmt: skip
             return
         minute = now // 60 + 1
         for m in range(meta["minute"] + 1, minute + 1):
