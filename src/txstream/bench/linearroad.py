@@ -13,7 +13,14 @@ validation) in one shared local Spark session:
 * ``sweep=txn_size``: the serializable variant with one transaction per event,
   1, 2 and 3 seconds (Figure 5);
 * ``sweep=duplicates``: a segment-entering report duplicated every 2 seconds
-  (Table 2): rolled-back transactions, duplicated alerts, wrong balances.
+  (Table 2): rolled-back transactions, duplicated alerts, wrong balances;
+* ``sweep=master``: the serializable variant on the executor runtime under
+  ``local[1]``, ``local[2]`` and ``local-cluster[2,1,1024]`` (each its own
+  Spark application), with a digest of the answers without their ``Emit``
+  times: the same input must give identical answers everywhere.
+
+The serializable variant runs on the executor runtime, the not-serializable
+one on the driver engine (the transaction manager's concurrent paths).
 
 The quick grid runs the same sweeps on a small generated input.  The shared
 data is read from ``$TXSTREAM_SHARED/linearroad``, else from
@@ -38,6 +45,7 @@ SHARED_DENSITY = 1_560_620 / 1800
 OFFICIAL_DENSITY = SHARED_DENSITY / 2
 """The shared data's README: about twice the official L = 1 density."""
 VARIANTS = ("serializable", "not-serializable")
+MASTERS = ("local[1]", "local[2]", "local-cluster[2,1,1024]")
 TXN_SIZES = ("event", "1s", "2s", "3s")
 TXN_SECONDS = {"event": 0, "1s": 1, "2s": 2, "3s": 3}
 
@@ -90,6 +98,11 @@ def _grid(
         for v in VARIANTS
     ]  # fmt: skip
     points += [
+        {**base, "sweep": "master", "variant": "serializable", "speedup": fixed_speedup,
+         "seconds": short, "master": m}
+        for m in MASTERS
+    ]  # fmt: skip
+    points += [
         {**base, "sweep": "speedup", "variant": v, "speedup": s}
         for s in sorted(speedups, reverse=True)
         for v in VARIANTS
@@ -111,6 +124,8 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
         opts: dict[str, Any] = {"input": source, "tolls": data / SHARED_TOLLS}
     else:
         opts = {"L": 1.0, "minutes": max(1, seconds // 60), "seed": seed % 1000}
+    if "master" in point:
+        return _measure_master(point, opts, cache)
     with tempfile.TemporaryDirectory(dir=cache) as work:
         o = RunOptions(
             out=Path(work) / "run",
@@ -150,6 +165,58 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
         )
     _log(point, metrics)
     return metrics
+
+
+def _measure_master(point: dict[str, Any], opts: dict[str, Any], cache: Path) -> dict[str, Any]:
+    """One run as its own Spark application on ``point["master"]``; answers as a digest."""
+    import hashlib
+    import json
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", "from txstream.cli import entry; entry()", "linear-road",
+            "run", "--master", point["master"], "--speedup", str(point["speedup"])]  # fmt: skip
+    if "input" in opts:
+        args += ["--input", str(opts["input"]), "--tolls", str(opts["tolls"])]
+    else:
+        args += ["--L", str(opts["L"]), "--minutes", str(opts["minutes"]),
+                 "--seed", str(opts["seed"])]  # fmt: skip
+    with tempfile.TemporaryDirectory(dir=cache) as work:
+        out = Path(work) / "run"
+        done = subprocess.run(
+            [*args, "--out", str(out)], capture_output=True, text=True, timeout=3600
+        )
+        if done.returncode != 0:
+            tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise TxStreamError(f"linear-road run on {point['master']} failed: {tail}")
+        s = json.loads((out / "summary.json").read_text())
+        answers = sorted(_without_emit(line) for line in (out / "answers.txt").open())
+    digest = hashlib.sha256("\n".join(answers).encode()).hexdigest()[:16]
+    metrics = {
+        "meets_5s": int(s["max_response_s"] <= 5.0),
+        "fell_behind": 0,
+        "max_response_s": s["max_response_s"],
+        "p99_response_s": s["p99_response_s"],
+        "mean_response_s": s["mean_response_s"],
+        "within_5s_pct": s["within_5s_pct"],
+        "txn_seconds": 0,
+        "tuples": s["tuples"],
+        "throughput_tuples_per_s": s["throughput_tuples_per_s"],
+        "wrong": s["wrong"],
+        "missing": s["missing"],
+        "duplicates": s["duplicates"],
+        "answers": len(answers),
+        "answers_digest": digest,
+    }
+    _log(point, metrics)
+    return metrics
+
+
+def _without_emit(line: str) -> str:
+    """An answer line without its Emit field (the only field that depends on timing)."""
+    f = line.strip().split(",")
+    emit_at = 3 if f[0] == "0" else 2
+    return ",".join(f[:emit_at] + f[emit_at + 1 :])
 
 
 def _log(point: dict[str, Any], metrics: dict[str, Any]) -> None:
@@ -205,13 +272,29 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             f"| {non['max_response_s']:.2f}{' (fell behind)' * non['fell_behind']} "
             f"| {over:+.2f} s | {t1} |"
         )
+    masters = [r for r in rows if r["sweep"] == "master"]
+    if masters:
+        same = len({r.get("answers_digest") for r in masters}) == 1
+        lines += [
+            "",
+            "| master | answers | digest (without Emit) | wrong / missing / dup "
+            "| max response (s) | tuples/s |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in masters:
+            lines.append(
+                f"| {r['master']} | {r.get('answers', '-')} | {r.get('answers_digest', '-')} "
+                f"| {r.get('wrong', '-')} / {r.get('missing', '-')} / {r.get('duplicates', '-')} "
+                f"| {r['max_response_s']:.2f} | {r.get('throughput_tuples_per_s', 0):.0f} |"
+            )
+        lines.append(f"\nidentical answers on every master: {'yes' if same else 'NO'}")
     return "\n".join(lines)
 
 
 EXPERIMENT = Experiment(
     name="linear-road",
     description=__doc__ or "",
-    grid=_grid((1.5, 2, 2.5, 3), "shared", 1800, 2, short=300),
+    grid=_grid((10, 15, 20, 30, 40), "shared", 1800, 10, short=300),
     quick_grid=_grid((10, 20), "generated", 240, 10, short=240),
     run=measure,
     figures=[

@@ -40,6 +40,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 from txstream.errors import TxStreamError
@@ -143,20 +144,28 @@ class TableSpec:
     initial: Any = None
     """Initial contents: a Spark DataFrame, a path (JSON lines, CSV, Parquet) or a list of dicts."""
 
+    def __post_init__(self) -> None:
+        # Precomputed once: these run for every row a transaction touches.
+        pick = tuple(self.key.index(c) for c in self.partition_by if c in self.key)
+        object.__setattr__(self, "_width", len(self.key))
+        object.__setattr__(self, "_whole", self.partition_by == self.key)
+        object.__setattr__(self, "_pick", itemgetter(*pick) if pick else None)
+        object.__setattr__(self, "_row_key", itemgetter(*self.key))
+
     def key_of(self, row: Row) -> Key:
         """The key of ``row``."""
-        return row[self.key[0]] if len(self.key) == 1 else tuple(row[c] for c in self.key)
+        return self._row_key(row)  # type: ignore[attr-defined]
 
     def value_of_key(self, key: Key) -> Key:
         """The partition value of the row with ``key``."""
-        if len(self.key) == 1:
+        width: int = self._width  # type: ignore[attr-defined]
+        if width == 1:
             return key
-        if not isinstance(key, tuple) or len(key) != len(self.key):
+        if type(key) is not tuple or len(key) != width:
             raise RuntimeJobError(f"table {self.name!r} has the key {self.key}; got {key!r}")
-        if self.partition_by == self.key:
+        if self._whole:  # type: ignore[attr-defined]
             return key
-        parts = tuple(key[self.key.index(c)] for c in self.partition_by)
-        return parts[0] if len(parts) == 1 else parts
+        return self._pick(key)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
