@@ -112,7 +112,11 @@ class Tx:
         value = self._value(table, key)
         if self._history is not None:
             self._history.append(f"r{self._gid}({item_name(table, key)})")
-        row = self._state.data.get(table, {}).get(value, {}).get(key)
+        rows = self._state.data.get(table)
+        if rows is None:
+            return default
+        part = rows.get(value)
+        row = part.get(key) if part is not None else None
         return default if row is None else dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
@@ -159,9 +163,10 @@ class Tx:
     def upsert(self, table: str, row: Row) -> None:
         """Insert ``row`` or replace the row with its key."""
         spec = self._table(table)
-        self._check(spec.name, row)
+        self._check_spec(spec, row)
         key = spec.key_of(row)
-        value = self._value(table, key)
+        value = spec.value_of_key(key)
+        self._check_value(table, value)
         exists = key in self._state.data.get(table, {}).get(value, {})
         self._put(table, value, key, dict(row), structural=not exists)
 
@@ -224,7 +229,10 @@ class Tx:
         return spec
 
     def _check(self, table: str, row: Row) -> None:
-        spec = self._table(table)
+        self._check_spec(self._table(table), row)
+
+    def _check_spec(self, spec: Any, row: Row) -> None:
+        table = spec.name
         if spec.columns is not None:
             check_row(f"row of {table}", spec.columns, row)
         else:
@@ -238,7 +246,9 @@ class Tx:
         return value
 
     def _check_value(self, table: str, value: Any) -> None:
-        if value not in self._allowed and not (
+        if value in self._allowed:
+            return
+        if not (
             self._home is not None and partition_of(value, self._partitions) == self._home
         ):
             raise UndeclaredKeyError(
@@ -247,9 +257,17 @@ class Tx:
             )
 
     def _put(self, table: str, value: Any, key: Any, row: Any, structural: bool = False) -> None:
-        rows = self._state.data.get(table, {}).get(value, {})
-        self._undo.append((table, value, key, rows.get(key, ABSENT)))
-        self._state.put(table, value, key, row)
+        state = self._state
+        rows = state.data.get(table, {}).get(value, {})
+        old = rows.get(key, ABSENT)
+        self._undo.append((table, value, key, old))
+        undo_key = (table, value, key)
+        if undo_key not in state.undo:  # the batch's pre-image (state.put, inlined)
+            state.undo[undo_key] = old
+        if row is ABSENT or not rows:
+            state.put(table, value, key, row)
+        else:
+            rows[key] = row
         if self._history is not None:
             self._history.append(f"w{self._gid}({item_name(table, key)})")
             if structural:
