@@ -524,3 +524,43 @@ def test_values_is_only_for_keyless_events(tmp_path: Path) -> None:
     job.run_local([[("deposits", {"acct": 1, "amount": 5, "id": 0})]], tmp_path, 2)
     (failure,) = tx.read_failures(tmp_path)
     assert "values('accounts') is for events of an input declared without keys" in failure["error"]
+
+
+def test_a_worker_with_an_older_cached_state_catches_up_from_the_deltas(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Spark runs a partition on whichever Python worker is free: a worker may hold
+    # the partition as of a few batches ago.  It must catch up exactly (applying
+    # the committed deltas) or reload, never run on the stale rows.
+    import copy
+
+    from txstream.spark.runtime import state as state_module
+
+    stream = list(events(240, 12, 0, seed=9))
+    batches = split(stream, [40] * 5)
+    job = ledger_job()
+    runner = job.run_local(batches[:2], tmp_path, 2)
+    stale = {k: copy.deepcopy(v) for k, v in state_module._CACHE.items()}
+    assert stale, "the local runner caches partition states"
+    loads = []
+    real_load = state_module.RuntimeStore.load
+    monkeypatch.setattr(
+        state_module.RuntimeStore,
+        "load",
+        lambda self, pid, upto: loads.append(pid) or real_load(self, pid, upto),
+    )
+    for batch in batches[2:4]:
+        runner.run_batch(batch)
+    state_module._CACHE.update(copy.deepcopy(stale))  # the workers of two batches ago
+    for batch in batches[4:]:
+        runner.run_batch(batch)
+    assert loads == [], "caught up from the deltas, no reload"
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance
+    # A cached state that is no committed version at all is not used.
+    for st_ in stale.values():
+        st_.token = "not-a-committed-version"
+    state_module._CACHE.update(stale)
+    runner.run_batch([("deposits", {"acct": 1, "amount": 5, "id": 10_000})])
+    assert loads, "an unknown version is reloaded from disk"

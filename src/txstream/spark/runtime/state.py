@@ -203,11 +203,41 @@ class RuntimeStore:
             else:
                 state.settle()
         if state is None or token is None or state.token != token:
-            state = self.load(pid, prev)
+            state = self._catch_up(pid, state, prev, token) or self.load(pid, prev)
         state.version = prev
         _CACHE[key] = state
         state.begin(batch)
         return state
+
+    def _catch_up(
+        self, pid: int, state: PartitionState | None, prev: int, token: str | None
+    ) -> PartitionState | None:
+        """Bring a worker's older cached state up to the committed version, or None.
+
+        Spark runs a partition's task on whichever Python worker is free, so a
+        worker often holds the partition as of a few batches ago; reloading the
+        snapshot then costs more than the batch (a third of Linear Road's task
+        time).  The cached state is a committed version when the delta file of
+        its batch carries its token; applying the deltas written since must end
+        at ``token``, the version the driver committed, or the state is not used.
+        """
+        if state is None or token is None or state.token is None:
+            return None
+        pdir = self._pdir(pid)
+        own = pdir / f"delta-{state.version:012d}.bin"
+        try:
+            if not own.exists() or load_blob(own).get("token") != state.token:
+                return None
+            later = sorted(
+                int(m.group(2))
+                for m in map(_NAME.fullmatch, os.listdir(pdir))
+                if m and m.group(1) == "delta" and state.version < int(m.group(2)) <= prev
+            )
+            for batch in later:
+                state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
+        except (OSError, StoreError):
+            return None
+        return state if state.token == token else None
 
     def state_after_phase1(
         self, pid: int, batch: int, prev: int, token: str | None
