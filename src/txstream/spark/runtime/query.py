@@ -398,6 +398,9 @@ class TxQuery:
             self._prev,
             snapshot=batch_id % snapshot_every == 0,
             arrival=self.job.arrival_fn(),
+            # Each partition's committed version: a worker whose cached state is
+            # that version (or an older one it can catch up from) reuses it.
+            tokens=dict(self._tokens),
             partitions=P,
         )
         ctx.release_upto, ctx.frontier = upto, frontier
@@ -408,6 +411,7 @@ class TxQuery:
             phases.release()
         self._prev = batch_id
         self._frontier = frontier
+        self._tokens = dict(ctx.tokens)
         deliver(self.store, self.job._sinks)
         if ctx.snapshot:
             self._trim(batch_id)
