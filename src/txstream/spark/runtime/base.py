@@ -178,9 +178,14 @@ class InputSpec:
     order: str | None = None
     index: int = 0
 
+    def __post_init__(self) -> None:
+        # One getter per declared key, built once: this runs for every event.
+        getters = tuple(itemgetter(*k) for k in self.keys)
+        object.__setattr__(self, "_getters", getters)
+
     def values_of(self, event: Row) -> list[Key]:
         """The declared partition values of ``event`` (one per entry of ``keys``)."""
-        return [event[k[0]] if len(k) == 1 else tuple(event[c] for c in k) for k in self.keys]
+        return [get(event) for get in self._getters]  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)

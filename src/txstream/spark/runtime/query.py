@@ -622,6 +622,7 @@ def _phase1_task(
 ) -> Iterator[Any]:
     events: dict[int, list[Event]] = {}
     bad: list[dict[str, Any]] = []
+    placed: dict[Any, int] = {}  # partition_of per value (an event's check, memoised)
     for batch in batches:
         cols = batch.to_pydict()
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
@@ -651,7 +652,9 @@ def _phase1_task(
                     }
                 )
                 continue
-            if values and partition_of(values[0], partitions) != pids[0]:
+            if values and placed.get(values[0], -1) != pids[0]:
+                placed[values[0]] = partition_of(values[0], partitions)
+            if values and placed[values[0]] != pids[0]:
                 raise RuntimeJobError(
                     f"{name}#{mid}: Spark and Python place key {values[0]!r} differently; "
                     "use integer or string key columns"
