@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import txstream as tx
 from txstream.jobs.lr_runtime import AnswersFile, format_answers, rejected_lines, run_local
 from txstream.linearroad.generate import generate
-from txstream.linearroad.txns import LinearRoadTxns, combine_balance, tolls_path
+from txstream.linearroad.txns import LinearRoadTxns, balance_part, combine_balance, tolls_path
 from txstream.linearroad.validate import validate
 from txstream.model import check
 
@@ -141,15 +141,8 @@ def test_balance_parts_add_up_to_a_single_balance_row(
 
     parts = []
     for pid in range(partitions):
-        mine = {v: r for v, r in rows.items() if partition_of(v, partitions) == pid}
-        charged, part_pending, last = 0, 0, -1
-        for r in mine.values():
-            charged += r["charged"]
-            if r["last"] > last:
-                charged += part_pending
-                part_pending, last = r["pending"], r["last"]
-            else:
-                charged += r["pending"]
+        mine = [r for v, r in rows.items() if partition_of(v, partitions) == pid]
+        charged, part_pending, last = balance_part(mine)
         parts.append(f"5,100,{charged},{part_pending},{last}")
     assert combine_balance(parts) == (5, 100, balance)
 

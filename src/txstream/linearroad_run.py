@@ -225,13 +225,16 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
             **extra,
         },
     )
-    write_summary(out / "summary.json", data)
-    plot_latency(
-        out / "latency.png",
-        engine.latencies,
-        f"Linear Road, {o.variant}, txn size {o.txn_size}, "
+    return _write_outputs(
+        out, data, engine.latencies, f"Linear Road, {o.variant}, txn size {o.txn_size}, "
         + (f"speedup {o.speedup:g}" if o.spark else "pure-Python replay at full speed"),
-    )
+    )  # fmt: skip
+
+
+def _write_outputs(out: Path, data: dict[str, Any], latencies: Any, title: str) -> dict[str, Any]:
+    """``summary.json`` and ``latency.png``; returns the summary."""
+    write_summary(out / "summary.json", data)
+    plot_latency(out / "latency.png", latencies, title)
     return data
 
 
@@ -340,14 +343,11 @@ def _run_runtime(
             **extra,
         },
     )
-    write_summary(out / "summary.json", data)
-    plot_latency(
-        out / "latency.png",
-        answers.latencies,
+    return _write_outputs(
+        out, data, answers.latencies,
         f"Linear Road on the runtime ({master}), txn size {o.txn_size}, "
         + (f"speedup {o.speedup:g}" if o.spark else "in-process replay"),
-    )
-    return data
+    )  # fmt: skip
 
 
 def _write_runtime_history(ckpt: Path, path: Path) -> dict[str, Any]:

@@ -49,7 +49,7 @@ the runtime requires.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -283,41 +283,40 @@ class LinearRoadTxns:
 
     def balance(self, t: Any, q: dict[str, Any]) -> None:
         """Account balance: this partition's part (a keyless event: one fragment per partition)."""
-        charged = pending = 0
-        last = -1
-        for x, d in t.values("balance"):
-            row = t.read("balance", (x, d, q["vid"]))
-            if row is not None:
-                charged += row["charged"]
-                if row["last"] > last:
-                    # Of this partition's rows, only the latest entry's toll may be
-                    # still pending; the others were charged by the later entry.
-                    charged += pending
-                    pending, last = row["pending"], row["last"]
-                else:
-                    charged += row["pending"]
-        t.emit(
-            "answers",
-            {
-                "seq": q["seq"], "handoff": q["handoff"], "kind": 2,
-                "text": f"{q['qid']},{q['time']},{charged},{pending},{last}",
-            },
-        )  # fmt: skip
+        rows = (t.read("balance", (x, d, q["vid"])) for x, d in t.values("balance"))
+        charged, pending, last = balance_part(r for r in rows if r is not None)
+        _answer(t, q, 2, f"{q['qid']},{q['time']},{charged},{pending},{last}")
 
     def expenditure(self, t: Any, q: dict[str, Any]) -> None:
         """Daily expenditure: the historical toll of (VID, Day, XWay), a static relation."""
         toll = _historical(self.tolls_path).lookup(q["vid"], q["day"], q["xway"])
-        t.emit(
-            "answers",
-            {
-                "seq": q["seq"], "handoff": q["handoff"], "kind": 3,
-                "text": f"3,{q['time']},@,{q['qid']},{toll}",
-            },
-        )  # fmt: skip
+        _answer(t, q, 3, f"3,{q['time']},@,{q['qid']},{toll}")
 
     def rejected(self, t: Any, r: dict[str, Any]) -> None:
         """A malformed input line: reported with its reason, exactly once."""
         t.emit("rejected", {"seq": r["seq"], "reason": r["reason"], "raw": r["raw"]})
+
+
+def _answer(t: Any, q: dict[str, Any], kind: int, text: str) -> None:
+    t.emit("answers", {"seq": q["seq"], "handoff": q["handoff"], "kind": kind, "text": text})
+
+
+def balance_part(rows: Iterable[dict[str, Any]]) -> tuple[int, int, int]:
+    """One partition's part of a balance: (charged, pending, time of the latest entry).
+
+    Of the partition's rows, only the latest entry's toll may still be pending;
+    the others were charged when the car entered a segment later.
+    """
+    charged = pending = 0
+    last = -1
+    for row in rows:
+        charged += row["charged"]
+        if row["last"] > last:
+            charged += pending
+            pending, last = row["pending"], row["last"]
+        else:
+            charged += row["pending"]
+    return charged, pending, last
 
 
 def _active_in(entries: Sequence[Sequence[int]], minute: int, accident_end: str) -> bool:
