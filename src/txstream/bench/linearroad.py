@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
+from txstream.bench.harness import Experiment, Figure, Param
 from txstream.errors import TxStreamError
 
 SHARED_INPUT = "lr-1x-1800s.dat.gz"
@@ -320,4 +320,7 @@ EXPERIMENT = Experiment(
     repetitions=1,
     quick_repetitions=1,
     summarize=summarize,
+    # A speedup is a real number (2.5 is a valid one); the grid's whole numbers
+    # would otherwise make --set infer an integer.
+    params={"speedup": Param(float, lo=0, lo_open=True, hi=1000)},
 )
