@@ -64,7 +64,26 @@ from txstream.linearroad.engine import (
     _stop_entry,
     check_accident_end,
 )
-from txstream.linearroad.formats import EXIT_LANE, LAV_DEFINITIONS, SEGMENTS, out_of_order
+from txstream.linearroad.formats import (
+    ACCOUNT_BALANCE,
+    DAY,
+    DIR,
+    EXIT_LANE,
+    LANE,
+    LAV_DEFINITIONS,
+    POS,
+    POSITION_REPORT,
+    QID,
+    SEG,
+    SEGMENTS,
+    SPD,
+    TIME,
+    VID,
+    XWAY,
+    MalformedTupleError,
+    out_of_order,
+    parse_input_line,
+)
 
 TABLES: dict[str, tuple[str, ...]] = {
     "meta": ("xway", "dir"),
@@ -108,21 +127,42 @@ class LinearRoadTxns:
             raise ValueError(f"unknown LAV definition {self.lav!r}")
         check_accident_end(self.accident_end)
 
-    # -- the inputs -----------------------------------------------------------------------
+    # -- the input ------------------------------------------------------------------------
 
-    def tuple_(self, t: Any, e: dict[str, Any]) -> None:
-        """A line of the ``tuples`` input: a position report, or a malformed line."""
-        if e["reason"] is not None:
-            self.rejected(t, e)
-        else:
-            self.report(t, e)
+    def line(self, t: Any, e: dict[str, Any]) -> None:
+        """One input line (``seq``, ``handoff``, ``raw``): parsed here, then its query.
 
-    def query(self, t: Any, q: dict[str, Any]) -> None:
-        """A line of the ``queries`` input: a daily-expenditure query, or a malformed query."""
-        if q["reason"] is not None:
-            self.rejected(t, q)
+        The line was placed by ``(xk, dk)`` and ``everywhere``, which Spark read
+        from its fields without parsing the rest (see ``jobs.lr_runtime``); a
+        balance query reaches every partition (``t.home`` is its fragment's
+        partition).  A malformed line is reported once, by one fragment.
+        """
+        once = t.home is None or t.home == 0
+        try:
+            f = parse_input_line(e["raw"])
+        except MalformedTupleError as exc:
+            if once:
+                self.rejected(t, e["seq"], str(exc), e["raw"])
+            return
+        kind = f[0]
+        placed = (kind == ACCOUNT_BALANCE) == (t.home is not None) and (
+            kind != POSITION_REPORT or (f[XWAY], f[DIR]) == (e["xk"], e["dk"])
+        )
+        if not placed:
+            # The cheap field reading that placed the line disagrees with the parser
+            # (exotic white space or digits): refuse it visibly rather than run it
+            # on the wrong partition.
+            if once:
+                self.rejected(t, e["seq"], "fields the partitioning could not read", e["raw"])
+            return
+        base = {"seq": e["seq"], "handoff": e["handoff"], "time": f[TIME], "vid": f[VID]}
+        if kind == POSITION_REPORT:
+            self.report(t, {**base, "spd": f[SPD], "xway": f[XWAY], "lane": f[LANE], "dir": f[DIR],
+                            "seg": f[SEG], "pos": f[POS], "raw": e["raw"]})  # fmt: skip
+        elif kind == ACCOUNT_BALANCE:
+            self.balance(t, {**base, "qid": f[QID]})
         else:
-            self.expenditure(t, q)
+            self.expenditure(t, {**base, "qid": f[QID], "xway": f[XWAY], "day": f[DAY]})
 
     # -- position reports ---------------------------------------------------------------
 
@@ -132,10 +172,7 @@ class LinearRoadTxns:
         meta = t.read("meta", (x, d)) or {"xway": x, "dir": d, "minute": 0, "time": -1}
         if now < meta["time"]:
             # The input must come in time order (the validator rejects the same tuple).
-            raw = ",".join(str(e[c]) for c in ("time", "vid", "spd", "xway", "lane", "dir"))
-            raw = f"0,{raw},{e['seg']},{e['pos']},-1,-1,-1,-1,-1,-1"
-            t.emit("rejected", {"seq": e["seq"], "reason": out_of_order(now, meta["time"]),
-                                "raw": raw})  # fmt: skip
+            self.rejected(t, e["seq"], out_of_order(now, meta["time"]), e["raw"])
             return
         minute = now // 60 + 1
         for m in range(meta["minute"] + 1, minute + 1):
@@ -292,9 +329,9 @@ class LinearRoadTxns:
         toll = _historical(self.tolls_path).lookup(q["vid"], q["day"], q["xway"])
         _answer(t, q, 3, f"3,{q['time']},@,{q['qid']},{toll}")
 
-    def rejected(self, t: Any, r: dict[str, Any]) -> None:
+    def rejected(self, t: Any, seq: int, reason: str, raw: str) -> None:
         """A malformed input line: reported with its reason, exactly once."""
-        t.emit("rejected", {"seq": r["seq"], "reason": r["reason"], "raw": r["raw"]})
+        t.emit("rejected", {"seq": seq, "reason": reason, "raw": raw})
 
 
 def _answer(t: Any, q: dict[str, Any], kind: int, text: str) -> None:

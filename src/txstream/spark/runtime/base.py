@@ -177,6 +177,8 @@ class InputSpec:
     keys: tuple[tuple[str, ...], ...]
     order: str | None = None
     index: int = 0
+    broadcast: str | None = None
+    """A boolean column: events where it is true reach every partition (no values)."""
 
     def __post_init__(self) -> None:
         # One getter per declared key, built once: this runs for every event.
@@ -184,7 +186,12 @@ class InputSpec:
         object.__setattr__(self, "_getters", getters)
 
     def values_of(self, event: Row) -> list[Key]:
-        """The declared partition values of ``event`` (one per entry of ``keys``)."""
+        """The declared partition values of ``event`` (one per entry of ``keys``).
+
+        Empty for an event that reaches every partition (a ``broadcast`` one).
+        """
+        if self.broadcast is not None and event.get(self.broadcast):
+            return []
         return [get(event) for get in self._getters]  # type: ignore[attr-defined]
 
 

@@ -96,6 +96,7 @@ class Job:
         source: Any,
         keys: str | Sequence[str | Sequence[str]] = (),
         order: str | None = None,
+        broadcast: str | None = None,
     ) -> Job:
         """Declare an input stream (a streaming DataFrame, or a list of dicts for ``run_local``).
 
@@ -105,13 +106,23 @@ class Job:
         or none (``()``: the event reaches every partition, e.g. a CTI).
         ``order`` is the column of the declared order (event time); without it,
         the order is the source's (inputs in declaration order within a batch).
+        ``broadcast`` names a boolean column: the events where it is true reach
+        every partition, as the events of an input without keys do (one stream
+        that mixes keyed events with queries over every partition, read once).
         """
         _name("input", name, self.spec.inputs)
         if isinstance(keys, str):
             key_list: tuple[tuple[str, ...], ...] = ((keys,),)
         else:
             key_list = tuple(_names(k) for k in keys)
-        self.spec.inputs[name] = InputSpec(name, source, key_list, order, len(self.spec.inputs))
+        if broadcast is not None and not key_list:
+            raise RuntimeJobError(
+                f"input {name!r}: broadcast={broadcast!r} needs keys (an input without keys "
+                "reaches every partition already)"
+            )
+        self.spec.inputs[name] = InputSpec(
+            name, source, key_list, order, len(self.spec.inputs), broadcast
+        )
         return self
 
     def output(self, name: str, schema: str | None = None) -> Job:

@@ -47,9 +47,9 @@ def event_copies(
             )
         order_value = float(raw)
     order = (order_value, spec.index, mid)
-    if not spec.keys:
-        return [(p, Event(order, input_name, row, [], [p])) for p in range(partitions)]
     values = spec.values_of(row)
+    if not values:  # a keyless input's event, or a broadcast one
+        return [(p, Event(order, input_name, row, [], [p])) for p in range(partitions)]
     pids = [partition_of(v, partitions) for v in values]
     copies = []
     for pid in dict.fromkeys(pids):

@@ -38,6 +38,7 @@ from txstream.spark.runtime.state import RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
+    collector_paused,
     committed_frontier,
     committed_tokens,
     phase1,
@@ -225,6 +226,11 @@ class TxQuery:
                             f"input {spec.name!r}: key column {column!r} is {fields[column]}; "
                             "a key is an integer, string or boolean column"
                         )
+            if spec.broadcast is not None and fields.get(spec.broadcast) != "BooleanType":
+                raise RuntimeJobError(
+                    f"input {spec.name!r}: broadcast column {spec.broadcast!r} must be a boolean "
+                    f"column of its schema ({', '.join(fields)})"
+                )
             if spec.order is not None and spec.order not in fields:
                 raise RuntimeJobError(
                     f"input {spec.name!r}: order column {spec.order!r} is not in its schema"
@@ -282,14 +288,15 @@ class TxQuery:
                 (structs[j] if j == spec.index else F.lit(None).cast(types[j])).alias(f"__in{j}")
                 for j in sorted(types)
             ]
+            placed = f"array({', '.join(pids)})" if pids else "array()"
+            if spec.broadcast is not None:  # an empty array: every partition gets a copy
+                placed = f"if(coalesce(`{spec.broadcast}`, false), array(), {placed})"
             parts.append(
                 df.select(
                     F.lit(spec.index).alias("__input"),
                     F.expr(order).alias("__ordv"),
                     *payloads,
-                    F.expr(f"array({', '.join(pids)})" if pids else "array()")
-                    .cast("array<int>")
-                    .alias("__pids"),
+                    F.expr(placed).cast("array<int>").alias("__pids"),
                 )
             )
         union = parts[0]
@@ -620,6 +627,15 @@ def _record_batch(rows: list[dict[str, Any]]) -> Any:
 def _phase1_task(
     job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str], batches: Iterator[Any]
 ) -> Iterator[Any]:
+    with collector_paused():  # the Arrow rows become events: millions of small objects
+        out = _phase1_outputs(job, ctx, partitions, names, batches)
+    if out:
+        yield _record_batch(out)
+
+
+def _phase1_outputs(
+    job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str], batches: Iterator[Any]
+) -> list[dict[str, Any]]:
     events: dict[int, list[Event]] = {}
     bad: list[dict[str, Any]] = []
     placed: dict[Any, int] = {}  # partition_of per value (an event's check, memoised)
@@ -685,8 +701,7 @@ def _phase1_task(
             "latency": {},
         }
         out.append(_out("stats", -1, {"stats": stats, "pid": -1, "shipped": False}))
-    if out:
-        yield _record_batch(out)
+    return out
 
 
 def _phase2_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:

@@ -164,7 +164,9 @@ class PartitionState:
             (table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT))
             for (table, value, key) in self.undo
         ]
-        return {"rows": rows, "meta": self.meta, "token": self.token}
+        # "parent" names the version the batch started from: a worker catching up
+        # checks that each delta continues the version it holds (see _catch_up).
+        return {"rows": rows, "meta": self.meta, "token": self.token, "parent": self.token_before}
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
@@ -217,24 +219,26 @@ class RuntimeStore:
         Spark runs a partition's task on whichever Python worker is free, so a
         worker often holds the partition as of a few batches ago; reloading the
         snapshot then costs more than the batch (a third of Linear Road's task
-        time).  The cached state is a committed version when the delta file of
-        its batch carries its token; applying the deltas written since must end
-        at ``token``, the version the driver committed, or the state is not used.
+        time).  The deltas written since form a chain: each names the version it
+        started from (``parent``).  The cached state is used only when the chain
+        starts at its own version (so it is the version the later batches ran on,
+        not an attempt that was run again elsewhere) and ends at ``token``, the
+        version the driver committed.
         """
         if state is None or token is None or state.token is None:
             return None
         pdir = self._pdir(pid)
-        own = pdir / f"delta-{state.version:012d}.bin"
         try:
-            if not own.exists() or load_blob(own).get("token") != state.token:
-                return None
             later = sorted(
                 int(m.group(2))
                 for m in map(_NAME.fullmatch, os.listdir(pdir))
                 if m and m.group(1) == "delta" and state.version < int(m.group(2)) <= prev
             )
             for batch in later:
-                state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
+                delta = load_blob(pdir / f"delta-{batch:012d}.bin")
+                if delta.get("parent") != state.token:
+                    return None
+                state.apply(delta)
         except (OSError, StoreError):
             return None
         return state if state.token == token else None
