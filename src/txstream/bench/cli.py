@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import apply_overrides, run_experiment
+from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
 from txstream.cli_types import seed
 
@@ -34,6 +34,14 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         help="override a parameter in every point, e.g. --set target=embedded (loading)",
     )
     p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="PARAM=VALUE",
+        help="run only the points whose PARAM is VALUE (repeatable), e.g. --only sweep=speedup "
+        "--only variant=serializable (linear-road)",
+    )
+    p.add_argument(
         "--spark",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -53,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
     items = args.set + ([f"target={args.target}"] if args.target is not None else [])
     # Check every experiment's overrides before the first one runs for an hour.
-    chosen = [apply_overrides(exp, items) for exp in chosen]
+    chosen = [select_points(apply_overrides(exp, items), args.only) for exp in chosen]
     for exp in chosen:
         spark = args.spark if args.spark is not None else exp.spark_default and not args.quick
         rows = run_experiment(

@@ -168,6 +168,40 @@ def apply_overrides(exp: Experiment, items: list[str]) -> Experiment:
     )
 
 
+def select_points(exp: Experiment, items: list[str]) -> Experiment:
+    """``exp`` with only the points whose ``PARAM`` is ``VALUE``, for each ``PARAM=VALUE``.
+
+    Values are compared as the points print them (``str``); a parameter the
+    experiment does not have, or a choice that leaves no point, is an error.
+    """
+    if not items:
+        return exp
+    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point}
+    wanted: dict[str, set[str]] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise TxStreamError(f"--only {item!r} is not PARAM=VALUE")
+        if key not in known:
+            raise TxStreamError(
+                f"experiment {exp.name} has no parameter {key}; "
+                f"its parameters: {', '.join(sorted(known))}"
+            )
+        wanted.setdefault(key, set()).add(text)
+
+    def keep(point: Point) -> bool:
+        return all(str(point.get(k)) in values for k, values in wanted.items())
+
+    chosen = dataclasses.replace(
+        exp,
+        grid=[p for p in exp.grid if keep(p)],
+        quick_grid=[p for p in exp.quick_grid if keep(p)],
+    )
+    if not chosen.grid and not chosen.quick_grid:
+        raise TxStreamError(f"--only {' '.join(items)} leaves no point of experiment {exp.name}")
+    return chosen
+
+
 Mapper = Callable[[Callable[[tuple[Point, int]], Metrics], list[tuple[Point, int]]], list[Metrics]]
 """Runs ``fn`` over a list of ``(point, seed)`` pairs, keeping their order (e.g. as Spark tasks)."""
 

@@ -236,6 +236,8 @@ def summarize(rows: list[dict[str, Any]]) -> str:
     best: dict[str, float] = {}
     for v in VARIANTS:
         tried = sorted(r["speedup"] for r in speed if r["variant"] == v)
+        if not tried:  # e.g. --only variant=serializable
+            continue
         met = [r["speedup"] for r in speed if r["variant"] == v and r["meets_5s"]]
         best[v] = max(met, default=0.0)
         density = SHARED_DENSITY if speed and speed[0]["input"] == "shared" else None
