@@ -153,3 +153,48 @@ def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> No
     assert "| not-serializable | 4 |" in text
     assert "| 3 | 2.50 | 2.00 | +0.50 s | 7 / 1 |" in text
     assert "| 5 | 70.00 (fell behind) | 65.00 (fell behind) | +5.00 s | fell behind |" in text
+
+
+def test_only_keeps_the_chosen_points_and_names_bad_choices(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from txstream.bench.harness import select_points
+
+    exp = Experiment(
+        name="toy",
+        description="",
+        grid=[{"x": 1, "s": "a"}, {"x": 2, "s": "a"}, {"x": 2, "s": "b"}],
+        quick_grid=[{"x": 1, "s": "a"}],
+        run=toy,
+    )
+    assert select_points(exp, ["x=2", "s=b"]).grid == [{"x": 2, "s": "b"}]
+    assert select_points(exp, ["s=a", "s=b", "x=2"]).grid == exp.grid[1:]
+    with pytest.raises(TxStreamError, match="leaves no point"):
+        select_points(exp, ["x=3"])
+    with pytest.raises(TxStreamError, match="has no parameter y"):
+        select_points(exp, ["y=1"])
+    args = ["bench", "windows", "--quick", "--no-progress", "--out", str(tmp_path)]
+    assert main([*args, "--only", "nope=1"]) == 2
+    assert "has no parameter nope" in capsys.readouterr().err
+
+
+def test_the_collector_is_paused_during_a_task_and_back_after() -> None:
+    import gc
+
+    from txstream.spark.runtime.tasks import collector_paused
+
+    assert gc.isenabled()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+            with collector_paused():  # nested: still paused inside, paused after
+                pass
+            assert not gc.isenabled()
+        assert gc.isenabled()
+        assert gc.get_freeze_count() > 0
+        with pytest.raises(ValueError), collector_paused():
+            raise ValueError("a task that fails")
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()

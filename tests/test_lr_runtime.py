@@ -90,15 +90,39 @@ def test_malformed_and_out_of_order_tuples_are_rejected_with_their_reason(
     late[1] = "0"  # a position report back at second 0, long after it
     lines.insert(3000, ",".join(late))
     lines.insert(100, "not,a,tuple")
+    # A malformed balance query reaches every partition (its type field says 2):
+    # it must still be rejected once, not once per partition.
+    lines.insert(200, "2,10,5,-1,-1,-1,-1,-1,-1,x7,-1,-1,-1,-1,-1")
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "input.dat").write_text("\n".join(lines) + "\n")
     (folder / "tolls.dat").write_text((lr_input / "tolls.dat").read_text())
-    report, _ = _run(folder, tmp_path / "out")
+    report, _ = _run(folder, tmp_path / "out", partitions=4)
     _clean(report)
     rejected = rejected_lines(tmp_path / "out" / "ckpt")
+    assert len(rejected) == 3, rejected
     assert rejected[0].startswith("line 101: input tuple: expected 15 fields, got 3")
-    assert rejected[1].startswith("line 3002: ") and "time order" in rejected[1]
+    assert rejected[1] == (
+        "line 201: input tuple: field 'x7' is not an integer: 2,10,5,-1,-1,-1,-1,-1,-1,x7,-1,-1,-1,-1,-1"
+    )
+    assert rejected[2].startswith("line 3003: ") and "time order" in rejected[2]
+
+
+def test_a_line_placed_on_fields_its_parse_disagrees_with_is_refused(tmp_path: Path) -> None:
+    # Spark places a line by a cheap reading of its fields; should that ever
+    # disagree with the parser (exotic white space or digits), the line must be
+    # refused with that reason, not run on a partition that does not own its rows.
+    from txstream.jobs.lr_runtime import linear_road_job, placement
+
+    good = "0,10,7,30,1,1,0,3,15840,-1,-1,-1,-1,-1,-1"
+    row = {"seq": 1, "handoff": 0.0, "raw": good, **placement(good)}
+    assert (row["xk"], row["dk"], row["time"], row["everywhere"]) == (1, 0, 10, False)
+    job = linear_road_job(LinearRoadTxns())
+    job.run_local([[("lines", row), ("lines", {**row, "seq": 2, "xk": 9})]], tmp_path, 4)
+    assert rejected_lines(tmp_path) == [
+        f"line 2: fields the partitioning could not read: {good}"
+    ]
+    assert tx.read_failures(tmp_path) == []
 
 
 def test_the_answers_sink_writes_each_batch_once_across_a_crash(tmp_path: Path) -> None:

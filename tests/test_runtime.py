@@ -564,3 +564,77 @@ def test_a_worker_with_an_older_cached_state_catches_up_from_the_deltas(
     state_module._CACHE.update(stale)
     runner.run_batch([("deposits", {"acct": 1, "amount": 5, "id": 10_000})])
     assert loads, "an unknown version is reloaded from disk"
+
+
+def broadcast_ledger() -> tx.Job:
+    # Deposits and audits in ONE input: an audit row (audit=True) reaches every
+    # partition as a keyless event does; a deposit goes to its account's partition.
+    def event(t: Any, e: dict[str, Any]) -> None:
+        if e["audit"]:
+            audit(t, e)
+            if t.home == 0:
+                t.emit("once", {"audit": e["id"]})
+        else:
+            from txstream.bench.ledger import deposit
+
+            assert t.home is None
+            deposit(t, e)
+
+    return (
+        tx.Job("broadcast")
+        .table("accounts", key="acct", schema="acct long, balance long")
+        .input("events", None, keys="acct", order="id", broadcast="audit")
+        .output("audits", schema="audit long, total long")
+        .output("once", schema="audit long")
+        .on("events", event)
+        .option("recordHistory", True)
+    )
+
+
+@given(
+    seed=st.integers(0, 10_000),
+    partitions=st.integers(1, 4),
+    sizes=st.lists(st.integers(1, 40), max_size=3),
+    every=st.integers(2, 9),
+)
+def test_broadcast_rows_of_a_keyed_input_reach_every_partition_in_order(
+    tmp_path_factory: pytest.TempPathFactory,
+    seed: int,
+    partitions: int,
+    sizes: list[int],
+    every: int,
+) -> None:
+    # The audit rows are mixed into the deposits' own input; each must run as one
+    # fragment per partition at its place in the order (partial sums add up to the
+    # serial total before it), and t.home == 0 picks exactly one fragment.
+    stream: list[Any] = []
+    for name, e in events(60, 10, 0, seed, deposit_pct=100.0):
+        assert name == "deposits"
+        stream.append(("events", {**e, "id": 2 * e["id"], "audit": False}))
+        if e["id"] % every == 0:
+            stream.append(("events", {"acct": None, "amount": 0, "id": 2 * e["id"] + 1,
+                                      "audit": True}))  # fmt: skip
+    store = tmp_path_factory.mktemp("broadcast")
+    broadcast_ledger().run_local(split(stream, sizes), store, partitions=partitions)
+    expected: dict[int, int] = {}
+    total = 0
+    for _, e in stream:
+        if e["audit"]:
+            expected[e["id"]] = total
+        else:
+            total += e["amount"]
+    got: dict[int, int] = {}
+    fragments: dict[int, int] = {}
+    for r in tx.read_output(store, "audits"):
+        got[r["audit"]] = got.get(r["audit"], 0) + r["total"]
+        fragments[r["audit"]] = fragments.get(r["audit"], 0) + 1
+    assert got == expected
+    assert set(fragments.values()) <= {partitions}
+    assert sorted(r["audit"] for r in tx.read_output(store, "once")) == sorted(expected)
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_broadcast_needs_keys_to_mean_something() -> None:
+    with pytest.raises(tx.TxStreamError, match="broadcast='b' needs keys"):
+        tx.Job("j").input("x", None, keys=(), broadcast="b")
