@@ -252,12 +252,13 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             label = f"none of the speedups tried ({', '.join(f'{t:g}' for t in tried)})"
         shown = f"{best[v]:g}" if best[v] else f"below {min(tried, default=0):g}"
         lines.append(f"| {v} | {shown} | {label} |")
-    lines += [
-        "",
-        "| speedup | max response serializable (s) | not-serializable (s) | overhead "
-        "| not-serializable wrong tolls / missing accident alerts |",
-        "|---|---|---|---|---|",
-    ]
+    if {r["variant"] for r in speed} == set(VARIANTS):  # the pairs need both variants
+        lines += [
+            "",
+            "| speedup | max response serializable (s) | not-serializable (s) | overhead "
+            "| not-serializable wrong tolls / missing accident alerts |",
+            "|---|---|---|---|---|",
+        ]
     for s in sorted({r["speedup"] for r in speed}):
         pair = {r["variant"]: r for r in speed if r["speedup"] == s}
         ser, non = pair.get("serializable"), pair.get("not-serializable")
