@@ -137,6 +137,25 @@ def param_spec(exp: Experiment, name: str) -> Param:
     return Param(str)
 
 
+def _assignments(
+    exp: Experiment, option: str, items: list[str], extra: set[str] | None = None
+) -> list[tuple[str, str]]:
+    """``PARAM=VALUE`` items as pairs; one line naming the problem for a bad one."""
+    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point} | (extra or set())
+    pairs = []
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise TxStreamError(f"{option} {item!r} is not PARAM=VALUE")
+        if key not in known:
+            raise TxStreamError(
+                f"experiment {exp.name} has no parameter {key}; "
+                f"its parameters: {', '.join(sorted(known))}"
+            )
+        pairs.append((key, text))
+    return pairs
+
+
 def apply_overrides(exp: Experiment, items: list[str]) -> Experiment:
     """``exp`` with each ``PARAM=VALUE`` of ``items`` set in every point of both grids.
 
@@ -146,17 +165,8 @@ def apply_overrides(exp: Experiment, items: list[str]) -> Experiment:
     """
     if not items:
         return exp
-    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point} | set(exp.params)
     overrides: dict[str, Any] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise TxStreamError(f"--set {item!r} is not PARAM=VALUE")
-        if key not in known:
-            raise TxStreamError(
-                f"experiment {exp.name} has no parameter {key}; "
-                f"its parameters: {', '.join(sorted(known))}"
-            )
+    for key, text in _assignments(exp, "--set", items, set(exp.params)):
         try:
             overrides[key] = param_spec(exp, key).parse(text)
         except BadValueError as exc:
@@ -176,17 +186,8 @@ def select_points(exp: Experiment, items: list[str]) -> Experiment:
     """
     if not items:
         return exp
-    known = {k for point in [*exp.grid, *exp.quick_grid] for k in point}
     wanted: dict[str, set[str]] = {}
-    for item in items:
-        key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise TxStreamError(f"--only {item!r} is not PARAM=VALUE")
-        if key not in known:
-            raise TxStreamError(
-                f"experiment {exp.name} has no parameter {key}; "
-                f"its parameters: {', '.join(sorted(known))}"
-            )
+    for key, text in _assignments(exp, "--only", items):
         wanted.setdefault(key, set()).add(text)
 
     def keep(point: Point) -> bool:
