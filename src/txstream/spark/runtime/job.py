@@ -232,8 +232,9 @@ class Job:
         runner.arrival = self.arrival_fn()
         if self._merge == "event-time":
             runner.idle_batches = self._idle_batches
-        runner.run(batches)
-        deliver(runner.store, self._sinks)
+        for batch in batches:
+            runner.run_batch(batch)
+            deliver(runner.store, self._sinks)  # as on Spark: each batch once it commits
         return runner
 
     def start(
