@@ -305,9 +305,9 @@ def run_spark(
     from txstream.linearroad.report import FellBehind
     from txstream.spark.sources import text_files
 
-    # The four inputs filter one parsed stream whose validation is a large CASE
-    # expression; inferring constraints over their union exhausts the planner's
-    # heap (seen: OutOfMemoryError before the first batch), and nothing here needs it.
+    # Constraint inference over the SQL parser's large CASE expression exhausted the
+    # planner's heap (an OutOfMemoryError before the first batch) when this job still
+    # parsed in SQL; the driver engine's job still does and may share this session.
     spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
     chunk_seconds = max(1, int(speedup // 10))  # at most ~10 files per wall second
     feeder = Feeder(input_path, work / "source", speedup, chunk_seconds, duplicate_every)
