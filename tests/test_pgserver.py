@@ -9,6 +9,7 @@ watchdog died too, the next start reaps the orphan.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import stat
@@ -163,3 +164,46 @@ def test_an_orphan_whose_watchdog_died_too_is_reaped_on_the_next_start(
     assert server.dir is not None and server.dir.exists()  # a live owner's server is kept
     with psycopg.connect(server.conninfo) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_sigkill_of_a_real_loading_run_stops_its_server() -> None:
+    # The command users run, not a stand-in: `txstream loading run --target postgres`
+    # starts its throwaway server; killing the command mid-run must not leave it behind.
+    # Its own temporary folder, short enough for the server's Unix socket path.
+    import shutil
+    import tempfile
+
+    from txstream.loading.pgserver import PREFIX
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="txpg"))
+    tmp_path.chmod(0o755)  # run as root, the server's own user must reach its folder
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "from txstream.cli import entry; entry()", "loading", "run",
+         "--target", "postgres", "--operations", "1000000", "--sessions", "2"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        pidfile, postmaster = None, 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            for found in tmp_path.glob(f"{PREFIX}*/data/postmaster.pid"):
+                with contextlib.suppress(OSError, ValueError, IndexError):
+                    pid = int(found.read_text().split()[0])
+                    if pid > 0 and _running(pid):  # negative: initdb's single-user phase
+                        pidfile, postmaster = found, pid
+            if pidfile is not None:
+                break
+            time.sleep(0.2)
+        assert pidfile is not None, "the loading run did not start a server"
+        time.sleep(1.0)  # well into the run
+        assert proc.poll() is None, "the run ended before it could be killed"
+        assert _running(postmaster)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        _wait_gone(postmaster, pidfile.parent.parent, 10.0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(tmp_path, ignore_errors=True)
