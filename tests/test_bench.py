@@ -198,3 +198,25 @@ def test_the_collector_is_paused_during_a_task_and_back_after() -> None:
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_cyclic_garbage_of_a_paused_task_is_collected_not_frozen() -> None:
+    import gc
+    import weakref
+
+    from txstream.spark.runtime.tasks import collector_paused
+
+    class Row(dict[str, object]):
+        pass
+
+    try:
+        with collector_paused():
+            row = Row()
+            row["self"] = row  # a cycle: reference counting alone never frees it
+            alive = weakref.ref(row)
+            del row
+            assert alive() is not None  # the collector is paused
+        assert alive() is None, "the batch's cyclic garbage was frozen instead of collected"
+    finally:
+        gc.unfreeze()
+        gc.enable()

@@ -63,16 +63,19 @@ def collector_paused() -> Iterator[None]:
     A partition's state is hundreds of thousands of long-lived row dicts; every
     full collection walked all of them (a fifth of Linear Road's task time, and
     pauses that grow with the state).  Rows, events and outputs hold no
-    reference cycles, so reference counting frees them during the batch; at the
-    end what survives (the state) moves to the permanent generation, which later
-    collections skip.  Frozen objects are still freed by reference counting when
-    the state drops them.
+    reference cycles, so reference counting frees them during the batch.  At the
+    end one collection finds any cyclic garbage the batch did make (a user's
+    row that refers to itself); it walks only what earlier batches did not
+    freeze, i.e. this batch's survivors, not the state.  Then what survives
+    moves to the permanent generation, which later collections skip; frozen
+    objects are still freed by reference counting when the state drops them.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.collect()  # before freezing: frozen cyclic garbage would never be freed
         gc.freeze()
         if was_enabled:
             gc.enable()
