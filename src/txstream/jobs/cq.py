@@ -1,99 +1,507 @@
-"""Continuous queries over a txstream table on Spark Structured Streaming.
+"""Consistent continuous queries on Spark: the join and the window on executors.
 
-Two ways to run the experiment's query (join a stream of events with a
-table, select, average over count-based windows) on micro-batches:
+Spark users' most common complaint about stream-static joins: a window that
+spans micro-batches mixes the versions of a reference table that another
+system updates in between.  :class:`SparkCQ` runs the query shape users write
+(a stream, equi-joins with txstream tables, a selection, a count-based window
+aggregate) as a Structured Streaming query whose joins and windows run on the
+executors (``txstream.spark.reference``), while txstream decides, per
+micro-batch, which table version the executors see and whether the windows
+they produce commit (Oyamada et al., SAC 2013):
 
-* :func:`plain_spark` - what Spark does by itself: each micro-batch is joined
-  (in Spark) with the table as it is when that batch runs (a stream-static
-  join re-reads its static side every batch), and the window aggregates the
-  joined rows across batches.  A window that spans micro-batches can mix
-  table versions when the table changes between them.
-* :func:`with_txstream` - every micro-batch goes to a :class:`CQEngine` through
-  the runtime's ``foreachBatch`` driver; a window's events wait in its redo
-  queue until the window is complete, and the window is evaluated by one
-  CQ-derived transaction under the engine's strategy, so a result never mixes
-  versions.
+* the windows a micro-batch completes form one **CQ-derived transaction**; its
+  commit operator is the window: the transaction commits when they leave it;
+* the strategy **pins** the rows that transaction reads and ships them to the
+  executors as a broadcast relation: ``snapshot`` the tables as of the
+  transaction's start, ``s2pl`` the rows of the keys the batch joins on, under
+  read locks held until the commit, ``optimistic`` the current rows, validated
+  at commit (a failed validation aborts and redoes the batch's windows);
+* the **redo queue** is the carry: the raw events of windows not complete yet;
+  they are joined again, under the next transaction's pinned rows, with the
+  next micro-batch, so a window never mixes versions;
+* ``plain`` is Spark alone, the baseline: each micro-batch joined with the
+  table as it is when the batch runs, carried events keep the rows they were
+  joined with.
 
-``between_batches(batch_id)`` runs after each batch (tests use it to update the
-table deterministically between micro-batches; a real deployment has updaters
-running concurrently).  Replayed batch ids are skipped.
+Each result says which (table, key, version) rows it read and the instants at
+which all of them were the committed versions (``Result.state``), judged per
+row when it leaves the commit operator, so an inconsistent window is seen as
+such whatever the strategy.  The tables live in a transaction manager this
+process owns; updates come through it (other threads, or the owner applying
+another input).  The carry and the window count are saved next to Spark's
+checkpoint after every batch, so a restarted query goes on where it stopped and
+a replayed batch id is skipped; with ``output=`` every batch's results are
+also written once, to ``<output>/batch-<id>.jsonl``.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from txstream.cq.base import Result, WindowAgg
-from txstream.cq.engine import VERSION_KEY, CQEngine
-from txstream.spark.batches import MicroBatch, run_available
-from txstream.txn import TransactionManager
+from txstream.cq.base import CQError, Result
+from txstream.cq.engine import STRATEGIES, make_manager
+from txstream.errors import TransientError, TxStreamError
+from txstream.spark.batches import MicroBatch, StreamHandle, foreach_batch
+from txstream.spark.reference import (
+    AGGREGATES,
+    CountWindow,
+    Evaluated,
+    Join,
+    ddl_names,
+    evaluate,
+    key_values,
+    pin,
+)
+from txstream.storage.base import StorageError
+from txstream.txn import Transaction, TransactionManager
 
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
-"""The schema of the event files (CSV ``id,part,qty``)."""
+"""The schema of the experiment's event files (CSV ``id,part,qty``)."""
+
+MODES = ("plain", "s2pl", "snapshot", "optimistic")
+"""``plain`` (Spark's stream-static join alone) and the transactional strategies."""
 
 
-def plain_spark(
-    spark: Any,
-    stream: Any,
-    tm: TransactionManager,
-    table: str,
-    window: WindowAgg,
-    checkpoint: str,
-    between_batches: Callable[[int], None] | None = None,
-    threshold: int = 50,
-) -> list[Result]:
-    """Stream-static join per micro-batch, window over the joined rows (Spark's behaviour).
+@dataclass
+class CQStats:
+    """What a run did: micro-batches handled, windows emitted, redos, consistent windows."""
 
-    ``spark`` is the session of ``stream`` (kept for callers; the join uses the
-    batch's own session).
+    batches: int = 0
+    windows: int = 0
+    consistent: int = 0
+    redos: int = 0
+    skipped: list[int] = field(default_factory=list)
+
+
+class SparkCQ:
+    """A consistent continuous query on Spark, built like a PySpark query.
+
+    ::
+
+        query = (SparkCQ("mean_price", tm, strategy="snapshot")
+                 .stream(events, order="id")
+                 .join("parts", on="part", schema="price long")
+                 .where("price <= 50")
+                 .window("avg", "price", r=5, s=2)
+                 .start(checkpoint="ckpt/cq"))
+
+    ``tm`` owns the tables (``make_manager(strategy)`` gives one with the
+    protocol the strategy needs); ``strategy`` is one of :data:`MODES`.
     """
-    tbl = tm.table(table)
-    synopsis: deque[tuple[float, int]] = deque(maxlen=window.r)
-    results: list[Result] = []
-    since = 0
 
-    def batch(b: MicroBatch) -> None:
-        nonlocal since
-        version = int(tbl.read(VERSION_KEY, 0))
-        rows = [
-            (key, row["price"], version) for key, row in tbl.rows().items() if key != VERSION_KEY
-        ]
-        joined = (
-            b.join_rows(rows, "part LONG, price LONG, version LONG", on="part")
-            .where(f"price <= {int(threshold)}")
-            .order_by("id")
+    def __init__(self, name: str, tm: TransactionManager, strategy: str = "snapshot") -> None:
+        if strategy not in MODES:
+            raise CQError(f"unknown strategy {strategy!r}; choose one of {', '.join(MODES)}")
+        if strategy != "plain":
+            want = STRATEGIES[strategy].protocol
+            if tm.protocol.name != want:
+                raise CQError(
+                    f"strategy {strategy!r} needs a transaction manager with protocol {want!r}, "
+                    f"not {tm.protocol.name!r} (use txstream.cq.make_manager({strategy!r}))"
+                )
+        self.name = name
+        self.tm = tm
+        self.strategy = strategy
+        self._stream: Any = None
+        self._order = ""
+        self._joins: list[Join] = []
+        self._condition: str | None = None
+        self._window: CountWindow | None = None
+
+    def stream(self, df: Any, order: str) -> SparkCQ:
+        """The input: a streaming DataFrame and its arrival-order column (unique, increasing)."""
+        if order not in df.columns:
+            raise CQError(f"order column {order!r} is not in the stream ({', '.join(df.columns)})")
+        self._stream, self._order = df, order
+        return self
+
+    def join(self, table: str, on: str, schema: str) -> SparkCQ:
+        """Equi-join with txstream table ``table``: ``on`` equals the row's key.
+
+        ``on`` is a stream column or a column of an earlier join; ``schema``
+        (DDL, e.g. ``"price long, cat long"``) names the row's columns the query uses.
+        """
+        if self._stream is None:
+            raise CQError("call .stream(df, order=...) before .join(...)")
+        known = self._columns()
+        if on not in known:
+            raise CQError(
+                f"join key {on!r} of table {table!r} is not a column ({', '.join(known)})"
+            )
+        names = ddl_names(schema)
+        clash = [n for n in names if n in known or n.startswith("__")]
+        if clash:
+            raise CQError(f"table {table!r}: column {clash[0]!r} is already a column of the query")
+        if table not in self.tm.store.tables:
+            raise CQError(f"unknown table {table!r}: create it in the transaction manager first")
+        self._joins.append(Join(table, on, schema, names))
+        return self
+
+    def where(self, condition: str) -> SparkCQ:
+        """The selection after the joins: a Spark SQL condition over the joined columns."""
+        self._condition = condition
+        return self
+
+    def window(
+        self, aggregate: str, column: str | None = None, *, r: int, s: int | None = None
+    ) -> SparkCQ:
+        """The commit operator: ``aggregate`` of ``column`` over count-based windows (r, s)."""
+        if aggregate not in AGGREGATES:
+            raise CQError(f"unknown aggregate {aggregate!r}; choose one of {', '.join(AGGREGATES)}")
+        s = r if s is None else s
+        if not (isinstance(r, int) and isinstance(s, int) and 1 <= s <= r):
+            raise CQError(
+                f"window needs whole numbers 1 <= slide <= range; got range {r}, slide {s}"
+            )
+        if aggregate != "count" and column not in self._columns():
+            raise CQError(
+                f"window column {column!r} is not a column ({', '.join(self._columns())})"
+            )
+        self._window = CountWindow(r, s, aggregate, column)
+        return self
+
+    def _columns(self) -> list[str]:
+        cols = list(self._stream.columns) if self._stream is not None else []
+        for j in self._joins:
+            cols += list(j.names)
+        return cols
+
+    def start(
+        self,
+        checkpoint: str | os.PathLike[str],
+        *,
+        output: str | os.PathLike[str] | None = None,
+        on_result: Callable[[Result], None] | None = None,
+        after_batch: Callable[[int], None] | None = None,
+        available_now: bool = True,
+        processing_time: str | None = None,
+    ) -> CQQuery:
+        """Start the query; results go to ``on_result``, the handle's ``results`` and ``output``.
+
+        ``after_batch(batch_id)`` runs after each handled micro-batch (tests use it
+        to update the tables deterministically between batches).
+        """
+        if self._stream is None or not self._joins or self._window is None:
+            raise CQError("a query needs .stream(...), at least one .join(...) and .window(...)")
+        out = None if output is None else Path(output)
+        runner = _Runner(self, Path(checkpoint), out, on_result, after_batch)
+        handle = foreach_batch(
+            self._stream,
+            runner.handle,
+            Path(checkpoint) / "spark",
+            done=runner.done,
+            available_now=available_now,
+            processing_time=processing_time,
         )
-        for row in joined.dicts(["price", "version"]):
-            synopsis.append((float(row["price"]), int(row["version"])))
-            since += 1
-            if len(synopsis) == window.r and (not results or since >= window.s):
-                since = 0
-                values = [p for p, _ in synopsis]
-                versions = frozenset(v for _, v in synopsis)
-                results.append(Result(window.compute(values), len(results), 0, versions))
-        if between_batches is not None:
-            between_batches(b.id)
-
-    run_available(stream, batch, checkpoint)
-    return results
+        return CQQuery(handle, runner)
 
 
-def with_txstream(
-    stream: Any,
-    engine: CQEngine,
-    checkpoint: str,
-    between_batches: Callable[[int], None] | None = None,
-) -> list[Result]:
-    """Feed every micro-batch to ``engine``; windows are evaluated transactionally."""
-    results: list[Result] = []
-    columns = list(engine.source.columns)
+class CQQuery:
+    """A started :class:`SparkCQ`: ``StreamingQuery``'s names, the results and the stats."""
 
-    def batch(b: MicroBatch) -> None:
-        results.extend(engine.feed(b.order_by("id").dicts(columns)))
-        if between_batches is not None:
-            between_batches(b.id)
+    def __init__(self, handle: StreamHandle, runner: _Runner) -> None:
+        self._handle = handle
+        self._runner = runner
 
-    run_available(stream, batch, checkpoint)
-    return results
+    @property
+    def results(self) -> list[Result]:
+        """The results this process emitted, in window order."""
+        return self._runner.results
+
+    @property
+    def stats(self) -> CQStats:
+        """Batches, windows, consistent windows, redos."""
+        return self._runner.stats
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        """Spark's progress of the last micro-batch."""
+        return self._handle.lastProgress
+
+    def processAllAvailable(self) -> None:
+        """Block until everything available now is processed; raise what failed a batch."""
+        try:
+            self._handle.processAllAvailable()
+        except Exception as exc:
+            raise self._runner.failure or CQError(self._handle.failure() or str(exc)) from None
+
+    def awaitTermination(self, timeout: float | None = None) -> bool | None:
+        """Wait for the query to end."""
+        return self._handle.awaitTermination(timeout)
+
+    def stop(self) -> None:
+        """Stop the query."""
+        self._handle.stop()
+
+
+class _Runner:
+    """The driver's per-batch work: pin, evaluate on executors, decide, save, deliver."""
+
+    def __init__(
+        self,
+        cq: SparkCQ,
+        checkpoint: Path,
+        output: Path | None,
+        on_result: Callable[[Result], None] | None,
+        after_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self.cq = cq
+        self.after_batch = after_batch
+        self.tm = cq.tm
+        assert cq._window is not None
+        self.window = cq._window
+        self.joins = cq._joins
+        self.tables = [self.tm.table(j.table) for j in self.joins]
+        self.state_dir = checkpoint / "txstream-cq"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.output = output
+        if output is not None:
+            output.mkdir(parents=True, exist_ok=True)
+        self.on_result = on_result
+        self.results: list[Result] = []
+        self.stats = CQStats()
+        self.failure: TxStreamError | None = None
+        self.plain = cq.strategy == "plain"
+        self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
+        self._lock = threading.Lock()
+        self.last_batch, self.next_window, self.carry = self._recover()
+
+    # -- durable progress -----------------------------------------------------------------
+
+    def _recover(self) -> tuple[int, int, dict[str, list[Any]]]:
+        """The last batch saved, the next window's number and the carry (after a restart)."""
+        saved = sorted((int(p.stem.split("-")[1]), p) for p in self.state_dir.glob("state-*.json"))
+        if not saved:
+            return -1, 0, {}
+        batch, path = saved[-1]
+        try:
+            state = json.loads(path.read_text())
+            return batch, int(state["next_window"]), dict(state["carry"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise CQError(
+                f"{path}: damaged query state ({exc}); restore it or start afresh"
+            ) from None
+
+    def _save(self, batch: int, carry: dict[str, list[Any]]) -> None:
+        path = self.state_dir / f"state-{batch}.json"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            json.dump({"next_window": self.next_window, "carry": carry}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in self.state_dir.glob("state-*.json"):
+            if int(old.stem.split("-")[1]) < batch - 1:
+                old.unlink(missing_ok=True)
+
+    def done(self, batch: int) -> bool:
+        """A batch id at or before the last saved one was handled (a replay)."""
+        if batch <= self.last_batch:
+            self.stats.skipped.append(batch)
+            return True
+        return False
+
+    # -- one micro-batch ------------------------------------------------------------------
+
+    def handle(self, b: MicroBatch) -> None:
+        try:
+            self._handle(b)
+        except TxStreamError as exc:
+            self.failure = exc
+            raise
+
+    def _handle(self, b: MicroBatch) -> None:
+        events = b.frame
+        carry = self.carry
+        attempts = 0
+        while True:
+            attempts += 1
+            txn = None if self.plain else self.tm.begin(read_only=True)
+            try:
+                pinned = self._pin(txn, events, carry)
+                out = evaluate(
+                    events,
+                    carry,
+                    pinned,
+                    self.joins,
+                    self.cq._order,
+                    self.cq._condition,
+                    self.window,
+                    rejoin=not self.plain,
+                )
+                results = self._results(out, txn, attempts)
+                if txn is not None:
+                    if self.cq.strategy == "optimistic":
+                        self._read_set(txn, out)
+                    txn.commit()  # optimistic: validation may refuse it (TransientError)
+                break
+            except TransientError:
+                if txn is not None and txn.status == "active":
+                    txn.abort()
+                self.stats.redos += 1
+        self.next_window += len(out.windows)
+        self._save(b.id, out.carry)
+        self.carry = out.carry
+        self.last_batch = b.id
+        if self.output is not None:
+            self._write(b.id, results)
+        self.stats.batches += 1
+        self.stats.windows += len(results)
+        self.stats.consistent += sum(1 for r in results if r.consistent)
+        self.results.extend(results)
+        if self.on_result is not None:
+            for r in results:
+                self.on_result(r)
+        if self.after_batch is not None:
+            self.after_batch(b.id)
+
+    def _pin(self, txn: Transaction | None, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
+        """Each join's rows as the strategy lets this transaction see them, on executors."""
+        mode = self.cq.strategy
+        if mode == "s2pl":
+            assert txn is not None
+            return self._pin_locked(txn, events, carry)
+        pinned = []
+        for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
+            if mode == "snapshot":
+                assert txn is not None and txn.snapshot_ts is not None
+                at: int | None = txn.snapshot_ts
+                seen = txn.snapshot_ts
+            else:
+                at, seen = None, self.tm.clock  # plain and optimistic read the current rows
+            cached = self._cache[i]
+            if cached is not None and cached[0] == seen:  # nothing committed since
+                pinned.append(cached[1])
+                continue
+            cols: dict[str, list[Any]] = {"__k": [], "__v": [], "__seen": []}
+            cols.update({n: [] for n in join.names})
+            for key, version, row in tbl.committed(at):
+                if not isinstance(row, dict):
+                    continue  # not a row of columns (e.g. a counter row): nothing joins it
+                cols["__k"].append(key)
+                cols["__v"].append(version)
+                cols["__seen"].append(max(seen, version))
+                for n in join.names:
+                    cols[n].append(row.get(n))
+            df = pin(events, self.joins, i, cols)
+            self._cache[i] = (seen, df)
+            pinned.append(df)
+        return pinned
+
+    def _pin_locked(self, txn: Transaction, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
+        """s2pl: read-lock the rows of every key the batch joins on, then ship them."""
+        stream_cols = set(events.columns)
+        wanted = key_values(events, sorted({j.on for j in self.joins if j.on in stream_cols}))
+        pinned = []
+        columns_of: dict[str, list[Any]] = {c: v + carry.get(c, []) for c, v in wanted.items()}
+        for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
+            cols: dict[str, list[Any]] = {"__k": [], "__v": [], "__seen": []}
+            cols.update({n: [] for n in join.names})
+            for key in dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None):
+                row = txn.read(tbl, key)  # the read lock, held until the commit
+                if not isinstance(row, dict):
+                    continue
+                version = tbl.latest(key)[0]
+                cols["__k"].append(key)
+                cols["__v"].append(version)
+                cols["__seen"].append(self.tm.clock)
+                for n in join.names:
+                    cols[n].append(row.get(n))
+            for n in join.names:
+                columns_of[n] = cols[n]
+            pinned.append(pin(events, self.joins, i, cols))
+        return pinned
+
+    def _read_set(self, txn: Transaction, out: Evaluated) -> None:
+        """Optimistic: the windows' reads join the transaction's read set, validated at commit."""
+        reads = txn.reads
+        for w in out.windows:
+            for tbl, rs in zip(self.tables, w["reads"], strict=True):
+                for key, _version, seen in rs:
+                    item = tbl.item(key)
+                    if item not in reads or reads[item] > seen:
+                        reads[item] = seen
+
+    # -- results --------------------------------------------------------------------------
+
+    def _results(self, out: Evaluated, txn: Transaction | None, attempts: int) -> list[Result]:
+        """The complete windows as results, each with the instants its reads were all current."""
+        snap = txn.snapshot_ts if txn is not None else None
+        now = self.tm.clock
+        names = [j.table for j in self.joins]
+        results = []
+        for w in out.windows:
+            lo, hi = 0, now
+            versions = set()
+            for name, tbl, rs in zip(names, self.tables, w["reads"], strict=True):
+                for key, version, seen in rs:
+                    versions.add((name, key, version))
+                    if version > lo:
+                        lo = version
+                    if snap is None:
+                        hi = min(hi, _valid_until(tbl, key, version, seen))
+            if snap is not None:
+                hi = snap
+            n = self.next_window + w["window"]
+            value = w["value"]
+            results.append(
+                Result(
+                    value,
+                    n,
+                    w["lwm"],
+                    frozenset(versions),
+                    attempts,
+                    (lo, hi),
+                    {"window": n, "value": value},
+                )
+            )
+        return results
+
+    def _write(self, batch: int, results: Iterable[Result]) -> None:
+        assert self.output is not None
+        path = self.output / f"batch-{batch}.jsonl"
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            for r in results:
+                f.write(
+                    json.dumps(
+                        {
+                            "window": r.window,
+                            "value": r.value,
+                            "lwm": r.lwm,
+                            "consistent": r.consistent,
+                        }
+                    )
+                    + "\n"
+                )
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+
+def _valid_until(tbl: Any, key: Any, version: int, seen: int) -> int:
+    """The last instant at which the row version read was current (a large number if it is)."""
+    current = 1 << 62
+    try:
+        # version 0: no row was read; it stays absent until the first version after
+        nxt = tbl.changed_after(key, seen) if version == 0 else tbl.superseded_at(key, version)
+    except StorageError:  # the version is no longer kept: current at least when it was read
+        return seen if tbl.latest(key)[0] != version else current
+    return current if nxt is None else nxt - 1
+
+
+def read_results(output: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every result a query wrote to ``output``, in window order (each exactly once)."""
+    rows = []
+    for path in sorted(Path(output).glob("batch-*.jsonl"), key=lambda p: int(p.stem.split("-")[1])):
+        rows += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return sorted(rows, key=lambda r: int(r["window"]))
+
+
+__all__ = ["EVENT_SCHEMA", "MODES", "CQQuery", "CQStats", "SparkCQ", "make_manager", "read_results"]

@@ -33,6 +33,11 @@ class MicroBatch:
         self.id = batch_id
         self._df = df
 
+    @property
+    def frame(self) -> Any:
+        """The batch's DataFrame, as an opaque handle for the runtime's other helpers."""
+        return self._df
+
     def _with(self, df: Any) -> MicroBatch:
         return MicroBatch(self.id, df)
 

@@ -130,6 +130,42 @@ class Table:
         """The committed version chain of ``key``, oldest first (for tests and tools)."""
         return list(self._versions.get(key, ()))
 
+    def committed(self, ts: int | None = None) -> Iterator[tuple[Hashable, int, Any]]:
+        """``(key, version timestamp, row)`` of every row as committed at ``ts`` (default: now).
+
+        What a reader that ships a whole table version elsewhere needs: each row
+        with the commit timestamp of the version it is (deleted rows left out).
+        """
+        for key, chain in list(self._versions.items()):
+            if not chain:
+                continue
+            vts, value = chain[-1]
+            if ts is not None and vts > ts:
+                i = bisect_right(chain, ts, key=_version_ts) - 1
+                if i < 0:
+                    continue
+                vts, value = chain[i]
+            if value is not ABSENT:
+                yield key, vts, value
+
+    def superseded_at(self, key: Hashable, version: int) -> int | None:
+        """The commit timestamp of the version of ``key`` after ``version``; None if current.
+
+        Raises :class:`StorageError` when the chain no longer holds ``version``
+        (pruned), so that a caller never mistakes a pruned version for current.
+        """
+        chain = self._versions.get(key, ())
+        i = bisect_right(chain, version, key=_version_ts)
+        if i == 0 or chain[i - 1][0] != version:
+            raise StorageError(f"table {self.name}: no version {version} of {key!r} is kept")
+        return chain[i][0] if i < len(chain) else None
+
+    def changed_after(self, key: Hashable, ts: int) -> int | None:
+        """The commit timestamp of the first version of ``key`` after ``ts``; None if none."""
+        chain = self._versions.get(key, ())
+        i = bisect_right(chain, ts, key=_version_ts)
+        return chain[i][0] if i < len(chain) else None
+
     # -- writes on the current rows ---------------------------------------------
 
     def insert(self, key: Hashable, row: Any) -> Undo:

@@ -1,0 +1,254 @@
+"""Count-based windows over stream-table joins, evaluated on executors against pinned rows.
+
+The Spark half of a consistent continuous query (``txstream.jobs.cq`` is the
+other half, which decides *which* table version the rows are and whether the
+windows they produce commit).  For one micro-batch:
+
+* the caller *pins* each referenced table: the rows a strategy lets the batch
+  see, each with the commit timestamp of its version (``__v``) and the instant
+  it was read (``__seen``), shipped to the executors as a broadcast relation
+  (:func:`pin`);
+* :func:`evaluate` joins the events (the batch's, after the ones carried from
+  earlier batches) with the pinned rows (left outer: an event whose key has no
+  row read an absent row, version 0), applies the selection, numbers the
+  selected events in arrival order and assigns every event to the count-based
+  windows it belongs to, then aggregates each *complete* window: its value,
+  and the read set of every event in its span (the events the selection
+  dropped included, so that a phantom is a read too).  Only the complete
+  windows and the events the next window still needs (the *carry*) come back
+  to the driver, in one Spark job.
+
+Window semantics (Oyamada et al., as :class:`txstream.cq.CQEngine` runs them):
+window ``n`` starts at a raw event (its LWM) and holds the first ``r`` selected
+events from there; the next window starts at the ``s``-th selected event of
+window ``n`` (``s < r``) or right after its last event (``s == r``).
+
+With ``rejoin=True`` the carried events are raw and are joined again with this
+batch's pinned rows (a window never mixes versions).  With ``rejoin=False``
+they keep the columns they were joined with in their own batch: what Spark's
+stream-static join does by itself (the baseline).
+
+Importing this module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from txstream.errors import TxStreamError
+
+Columns = dict[str, list[Any]]
+"""Rows by column: ``{name: [value of row 0, value of row 1, ...]}``."""
+
+AGGREGATES = ("count", "sum", "avg", "min", "max")
+"""The window aggregates, by the names Spark SQL gives them."""
+
+
+@dataclass(frozen=True)
+class Join:
+    """A stream-table equi-join: ``on`` (a column of the stream or of an earlier join) = key."""
+
+    table: str
+    on: str
+    schema: str  # DDL of the table's columns the query uses (the key excluded)
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CountWindow:
+    """Count-based window: range ``r`` and slide ``s`` (1 <= s <= r) over selected events."""
+
+    r: int
+    s: int
+    aggregate: str
+    column: str | None  # None for count
+
+
+@dataclass
+class Evaluated:
+    """What one evaluation brought back to the driver."""
+
+    windows: list[dict[str, Any]] = field(default_factory=list)
+    """Complete windows in order: ``window`` (0-based within the batch), ``value``,
+    ``lwm`` (order value of its first event), ``reads``: one list per join of
+    ``(key, version, seen)``."""
+    carry: Columns = field(default_factory=dict)
+    """The events the next window needs, by column (raw, or joined without ``rejoin``)."""
+
+
+def ddl_names(schema: str) -> tuple[str, ...]:
+    """The column names of a DDL schema string (``"price long, cat long"``)."""
+    return tuple(_parsed(schema).names)
+
+
+def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
+    """Join ``i``'s pinned rows as a DataFrame: ``__k``, the join's columns, ``__v``, ``__seen``.
+
+    ``rows`` holds those columns by name (``__v`` and ``__seen`` as integers);
+    the key's type is that of the column it is joined on.  Built over Arrow, so
+    shipping a 10,000-row table costs milliseconds.
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    join = joins[i]
+    fields = [StructField("__k", _type_of(events, joins[:i], join.on))]
+    fields += _parsed(join.schema).fields
+    fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
+    struct = StructType(fields)
+    arrow = pa.table({f.name: rows[f.name] for f in fields}, schema=to_arrow_schema(struct))
+    return events.sparkSession.createDataFrame(arrow, struct)
+
+
+def key_values(events: Any, columns: Sequence[str]) -> dict[str, list[Any]]:
+    """The distinct values of ``columns`` in the batch's events (one Spark job).
+
+    What a locking strategy must lock before it reads: the keys the batch joins on.
+    """
+    if not columns:
+        return {}
+    from pyspark.sql import functions as F
+
+    aggs = [F.collect_set(c).alias(c) for c in columns]
+    row = events.agg(*aggs).toArrow().to_pylist()[0]
+    return {c: list(row[c] or []) for c in columns}
+
+
+def _parsed(schema: str) -> Any:
+    from pyspark.sql.types import StructType, _parse_datatype_string
+
+    parsed = _parse_datatype_string(schema)
+    if not isinstance(parsed, StructType):
+        raise TxStreamError(f"not a schema: {schema!r} (expected e.g. 'price long, cat long')")
+    return parsed
+
+
+def _type_of(events: Any, earlier: Sequence[Join], column: str) -> Any:
+    """The Spark type of ``column``: a column of the stream or of an earlier join."""
+    if column in events.columns:
+        return events.schema[column].dataType
+    for join in earlier:
+        parsed = _parsed(join.schema)
+        if column in parsed.names:
+            return parsed[column].dataType
+    raise TxStreamError(f"no column {column!r} in the stream or an earlier join")
+
+
+def _frame(like: Any, schema: Any, rows: Columns) -> Any:
+    """``rows`` (by column) as a DataFrame of ``schema`` in ``like``'s session."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    arrow = pa.table({f.name: rows[f.name] for f in schema.fields}, schema=to_arrow_schema(schema))
+    return like.sparkSession.createDataFrame(arrow, schema)
+
+
+def evaluate(
+    events: Any,
+    carry: Columns,
+    pinned: Sequence[Any],
+    joins: Sequence[Join],
+    order: str,
+    condition: str | None,
+    window: CountWindow,
+    rejoin: bool,
+) -> Evaluated:
+    """Join, select and window the events on executors; bring back complete windows and carry.
+
+    ``events``: this batch's events (a DataFrame); ``carry``: the events carried
+    from earlier batches, by column (raw when ``rejoin``, else joined, as
+    :attr:`Evaluated.carry` gave them); ``pinned``: one DataFrame per join from
+    :func:`pin`.
+    """
+    from pyspark.sql import functions as F
+
+    raw_columns = list(events.columns)
+    has_carry = bool(carry) and bool(next(iter(carry.values())))
+    if rejoin and has_carry:
+        events = events.unionByName(_frame(events, events.schema, carry))
+    joined = events
+    for i, rows in enumerate(pinned):
+        on = joins[i].on
+        joined = joined.join(F.broadcast(_suffixed(rows, i)), F.col(on) == F.col(f"__k{i}"), "left")
+        joined = joined.drop(f"__k{i}")
+    joined_columns = list(joined.columns)
+    if not rejoin and has_carry:
+        joined = joined.unionByName(_frame(events, joined.schema, carry))
+    present = " AND ".join(f"__v{i} IS NOT NULL" for i in range(len(joins))) or "TRUE"
+    selected = f"({present})" + (f" AND ({condition})" if condition else "")
+    r, s = window.r, window.s
+    ordered = f"ORDER BY `{order}` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
+    p = joined.selectExpr(
+        "*",
+        f"coalesce({selected}, FALSE) AS __sel",
+    ).selectExpr(
+        "*",
+        f"CAST(sum(CAST(__sel AS INT)) OVER ({ordered}) AS BIGINT) AS __c",
+        "CAST(count_if(__sel) OVER () AS BIGINT) AS __m",
+    )
+    # complete windows K, the next window's first selected position P = K*s
+    k = f"if(__m >= {r}, (__m - {r}) DIV {s} + 1, 0)"
+    # an unselected event after c selected ones lies between positions c-1 and c
+    lo = f"greatest(0, CAST(ceil((if(__sel, __c - 1, __c) - {r} + 1) / {s}) AS BIGINT))"
+    hi = f"least({k} - 1, CAST(if(__sel OR __c > 0, floor((__c - 1) / {s}), 0) AS BIGINT))"
+    keep_unselected = f"__c >= {k} * {s} + {1 if s < r else 0}"
+    kept = f"{k} = 0 OR if(__sel, __c - 1 >= {k} * {s}, {keep_unselected})"
+    keep_columns = raw_columns if rejoin else joined_columns
+    w = p.selectExpr(
+        "*",
+        f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
+        f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
+    )
+    aggs = [
+        F.expr(f"min(`{order}`)").alias("lwm"),
+        F.expr(_aggregate(window)).alias("value"),
+    ]
+    for i, join in enumerate(joins):
+        aggs.append(
+            F.expr(
+                f"collect_list(if(__w >= 0, struct(`{join.on}` AS k, coalesce(__v{i}, 0) AS v, "
+                f"__seen{i} AS seen), NULL))"
+            ).alias(f"reads{i}")
+        )
+    inner = ", ".join(f"`{c}`" for c in keep_columns)
+    aggs.append(F.expr(f"collect_list(if(__w < 0, struct({inner}), NULL))").alias("carry"))
+    table = w.groupBy("__w").agg(*aggs).toArrow()
+    out = Evaluated(carry={c: [] for c in keep_columns})
+    got = table.to_pylist()
+    got.sort(key=lambda row: int(row["__w"]))
+    for row in got:
+        if row["__w"] < 0:
+            rows = sorted(row["carry"], key=lambda e: e[order])
+            out.carry = {c: [e[c] for e in rows] for c in keep_columns}
+            continue
+        reads = [
+            [
+                (x["k"], int(x["v"]), int(x["seen"] if x["seen"] is not None else 0))
+                for x in row[f"reads{i}"]
+            ]
+            for i in range(len(joins))
+        ]
+        out.windows.append(
+            {"window": int(row["__w"]), "value": row["value"], "lwm": row["lwm"], "reads": reads}
+        )
+    return out
+
+
+def _suffixed(rows: Any, i: int) -> Any:
+    """The pinned rows with the key and version columns named for join ``i``."""
+    return (
+        rows.withColumnRenamed("__k", f"__k{i}")
+        .withColumnRenamed("__v", f"__v{i}")
+        .withColumnRenamed("__seen", f"__seen{i}")
+    )
+
+
+def _aggregate(window: CountWindow) -> str:
+    """The SQL of the window's aggregate over its selected events."""
+    if window.aggregate == "count":
+        return "CAST(count_if(__w >= 0 AND __sel) AS DOUBLE)"
+    column = f"`{window.column}`"
+    return f"CAST({window.aggregate}(if(__w >= 0 AND __sel, {column}, NULL)) AS DOUBLE)"
