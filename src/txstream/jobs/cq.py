@@ -58,11 +58,15 @@ from txstream.spark.reference import (
     key_values,
     pin,
 )
+from txstream.spark.sql import literal, where
 from txstream.storage.base import StorageError
 from txstream.txn import Transaction, TransactionManager
 
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
 """The schema of the experiment's event files (CSV ``id,part,qty``)."""
+
+MAX_STALLED = 50
+"""Attempts in a row that commit no window before a query gives up with an error."""
 
 MODES = ("plain", "s2pl", "snapshot", "optimistic")
 """``plain`` (Spark's stream-static join alone) and the transactional strategies."""
@@ -269,6 +273,7 @@ class _Runner:
         self.failure: TxStreamError | None = None
         self.plain = cq.strategy == "plain"
         self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
+        self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
         self._lock = threading.Lock()
         self.last_batch, self.next_window, self.carry = self._recover()
 
@@ -317,9 +322,10 @@ class _Runner:
             raise
 
     def _handle(self, b: MicroBatch) -> None:
-        events = b.frame
-        carry = self.carry
-        attempts = 0
+        order = self.cq._order
+        events, carry = b.frame, self.carry
+        results: list[Result] = []
+        attempts = stalled = 0
         while True:
             attempts += 1
             txn = None if self.plain else self.tm.begin(read_only=True)
@@ -330,22 +336,50 @@ class _Runner:
                     carry,
                     pinned,
                     self.joins,
-                    self.cq._order,
+                    order,
                     self.cq._condition,
                     self.window,
                     rejoin=not self.plain,
                 )
-                results = self._results(out, txn, attempts)
-                if txn is not None:
-                    if self.cq.strategy == "optimistic":
-                        self._read_set(txn, out)
-                    txn.commit()  # optimistic: validation may refuse it (TransientError)
-                break
+                got = self._results(out, txn, attempts, self.next_window + len(results))
+                if txn is None:
+                    results += got
+                    break
+                if self.cq.strategy != "optimistic":
+                    txn.commit()
+                    results += got
+                    break
+                # Optimistic (Section 5): each window is validated; the windows before
+                # the first whose reads changed since the pin commit, that one and
+                # those after it are redone from its LWM under newer rows.
+                valid = self._valid_prefix(out)
+                self._read_set(txn, out.windows[:valid])
+                txn.commit()  # the protocol validates them again (TransientError: redo all)
+                results += got[:valid]
+                if valid == len(out.windows):
+                    break
+                low = out.windows[valid]["lwm"]
+                events = where(events, f"`{order}` >= {literal(low)}")
+                keep = [i for i, v in enumerate(carry.get(order, [])) if v >= low]
+                carry = {c: [vals[i] for i in keep] for c, vals in carry.items()}
+                self.stats.redos += 1
+                stalled = 0 if valid else stalled + 1
             except TransientError:
                 if txn is not None and txn.status == "active":
                     txn.abort()
                 self.stats.redos += 1
-        self.next_window += len(out.windows)
+                stalled += 1
+            if stalled >= MAX_STALLED:
+                raise CQError(
+                    f"{self.cq.strategy}: {MAX_STALLED} attempts in a row without a window "
+                    f"committed (batch {b.id}): updates come faster than a micro-batch runs; "
+                    "use the snapshot or s2pl strategy, or smaller micro-batches"
+                )
+        if self.plain:  # carried rows keep the instant their absent reads were made
+            for i, at in enumerate(self._pinned_at):
+                col = out.carry.get(f"__seen{i}", [])
+                col[:] = [at if x is None else x for x in col]
+        self.next_window += len(results)
         self._save(b.id, out.carry)
         self.carry = out.carry
         self.last_batch = b.id
@@ -375,6 +409,7 @@ class _Runner:
                 seen = txn.snapshot_ts
             else:
                 at, seen = None, self.tm.clock  # plain and optimistic read the current rows
+            self._pinned_at[i] = seen
             cached = self._cache[i]
             if cached is not None and cached[0] == seen:  # nothing committed since
                 pinned.append(cached[1])
@@ -415,22 +450,38 @@ class _Runner:
                     cols[n].append(row.get(n))
             for n in join.names:
                 columns_of[n] = cols[n]
+            self._pinned_at[i] = self.tm.clock  # the locks keep what was read current
             pinned.append(pin(events, self.joins, i, cols))
         return pinned
 
-    def _read_set(self, txn: Transaction, out: Evaluated) -> None:
+    def _valid_prefix(self, out: Evaluated) -> int:
+        """Optimistic: how many windows, from the first, read only rows still current."""
+        for n, w in enumerate(out.windows):
+            for i, (tbl, rs) in enumerate(zip(self.tables, w["reads"], strict=True)):
+                for key, version, seen in rs:
+                    if seen is None:  # absent when pinned: still the same version?
+                        version = tbl.version_at(key, self._pinned_at[i])
+                    if tbl.latest(key)[0] != version:
+                        return n
+        return len(out.windows)
+
+    def _read_set(self, txn: Transaction, windows: list[dict[str, Any]]) -> None:
         """Optimistic: the windows' reads join the transaction's read set, validated at commit."""
         reads = txn.reads
-        for w in out.windows:
-            for tbl, rs in zip(self.tables, w["reads"], strict=True):
+        for w in windows:
+            for i, (tbl, rs) in enumerate(zip(self.tables, w["reads"], strict=True)):
                 for key, _version, seen in rs:
+                    if seen is None:
+                        seen = self._pinned_at[i]
                     item = tbl.item(key)
                     if item not in reads or reads[item] > seen:
                         reads[item] = seen
 
     # -- results --------------------------------------------------------------------------
 
-    def _results(self, out: Evaluated, txn: Transaction | None, attempts: int) -> list[Result]:
+    def _results(
+        self, out: Evaluated, txn: Transaction | None, attempts: int, first: int
+    ) -> list[Result]:
         """The complete windows as results, each with the instants its reads were all current."""
         snap = txn.snapshot_ts if txn is not None else None
         now = self.tm.clock
@@ -439,8 +490,11 @@ class _Runner:
         for w in out.windows:
             lo, hi = 0, now
             versions = set()
-            for name, tbl, rs in zip(names, self.tables, w["reads"], strict=True):
+            for j, (name, tbl, rs) in enumerate(zip(names, self.tables, w["reads"], strict=True)):
                 for key, version, seen in rs:
+                    if seen is None:  # an absent row, read when the join was pinned
+                        seen = self._pinned_at[j]
+                        version = tbl.version_at(key, seen)  # its deletion, if any
                     versions.add((name, key, version))
                     if version > lo:
                         lo = version
@@ -448,7 +502,7 @@ class _Runner:
                         hi = min(hi, _valid_until(tbl, key, version, seen))
             if snap is not None:
                 hi = snap
-            n = self.next_window + w["window"]
+            n = first + w["window"]
             value = w["value"]
             results.append(
                 Result(

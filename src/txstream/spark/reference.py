@@ -73,7 +73,8 @@ class Evaluated:
     windows: list[dict[str, Any]] = field(default_factory=list)
     """Complete windows in order: ``window`` (0-based within the batch), ``value``,
     ``lwm`` (order value of its first event), ``reads``: one list per join of
-    ``(key, version, seen)``."""
+    ``(key, version, seen)``; an absent row's read is ``(key, 0, None)``: it had
+    no pinned row, the caller knows when it pinned."""
     carry: Columns = field(default_factory=dict)
     """The events the next window needs, by column (raw, or joined without ``rejoin``)."""
 
@@ -224,13 +225,8 @@ def evaluate(
             rows = sorted(row["carry"], key=lambda e: e[order])
             out.carry = {c: [e[c] for e in rows] for c in keep_columns}
             continue
-        reads = [
-            [
-                (x["k"], int(x["v"]), int(x["seen"] if x["seen"] is not None else 0))
-                for x in row[f"reads{i}"]
-            ]
-            for i in range(len(joins))
-        ]
+        # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
+        reads = [[(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(len(joins))]
         out.windows.append(
             {"window": int(row["__w"]), "value": row["value"], "lwm": row["lwm"], "reads": reads}
         )

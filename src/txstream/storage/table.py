@@ -160,6 +160,15 @@ class Table:
             raise StorageError(f"table {self.name}: no version {version} of {key!r} is kept")
         return chain[i][0] if i < len(chain) else None
 
+    def version_at(self, key: Hashable, ts: int) -> int:
+        """The commit timestamp of the version of ``key`` visible at ``ts``; 0 if none.
+
+        A deletion is a version too: a key deleted at ``d`` is absent from ``d`` on.
+        """
+        chain = self._versions.get(key, ())
+        i = bisect_right(chain, ts, key=_version_ts)
+        return chain[i - 1][0] if i else 0
+
     def changed_after(self, key: Hashable, ts: int) -> int | None:
         """The commit timestamp of the first version of ``key`` after ``ts``; None if none."""
         chain = self._versions.get(key, ())

@@ -264,9 +264,7 @@ class Tx:
     def _check_value(self, table: str, value: Any) -> None:
         if value in self._allowed:
             return
-        if not (
-            self._home is not None and partition_of(value, self._partitions) == self._home
-        ):
+        if not (self._home is not None and partition_of(value, self._partitions) == self._home):
             raise UndeclaredKeyError(
                 f"{table}: partition value {value!r} is not a key of the transaction's events "
                 f"({sorted(map(canonical, self._allowed))}); declare it in .input(keys=...)"
