@@ -140,6 +140,7 @@ class RunStats:
     """What a run did besides its results."""
 
     redos: int = 0
+    windows: int = 0  # windows whose transaction committed
     reads: int = 0
     reevaluated: int = 0  # events re-input from a redo queue because a row they read changed
     max_redo_queue: int = 0
@@ -792,6 +793,7 @@ class CQEngine:
                 return
             _, pending, nxt = done
             self._windows += 1
+            self.stats.windows += 1
             self._start = nxt
             self._prune(nxt)
             self._emit(pending, attempts)
@@ -876,6 +878,7 @@ class CQEngine:
             if done is None:
                 return
             self._windows += 1
+            self.stats.windows += 1
             self._wstart += w.s
             start = self._wstart
             j = self._base
