@@ -894,7 +894,8 @@ class CQEngine:
 def _carry_count(out: Any) -> list[_Entry]:
     """Count-based windows: the entries of the next window (it starts at ``out[2]``)."""
     used, _, nxt = out
-    return [e for e in used if e.ts >= nxt]
+    # used holds the events start, start + 1, ... of the window, in order
+    return used[nxt - used[0].ts :] if used else []
 
 
 def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:

@@ -753,12 +753,10 @@ class TransactionManager:
             elif name == "optimistic" and not self.ordered:
                 # clock read after the heir's start: its start bounds write-map pruning
                 # at or below ``seen``, so no write after ``seen`` is forgotten
-                reads, lost = txn.reads, set()
-                for item in keep:
-                    if item in reads:
-                        kept.append(item)
-                    else:
-                        lost.add(item)  # never read by txn: nothing to vouch for
+                kept = list(keep)
+                lost = set(kept).difference(txn.reads)  # never read by txn: not vouched for
+                if lost:
+                    kept = [item for item in kept if item not in lost]
                 heir.lost = lost
             else:
                 heir.lost = set(keep)
