@@ -683,13 +683,16 @@ class CQEngine:
         the entries that read one of those re-read under the usual rules.
         """
         lost = self.tm.resume(txn)
-        if not lost:
-            # every entry the handing transaction checked and this window uses again
-            self._kept_from = self._heir_of
-        else:
+        # An entry the handing transaction checked, if this window uses it, is one of
+        # the carried ones (the entries of that window from this one's start on)...
+        self._kept_from = self._heir_of
+        if lost:
             for entry in self._carried:
-                if lost.isdisjoint(entry.names):
-                    entry.checked = self._attempt
+                if not lost.isdisjoint(entry.names):
+                    entry.checked = -1  # ... unless it lost a read: re-read it
+        # (Only those marks may change here: a carried entry past this window's end,
+        # which a re-evaluation can bring about, is not handed on again and must not
+        # pass for checked by this transaction.)
         self._carried = []
 
     def _drop_heir(self) -> None:
