@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from txstream.cli import main
@@ -92,6 +92,9 @@ def oracle(
     slide=st.integers(1, 6),
     strategy=st.sampled_from(TRANSACTIONAL),
 )
+# an update re-evaluates events so that window 1 ends before the events window 0 handed
+# on; window 2 must not take those for handed on again
+@example(seed=196, r=5, slide=1, strategy="s2pl")
 def test_transactional_strategies_equal_the_oracle_when_updates_come_between_windows(
     seed: int, r: int, slide: int, strategy: str
 ) -> None:

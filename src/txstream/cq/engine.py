@@ -140,6 +140,7 @@ class RunStats:
     """What a run did besides its results."""
 
     redos: int = 0
+    windows: int = 0  # windows whose transaction committed
     reads: int = 0
     reevaluated: int = 0  # events re-input from a redo queue because a row they read changed
     max_redo_queue: int = 0
@@ -148,7 +149,7 @@ class RunStats:
 class _Entry:
     """An input event in its branch's redo queue: what entered the queue, its reads, its output."""
 
-    __slots__ = ("branch", "checked", "items", "out", "queued", "reads", "slots", "ts")
+    __slots__ = ("branch", "checked", "names", "out", "queued", "reads", "slots", "ts")
 
     def __init__(self, ts: int, branch: int) -> None:
         self.ts = ts
@@ -158,7 +159,8 @@ class _Entry:
         self.out: Event | None = None  # what the branch outputs for it (None: dropped)
         self.checked = -1  # the transaction attempt that last re-read its rows
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
-        self.items: tuple[tuple[Read, ...], dict[str, int]] | None = None
+        # s2pl, optimistic: the data item of each read (as the protocol names it)
+        self.names: tuple[str, ...] = ()
 
 
 @dataclass
@@ -248,6 +250,15 @@ class CQEngine:
         self._optimistic: bool = self._mode == "optimistic"
         self._s2pl: bool = self._mode == "s2pl"
         self._quiet_now: bool = False
+        self._hands_on: bool = self._optimistic or self._s2pl
+        self._heir: Transaction | None = None  # the next window's transaction, begun early
+        self._carried: list[_Entry] = []  # the entries whose reads it keeps
+        self._heir_of = -2  # the attempt whose transaction began it
+        # the attempt whose transaction handed all its reads on to the current one
+        self._kept_from = -2
+        # s2pl and optimistic without a recorder: reads call the protocol's read hook
+        # and read the table (see _read)
+        self._direct = self._hands_on and tm.recorder is None and not tm.ordered
         self._lock = tm.protocol.before_read
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
@@ -261,7 +272,12 @@ class CQEngine:
     # -- reading a referenced resource ----------------------------------------------------
 
     def _read(
-        self, txn: Transaction | None, table: str, key: Any, slots: list[Any] | None
+        self,
+        txn: Transaction | None,
+        table: str,
+        key: Any,
+        slots: list[Any] | None,
+        names: list[str] | None = None,
     ) -> tuple[Any, Read]:
         """The row of ``key`` and the read: (table, key, row version, instant it was current).
 
@@ -270,6 +286,7 @@ class CQEngine:
         current row; its version is that of the newest committed version if the
         row read is that version (else the read saw an uncommitted row:
         ``DIRTY``), current at least from the clock sampled before the read.
+        ``names`` (s2pl, optimistic) gets the read's data item.
         """
         self.stats.reads += 1
         tbl = self._tables[table]
@@ -286,7 +303,20 @@ class CQEngine:
             return value, (table, key, version, snap)
         clock = self.tm.clock
         if txn is not None:
-            value = txn.read(tbl, key, _ABSENT_ROW)
+            if self._direct:
+                # What txn.read does for a read-only transaction of these protocols
+                # without a recorder: the protocol's read hook (the read lock; the read
+                # timestamp to validate), then the current row.  The item's name is
+                # needed again to hand the read on to the next window.
+                item = tbl.item(key)
+                if names is not None:
+                    names.append(item)
+                self._lock(txn, item)
+                value = tbl.read(key, _ABSENT_ROW)
+            else:
+                if names is not None:
+                    names.append(tbl.item(key))
+                value = txn.read(tbl, key, _ABSENT_ROW)
         else:
             value = tbl.read(key, _ABSENT_ROW)
             if slots is not None:
@@ -309,8 +339,12 @@ class CQEngine:
         txn: Transaction | None,
         reads: list[Read],
         slots: list[Any] | None = None,
+        names: list[str] | None = None,
     ) -> Event | None:
-        """Push one event through ``ops`` (bottom-up); append its reads to ``reads``."""
+        """Push one event through ``ops`` (bottom-up); append its reads to ``reads``.
+
+        ``names``: append the data item of each read too (see :meth:`_read`).
+        """
         for op in ops:
             if isinstance(op, Select):
                 if not op.predicate(e.value):
@@ -319,7 +353,7 @@ class CQEngine:
                 e = Event(op.fn(e.value), e.ts, e.lwm, e.refs)
             elif isinstance(op, RefJoin):
                 key = e.value[op.key]
-                row, read = self._read(txn, op.table, key, slots)
+                row, read = self._read(txn, op.table, key, slots, names)
                 reads.append(read)
                 if row is None:
                     return None
@@ -327,7 +361,7 @@ class CQEngine:
                     row = {op.prefix + k: v for k, v in row.items()}
                 e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
             elif isinstance(op, Reference):
-                resource, read = self._read(txn, op.table, op.key, slots)
+                resource, read = self._read(txn, op.table, op.key, slots, names)
                 reads.append(read)
                 value = op.apply(e.value, resource)
                 if value is None:
@@ -391,14 +425,17 @@ class CQEngine:
         """(Re-)input the entry's queued event above the redo queue, in ``txn``."""
         entry.checked = self._attempt
         if entry.queued is None:
-            entry.out, entry.reads = None, ()
+            entry.out, entry.reads, entry.names = None, (), ()
             return
         reads: list[Read] = []
         slots: list[Any] | None = [] if self._record_naive and txn is None else None
+        names: list[str] | None = [] if self._hands_on else None
         after = self._branches[entry.branch].after
-        entry.out = self._apply(after, entry.queued, txn, reads, slots)
+        entry.out = self._apply(after, entry.queued, txn, reads, slots, names)
         entry.reads = tuple(reads)
         entry.slots = slots or []
+        if names is not None:
+            entry.names = tuple(names)
 
     def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
@@ -412,18 +449,27 @@ class CQEngine:
         if not self.strategy.transactional or entry.checked == self._attempt or not entry.reads:
             return entry  # naive reuses its synopsis as it is
         assert txn is not None
+        if entry.checked == self._kept_from and self._fast:
+            # The previous window's transaction read it and handed all its reads on to
+            # this one (read locks kept, or validated up to its commit and validated
+            # again at this one's): they are this transaction's reads, as they were.
+            entry.checked = self._attempt
+            return entry
         if self._quiet_now and entry.checked >= self._prev:
             # Its rows are at the versions it read (nothing committed since they were
             # found current): the transaction only has to make them its own reads.
             if self._optimistic:
-                txn.reads.update(self._items(entry))  # validated at commit
+                # validated at commit as read at the instant they were found current
+                # (this transaction started then or later: write-map pruning keeps
+                # every write after it)
+                txn.reads.update(dict.fromkeys(entry.names, self._clean))
                 entry.checked = self._attempt
                 return entry
             if not self._s2pl:
                 entry.checked = self._attempt  # snapshot: its snapshot shows those versions
                 return entry
             lock = self._lock
-            for item in self._items(entry):
+            for item in entry.names:
                 lock(txn, item)  # the read lock (the row itself is not needed again)
             if self._quiet(txn):  # still nothing committed: the versions locked are those
                 entry.checked = self._attempt
@@ -440,16 +486,6 @@ class CQEngine:
         entry.reads = tuple(fresh)
         entry.checked = self._attempt
         return entry
-
-    def _items(self, entry: _Entry) -> dict[str, int]:
-        """Optimistic: the entry's reads as the protocol's read set (item -> timestamp)."""
-        if entry.items is None or entry.items[0] is not entry.reads:
-            tables = self._tables
-            entry.items = (
-                entry.reads,
-                {tables[t].item(k): v for t, k, v, _ in entry.reads},
-            )
-        return entry.items[1]
 
     def _prune(self, below: int) -> None:
         """Drop the events below the next window's LWM from the redo queues."""
@@ -540,12 +576,16 @@ class CQEngine:
         self._limits = (max_results, until)
         self._on_result = on_result
         w = self.window
-        if w is None:
-            self._run_per_event()
-        elif isinstance(w, WindowAgg) and w.time_column is None:
-            self._run_count()
-        else:
-            self._run_time()
+        try:
+            if w is None:
+                self._run_per_event()
+            elif isinstance(w, WindowAgg) and w.time_column is None:
+                self._run_count()
+            else:
+                self._run_time()
+        finally:
+            # no transaction stays open between calls (feed's callers may wait long)
+            self._drop_heir()
         return self._results
 
     def _emit(self, p: _Pending, attempts: int) -> None:
@@ -568,7 +608,11 @@ class CQEngine:
         """Whether the run's result count or deadline is reached."""
         return _stop(self._results, *self._limits)
 
-    def _transact(self, fill: Callable[[Transaction | None], Any]) -> tuple[Any, int]:
+    def _transact(
+        self,
+        fill: Callable[[Transaction | None], Any],
+        carry: Callable[[Any], list[_Entry]] | None = None,
+    ) -> tuple[Any, int]:
         """Run ``fill`` in one CQ-derived transaction; redo it on a transient failure.
 
         ``fill`` returns what the unit produced, with the entries it used
@@ -577,6 +621,14 @@ class CQEngine:
         ``naive`` there is no transaction (with a recorder, one that only names
         the window's reads in the history).  Returns (what ``fill`` returned,
         attempts).
+
+        ``carry(out)`` names the entries the next window uses again.  Under
+        ``s2pl`` and ``optimistic`` the transaction then commits with
+        :meth:`~txstream.txn.TransactionManager.commit_and_continue`: the next
+        window's transaction begins before this one commits and keeps its reads
+        of those entries' rows (their read locks are never released; their
+        validation carries on), so it need not lock, re-read or re-validate
+        them one by one.
         """
         if not self._txn_per_unit:
             self._attempt += 1
@@ -593,7 +645,13 @@ class CQEngine:
         while True:
             attempts += 1
             self._attempt += 1
-            txn = self.tm.begin(read_only=True)
+            txn = self._heir
+            self._heir = None
+            self._kept_from = -2
+            if txn is None:
+                txn = self.tm.begin(read_only=True)
+            else:
+                self._take_over(txn)
             self._quiet_now = self._fast and self._quiet(txn)
             try:
                 out = fill(txn)
@@ -601,7 +659,14 @@ class CQEngine:
                     txn.abort()
                 else:
                     clean = self._clean
-                    txn.commit()
+                    entries = carry(out) if carry is not None and self._hands_on else None
+                    if entries:
+                        keep = [name for entry in entries for name in entry.names]
+                        self._heir = self.tm.commit_and_continue(txn, keep)
+                        self._carried = entries
+                        self._heir_of = self._attempt
+                    else:
+                        txn.commit()
                     # our own commit moved the clock by one: nothing else did
                     self._clean = clean + 1 if clean >= 0 and self.tm.clock == clean + 1 else -1
                 return out, attempts
@@ -610,6 +675,33 @@ class CQEngine:
                 if txn.status == "active":
                     txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
+
+    def _take_over(self, txn: Transaction) -> None:
+        """``txn`` has the previous window's reads of the rows its carried entries read.
+
+        Except those it lost (a lock someone waited for, or took meanwhile):
+        the entries that read one of those re-read under the usual rules.
+        """
+        lost = self.tm.resume(txn)
+        # An entry the handing transaction checked, if this window uses it, is one of
+        # the carried ones (the entries of that window from this one's start on)...
+        self._kept_from = self._heir_of
+        if lost:
+            for entry in self._carried:
+                if not lost.isdisjoint(entry.names):
+                    entry.checked = -1  # ... unless it lost a read: re-read it
+        # (Only those marks may change here: a carried entry past this window's end,
+        # which a re-evaluation can bring about, is not handed on again and must not
+        # pass for checked by this transaction.)
+        self._carried = []
+
+    def _drop_heir(self) -> None:
+        """The run stops: end the successor transaction kept for the next window."""
+        heir, self._heir = self._heir, None
+        self._carried = []
+        if heir is not None:
+            self.tm.resume(heir)
+            heir.abort()
 
     def _name_reads(self, txn: Transaction, entries: list[_Entry]) -> None:
         """Naive with a recorder: the window's transaction made the reads of its events."""
@@ -669,14 +761,19 @@ class CQEngine:
                 end, r = len(self._input), w.r
                 queue, get_entry = self._queue, self._entry
                 naive = not self.strategy.transactional
+                # an entry checked by the transaction that handed all its reads on to
+                # this one is current as it is (what _entry does first, without the call)
+                kept, attempt = (self._kept_from if self._fast else -3), self._attempt
                 while len(acc) < r:
                     if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
                         # the input ends inside the window (or the run's time is up in a
                         # window that takes long to fill): wait for more
                         return None
-                    entry = queue.get(i) if naive else None  # naive: the synopsis as it is
-                    if entry is None:
+                    entry = queue.get(i)  # naive: the synopsis as it is
+                    if entry is None or not (naive or entry.checked == kept):
                         entry = get_entry(i, txn)
+                    elif not naive:
+                        entry.checked = attempt
                     used.append(entry)
                     i += 1
                     if entry.out is not None:
@@ -694,11 +791,12 @@ class CQEngine:
                 nxt = acc[w.s].ts if w.s < w.r else i
                 return used, pending, nxt
 
-            done, attempts = self._transact(fill)
+            done, attempts = self._transact(fill, _carry_count)
             if done is None:
                 return
             _, pending, nxt = done
             self._windows += 1
+            self.stats.windows += 1
             self._start = nxt
             self._prune(nxt)
             self._emit(pending, attempts)
@@ -720,6 +818,11 @@ class CQEngine:
                 self._wstart = self._time(0)
             end = self._wstart + w.r
             base, n = self._base, self._windows
+            nxt_start = self._wstart + w.s
+
+            def carry(out: Any, nxt_start: float = nxt_start) -> list[_Entry]:
+                """The entries of the next window: from its start on."""
+                return [e for e in out[0] if self._time(e.ts) >= nxt_start]
 
             def fill(
                 txn: Transaction | None, end: float = end, base: int = base, n: int = n
@@ -774,10 +877,11 @@ class CQEngine:
                     p.reads, p.state = tuple(reads), state
                 return used, pendings
 
-            done, attempts = self._transact(fill)
+            done, attempts = self._transact(fill, carry)
             if done is None:
                 return
             self._windows += 1
+            self.stats.windows += 1
             self._wstart += w.s
             start = self._wstart
             j = self._base
@@ -788,6 +892,13 @@ class CQEngine:
                 self._emit(pending, attempts)
             if self._on_commit is not None:
                 self._on_commit(n)
+
+
+def _carry_count(out: Any) -> list[_Entry]:
+    """Count-based windows: the entries of the next window (it starts at ``out[2]``)."""
+    used, _, nxt = out
+    # used holds the events start, start + 1, ... of the window, in order
+    return used[nxt - used[0].ts :] if used else []
 
 
 def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:

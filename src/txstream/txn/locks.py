@@ -37,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from txstream.txn.base import (
@@ -145,6 +146,17 @@ class LockManager:
                 rcb.holders[txn] = mode
                 txn.locks[item] = mode
                 return
+            if (
+                self._revoke(rcb, item, txn, mode)
+                and (held or not rcb.waiters)
+                and _compatible(rcb, txn, mode)
+            ):
+                # (a lock is handed over only where nobody waits, and a conflicting
+                # request revokes before it queues: no waiter is ever behind a
+                # revocable holder, so none can be left ungranted here)
+                rcb.holders[txn] = mode
+                txn.locks[item] = mode
+                return
             waiter = Waiter(txn, item, mode, rcb)
             self._enqueue(rcb, waiter, upgrade=bool(held))
             if rcb.waiters and rcb.waiters[0] is waiter:
@@ -162,6 +174,24 @@ class LockManager:
                 while self._detect(waiter) and waiter.error is None:
                     pass
         self._wait(waiter)
+
+    def _revoke(self, rcb: RCB, item: str, txn: Transaction, mode: int) -> bool:
+        """Take handed-over locks that conflict with ``txn``'s request from their heirs.
+
+        A lock handed over by :meth:`hand_over` stays revocable until its heir
+        resumes (:meth:`resume`): the heir has not used it yet, so nobody waits for
+        it; the heir learns the item is lost and reads it afresh.  Mutex held.
+        Returns whether anything was revoked.
+        """
+        revoked = False
+        holders = rcb.holders
+        for other in [t for t in holders if t.lost is not None and t is not txn]:
+            if mode == EXCLUSIVE or holders[other] == EXCLUSIVE:
+                del holders[other]
+                del other.locks[item]
+                other.lost.add(item)  # type: ignore[union-attr]
+                revoked = True
+        return revoked
 
     def _enqueue(self, rcb: RCB, waiter: Waiter, upgrade: bool) -> None:
         queue = rcb.waiters
@@ -369,6 +399,47 @@ class LockManager:
                 elif not rcb.holders:
                     del table[item]
         locks.clear()
+
+    def hand_over(self, txn: Transaction, heir: Transaction, items: Iterable[str]) -> None:
+        """Move ``txn``'s shared locks on ``items`` to ``heir`` without releasing them.
+
+        For a transaction about to commit whose successor reads the same rows
+        again: the rows cannot change in between.  A lock is moved only when no
+        request waits for it (a waiting writer gets it at ``txn``'s release, as
+        it would have); items not moved, and those revoked later, are collected
+        in ``heir.lost``.  Until :meth:`resume` the moved locks are *revocable*:
+        a conflicting request takes them from ``heir`` instead of waiting (the
+        heir has not used them yet; its thread may be the one asking).  Under a
+        predefined order nothing is moved (wound-wait would need the heir's
+        position).
+        """
+        lost: set[str] = set()
+        heir.lost = lost  # revocable from now on, before any lock is visible as the heir's
+        if self.ordered:
+            lost.update(items)
+            return
+        table = self.table
+        mine, theirs = txn.locks, heir.locks
+        with self.mutex:
+            for item in items:
+                if item in theirs:
+                    continue  # listed twice
+                rcb = table.get(item)
+                if mine.get(item) != SHARED or rcb is None or rcb.waiters:
+                    lost.add(item)
+                    continue
+                holders = rcb.holders
+                del holders[txn]
+                holders[heir] = SHARED
+                del mine[item]
+                theirs[item] = SHARED
+
+    def resume(self, heir: Transaction) -> set[str]:
+        """End the revocable state of ``heir``'s handed-over locks; the items it lost."""
+        with self.mutex:
+            lost = heir.lost
+            heir.lost = None
+        return lost if lost is not None else set()
 
     def _grant(self, item: str, rcb: RCB) -> None:
         """Grant queued requests from the head while they are compatible (mutex held)."""

@@ -40,7 +40,7 @@ import math
 import os
 import re
 import threading
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -88,6 +88,7 @@ class Transaction:
         "hid",
         "id",
         "locks",
+        "lost",
         "manager",
         "offsets",
         "order",
@@ -113,6 +114,8 @@ class Transaction:
         self.read_only = read_only
         self.state = ACTIVE
         self.locks: dict[str, int] = {}
+        # A successor of commit_and_continue until resumed: the kept items it lost
+        self.lost: set[str] | None = None
         self.waiting: Waiter | None = None
         self.doomed: TransientError | None = None
         self.snapshot_ts: int | None = None
@@ -712,6 +715,67 @@ class TransactionManager:
                     on_retry(exc)
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def commit_and_continue(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """Commit read-only ``txn``; a read-only successor that keeps its reads of ``keep``.
+
+        For a reader that goes on reading the same rows in its next transaction
+        (a continuous query's overlapping windows): the successor begins before
+        ``txn`` commits and its reads of the items ``keep`` lists count as made
+        before that commit, so it need not repeat them to have them protected:
+
+        * ``ss2pl``: ``txn``'s shared locks on them pass to the successor without
+          being released (:meth:`LockManager.hand_over`): the rows cannot change
+          in between.  A lock someone waits for is released instead (the waiter
+          gets it, as it would have).
+        * ``optimistic``: they join the successor's read set as read at the
+          instant before ``txn``'s commit, whose validation found them unchanged
+          since ``txn`` read them; the successor's own validation covers the rest.
+        * other protocols, and any under a predefined order, keep nothing.
+
+        Call :meth:`resume` before the successor's first operation: it says which
+        kept items the successor lost (never held, or taken meanwhile by a
+        conflicting request: a lock handed over stays revocable until then, so
+        work done between the two calls, e.g. an update of a kept row by the same
+        thread, never waits for the successor).  The successor must re-read
+        those.  If the commit fails the successor is aborted and the error raised.
+        """
+        if not txn.read_only:
+            raise TransactionError(
+                f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
+            )
+        heir = self.begin(read_only=True)
+        name = self.protocol.name
+        kept: list[str] = []
+        seen = self.clock
+        try:
+            if name == "ss2pl":
+                self.locks.hand_over(txn, heir, keep)
+            elif name == "optimistic" and not self.ordered:
+                # clock read after the heir's start: its start bounds write-map pruning
+                # at or below ``seen``, so no write after ``seen`` is forgotten
+                kept = list(keep)
+                lost = set(kept).difference(txn.reads)  # never read by txn: not vouched for
+                if lost:
+                    kept = [item for item in kept if item not in lost]
+                heir.lost = lost
+            else:
+                heir.lost = set(keep)
+            txn.commit()
+        except BaseException:
+            heir.abort()
+            raise
+        if kept:
+            heir.reads.update(dict.fromkeys(kept, seen))
+        return heir
+
+    def resume(self, heir: Transaction) -> set[str]:
+        """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""
+        if self.protocol.name == "ss2pl":
+            return self.locks.resume(heir)
+        lost = heir.lost
+        heir.lost = None
+        return lost if lost is not None else set()
+
     # -- snapshots ---------------------------------------------------------------------
 
     def take_snapshot(self, txn: Transaction) -> None:
@@ -824,7 +888,11 @@ class TransactionManager:
         store = self.store
         keep = self._open_snapshots or None
         items: list[str]
-        if txn.deferred:
+        if txn.deferred and not (txn.wset or txn.wappends) and store.wal is None:
+            # nothing written (a reader) and nothing to log: only offsets to publish
+            lsn = store.log_commit(ts, [], [], txn.offsets) if txn.offsets else 0
+            items = []
+        elif txn.deferred:
             appended: list[tuple[Stream, int, Any]] = []
             try:
                 for s, ev in txn.wappends:

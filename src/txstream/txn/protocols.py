@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import gt
 from typing import TYPE_CHECKING, ClassVar
 
 from txstream.errors import UnknownNameError
@@ -170,7 +172,10 @@ class Optimistic(Protocol):
     def begin(self, txn: Transaction) -> None:
         """Writes are buffered until commit; the start time bounds write-map pruning."""
         txn.deferred = True
-        txn.buffers()
+        if txn.read_only:
+            txn.reads = {}  # it cannot write: the shared empty write buffers stay empty
+        else:
+            txn.buffers()
         self._active[txn.id] = self.manager.clock
 
     def before_read(self, txn: Transaction, item: str) -> None:
@@ -190,7 +195,12 @@ class Optimistic(Protocol):
     def validate(self, txn: Transaction) -> None:
         """Fail if an item read was overwritten by a commit since it was read."""
         last = self._last
-        for item, seen in txn.reads.items():
+        reads = txn.reads
+        # one pass in C over the read set (last write, or 0, against the read's clock);
+        # the item is looked for only to name it when the validation fails
+        if not any(map(gt, map(last.get, reads, repeat(0)), reads.values())):
+            return
+        for item, seen in reads.items():
             if last.get(item, 0) > seen:
                 self.validation_failures += 1
                 raise ValidationError(
