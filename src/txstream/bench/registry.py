@@ -18,6 +18,7 @@ EXPERIMENT_MODULES: tuple[str, ...] = (
     "txstream.bench.tm",
     "txstream.bench.windows",
     "txstream.bench.cq",
+    "txstream.bench.cq_spark",
     "txstream.bench.linearroad",
     "txstream.bench.runtime",
 )

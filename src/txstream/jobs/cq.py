@@ -224,6 +224,13 @@ class CQQuery:
         return self._runner.stats
 
     @property
+    def failure(self) -> str | None:
+        """Why the query failed, as one line, or None."""
+        if self._runner.failure is not None:
+            return str(self._runner.failure)
+        return self._handle.failure()
+
+    @property
     def lastProgress(self) -> dict[str, Any] | None:
         """Spark's progress of the last micro-batch."""
         return self._handle.lastProgress
@@ -240,7 +247,8 @@ class CQQuery:
         return self._handle.awaitTermination(timeout)
 
     def stop(self) -> None:
-        """Stop the query."""
+        """Stop the query (a micro-batch being redone stops at its next attempt)."""
+        self._runner.stopping = True
         self._handle.stop()
 
 
@@ -271,6 +279,7 @@ class _Runner:
         self.results: list[Result] = []
         self.stats = CQStats()
         self.failure: TxStreamError | None = None
+        self.stopping = False
         self.plain = cq.strategy == "plain"
         self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
@@ -327,6 +336,8 @@ class _Runner:
         results: list[Result] = []
         attempts = stalled = 0
         while True:
+            if self.stopping:  # stop() while a batch is redone: leave it to the restart
+                raise CQError(f"stopped during batch {b.id}; a restart redoes it")
             attempts += 1
             txn = None if self.plain else self.tm.begin(read_only=True)
             try:
