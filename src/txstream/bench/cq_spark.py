@@ -80,8 +80,11 @@ _WARM: list[bool] = []
 
 
 def _warm_up(out: Path, seed: int) -> None:
-    """Run every mode once on a small input, untimed: the first query of a session
-    pays for Spark's code generation and JIT, which would bias the first point."""
+    """Run every mode once on a small input, untimed.
+
+    The first query of a session pays for Spark's code generation and JIT,
+    which would bias the first point.
+    """
     if _WARM:
         return
     _WARM.append(True)
