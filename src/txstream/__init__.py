@@ -11,10 +11,12 @@ Only :mod:`txstream.spark` imports pyspark, so ``import txstream`` never starts 
 job (tables, inputs, boundary, transaction functions, outputs) that
 ``job.start(checkpoint=...)`` runs on Spark executors and ``job.run_local(...)``
 runs in this process; ``tx.read_output`` and ``tx.read_history`` read what it
-committed.
+committed.  ``tx.SparkCQ`` runs a continuous query whose windows never mix
+table versions, with the join on executors (``docs/cq.md``).
 """
 
 from txstream.errors import NotationError, TransientError, TxStreamError, UnknownNameError
+from txstream.jobs.cq import SparkCQ
 from txstream.spark.runtime import (
     BOUNDARIES,
     Boundary,
@@ -47,6 +49,7 @@ __all__ = [
     "PostgresSink",
     "RuntimeJobError",
     "SchemaError",
+    "SparkCQ",
     "StoreError",
     "StoreLockedError",
     "TransactionAborted",
