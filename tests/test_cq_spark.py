@@ -301,3 +301,25 @@ def test_plain_baseline_reports_mixed_versions_per_row(spark: Any, tmp_path: Pat
     )
     assert time.monotonic() - started < 120
     assert got.results and all(x.consistent for x in got.results)
+
+
+def test_optimistic_that_cannot_keep_up_stops_with_one_line(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """20 rows each rewritten about every 10 ms: no window survives a micro-batch's
+    validation, and the query ends with a one-line error instead of redoing forever."""
+    import txstream.jobs.cq as cq_job
+
+    monkeypatch.setattr(cq_job, "MAX_STALLED", 3)
+    rng = random.Random(5)
+    rows = {k: new_part(rng) for k in range(20)}
+    write_batches(tmp_path / "events", make_batches(rng, 2, 200, 20))
+    tm = load_table("optimistic", dict(rows))
+    up = Updaters(tm, TABLE, range(20), 2_000, new_part, seed=2).start()
+    try:
+        with pytest.raises(CQError) as err:
+            run(query(spark, tmp_path / "events", tm, "optimistic", 5, 2), tmp_path / "cp")
+    finally:
+        up.stop()
+    assert "3 attempts in a row without a window committed" in str(err.value)
+    assert "\n" not in str(err.value)
