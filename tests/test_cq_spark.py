@@ -323,3 +323,17 @@ def test_optimistic_that_cannot_keep_up_stops_with_one_line(
         up.stop()
     assert "3 attempts in a row without a window committed" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_bench_point_measures_a_mode_against_the_same_input(spark: Any, tmp_path: Path) -> None:
+    from txstream.bench.cq_spark import measure, summarize
+
+    rows = []
+    for mode in ("plain", "snapshot"):
+        point = {"mode": mode, "update_rate": 50.0, "window_range": 5, "events": 4_000}
+        got = measure({**point, "batch": 1_000, "seconds": 60.0, "_out": str(tmp_path)}, 0)
+        assert got["finished"] and got["error"] == "" and got["batches"] == 4
+        assert got["results"] > 500 and got["results_per_s"] > 0
+        rows.append({**point, **got})
+    assert rows[1]["consistent_ratio"] == 1.0
+    assert "| 5 | 50 |" in summarize(rows)
