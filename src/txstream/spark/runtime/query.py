@@ -505,7 +505,7 @@ def _init_writer(store_root: str, spec: Any) -> Any:
     """A task that writes its partitions' initial rows of table ``spec``."""
 
     def write_init(batches: Iterator[Any]) -> Iterator[Any]:
-        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow as pa
 
         by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
         for batch in batches:
