@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -283,7 +282,6 @@ class _Runner:
         self.plain = cq.strategy == "plain"
         self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
-        self._lock = threading.Lock()
         self.last_batch, self.next_window, self.carry = self._recover()
 
     # -- durable progress -----------------------------------------------------------------
