@@ -423,16 +423,9 @@ class _Runner:
             if cached is not None and cached[0] == seen:  # nothing committed since
                 pinned.append(cached[1])
                 continue
-            cols: dict[str, list[Any]] = {"__k": [], "__v": [], "__seen": []}
-            cols.update({n: [] for n in join.names})
+            cols = _pin_columns(join)
             for key, version, row in tbl.committed(at):
-                if not isinstance(row, dict):
-                    continue  # not a row of columns (e.g. a counter row): nothing joins it
-                cols["__k"].append(key)
-                cols["__v"].append(version)
-                cols["__seen"].append(max(seen, version))
-                for n in join.names:
-                    cols[n].append(row.get(n))
+                _add_row(cols, join, key, version, max(seen, version), row)
             df = pin(events, self.joins, i, cols)
             self._cache[i] = (seen, df)
             pinned.append(df)
@@ -445,18 +438,10 @@ class _Runner:
         pinned = []
         columns_of: dict[str, list[Any]] = {c: v + carry.get(c, []) for c, v in wanted.items()}
         for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
-            cols: dict[str, list[Any]] = {"__k": [], "__v": [], "__seen": []}
-            cols.update({n: [] for n in join.names})
+            cols = _pin_columns(join)
             for key in dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None):
                 row = txn.read(tbl, key)  # the read lock, held until the commit
-                if not isinstance(row, dict):
-                    continue
-                version = tbl.latest(key)[0]
-                cols["__k"].append(key)
-                cols["__v"].append(version)
-                cols["__seen"].append(self.tm.clock)
-                for n in join.names:
-                    cols[n].append(row.get(n))
+                _add_row(cols, join, key, tbl.latest(key)[0], self.tm.clock, row)
             for n in join.names:
                 columns_of[n] = cols[n]
             self._pinned_at[i] = self.tm.clock  # the locks keep what was read current
@@ -546,6 +531,28 @@ class _Runner:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+
+
+def _pin_columns(join: Join) -> dict[str, list[Any]]:
+    """Empty columns of a join's pinned rows (see :func:`txstream.spark.reference.pin`)."""
+    return {"__k": [], "__v": [], "__seen": [], **{n: [] for n in join.names}}
+
+
+def _add_row(
+    cols: dict[str, list[Any]], join: Join, key: Any, version: int, seen: int, row: Any
+) -> None:
+    """Add one row read for the pin.
+
+    A value that is not a row of columns (a counter row, or None for an absent
+    key) joins nothing and is left out.
+    """
+    if not isinstance(row, dict):
+        return
+    cols["__k"].append(key)
+    cols["__v"].append(version)
+    cols["__seen"].append(seen)
+    for n in join.names:
+        cols[n].append(row.get(n))
 
 
 def _valid_until(tbl: Any, key: Any, version: int, seen: int) -> int:

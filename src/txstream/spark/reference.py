@@ -91,17 +91,13 @@ def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
     the key's type is that of the column it is joined on.  Built over Arrow, so
     shipping a 10,000-row table costs milliseconds.
     """
-    import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import LongType, StructField, StructType
 
     join = joins[i]
     fields = [StructField("__k", _type_of(events, joins[:i], join.on))]
     fields += _parsed(join.schema).fields
     fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
-    struct = StructType(fields)
-    arrow = pa.table({f.name: rows[f.name] for f in fields}, schema=to_arrow_schema(struct))
-    return events.sparkSession.createDataFrame(arrow, struct)
+    return _frame(events, StructType(fields), rows)
 
 
 def key_values(events: Any, columns: Sequence[str]) -> dict[str, list[Any]]:
