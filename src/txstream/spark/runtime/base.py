@@ -87,6 +87,9 @@ _TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
+_BOOLS = ("boolean", "bool")
+
+
 def parse_schema(schema: str) -> dict[str, str]:
     """Parse ``"a string, b long"`` into ``{"a": "string", "b": "long"}``."""
     columns: dict[str, str] = {}
@@ -110,18 +113,16 @@ def check_row(what: str, columns: dict[str, str], row: Row) -> None:
     """Raise :class:`SchemaError` unless ``row`` has exactly ``columns`` with fitting types."""
     if not isinstance(row, dict):
         raise SchemaError(f"{what}: a row is a dict of columns, not {type(row).__name__}")
-    missing = [c for c in columns if c not in row]
-    extra = [c for c in row if c not in columns]
-    if missing or extra:
+    if row.keys() != columns.keys():
+        missing = [c for c in columns if c not in row]
+        extra = [c for c in row if c not in columns]
         raise SchemaError(f"{what}: missing columns {missing}, unknown columns {extra}")
     for name, kind in columns.items():
         value = row[name]
         if value is None:
             continue
-        ok = isinstance(value, _TYPES[kind]) and not (
-            kind != "boolean" and kind != "bool" and isinstance(value, bool)
-        )
-        if not ok:
+        # bool is an int in Python, but not a number column's value.
+        if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
             raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 

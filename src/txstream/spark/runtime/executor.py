@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -202,15 +203,21 @@ class Tx:
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
-        value = self._value(table, key)
-        old = self._state.data.get(table, {}).get(value, {}).get(key)
+        # As hot as read (counters, balances): the same inlined lookups.
+        spec = self._job.tables.get(table) or self._table(table)
+        value = spec.value_of_key(key)
+        if value not in self._allowed:
+            self._check_value(table, value)
+        rows = self._state.data.get(table)
+        part = rows.get(value) if rows is not None else None
+        old = part.get(key) if part is not None else None
         if old is None:
             raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
         if column not in old:
             raise SchemaError(f"increment of {table}: no column {column!r}")
         new = dict(old)
         new[column] = old[column] + by
-        self._put(table, value, key, new)
+        self._put(table, value, key, new, part=part)
         return new[column]
 
     def delete(self, table: str, key: Key) -> None:
@@ -270,12 +277,22 @@ class Tx:
                 f"({sorted(map(canonical, self._allowed))}); declare it in .input(keys=...)"
             )
 
-    def _put(self, table: str, value: Any, key: Any, row: Any, structural: bool = False) -> None:
+    def _put(
+        self,
+        table: str,
+        value: Any,
+        key: Any,
+        row: Any,
+        structural: bool = False,
+        part: dict[Any, Row] | None = None,
+    ) -> None:
+        """Write one row (ABSENT deletes); ``part``: the value's rows, when the caller has them."""
         state = self._state
-        part = state.data.get(table, {}).get(value)
+        if part is None:
+            part = state.data.get(table, {}).get(value)
         old = ABSENT if part is None else part.get(key, ABSENT)
-        self._undo.append((table, value, key, old))
         undo_key = (table, value, key)
+        self._undo.append((table, value, key, old))
         if undo_key not in state.undo:  # the batch's pre-image (state.put, inlined)
             state.undo[undo_key] = old
         if row is ABSENT or not part:
@@ -328,11 +345,12 @@ def _histogram(sent: list[float]) -> dict[str, int]:
     The driver turns them into latencies when the batch commits, the moment the
     effects become visible.
     """
-    counts: dict[str, int] = {}
-    for seconds in sent:
-        bucket = str(int(seconds * 1000))
-        counts[bucket] = counts.get(bucket, 0) + 1
-    return counts
+    counts = Counter(map(_millis, sent))
+    return {str(ms): n for ms, n in counts.items()}
+
+
+def _millis(seconds: float) -> int:
+    return int(seconds * 1000)
 
 
 def latencies(arrivals: dict[str, int], committed_at: float) -> dict[str, int]:
@@ -363,45 +381,69 @@ class GroupRunner:
         self.partitions = partitions
         self.record = job.record_history
         self._emit_seq = 0
+        self.arrival_column: str | None = getattr(arrival, "column", None)
+        """The arrival column when ``arrival`` reads one (floats are then read inline)."""
 
     def run(self, group: Group, abort: set[str]) -> None:
         """Execute ``group`` as one transaction (or record it aborted)."""
-        if group.gid in abort or group.late:
+        if group.late or group.gid in abort:
             reason = group.late or "aborted: it failed in an earlier attempt of this batch"
             self._aborted(group, reason, kind="late" if group.late else "abort")
             return
         history: list[str] | None = [] if self.record else None
         tx = Tx(self.job, self.state, group.gid, history)
         allowed = tx._allowed
-        for event in group.events:
+        events = group.events
+        for event in events:
             allowed.update(event.values)
         tx._partitions = self.partitions
+        handlers = self.job.handlers
         current: Event | None = None
         try:
-            for current in group.events:
+            for current in events:
                 # A keyless event is one fragment per partition: each copy may touch
                 # the rows of the partition it was delivered to, and no others.
-                tx._home = current.pids[0] if not current.values and self.partitions else None
-                self.job.handlers[current.input](tx, current.row)
+                if not current.values and self.partitions:
+                    tx._home = current.pids[0]
+                else:
+                    tx._home = None
+                handlers[current.input](tx, current.row)
         except Exception as exc:
             tx._rollback()
             where = current.position if current is not None else group.gid
             kind = "abort" if isinstance(exc, TransactionAborted) else "error"
             self._aborted(group, f"{type(exc).__name__}: {exc}", kind=kind, where=where)
             return
-        self.outcome.committed += 1
+        outcome = self.outcome
+        outcome.committed += 1
+        order = events[0].order
         if history is not None:
-            self.outcome.txns.append(f"T {group.gid} c {_order_text(group.order)}")
-            self.outcome.history.extend(history)
-        for output, row in tx._emits:
-            row["__order"] = [*group.order, self._emit_seq]
-            self._emit_seq += 1
-            self.outcome.outputs.setdefault(output, []).append(json.dumps(row, default=str))
-        if self.arrival is not None:
-            for event in group.events:
-                sent = self.arrival(event.row)
-                if sent is not None:
-                    self.outcome.sent.append(sent)
+            outcome.txns.append(f"T {group.gid} c {order[0]!r} {order[1]} {order[2]}")
+            outcome.history.extend(history)
+        if tx._emits:
+            outputs = outcome.outputs
+            for output, row in tx._emits:
+                row["__order"] = [*order, self._emit_seq]
+                self._emit_seq += 1
+                lines = outputs.get(output)
+                if lines is None:
+                    lines = outputs[output] = []
+                lines.append(_json_line(row))
+        if self.arrival_column is not None:
+            column, sent = self.arrival_column, outcome.sent
+            for event in events:
+                value = event.row.get(column)
+                if type(value) is float and value - value == 0.0:  # finite, the common case
+                    sent.append(value)
+                else:
+                    seconds = self.arrival(event.row) if self.arrival is not None else None
+                    if seconds is not None:
+                        sent.append(seconds)
+        elif self.arrival is not None:
+            for event in events:
+                seconds = self.arrival(event.row)
+                if seconds is not None:
+                    outcome.sent.append(seconds)
 
     def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
         self.outcome.aborted += 1
@@ -416,6 +458,25 @@ class GroupRunner:
                 "error": reason,
             }
         )
+
+
+def _json_encoder() -> Callable[[Row], str]:
+    """``json.dumps(row, default=str)``, without building an encoder per row."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # no C accelerator (not CPython): the same output, slower
+        return json.JSONEncoder(default=str).encode
+    encode = make(
+        {}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+    )
+
+    def line(row: Row) -> str:
+        return "".join(encode(row, 0))
+
+    return line
+
+
+_json_line = _json_encoder()
+"""An output row as its JSON line (one per emitted row: this is on the hot path)."""
 
 
 def _order_text(order: tuple[float, int, int]) -> str:
@@ -450,13 +511,14 @@ class PartitionExecutor:
         for group in self.job.boundary.groups(batch, events, self.state.meta):
             if len(group.events) == 1 and not self.blocked_all:
                 # The common case, decided without the general bookkeeping below: one
-                # event whose one value lives here and is not deferred.
+                # event whose values all live here and none of them is deferred.
                 e = group.events[0]
+                pids = e.pids
                 if (
                     e.copy
-                    and len(e.values) == 1
-                    and e.pids[0] == pid
-                    and (not self.blocked or e.values[0] not in self.blocked)
+                    and e.values
+                    and pids.count(pid) == len(pids)
+                    and (not self.blocked or self.blocked.isdisjoint(e.values))
                 ):
                     run(group, abort)
                     continue

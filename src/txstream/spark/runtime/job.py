@@ -218,10 +218,9 @@ class Job:
 
     def arrival_fn(self) -> Callable[[Row], float | None] | None:
         """A function giving an event's arrival time (epoch seconds), if declared."""
-        column = self._arrival
-        if column is None:
+        if self._arrival is None:
             return None
-        return lambda row: _seconds(row.get(column))
+        return ArrivalColumn(self._arrival)
 
     def run_local(
         self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path, partitions: int = 2
@@ -255,6 +254,20 @@ class Job:
         from txstream.spark.runtime.query import TxQuery
 
         return TxQuery.start(self, Path(checkpoint), spark, partitions or self._partitions, engine)
+
+
+class ArrivalColumn:
+    """An event's arrival time read from its column ``column`` (epoch seconds), or None.
+
+    A class rather than a closure so that the executor can see the column and
+    read plain floats inline (once per event).
+    """
+
+    def __init__(self, column: str) -> None:
+        self.column = column
+
+    def __call__(self, row: Row) -> float | None:
+        return _seconds(row.get(self.column))
 
 
 def _seconds(value: Any) -> float | None:

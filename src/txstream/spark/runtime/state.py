@@ -322,7 +322,7 @@ class RuntimeStore:
         folder = self.batch_dir(kind, name, batch)
         write_atomic(
             folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}",
-            "".join(line + "\n" for line in lines).encode(),
+            ("\n".join(lines) + "\n" if lines else "").encode(),
         )
 
     def batch_dir(self, kind: str, name: str, batch: int) -> Path:
