@@ -44,16 +44,20 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 _SIMPLE = re.compile(r"[A-Za-z0-9_]+")
 
 
-_ITEMS: dict[tuple[str, Key], str] = {}
+_ITEMS: dict[str, dict[Key, str]] = {}
+"""Item names per table and key: every read and write of a recorded run names one."""
 
 
 def item_name(table: str, key: Key) -> str:
     """The history item of a row: ``table:`` and the key (ints as is, strings prefixed)."""
-    name = _ITEMS.get((table, key))
+    names = _ITEMS.get(table)
+    if names is None:
+        names = _ITEMS[table] = {}
+    name = names.get(key)
     if name is None:
-        if len(_ITEMS) > 1_000_000:
-            _ITEMS.clear()
-        name = _ITEMS[(table, key)] = _item_name(table, key)
+        if len(names) > 1_000_000:
+            names.clear()
+        name = names[key] = _item_name(table, key)
     return name
 
 

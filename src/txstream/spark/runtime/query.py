@@ -645,6 +645,7 @@ def _phase1_outputs(
     bad: list[dict[str, Any]] = []
     placed: dict[Any, int] = {}  # partition_of per value (an event's check, memoised)
     base = ctx.batch << MID_BITS  # see _MID_EXPR
+    values_of = {inp: job.inputs[name].values_of for inp, name in names.items()}
     for batch in batches:
         cols = batch.to_pydict()
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
@@ -662,9 +663,8 @@ def _phase1_outputs(
             mid = base + place
             name = names[inp]
             row = payloads[inp][k]
-            spec = job.inputs[name]
-            values = spec.values_of(row)
-            if pid < 0 or any(p < 0 for p in pids):
+            values = values_of[inp](row)
+            if pid < 0 or (pids and min(pids) < 0):
                 bad.append(
                     {
                         "txn": f"b{ctx.batch}_{mid}",
@@ -675,17 +675,22 @@ def _phase1_outputs(
                     }
                 )
                 continue
-            if values and placed.get(values[0], -1) != pids[0]:
-                placed[values[0]] = partition_of(values[0], partitions)
-            if values and placed[values[0]] != pids[0]:
-                raise RuntimeJobError(
-                    f"{name}#{mid}: Spark and Python place key {values[0]!r} differently; "
-                    "use integer or string key columns"
-                )
+            if values:
+                first = values[0]
+                if placed.get(first, -1) != pids[0]:
+                    placed[first] = partition_of(first, partitions)
+                    if placed[first] != pids[0]:
+                        raise RuntimeJobError(
+                            f"{name}#{mid}: Spark and Python place key {first!r} differently; "
+                            "use integer or string key columns"
+                        )
             order = (float(ordv) if ordv is not None else 0.0, inp, mid)
-            events.setdefault(pid, []).append(
-                Event(order, name, row, values, list(pids) if pids else [pid], copy)
-            )
+            event = Event(order, name, row, values, pids or [pid], copy)
+            evs = events.get(pid)
+            if evs is None:
+                events[pid] = [event]
+            else:
+                evs.append(event)
     out: list[dict[str, Any]] = []
     for pid, evs in sorted(events.items()):
         result = phase1(job, ctx, pid, evs)
