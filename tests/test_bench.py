@@ -220,3 +220,90 @@ def test_cyclic_garbage_of_a_paused_task_is_collected_not_frozen() -> None:
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+def test_nested_pauses_collect_once_at_the_outer_end() -> None:
+    import gc
+    import weakref
+
+    from txstream.spark.runtime.tasks import collector_paused
+
+    class Row(dict[str, object]):
+        pass
+
+    try:
+        with collector_paused():
+            with collector_paused():
+                row = Row()
+                row["self"] = row
+                alive = weakref.ref(row)
+                del row
+            # the inner end neither collected nor froze: the outer one decides
+            assert alive() is not None
+            assert not gc.isenabled()
+        assert alive() is None
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+        gc.enable()
+
+
+def test_runtime_feed_writes_the_rendered_events_stamped_when_sent(tmp_path: Path) -> None:
+    import json
+
+    from txstream.bench.ledger import events
+    from txstream.bench.runtime import _feed, _render
+
+    stream = list(events(50, 100, 10, seed=3))
+    files = _render(stream, chunk=20)
+    assert len(files) == 3
+    for name in ("deposits", "transfers"):
+        (tmp_path / name).mkdir()
+    started: list[float] = []
+    _feed(tmp_path, files, rate=10_000, chunk=20, started=started, first=4)
+    got: dict[str, list[dict[str, Any]]] = {"deposits": [], "transfers": []}
+    for name in got:
+        names = sorted(p.name for p in (tmp_path / name).iterdir())
+        assert names == ["part-000004.json", "part-000005.json", "part-000006.json"]
+        for part in names:
+            got[name] += [
+                json.loads(line)
+                for line in (tmp_path / name / part).read_text().split("\n")
+                if line
+            ]
+    for name in got:
+        sent = [e.pop("sent") for e in got[name]]
+        assert all(isinstance(s, float) and s >= started[0] for s in sent)
+        assert got[name] == [e for n, e in stream if n == name]
+
+
+def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
+    from txstream.bench.runtime import FLOOD, LOAD, summarize
+
+    def row(
+        engine: str, master: str, cross: int, rate: int, tps: int, p99: float
+    ) -> dict[str, Any]:
+        return {
+            "engine": engine,
+            "master": master,
+            "cross_partition_pct": cross,
+            "rate": rate,
+            "txn_per_s": tps,
+            "p99_latency_s": p99,
+            "max_latency_s": p99,
+            "errors": 0,
+        }
+
+    text = summarize(
+        [
+            row("executors", "local[1]", 0, FLOOD, 40_000, 9.0),
+            row("executors", "local[2]", 0, FLOOD, 60_000, 8.0),
+            row("executors", "local[2]", 0, LOAD, 52_000, 1.5),
+            row("executors", "local[2]", 10, FLOOD, 30_000, 9.0),
+            row("driver", "local[2]", 10, FLOOD, 15_000, 9.0),
+        ]
+    )
+    assert "local[2] / local[1] at 0% cross: 1.50x" in text
+    assert "executors / driver engine at 10% cross: 2.00x" in text
+    assert "52,000 txn/s, p99 1.5 s" in text
+    assert "errors in all runs: 0" in text
