@@ -403,10 +403,15 @@ def test_event_time_merge_holds_a_change_that_arrives_ahead_of_the_readings(
 ) -> None:
     # The change to Fahrenheit (high 86) at ts 10 is handed over a batch early,
     # with readings up to ts 5 only; readings 6..12 come in the next batch.
-    readings = [("readings", {"device": "A", "temp": 50.0 if ts < 10 else 80.0, "ts": ts})
-                for ts in range(13)]
-    batches = [[("changes", {"device": "A", "high": 86.0, "ts": 10}), *readings[:6]],
-               readings[6:], [("readings", {"device": "B", "temp": 1.0, "ts": 20})]]
+    readings = [
+        ("readings", {"device": "A", "temp": 50.0 if ts < 10 else 80.0, "ts": ts})
+        for ts in range(13)
+    ]
+    batches = [
+        [("changes", {"device": "A", "high": 86.0, "ts": 10}), *readings[:6]],
+        readings[6:],
+        [("readings", {"device": "B", "temp": 1.0, "ts": 20})],
+    ]
     expected = [{"device": "A", "ts": ts} for ts in range(10)]  # 50 C > 30; 80 F < 86
     specs_job("event-time").run_local(batches, tmp_path / "merged", partitions=2)
     assert tx.read_output(tmp_path / "merged", "alerts") == expected
@@ -427,10 +432,14 @@ def test_event_time_merge_equals_serial_order_by_time_however_sources_split_batc
     import random
 
     rng = random.Random(seed)
-    changes = [{"device": rng.choice("ABC"), "high": float(rng.randrange(20, 90)), "ts": ts}
-               for ts in sorted(rng.sample(range(40), 5))]
-    readings = [{"device": rng.choice("ABC"), "temp": float(rng.randrange(0, 100)), "ts": ts}
-                for ts in range(40)]
+    changes = [
+        {"device": rng.choice("ABC"), "high": float(rng.randrange(20, 90)), "ts": ts}
+        for ts in sorted(rng.sample(range(40), 5))
+    ]
+    readings = [
+        {"device": rng.choice("ABC"), "temp": float(rng.randrange(0, 100)), "ts": ts}
+        for ts in range(40)
+    ]
     # Serial execution by time, changes first at equal times.
     high = dict.fromkeys("ABC", 30.0)
     expected = []
@@ -441,6 +450,7 @@ def test_event_time_merge_equals_serial_order_by_time_however_sources_split_batc
         for r in readings:
             if r["ts"] == ts and r["temp"] > high[r["device"]]:
                 expected.append({"device": r["device"], "ts": ts})
+
     # Each input is split into batches at its own random points, so one runs
     # ahead of the other; an input is quiet only once it has nothing left (the
     # premise of idleBatches=1).
@@ -638,3 +648,22 @@ def test_broadcast_rows_of_a_keyed_input_reach_every_partition_in_order(
 def test_broadcast_needs_keys_to_mean_something() -> None:
     with pytest.raises(tx.TxStreamError, match="broadcast='b' needs keys"):
         tx.Job("j").input("x", None, keys=(), broadcast="b")
+
+
+def test_output_lines_are_json_dumps_of_the_rows() -> None:
+    import datetime
+
+    from txstream.spark.runtime.executor import _json_line
+
+    rows = [
+        {"id": 1, "ok": True, "__order": [1.5, 0, 7, 0]},
+        {"s": 'é\n"', "n": None, "f": float("inf"), "nested": {"a": [1, 2.0]}},
+        {"when": datetime.date(2026, 11, 25)},  # not JSON: as str, like default=str
+    ]
+    for row in rows:
+        assert _json_line(row) == json.dumps(row, default=str)
+    loop: dict[str, object] = {}
+    loop["self"] = loop
+    with pytest.raises(RecursionError):
+        _json_line(loop)
+    assert _json_line({"after": "a failed row"}) == '{"after": "a failed row"}'

@@ -469,8 +469,10 @@ def _json_encoder() -> Callable[[Row], str]:
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator (not CPython): the same output, slower
         return json.JSONEncoder(default=str).encode
+    # No markers dict: one shared by all rows would keep stale ids after a failed
+    # row; a self-referencing row still fails (RecursionError) instead of looping.
     encode = make(
-        {}, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+        None, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
     )
 
     def line(row: Row) -> str:
