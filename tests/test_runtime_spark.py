@@ -74,6 +74,33 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
     assert verdict.holds, verdict.evidence
 
 
+@pytest.mark.parametrize("engine", ["executors", "driver"])
+def test_event_time_merge_orders_inputs_handed_over_unevenly(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    # All deposits arrive in the first micro-batch, the transfers over three: in
+    # batch order the late deposits would run before earlier transfers.
+    stream = list(events(900, 30, 30, seed=5))
+    write_ledger_input(tmp_path / "in", [e for e in stream if e[0] == "transfers"], files=3)
+    write_ledger_input(tmp_path / "dep", [e for e in stream if e[0] == "deposits"], files=1)
+    deposits, transfers = ledger_streams(spark, tmp_path / "in")
+    deposits = (
+        spark.readStream.schema("acct long, amount long, id long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "dep" / "deposits"))
+    )
+    job = ledger_job(deposits, transfers).option("merge", "event-time")
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, engine=engine)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    _, outcomes = serial_oracle(stream)
+    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path / "ckpt", "transfers_done")]
+    assert got == outcomes
+    assert query.recentProgress[0]["held"] > 0
+
+
 def test_spark_and_python_place_keys_alike(spark: Any) -> None:
     rng = random.Random(4)
     ints = [rng.randrange(-(10**12), 10**12) for _ in range(200)]

@@ -34,7 +34,7 @@ from txstream.spark.runtime.local import MID_BITS
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.sinks import deliver
-from txstream.spark.runtime.state import RuntimeStore, write_atomic
+from txstream.spark.runtime.state import PartitionState, RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -44,6 +44,7 @@ from txstream.spark.runtime.tasks import (
     phase1,
     phase2,
     phase3,
+    release,
     run_batch,
 )
 
@@ -92,6 +93,8 @@ class TxQuery:
         self._prev = committed[-1] if committed else -1
         self._tokens = committed_tokens(self.store)
         self._frontier = committed_frontier(self.store)
+        self._held = PartitionState()
+        """The driver engine's events held by the event-time merge (it cannot resume)."""
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -351,6 +354,9 @@ class TxQuery:
             name = names[inp]
             values = self.spec.inputs[name].values_of(row)
             events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
+        upto, self._frontier = self._advance(df)
+        if upto is not None:  # the event-time merge, as on executors (held in memory here)
+            events = release(self._held, events, upto)
         outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
         for name, lines in outcome.outputs.items():
             self.store.write_lines("outputs", name, batch_id, "driver", lines)
@@ -366,6 +372,7 @@ class TxQuery:
             batch_id, {"prev": self._prev, "events": outcome.events, "engine": "driver"}
         )
         stats: dict[str, Any] = outcome.stats()
+        stats["held"] = len(self._held.meta.get("held", ()))
         stats["latency"] = latencies(stats["latency"], time.time())
         return stats
 
