@@ -56,6 +56,10 @@ def _point(engine: str, master: str, cross: int, n: int, rate: int) -> dict[str,
     }
 
 
+SPACING = 1000
+"""Event ids are multiplied by this: the heartbeats take ids between them."""
+HEARTBEAT_S = 0.5
+"""Quiet seconds before the feeder sends a heartbeat while it waits for the last events."""
 CHUNK = 12_000
 """Events per file (each file holds its events of one input)."""
 FILES_PER_BATCH = 6
@@ -167,9 +171,12 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     spark = local_session("bench-runtime", cores=point["cores"], master=point["master"])
     accounts = int(point.get("accounts", ACCOUNTS))
     warmup = int(point.get("warmup", WARMUP))
-    stream = list(
-        events(warmup + point["events"], accounts, point["cross_partition_pct"], point["seed"])
-    )
+    stream = [
+        (name, {**e, "id": e["id"] * SPACING})
+        for name, e in events(
+            warmup + point["events"], accounts, point["cross_partition_pct"], point["seed"]
+        )
+    ]
     chunk = CHUNK
     files = _render(stream, chunk)
     warm_files = -(-warmup // chunk)
@@ -198,6 +205,10 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         )
         .option("arrivalTime", "sent")
         .option("recordHistory", True)
+        # The two inputs are two file sources: one may hand a file over a batch
+        # before the other's file of the same events, and the oracle is serial
+        # execution by id.
+        .option("merge", "event-time")
     )
     partitions = 1 if point["master"] == "local[1]" else 2
     query = job.start(folder, spark=spark, partitions=partitions, engine=point["engine"])
@@ -208,8 +219,24 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         seen.update((p["batchId"], p) for p in query.recentProgress)
         return sum(p["numInputRows"] for p in seen.values())
 
-    def wait_for(count: int) -> None:
-        while committed() < count and query.isActive and time.time() < deadline:
+    beats = 0
+
+    def wait_for(count: int, after: int) -> None:
+        """Wait until ``count`` events are committed, sending heartbeats after id ``after``.
+
+        The event-time merge holds an input's events until the other input has
+        passed them; at the end of a feed only a later event releases them: a
+        heartbeat (a deposit of 0 to account 0, ids between the events').
+        """
+        nonlocal beats
+        sent = 0
+        last = time.time()
+        while committed() < count + beats and query.isActive and time.time() < deadline:
+            if time.time() - last > HEARTBEAT_S and sent < SPACING - 1:
+                sent += 1
+                _heartbeat(feed_dir, after + sent, f"{after}-{sent}")
+                beats += 1
+                last = time.time()
             time.sleep(0.05)
 
     started: list[float] = []
@@ -217,15 +244,17 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         # Warm-up, not timed: the first batches compile Spark's code and load each
         # worker's partition state.  The clock starts with the first file after.
         _feed(feed_dir, files[:warm_files], point["rate"], chunk, [])
-        wait_for(min(len(stream), warm_files * chunk))
+        warm_count = min(len(stream), warm_files * chunk)
+        wait_for(warm_count, stream[warm_count - 1][1]["id"])
+        warm_beats = beats
         timed_from = max(seen, default=-1) + 1
         feeder = threading.Thread(
             target=_feed,
             args=(feed_dir, files[warm_files:], point["rate"], chunk, started, warm_files),
         )
         feeder.start()
-        wait_for(len(stream))
         feeder.join()
+        wait_for(len(stream), stream[-1][1]["id"])
         committed()
         final_balances = _balances(query, job, folder, partitions)
         if query.engine == "driver":
@@ -253,16 +282,25 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     deposited = sum(e["amount"] for n, e in stream if n == "deposits")
     if sum(final_balances.values()) != accounts * OPENING_BALANCE + deposited:
         errors += 1
-    elapsed = max(1e-9, _last_commit_time(folder) - started[0]) if started else 0.0
-    measured = sum(p["numInputRows"] for p in timed)
+    # the batch that committed the last event (heartbeats are released after it, or with it)
+    total_events = len(stream) + warm_beats
+    done_at, cum = None, 0
+    for p in progress:
+        cum += p["numInputRows"]
+        if cum >= total_events:
+            done_at = p["batchId"]
+            break
+    elapsed = max(1e-9, _commit_time(folder, done_at) - started[0]) if started else 0.0
+    measured = len(stream) - warm_count if done_at is not None else 0
     return {
         "txn_per_s": round(measured / elapsed) if elapsed else 0.0,
         "p99_latency_s": _percentile(histogram, 0.99),
         "max_latency_s": _percentile(histogram, 1.0),
         "errors": errors,
         "batches": len(progress),
-        "committed_events": total,
-        "warmup_events": total - measured,
+        "committed_events": total - beats,
+        "warmup_events": warm_count,
+        "heartbeats": beats,
         "deferred": sum(p["deferred"] for p in timed),
         "phase1_s": round(sum(p.get("phase1Ms", 0) for p in timed) / 1000, 1),
         "deferred_phases_s": round(sum(p.get("deferredPhasesMs", 0) for p in timed) / 1000, 1),
@@ -270,9 +308,18 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     }
 
 
-def _last_commit_time(folder: Path) -> float:
-    commits = sorted((folder / "txstream" / "commits").glob("*.json"))
-    return commits[-1].stat().st_mtime if commits else time.time()
+def _commit_time(folder: Path, batch: int | None) -> float:
+    """When batch ``batch`` committed (its commit marker's time); now when it did not."""
+    path = folder / "txstream" / "commits" / f"{batch:012d}.json"
+    return path.stat().st_mtime if batch is not None and path.exists() else time.time()
+
+
+def _heartbeat(folder: Path, event_id: int, tag: str) -> None:
+    """A deposit of 0 to account 0 with id ``event_id``: releases what the merge holds."""
+    line = json.dumps({"acct": 0, "amount": 0, "id": event_id, "sent": None}) + "\n"
+    tmp = folder / "staging" / f"beat-{tag}.json"
+    tmp.write_text(line)
+    os.replace(tmp, folder / "deposits" / f"beat-{tag}.json")
 
 
 def _balances(query: Any, job: Any, folder: Path, partitions: int) -> dict[int, int]:
