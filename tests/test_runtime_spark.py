@@ -101,6 +101,29 @@ def test_event_time_merge_orders_inputs_handed_over_unevenly(
     assert query.recentProgress[0]["held"] > 0
 
 
+def test_held_events_run_when_their_partition_gets_nothing_new(spark: Any, tmp_path: Path) -> None:
+    # Batch 0: every deposit, and the transfers up to id 150: the later deposits are
+    # held on both partitions.  Batch 1: one transfer between accounts of partition
+    # 0 releases them all; partition 1 gets no event but must run its held ones.
+    stream = [e for e in events(300, 30, 0, seed=8) if e[0] == "deposits" or e[1]["id"] < 150]
+    home = [a for a in range(30) if partition_of(a, 2) == 0]
+    last = ("transfers", {"src": home[0], "dst": home[1], "amount": 1, "id": 10_000})
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    path = tmp_path / "in" / "transfers" / "part-0001.json"
+    path.write_text(json.dumps(last[1]) + "\n")
+    os.utime(path, (1_700_000_100, 1_700_000_100))
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("merge", "event-time")
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, partitions=2)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    progress = query.recentProgress
+    assert len(progress) == 2 and progress[0]["held"] > 0
+    assert sum(p["numInputRows"] for p in progress) == len(stream) + 1
+    assert progress[1]["held"] == 0
+
+
 def test_spark_and_python_place_keys_alike(spark: Any) -> None:
     rng = random.Random(4)
     ints = [rng.randrange(-(10**12), 10**12) for _ in range(200)]

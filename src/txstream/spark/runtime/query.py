@@ -698,6 +698,13 @@ def _phase1_outputs(
                 events[pid] = [event]
             else:
                 evs.append(event)
+    if ctx.release_upto is not None:
+        # Under the event-time merge a partition may hold events of earlier batches:
+        # it runs even when this batch brought it nothing, or they would wait for
+        # the next event of one of its keys (forever, at the end of a stream).
+        own = _task_partition()  # Spark partition q holds partition q (see _routes)
+        if own is not None and own < partitions and own not in events:
+            events[own] = []
     out: list[dict[str, Any]] = []
     for pid, evs in sorted(events.items()):
         result = phase1(job, ctx, pid, evs)
@@ -721,6 +728,14 @@ def _phase1_outputs(
         }
         out.append(_out("stats", -1, {"stats": stats, "pid": -1, "shipped": False}))
     return out
+
+
+def _task_partition() -> int | None:
+    """The Spark partition this task runs (None outside a Spark task)."""
+    from pyspark import TaskContext
+
+    task = TaskContext.get()
+    return None if task is None else int(task.partitionId())
 
 
 def _phase2_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:
