@@ -412,3 +412,231 @@ def test_two_tables_joined_in_a_chain(spark: Any, tmp_path: Path) -> None:
         assert [(x.window, x.lwm, round(x.value, 9)) for x in got.results] == want, strategy
         assert all(x.consistent for x in got.results), strategy
         assert {t for x in got.results for t in x.tables()} == {"parts", "cats"}
+
+
+# -- time-based windows ---------------------------------------------------------------------
+
+TIMED_SCHEMA = "id LONG, part LONG, qty LONG, ts LONG"
+
+
+def timed_batches(
+    rng: random.Random, sizes: list[int], parts: int, steps: tuple[float, ...] = (0, 1, 1, 2)
+) -> list[list[dict[str, Any]]]:
+    """Events with a non-decreasing time ``ts`` (ties, steps and gaps drawn from ``steps``)."""
+    ids, t = iter(range(sum(sizes))), 3 * steps[-1]
+    out = []
+    for n in sizes:
+        batch = []
+        for _ in range(n):
+            t += rng.choice(steps)
+            batch.append({"id": next(ids), "part": rng.randrange(parts), "qty": 1, "ts": t})
+        out.append(batch)
+    return out
+
+
+def write_timed(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
+    folder.mkdir(exist_ok=True)
+    for f, events in enumerate(batches):
+        path = folder / f"e{f:04d}.csv"
+        path.write_text("".join(f"{e['id']},{e['part']},{e['qty']},{e['ts']}\n" for e in events))
+        os.utime(path, (1_000_000 + f, 1_000_000 + f))
+
+
+def timed_query(
+    spark: Any, folder: Path, tm: Any, strategy: str, agg: str, r: int, s: int, schema: str
+) -> SparkCQ:
+    from txstream.spark.sources import csv_files
+
+    stream = csv_files(spark, folder, schema, max_files_per_trigger=1)
+    return (
+        SparkCQ("timed", tm, strategy)
+        .stream(stream, order="id")
+        .join(TABLE, on="part", schema="price long")
+        .where("price <= 50")
+        .window(agg, "price", r=r, s=s, time="ts")
+    )
+
+
+def timed_oracle(
+    rows: dict[int, Any], batches: list[list[dict[str, Any]]], agg: str, r: int, s: int, seed: int
+) -> list[tuple[int, int, float | None]]:
+    """CQEngine with a time-based WindowAgg, fed the same micro-batches and updates."""
+    from txstream.cq import RefJoin, Select, Source, WindowAgg
+
+    src = Source("events", ("id", "part", "qty", "ts"))
+    cheap = Select("cheap", RefJoin("j", src, TABLE, "part"), lambda v: v["price"] <= 50)
+    tree = WindowAgg("w", cheap, agg, "price", r, s, time_column="ts")
+    tm = load_table("snapshot", dict(rows))
+    engine = CQEngine(tree, tm, "snapshot", {TABLE: COLUMNS})
+    update = price_setter(tm, sorted(rows), seed)
+    out = []
+    for b, events in enumerate(batches):
+        out += [(x.window, x.lwm, _rounded(x.value)) for x in engine.feed(events)]
+        update(b)
+    return out
+
+
+def _rounded(value: Any) -> float | None:
+    return None if value is None else round(value, 9)
+
+
+def _timed(results: list[Any]) -> list[tuple[int, int, float | None]]:
+    return [(x.window, x.lwm, _rounded(x.value)) for x in results]
+
+
+def test_time_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
+    """Time windows over several micro-batches, the table rewritten between them: every
+    strategy equals CQEngine's time-based WindowAgg, plain mixes versions."""
+    rng = random.Random(21)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
+    batches = timed_batches(rng, [9, 7, 10, 8, 9], 12)  # parts 10, 11: absent reads
+    write_timed(tmp_path / "events", batches)
+    r, s = 6, 2
+    want = timed_oracle(rows, batches, "avg", r, s, seed=1)
+    assert len(want) > 5
+
+    for strategy in MODES:
+        tm = load_table("naive" if strategy == "plain" else strategy, dict(rows))
+        got = run(
+            timed_query(spark, tmp_path / "events", tm, strategy, "avg", r, s, TIMED_SCHEMA),
+            tmp_path / f"cp-{strategy}",
+            after_batch=price_setter(tm, sorted(rows), 1),
+        )
+        if strategy == "plain":
+            assert any(not x.consistent for x in got.results)
+            continue
+        assert _timed(got.results) == want, strategy
+        assert all(x.consistent for x in got.results), strategy
+        assert all(len(v) == 1 for x in got.results for v in x.rows().values())
+
+
+def test_time_windows_over_gaps_are_emitted_empty(spark: Any, tmp_path: Path) -> None:
+    """Gaps in time (inside a batch and between batches) give empty windows, as CQEngine's."""
+    rng = random.Random(8)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(6)}
+    batches = timed_batches(rng, [6, 5, 6, 4], 7, steps=(0, 0.5, 1.5, 11.5))
+    write_timed(tmp_path / "events", batches)
+    schema = TIMED_SCHEMA.replace("ts LONG", "ts DOUBLE")
+    for strategy, agg in (("snapshot", "avg"), ("optimistic", "count")):
+        r, s = 4, 3
+        want = timed_oracle(rows, batches, agg, r, s, seed=2)
+        empty = 0.0 if agg == "count" else None
+        assert any(v == empty for _, _, v in want), agg
+        tm = load_table(strategy, dict(rows))
+        got = run(
+            timed_query(spark, tmp_path / "events", tm, strategy, agg, r, s, schema),
+            tmp_path / f"cp-{strategy}",
+            after_batch=price_setter(tm, sorted(rows), 2),
+        )
+        assert _timed(got.results) == want, strategy
+        assert all(x.consistent for x in got.results), strategy
+
+
+def test_time_windows_restart_exactly_once(spark: Any, tmp_path: Path) -> None:
+    rng = random.Random(13)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(8)}
+    batches = timed_batches(rng, [8, 8, 8, 8, 8], 8)
+    r, s = 5, 2
+    want = timed_oracle(rows, batches, "sum", r, s, seed=4)
+    tm = load_table("snapshot", dict(rows))
+    update = price_setter(tm, sorted(rows), 4)
+    folder, cp, out = tmp_path / "events", tmp_path / "cp", tmp_path / "out"
+    write_timed(folder, batches[:3])
+
+    def q() -> SparkCQ:
+        return timed_query(spark, folder, tm, "snapshot", "sum", r, s, TIMED_SCHEMA)
+
+    first = run(q(), cp, output=out, after_batch=update)
+    assert first.stats.batches == 3
+    (cp / "spark" / "commits" / "2").unlink()  # txstream saved batch 2, Spark did not
+    write_timed(folder, batches)
+    second = run(q(), cp, output=out, after_batch=update)
+    assert 2 in second.stats.skipped
+    got = [(x["window"], x["lwm"], _rounded(x["value"])) for x in read_results(out)]
+    assert got == want
+    assert all(x["consistent"] for x in read_results(out))
+
+
+def test_bad_time_windows_fail_in_one_line(spark: Any) -> None:
+    df = spark.createDataFrame([(1, 2, 3, "x")], "id LONG, part LONG, qty LONG, s STRING")
+    tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})
+
+    def window(**kw: Any) -> Any:
+        q = SparkCQ("q", tm).stream(df, "id").join(TABLE, "part", "price long")
+        return q.window("avg", "price", **kw)
+
+    for kw, message in (
+        ({"r": 5, "time": "ts"}, "time column 'ts' is not a column of the stream"),
+        ({"r": 5, "time": "price"}, "time column 'price' is not a column of the stream"),
+        ({"r": 5, "time": "s"}, "time column 's' is string, not a number"),
+        ({"r": 5, "s": 6, "time": "qty"}, "0 < slide <= range"),
+        ({"r": 0, "time": "qty"}, "0 < slide <= range"),
+    ):
+        with pytest.raises(CQError) as err:
+            window(**kw)
+        assert message in str(err.value) and "\n" not in str(err.value), kw
+
+
+def test_optimistic_time_windows_redo_from_the_first_invalid_window(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A row changes while a micro-batch's windows are evaluated: the windows before the
+    first that read it commit, that one and the later ones are redone under the new row,
+    numbered from t0 as before; each value equals the windows' definition under the
+    state it committed in."""
+    import txstream.jobs.cq as cq_job
+
+    rng = random.Random(17)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(6)}
+    batches = timed_batches(rng, [6, 14, 6], 6)
+    write_timed(tmp_path / "events", batches)
+    r, s = 3, 1
+    want = timed_oracle(rows, batches, "avg", r, s, seed=5)
+    tm = load_table("optimistic", dict(rows))
+    check = load_table("snapshot", dict(rows))  # the same updates: each batch's state
+    states, check_update = [], price_setter(check, sorted(rows), 5)
+    for b in range(len(batches)):
+        states.append({k: v for k, v in check.table(TABLE).rows().items() if k != "__version__"})
+        check_update(b)
+    changed: dict[str, Any] = {}
+    done: list[int] = []  # results emitted by the end of each batch
+    got_results: list[Any] = []
+    real = cq_job.evaluate
+
+    def evaluate(*args: Any, **kw: Any) -> Any:
+        out = real(*args, **kw)
+        if not changed and len(out.windows) >= 3:  # change a row the first window did not read
+            read_first = {key for key, _, _ in out.windows[0]["reads"][0]}
+            later = [key for w in out.windows[1:] for key, _, _ in w["reads"][0]]
+            key = next((k for k in later if k not in read_first and k in rows), None)
+            if key is not None:
+                with tm.begin() as t:
+                    t.put(TABLE, key, {"price": 7, "cat": 0})
+                changed.update(key=key, first=kw["first"], batch=len(done))
+        return out
+
+    monkeypatch.setattr(cq_job, "evaluate", evaluate)
+    update = price_setter(tm, sorted(rows), 5)
+    got = run(
+        timed_query(spark, tmp_path / "events", tm, "optimistic", "avg", r, s, TIMED_SCHEMA),
+        tmp_path / "cp",
+        after_batch=lambda b: (done.append(len(got_results)), update(b)),
+        on_result=lambda x: got_results.append(x),
+    )
+    assert changed and got.stats.redos >= 1
+    assert all(x.consistent for x in got.results)
+    assert [(w, lwm) for w, lwm, _ in _timed(got.results)] == [(w, lwm) for w, lwm, _ in want]
+    # the value of each window under the state it committed in
+    events = [e for batch in batches for e in batch]
+    t0, key = events[0]["ts"], changed["key"]
+    redone = False
+    for x in got.results:
+        b = next(i for i, n in enumerate(done) if x.window < n)
+        span = [e for e in events if t0 + x.window * s <= e["ts"] < t0 + x.window * s + r]
+        state = dict(states[b])
+        if b == changed["batch"] and (redone or any(e["part"] == key for e in span)):
+            state[key], redone = {"price": 7, "cat": 0}, True
+        prices = [state[e["part"]]["price"] for e in span if e["part"] in state]
+        prices = [p for p in prices if p <= 50]
+        assert _rounded(x.value) == (_rounded(sum(prices) / len(prices)) if prices else None)
+    assert redone

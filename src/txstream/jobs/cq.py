@@ -3,8 +3,8 @@
 Spark users' most common complaint about stream-static joins: a window that
 spans micro-batches mixes the versions of a reference table that another
 system updates in between.  :class:`SparkCQ` runs the query shape users write
-(a stream, equi-joins with txstream tables, a selection, a count-based window
-aggregate) as a Structured Streaming query whose joins and windows run on the
+(a stream, equi-joins with txstream tables, a selection, a count- or
+time-based window aggregate) as a Structured Streaming query whose joins and windows run on the
 executors (``txstream.spark.reference``), while txstream decides, per
 micro-batch, which table version the executors see and whether the windows
 they produce commit (Oyamada et al., SAC 2013):
@@ -28,7 +28,7 @@ which all of them were the committed versions (``Result.state``), judged per
 row when it leaves the commit operator, so an inconsistent window is seen as
 such whatever the strategy.  The tables live in a transaction manager this
 process owns; updates come through it (other threads, or the owner applying
-another input).  The carry and the window count are saved next to Spark's
+another input).  The carry, the window count (and a time window's ``t0``) are saved next to Spark's
 checkpoint after every batch, so a restarted query goes on where it stopped and
 a replayed batch id is skipped; with ``output=`` every batch's results are
 also written once, to ``<output>/batch-<id>.jsonl``.
@@ -52,9 +52,11 @@ from txstream.spark.reference import (
     CountWindow,
     Evaluated,
     Join,
+    TimeWindow,
     ddl_names,
     evaluate,
     key_values,
+    numeric,
     pin,
 )
 from txstream.spark.sql import literal, where
@@ -94,6 +96,9 @@ class SparkCQ:
                  .window("avg", "price", r=5, s=2)
                  .start(checkpoint="ckpt/cq"))
 
+    ``.window("avg", "price", r=60, s=20, time="ts")`` makes the windows
+    time-based (60 units of the stream's ``ts`` column, sliding by 20).
+
     ``tm`` owns the tables (``make_manager(strategy)`` gives one with the
     protocol the strategy needs); ``strategy`` is one of :data:`MODES`.
     """
@@ -115,7 +120,7 @@ class SparkCQ:
         self._order = ""
         self._joins: list[Join] = []
         self._condition: str | None = None
-        self._window: CountWindow | None = None
+        self._window: CountWindow | TimeWindow | None = None
 
     def stream(self, df: Any, order: str) -> SparkCQ:
         """The input: a streaming DataFrame and its arrival-order column (unique, increasing)."""
@@ -152,21 +157,49 @@ class SparkCQ:
         return self
 
     def window(
-        self, aggregate: str, column: str | None = None, *, r: int, s: int | None = None
+        self,
+        aggregate: str,
+        column: str | None = None,
+        *,
+        r: float,
+        s: float | None = None,
+        time: str | None = None,
     ) -> SparkCQ:
-        """The commit operator: ``aggregate`` of ``column`` over count-based windows (r, s)."""
+        """The commit operator: ``aggregate`` of ``column`` over windows of range r, slide s.
+
+        Count-based (r and s count selected events) by default; with ``time`` (a
+        numeric stream column, non-decreasing in the order column) time-based:
+        window k holds the events whose ``time`` lies in ``[t0 + k*s, t0 + k*s + r)``,
+        ``t0`` being the first event's time, and every window is emitted, empty
+        ones included (count 0, the other aggregates None).
+        """
         if aggregate not in AGGREGATES:
             raise CQError(f"unknown aggregate {aggregate!r}; choose one of {', '.join(AGGREGATES)}")
         s = r if s is None else s
-        if not (isinstance(r, int) and isinstance(s, int) and 1 <= s <= r):
-            raise CQError(
-                f"window needs whole numbers 1 <= slide <= range; got range {r}, slide {s}"
-            )
         if aggregate != "count" and column not in self._columns():
             raise CQError(
                 f"window column {column!r} is not a column ({', '.join(self._columns())})"
             )
-        self._window = CountWindow(r, s, aggregate, column)
+        if time is None:
+            if not (isinstance(r, int) and isinstance(s, int) and 1 <= s <= r):
+                raise CQError(
+                    f"window needs whole numbers 1 <= slide <= range; got range {r}, slide {s}"
+                )
+            self._window = CountWindow(r, s, aggregate, column)
+            return self
+        stream = list(self._stream.columns) if self._stream is not None else []
+        if time not in stream:
+            raise CQError(
+                f"window time column {time!r} is not a column of the stream ({', '.join(stream)})"
+            )
+        if not numeric(self._stream, time):
+            kind = self._stream.schema[time].dataType.simpleString()
+            raise CQError(f"window time column {time!r} is {kind}, not a number")
+        if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (r, s)) or not (
+            0 < s <= r
+        ):
+            raise CQError(f"time window needs numbers 0 < slide <= range; got range {r}, slide {s}")
+        self._window = TimeWindow(r, s, aggregate, column, time)
         return self
 
     def _columns(self) -> list[str]:
@@ -282,6 +315,7 @@ class _Runner:
         self.plain = cq.strategy == "plain"
         self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
+        self.t0: float | None = None  # time-based windows: the first event's time
         self.last_batch, self.next_window, self.carry = self._recover()
 
     # -- durable progress -----------------------------------------------------------------
@@ -294,6 +328,7 @@ class _Runner:
         batch, path = saved[-1]
         try:
             state = json.loads(path.read_text())
+            self.t0 = state.get("t0")
             return batch, int(state["next_window"]), dict(state["carry"])
         except (OSError, ValueError, KeyError) as exc:
             raise CQError(
@@ -304,7 +339,7 @@ class _Runner:
         path = self.state_dir / f"state-{batch}.json"
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            json.dump({"next_window": self.next_window, "carry": carry}, f)
+            json.dump({"next_window": self.next_window, "t0": self.t0, "carry": carry}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -349,7 +384,10 @@ class _Runner:
                     self.cq._condition,
                     self.window,
                     rejoin=not self.plain,
+                    first=self.next_window + len(results),
+                    t0=self.t0,
                 )
+                self.t0 = out.t0 if isinstance(self.window, TimeWindow) else None
                 got = self._results(out, txn, attempts, self.next_window + len(results))
                 if txn is None:
                     results += got

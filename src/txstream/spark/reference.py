@@ -1,4 +1,4 @@
-"""Count-based windows over stream-table joins, evaluated on executors against pinned rows.
+"""Count- and time-based windows over stream-table joins, on executors against pinned rows.
 
 The Spark half of a consistent continuous query (``txstream.jobs.cq`` is the
 other half, which decides *which* table version the rows are and whether the
@@ -21,7 +21,12 @@ windows they produce commit).  For one micro-batch:
 Window semantics (Oyamada et al., as :class:`txstream.cq.CQEngine` runs them):
 window ``n`` starts at a raw event (its LWM) and holds the first ``r`` selected
 events from there; the next window starts at the ``s``-th selected event of
-window ``n`` (``s < r``) or right after its last event (``s == r``).
+window ``n`` (``s < r``) or right after its last event (``s == r``).  A
+time-based window ``k`` (:class:`TimeWindow`) spans the raw events whose time
+lies in ``[t0 + k*s, t0 + k*s + r)``, ``t0`` being the first event's time; it
+is complete once an event at or after its end has arrived, is emitted even when
+empty, aggregates its selected events and reads what all its events read; its
+LWM is its first event's order value (an empty window's: the next event's).
 
 With ``rejoin=True`` the carried events are raw and are joined again with this
 batch's pinned rows (a window never mixes versions).  With ``rejoin=False``
@@ -66,17 +71,36 @@ class CountWindow:
     column: str | None  # None for count
 
 
+@dataclass(frozen=True)
+class TimeWindow:
+    """Time-based window: range ``r`` and slide ``s`` (0 < s <= r) in units of column ``time``.
+
+    Window ``k`` holds the events whose ``time`` lies in ``[t0 + k*s, t0 + k*s + r)``,
+    ``t0`` being the first event's time (``time`` is a stream column, non-decreasing
+    in the order column).
+    """
+
+    r: float
+    s: float
+    aggregate: str
+    column: str | None  # None for count
+    time: str
+
+
 @dataclass
 class Evaluated:
     """What one evaluation brought back to the driver."""
 
     windows: list[dict[str, Any]] = field(default_factory=list)
-    """Complete windows in order: ``window`` (0-based within the batch), ``value``,
+    """Complete windows in order: ``window`` (0-based within the batch; time-based:
+    counted from ``first``), ``value``,
     ``lwm`` (order value of its first event), ``reads``: one list per join of
     ``(key, version, seen)``; an absent row's read is ``(key, 0, None)``: it had
     no pinned row, the caller knows when it pinned."""
     carry: Columns = field(default_factory=dict)
     """The events the next window needs, by column (raw, or joined without ``rejoin``)."""
+    t0: float | None = None
+    """Time-based windows: the first event's time (None while no event has come)."""
 
 
 def ddl_names(schema: str) -> tuple[str, ...]:
@@ -98,6 +122,13 @@ def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
     fields += _parsed(join.schema).fields
     fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
     return _frame(events, StructType(fields), rows)
+
+
+def numeric(events: Any, column: str) -> bool:
+    """Whether ``column`` of the stream has a numeric Spark type."""
+    from pyspark.sql.types import NumericType
+
+    return isinstance(events.schema[column].dataType, NumericType)
 
 
 def key_values(events: Any, columns: Sequence[str]) -> dict[str, list[Any]]:
@@ -150,32 +181,29 @@ def evaluate(
     joins: Sequence[Join],
     order: str,
     condition: str | None,
-    window: CountWindow,
+    window: CountWindow | TimeWindow,
     rejoin: bool,
+    *,
+    first: int = 0,
+    t0: float | None = None,
 ) -> Evaluated:
     """Join, select and window the events on executors; bring back complete windows and carry.
 
     ``events``: this batch's events (a DataFrame); ``carry``: the events carried
     from earlier batches, by column (raw when ``rejoin``, else joined, as
     :attr:`Evaluated.carry` gave them); ``pinned``: one DataFrame per join from
-    :func:`pin`.
+    :func:`pin`.  Time-based windows only: ``first`` is the number of the first
+    window not emitted yet (window numbers count from ``t0``, the first event's
+    time, None before any event: then this batch's first event gives it).
     """
-    from pyspark.sql import functions as F
-
-    raw_columns = list(events.columns)
-    has_carry = bool(carry) and bool(next(iter(carry.values())))
-    if rejoin and has_carry:
-        events = events.unionByName(_frame(events, events.schema, carry))
-    joined = events
-    for i, rows in enumerate(pinned):
-        on = joins[i].on
-        joined = joined.join(F.broadcast(_suffixed(rows, i)), F.col(on) == F.col(f"__k{i}"), "left")
-        joined = joined.drop(f"__k{i}")
-    joined_columns = list(joined.columns)
-    if not rejoin and has_carry:
-        joined = joined.unionByName(_frame(events, joined.schema, carry))
+    joined, raw_columns, joined_columns = _joined(events, carry, pinned, joins, rejoin)
+    keep_columns = raw_columns if rejoin else joined_columns
     present = " AND ".join(f"__v{i} IS NOT NULL" for i in range(len(joins))) or "TRUE"
     selected = f"({present})" + (f" AND ({condition})" if condition else "")
+    if isinstance(window, TimeWindow):
+        return _evaluate_time(
+            events, joined, selected, joins, order, window, keep_columns, first, t0
+        )
     r, s = window.r, window.s
     ordered = f"ORDER BY `{order}` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
     p = joined.selectExpr(
@@ -193,15 +221,57 @@ def evaluate(
     hi = f"least({k} - 1, CAST(if(__sel OR __c > 0, floor((__c - 1) / {s}), 0) AS BIGINT))"
     keep_unselected = f"__c >= {k} * {s} + {1 if s < r else 0}"
     kept = f"{k} = 0 OR if(__sel, __c - 1 >= {k} * {s}, {keep_unselected})"
-    keep_columns = raw_columns if rejoin else joined_columns
     w = p.selectExpr(
         "*",
         f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
         f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
+    got = _grouped(w, joins, order, window, keep_columns)
+    out = Evaluated(carry={c: [] for c in keep_columns})
+    for row in got:
+        if row["__w"] < 0:
+            out.carry = _carried(row, order, keep_columns)
+            continue
+        out.windows.append(_window(row, int(row["__w"]), len(joins)))
+    return out
+
+
+def _joined(
+    events: Any, carry: Columns, pinned: Sequence[Any], joins: Sequence[Join], rejoin: bool
+) -> tuple[Any, list[str], list[str]]:
+    """The events (after the carried ones) joined with the pinned rows, and the column names."""
+    from pyspark.sql import functions as F
+
+    raw_columns = list(events.columns)
+    has_carry = bool(carry) and bool(next(iter(carry.values())))
+    if rejoin and has_carry:
+        events = events.unionByName(_frame(events, events.schema, carry))
+    joined = events
+    for i, rows in enumerate(pinned):
+        on = joins[i].on
+        joined = joined.join(F.broadcast(_suffixed(rows, i)), F.col(on) == F.col(f"__k{i}"), "left")
+        joined = joined.drop(f"__k{i}")
+    joined_columns = list(joined.columns)
+    if not rejoin and has_carry:
+        joined = joined.unionByName(_frame(events, joined.schema, carry))
+    return joined, raw_columns, joined_columns
+
+
+def _grouped(
+    w: Any,
+    joins: Sequence[Join],
+    order: str,
+    window: CountWindow | TimeWindow,
+    keep_columns: Sequence[str],
+    extra: Sequence[Any] = (),
+) -> list[dict[str, Any]]:
+    """One row per window id ``__w`` (-1: the carry), in window order (one Spark job)."""
+    from pyspark.sql import functions as F
+
     aggs = [
         F.expr(f"min(`{order}`)").alias("lwm"),
         F.expr(_aggregate(window)).alias("value"),
+        *extra,
     ]
     for i, join in enumerate(joins):
         aggs.append(
@@ -212,20 +282,95 @@ def evaluate(
         )
     inner = ", ".join(f"`{c}`" for c in keep_columns)
     aggs.append(F.expr(f"collect_list(if(__w < 0, struct({inner}), NULL))").alias("carry"))
-    table = w.groupBy("__w").agg(*aggs).toArrow()
-    out = Evaluated(carry={c: [] for c in keep_columns})
-    got = table.to_pylist()
+    got: list[dict[str, Any]] = w.groupBy("__w").agg(*aggs).toArrow().to_pylist()
     got.sort(key=lambda row: int(row["__w"]))
+    return got
+
+
+def _carried(row: dict[str, Any], order: str, keep_columns: Sequence[str]) -> Columns:
+    """The carry group's events by column, in order."""
+    rows = sorted(row["carry"], key=lambda e: e[order])
+    return {c: [e[c] for e in rows] for c in keep_columns}
+
+
+def _window(row: dict[str, Any], number: int, joins: int) -> dict[str, Any]:
+    """One complete window as :attr:`Evaluated.windows` holds it."""
+    # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
+    reads = [[(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(joins)]
+    return {"window": number, "value": row["value"], "lwm": row["lwm"], "reads": reads}
+
+
+def _evaluate_time(
+    events: Any,
+    joined: Any,
+    selected: str,
+    joins: Sequence[Join],
+    order: str,
+    window: TimeWindow,
+    keep_columns: Sequence[str],
+    first: int,
+    t0: float | None,
+) -> Evaluated:
+    """Time-based windows: window k holds the events whose time lies in [t0 + k*s, t0 + k*s + r).
+
+    Window k is complete once an event at or after its end has arrived; the
+    latest event is always carried (s <= r), so the latest time seen is that of
+    the events at hand.  Every window from ``first`` up to the last complete one
+    is emitted, empty ones included; the carry is every event of a window not
+    complete yet.
+    """
+    from pyspark.sql import functions as F
+
+    time = f"`{window.time}`"
+    out = Evaluated(carry={c: [] for c in keep_columns}, t0=t0)
+    if t0 is None:  # the query's first events: the first one's time is t0 (time follows order)
+        row = events.selectExpr(f"min_by({time}, `{order}`) AS t0").toArrow().to_pylist()[0]
+        if row["t0"] is None:
+            return out
+        t0 = out.t0 = row["t0"]
+    r, s = window.r, window.s
+    start = f"CAST({t0!r} AS DOUBLE)"
+    d = f"(CAST({time} AS DOUBLE) - {start})"
+    p = joined.selectExpr(
+        "*",
+        f"coalesce({selected}, FALSE) AS __sel",
+        f"max(CAST({time} AS DOUBLE)) OVER () AS __last",
+    ).selectExpr(
+        "*",
+        # complete windows: 0 .. __K - 1 (an event at or after the end of each has arrived)
+        f"if(__last - {start} >= {r}, CAST(floor((__last - {start} - {r}) / {s}) AS BIGINT) + 1, "
+        "CAST(0 AS BIGINT)) AS __K",
+        f"CAST(floor({d} / {s}) AS BIGINT) AS __hi",
+        f"greatest(CAST({first} AS BIGINT), CAST(floor(({d} - {r}) / {s}) AS BIGINT) + 1) AS __lo",
+    )
+    w = p.selectExpr(
+        "*",
+        "explode(concat(if(__lo <= least(__hi, __K - 1), sequence(__lo, least(__hi, __K - 1)), "
+        "array()), if(__hi >= __K, array(CAST(-1 AS BIGINT)), array()))) AS __w",
+    )
+    got = _grouped(w, joins, order, window, keep_columns, [F.expr("max(__K)").alias("K")])
+    found: dict[int, dict[str, Any]] = {}
+    complete = first
     for row in got:
+        complete = max(complete, int(row["K"]))
         if row["__w"] < 0:
-            rows = sorted(row["carry"], key=lambda e: e[order])
-            out.carry = {c: [e[c] for e in rows] for c in keep_columns}
+            out.carry = _carried(row, order, keep_columns)
+        else:
+            found[int(row["__w"])] = row
+    # an empty window's LWM: the first event from its start on (a later window's, or carried)
+    later = out.carry[order][0] if out.carry.get(order) else None
+    windows: list[dict[str, Any]] = []
+    for k in range(complete - 1, first - 1, -1):
+        row = found.get(k)
+        if row is None:
+            empty = 0.0 if window.aggregate == "count" else None
+            windows.append(
+                {"window": k - first, "value": empty, "lwm": later, "reads": [[] for _ in joins]}
+            )
             continue
-        # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
-        reads = [[(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(len(joins))]
-        out.windows.append(
-            {"window": int(row["__w"]), "value": row["value"], "lwm": row["lwm"], "reads": reads}
-        )
+        windows.append(_window(row, k - first, len(joins)))
+        later = row["lwm"]
+    out.windows = windows[::-1]
     return out
 
 
@@ -238,7 +383,7 @@ def _suffixed(rows: Any, i: int) -> Any:
     )
 
 
-def _aggregate(window: CountWindow) -> str:
+def _aggregate(window: CountWindow | TimeWindow) -> str:
     """The SQL of the window's aggregate over its selected events."""
     if window.aggregate == "count":
         return "CAST(count_if(__w >= 0 AND __sel) AS DOUBLE)"
