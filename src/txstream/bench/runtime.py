@@ -232,7 +232,9 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         sent = 0
         last = time.time()
         while committed() < count + beats and query.isActive and time.time() < deadline:
-            if time.time() - last > HEARTBEAT_S and sent < SPACING - 1:
+            latest = seen[max(seen)] if seen else {}
+            inside = committed() + latest.get("held", 0) >= count + beats  # all fed, some held
+            if inside and time.time() - last > HEARTBEAT_S and sent < SPACING - 1:
                 sent += 1
                 _heartbeat(feed_dir, after + sent, f"{after}-{sent}")
                 beats += 1
