@@ -29,8 +29,9 @@ test: install lint ## lint, type check and the whole test suite
 	@scripts/pg-install.sh
 	$(BIN)/pytest
 
-lint: install ## ruff and mypy
+lint: install ## ruff (lint and format) and mypy
 	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 	$(BIN)/mypy
 
 bench: install ## run every benchmark (full grids, about an hour) into bench-out/

@@ -57,16 +57,26 @@ def price_setter(tm: Any, keys: list[int], seed: int) -> Callable[[int], None]:
     return update
 
 
-def query(spark: Any, folder: Path, tm: Any, strategy: str, r: int, s: int) -> SparkCQ:
+def query(
+    spark: Any,
+    folder: Path,
+    tm: Any,
+    strategy: str,
+    r: int,
+    s: int,
+    agg: str = "avg",
+    time: str | None = None,
+    schema: str = EVENT_SCHEMA,
+) -> SparkCQ:
     from txstream.spark.sources import csv_files
 
-    stream = csv_files(spark, folder, EVENT_SCHEMA, max_files_per_trigger=1)
+    stream = csv_files(spark, folder, schema, max_files_per_trigger=1)
     return (
-        SparkCQ("mean_price", tm, strategy)
+        SparkCQ("timed" if time else "mean_price", tm, strategy)
         .stream(stream, order="id")
         .join(TABLE, on="part", schema="price long")
         .where("price <= 50")
-        .window("avg", "price", r=r, s=s)
+        .window(agg, "price", r=r, s=s, time=time)
     )
 
 
@@ -445,16 +455,7 @@ def write_timed(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
 def timed_query(
     spark: Any, folder: Path, tm: Any, strategy: str, agg: str, r: int, s: int, schema: str
 ) -> SparkCQ:
-    from txstream.spark.sources import csv_files
-
-    stream = csv_files(spark, folder, schema, max_files_per_trigger=1)
-    return (
-        SparkCQ("timed", tm, strategy)
-        .stream(stream, order="id")
-        .join(TABLE, on="part", schema="price long")
-        .where("price <= 50")
-        .window(agg, "price", r=r, s=s, time="ts")
-    )
+    return query(spark, folder, tm, strategy, r, s, agg=agg, time="ts", schema=schema)
 
 
 def timed_oracle(

@@ -368,8 +368,11 @@ def _oracle_minutes(cars: list[tuple[int, int, bool]], reading: str) -> set[int]
 
 def _two_stay_stopped(cars: list[tuple[int, int, bool]]) -> bool:
     """Whether two cars are still stopped there after the first car that moves has moved."""
-    stopped = [(start + 90, start + 30 * (n - 1), start + 30 * n if moves else None)
-               for start, n, moves in cars if n >= 4]
+    stopped = [
+        (start + 90, start + 30 * (n - 1), start + 30 * n if moves else None)
+        for start, n, moves in cars
+        if n >= 4
+    ]
     moves = sorted(m for _, _, m in stopped if m is not None)
     if not moves:
         return False

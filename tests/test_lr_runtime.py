@@ -118,9 +118,7 @@ def test_a_line_placed_on_fields_its_parse_disagrees_with_is_refused(tmp_path: P
     assert (row["xk"], row["dk"], row["time"], row["everywhere"]) == (1, 0, 10, False)
     job = linear_road_job(LinearRoadTxns())
     job.run_local([[("lines", row), ("lines", {**row, "seq": 2, "xk": 9})]], tmp_path, 4)
-    assert rejected_lines(tmp_path) == [
-        f"line 2: fields the partitioning could not read: {good}"
-    ]
+    assert rejected_lines(tmp_path) == [f"line 2: fields the partitioning could not read: {good}"]
     assert tx.read_failures(tmp_path) == []
 
 

@@ -55,18 +55,26 @@ def ledger_streams(spark: Any, folder: Path) -> tuple[Any, Any]:
     return deposits, transfers
 
 
-def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path) -> None:
-    stream = list(events(1500, 40, 30, seed=11))
-    write_ledger_input(tmp_path / "in", stream, files=3)
-    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("recordHistory", True)
-    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
+def run_available(job: Any, checkpoint: Path, spark: Any, **options: Any) -> Any:
+    """Run ``job`` over what its sources hold now; returns the stopped query."""
+    query = job.trigger(availableNow=True).start(checkpoint, spark=spark, **options)
     try:
         query.awaitTermination()
     finally:
         query.stop()
-    _, outcomes = serial_oracle(stream)
-    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path / "ckpt", "transfers_done")]
-    assert got == outcomes
+    return query
+
+
+def transfer_outcomes(checkpoint: Path) -> list[tuple[int, bool]]:
+    return [(r["id"], r["ok"]) for r in tx.read_output(checkpoint, "transfers_done")]
+
+
+def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path) -> None:
+    stream = list(events(1500, 40, 30, seed=11))
+    write_ledger_input(tmp_path / "in", stream, files=3)
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("recordHistory", True)
+    query = run_available(job, tmp_path / "ckpt", spark)
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     progress = query.recentProgress
     assert len(progress) == 3 and sum(p["numInputRows"] for p in progress) == len(stream)
     assert sum(p["deferred"] for p in progress) > 0  # multi-partition transfers took phase 2
@@ -90,14 +98,8 @@ def test_event_time_merge_orders_inputs_handed_over_unevenly(
         .json(str(tmp_path / "dep" / "deposits"))
     )
     job = ledger_job(deposits, transfers).option("merge", "event-time")
-    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, engine=engine)
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
-    _, outcomes = serial_oracle(stream)
-    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path / "ckpt", "transfers_done")]
-    assert got == outcomes
+    query = run_available(job, tmp_path / "ckpt", spark, engine=engine)
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     assert query.recentProgress[0]["held"] > 0
 
 
@@ -113,11 +115,7 @@ def test_held_events_run_when_their_partition_gets_nothing_new(spark: Any, tmp_p
     path.write_text(json.dumps(last[1]) + "\n")
     os.utime(path, (1_700_000_100, 1_700_000_100))
     job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("merge", "event-time")
-    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, partitions=2)
-    try:
-        query.awaitTermination()
-    finally:
-        query.stop()
+    query = run_available(job, tmp_path / "ckpt", spark, partitions=2)
     progress = query.recentProgress
     assert len(progress) == 2 and progress[0]["held"] > 0
     assert sum(p["numInputRows"] for p in progress) == len(stream) + 1
