@@ -594,6 +594,12 @@ class TransactionManager:
             or cls.tracks_writes
             or cls.name == "snapshot"
         )
+        # commit_and_continue without a log, recorder or order (checked per call: a
+        # store's log): the short paths of ss2pl and optimistic readers
+        self._continue_locks = cls.name == "ss2pl"
+        self._fast_continue = (
+            not ordered and self.recorder is None and cls.name in ("ss2pl", "optimistic")
+        )
         self.latch: threading.Lock | None = (
             threading.Lock()
             if self.recorder is not None and not self.protocol.records_writes_at_commit
@@ -743,6 +749,17 @@ class TransactionManager:
             raise TransactionError(
                 f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
             )
+        if (
+            self._fast_continue
+            and txn.state == ACTIVE
+            and txn.doomed is None
+            and not txn.offsets
+            and self.store.wal is None
+        ):
+            if self._continue_locks:
+                return self._continue_ss2pl(txn, keep)
+            if not (txn.wset or txn.wappends):
+                return self._continue_optimistic(txn, keep)
         heir = self.begin(read_only=True)
         name = self.protocol.name
         kept: list[str] = []
@@ -764,6 +781,62 @@ class TransactionManager:
         except BaseException:
             heir.abort()
             raise
+        if kept:
+            heir.reads.update(dict.fromkeys(kept, seen))
+        return heir
+
+    def _continue_ss2pl(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """:meth:`commit_and_continue` under ``ss2pl`` with no log, recorder or order.
+
+        The plain commit of a reader (the clock moves on by one), then the locks
+        on ``keep`` move to the successor and the others are released, under one
+        acquisition of the lock manager's mutex
+        (:meth:`~txstream.txn.locks.LockManager.pass_on`): every lock is held
+        until after the commit, as a commit releases them.
+        """
+        heir = self.begin(read_only=True)
+        heir.lost = set()  # revocable from the moment its first lock is visible
+        txn.state = COMMITTING
+        with self.commit_mutex:
+            self.clock += 1
+        txn.state = COMMITTED
+        self.locks.pass_on(txn, heir, keep)
+        self.committed += 1
+        return heir
+
+    def _continue_optimistic(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """:meth:`commit_and_continue` of an ``optimistic`` reader, no log, recorder or order.
+
+        What the general path does, short: validate and take the commit
+        timestamp under the commit mutex (a reader writes nothing to publish),
+        then the kept reads join the successor's read set as of the clock
+        before the commit.
+        """
+        heir = self.begin(read_only=True)
+        seen = self.clock  # after the heir's start: see commit_and_continue
+        reads = txn.reads
+        keep = keep if isinstance(keep, list) else list(keep)
+        kept = [item for item in keep if item in reads]  # read by txn: vouched for
+        lost = set(keep).difference(reads) if len(kept) < len(keep) else set()
+        heir.lost = lost
+        txn.state = COMMITTING
+        failure: TransientError | None = None
+        with self.commit_mutex:
+            try:
+                self.protocol.validate(txn)
+            except TransientError as exc:
+                failure = exc
+            else:
+                self.clock += 1
+        if failure is not None:
+            txn.state = ACTIVE
+            txn._abort(keep_order=True)
+            self._count(type(failure).__name__)
+            heir.abort()
+            raise failure
+        txn.state = COMMITTED
+        self.active_since.pop(txn.id, None)
+        self.committed += 1
         if kept:
             heir.reads.update(dict.fromkeys(kept, seen))
         return heir

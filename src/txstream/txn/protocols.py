@@ -35,6 +35,7 @@ from txstream.txn.base import (
     ValidationError,
     WriteConflictError,
 )
+from txstream.txn.locks import RCB
 
 if TYPE_CHECKING:
     from txstream.txn.manager import Transaction, TransactionManager
@@ -51,6 +52,7 @@ class _Locking(Protocol):
         super().__init__(manager)
         self._acquire = manager.locks.acquire
         self._release = manager.locks.release_all
+        self._table = manager.locks.table
 
     def release(self, txn: Transaction) -> None:
         """Release every lock in the transaction's control block (TCB)."""
@@ -69,9 +71,21 @@ class SS2PL(_Locking):
         """Nothing to set up: reads and writes go to the current rows under locks."""
 
     def before_read(self, txn: Transaction, item: str) -> None:
-        """Take a shared lock."""
-        if item not in txn.locks:
-            self._acquire(txn, item, SHARED, 0)
+        """Take a shared lock.
+
+        The lock manager's fast path for an item nobody has locked (publish a
+        new RCB with the atomic ``dict.setdefault``, see
+        :meth:`~txstream.txn.locks.LockManager.acquire`) is inlined here: a
+        reader's uncontended lock costs no further call.
+        """
+        locks = txn.locks
+        if item not in locks:
+            fresh = RCB()
+            fresh[txn] = SHARED
+            if self._table.setdefault(item, fresh) is fresh:
+                locks[item] = SHARED
+            else:
+                self._acquire(txn, item, SHARED, 0)
 
     def before_write(self, txn: Transaction, item: str) -> None:
         """Take an exclusive lock (upgrading a shared one)."""
