@@ -160,7 +160,7 @@ class _Entry:
         self.checked = -1  # the transaction attempt that last re-read its rows
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
         # s2pl, optimistic: the data item of each read (as the protocol names it)
-        self.names: tuple[str, ...] = ()
+        self.names: Sequence[str] = ()
 
 
 @dataclass
@@ -435,7 +435,7 @@ class CQEngine:
         entry.reads = tuple(reads)
         entry.slots = slots or []
         if names is not None:
-            entry.names = tuple(names)
+            entry.names = names
 
     def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""

@@ -121,8 +121,9 @@ class Transaction:
         self.snapshot_ts: int | None = None
         self.deferred = False
         self.slot: Slot | None = None
-        self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
-        self.wrows: dict[tuple[Table, Hashable], str] = {}
+        # (a reader never changes a row in place: it keeps the shared empty ones)
+        self.undo_log: list[tuple[Callable[[Any], Any], Any]] = _NO_LIST if read_only else []
+        self.wrows: dict[tuple[Table, Hashable], str] = _NO_DICT if read_only else {}
         # Containers most transactions never fill start as shared empty ones;
         # they are replaced by fresh ones before the first insertion (see
         # ``buffers`` and the methods that fill them).
