@@ -260,6 +260,10 @@ class CQEngine:
         # and read the table (see _read)
         self._direct = self._hands_on and tm.recorder is None and not tm.ordered
         self._lock = tm.protocol.before_read
+        # optimistic, direct: the items an attempt reads join the read set at once
+        # before its commit, as read at the clock of the attempt's start (see _note)
+        self._late = self._direct and self._optimistic
+        self._late_items: list[str] = []
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
@@ -311,7 +315,10 @@ class CQEngine:
                 item = tbl.item(key)
                 if names is not None:
                     names.append(item)
-                self._lock(txn, item)
+                if self._late:
+                    self._late_items.append(item)
+                else:
+                    self._lock(txn, item)
                 value = tbl.read(key, _ABSENT_ROW)
             else:
                 if names is not None:
@@ -653,11 +660,16 @@ class CQEngine:
             else:
                 self._take_over(txn)
             self._quiet_now = self._fast and self._quiet(txn)
+            since = self.tm.clock  # after the transaction began, before its reads
+            if self._late_items:
+                self._late_items.clear()  # an attempt that did not get to its commit
             try:
                 out = fill(txn)
                 if out is None:
                     txn.abort()
                 else:
+                    if self._late_items:
+                        self._note(txn, since)
                     clean = self._clean
                     entries = carry(out) if carry is not None and self._hands_on else None
                     if entries:
@@ -675,6 +687,23 @@ class CQEngine:
                 if txn.status == "active":
                     txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
+
+    def _note(self, txn: Transaction, since: int) -> None:
+        """Optimistic: the attempt's reads join the read set, as read at clock ``since``.
+
+        What the protocol's read hook does per read (the commit clock at the
+        read, see :meth:`~txstream.txn.protocols.Optimistic.before_read`), for
+        all of them in one go: ``since`` was sampled after the transaction began
+        and before any of these reads, so a write committed after a read is
+        after ``since`` too and fails the validation (a write between ``since``
+        and the read does as well: stricter, never laxer).  An item already in
+        the read set keeps its earlier clock.
+        """
+        reads = txn.reads
+        for item in self._late_items:
+            if item not in reads:
+                reads[item] = since
+        self._late_items.clear()
 
     def _take_over(self, txn: Transaction) -> None:
         """``txn`` has the previous window's reads of the rows its carried entries read.
