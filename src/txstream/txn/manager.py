@@ -577,6 +577,9 @@ class TransactionManager:
         # against (see _prune_last_write); the start clock of each active
         # optimistic transaction bounds that pruning.
         self.last_write: dict[str, int] = {}
+        # the commit timestamp of the newest commit that wrote an item (0: none yet),
+        # kept with last_write: nothing read at a later clock can have been overwritten
+        self.write_ts = 0
         self.active_since: dict[int, int] = {}
         self._prune_at = _PRUNE_MIN
         self.snapshots: dict[int, int] = {}
@@ -795,7 +798,8 @@ class TransactionManager:
         (:meth:`~txstream.txn.locks.LockManager.pass_on`): every lock is held
         until after the commit, as a commit releases them.
         """
-        heir = self.begin(read_only=True)
+        # begin(read_only=True) without a predefined order: ss2pl's begin does nothing
+        heir = Transaction(self, next(self._ids), next(self._orders), True)
         heir.lost = set()  # revocable from the moment its first lock is visible
         txn.state = COMMITTING
         with self.commit_mutex:
@@ -813,7 +817,8 @@ class TransactionManager:
         then the kept reads join the successor's read set as of the clock
         before the commit.
         """
-        heir = self.begin(read_only=True)
+        heir = Transaction(self, next(self._ids), next(self._orders), True)  # begin(...)
+        self.protocol.begin(heir)
         seen = self.clock  # after the heir's start: see commit_and_continue
         reads = txn.reads
         keep = keep if isinstance(keep, list) else list(keep)
@@ -844,7 +849,7 @@ class TransactionManager:
 
     def resume(self, heir: Transaction) -> set[str]:
         """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""
-        if self.protocol.name == "ss2pl":
+        if self._continue_locks:
             return self.locks.resume(heir)
         lost = heir.lost
         heir.lost = None
@@ -1011,6 +1016,8 @@ class TransactionManager:
             last = self.last_write
             for item in items:
                 last[item] = ts
+            if items:
+                self.write_ts = ts
             if len(last) > self._prune_at:
                 self._prune_last_write()
         return lsn

@@ -207,9 +207,16 @@ class Optimistic(Protocol):
         """Nothing: the write is buffered."""
 
     def validate(self, txn: Transaction) -> None:
-        """Fail if an item read was overwritten by a commit since it was read."""
+        """Fail if an item read was overwritten by a commit since it was read.
+
+        Nothing to look at item by item when no commit wrote anything after the
+        earliest read (the manager's ``write_ts``, the newest commit with writes,
+        is no later than every read's clock).
+        """
         last = self._last
         reads = txn.reads
+        if not reads or self.manager.write_ts <= min(reads.values()):
+            return
         # one pass in C over the read set (last write, or 0, against the read's clock);
         # the item is looked for only to name it when the validation fails
         if not any(map(gt, map(last.get, reads, repeat(0)), reads.values())):
