@@ -106,6 +106,7 @@ class LockManager:
         self.timeouts = 0
         self.wounds = 0
         self.waits = 0
+        self.queued = 0  # requests waiting in all the queues now (changed under the mutex)
         # predefined ordering: sequence numbers finished and the lowest unfinished one
         self._next_seq = 0
         self._finished: set[int] = set()
@@ -213,6 +214,7 @@ class LockManager:
             queue.appendleft(waiter)
         else:
             queue.append(waiter)
+        self.queued += 1
 
     def _wait(self, waiter: Waiter) -> None:
         txn = waiter.txn
@@ -237,6 +239,7 @@ class LockManager:
             waiter.rcb.waiters.remove(waiter)  # type: ignore[union-attr]
         except (ValueError, AttributeError):
             return
+        self.queued -= 1
         waiter.txn.waiting = None
         self._grant(waiter.item, waiter.rcb)
 
@@ -453,6 +456,25 @@ class LockManager:
         table = self.table
         mine, theirs = txn.locks, heir.locks
         with self.mutex:
+            if not self.queued:
+                # Nobody waits for any lock (so for none of these): the same, short.
+                # (A reader holds only shared locks: an item it holds moves.)
+                for item in items:
+                    if item in mine:
+                        rcb = table[item]
+                        del rcb[txn]
+                        rcb[heir] = SHARED
+                        del mine[item]
+                        theirs[item] = SHARED
+                    elif item not in theirs:
+                        lost.add(item)
+                for item in mine:
+                    rcb = table[item]
+                    del rcb[txn]
+                    if not rcb:
+                        del table[item]
+                mine.clear()
+                return
             for item in items:
                 rcb = table.get(item)
                 if rcb is None or rcb.waiters or mine.get(item) != SHARED:
@@ -489,6 +511,7 @@ class LockManager:
             if not _compatible(rcb, waiter.txn, waiter.mode):
                 break
             queue.popleft()
+            self.queued -= 1
             rcb[waiter.txn] = waiter.mode
             waiter.txn.locks[item] = waiter.mode
             waiter.granted = True
