@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -166,7 +167,9 @@ def test_a_reader_chain_sees_the_total_while_writers_transfer(protocol: str) -> 
             assert seen == TOTAL  # (optimistic: what a window that committed saw)
             if log is not None:
                 log.add("c", txn)
+            time.sleep(0)  # let writers in: they may revoke kept locks until resume
             lost = tm.resume(heir)
+            time.sleep(0)  # and write what it did not keep before it reads again
             held = {k: held[k] for k in keep if parts.item(k) not in lost}
             if log is not None:  # its reads of the kept rows: under locks held since
                 for k in held:
