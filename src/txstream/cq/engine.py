@@ -294,7 +294,22 @@ class CQEngine:
         """
         self.stats.reads += 1
         tbl = self._tables[table]
-        if txn is not None and txn.snapshot_ts is not None:
+        clock = self.tm.clock
+        if self._direct and txn is not None:
+            # What txn.read does for a read-only transaction of these protocols
+            # without a recorder: the protocol's read hook (the read lock; the read
+            # timestamp to validate: optimistic notes it for the whole attempt, see
+            # _note), then the current row.  The item's name is needed again to hand
+            # the read on to the next window.
+            item = tbl.item(key)
+            if names is not None:
+                names.append(item)
+            if self._late:
+                self._late_items.append(item)
+            else:
+                self._lock(txn, item)
+            value = tbl.read(key, _ABSENT_ROW)
+        elif txn is not None and txn.snapshot_ts is not None:
             snap = txn.snapshot_ts
             value = txn.read(tbl, key)
             version = tbl.latest(key)[0]
@@ -305,25 +320,10 @@ class CQEngine:
                         version = vts
                         break
             return value, (table, key, version, snap)
-        clock = self.tm.clock
-        if txn is not None:
-            if self._direct:
-                # What txn.read does for a read-only transaction of these protocols
-                # without a recorder: the protocol's read hook (the read lock; the read
-                # timestamp to validate), then the current row.  The item's name is
-                # needed again to hand the read on to the next window.
-                item = tbl.item(key)
-                if names is not None:
-                    names.append(item)
-                if self._late:
-                    self._late_items.append(item)
-                else:
-                    self._lock(txn, item)
-                value = tbl.read(key, _ABSENT_ROW)
-            else:
-                if names is not None:
-                    names.append(tbl.item(key))
-                value = txn.read(tbl, key, _ABSENT_ROW)
+        elif txn is not None:
+            if names is not None:
+                names.append(tbl.item(key))
+            value = txn.read(tbl, key, _ABSENT_ROW)
         else:
             value = tbl.read(key, _ABSENT_ROW)
             if slots is not None:

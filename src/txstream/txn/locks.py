@@ -476,23 +476,23 @@ class LockManager:
                 mine.clear()
                 return
             for item in items:
-                rcb = table.get(item)
-                if rcb is None or rcb.waiters or mine.get(item) != SHARED:
+                held = table.get(item)
+                if held is None or held.waiters or mine.get(item) != SHARED:
                     if item not in theirs:
                         lost.add(item)
                     continue
-                del rcb[txn]
-                rcb[heir] = SHARED
+                del held[txn]
+                held[heir] = SHARED
                 del mine[item]
                 theirs[item] = SHARED
             for item in mine:
-                rcb = table.get(item)
-                if rcb is None:  # pragma: no cover - defensive
+                held = table.get(item)
+                if held is None:  # pragma: no cover - defensive
                     continue
-                rcb.pop(txn, None)
-                if rcb.waiters:
-                    self._grant(item, rcb)
-                elif not rcb:
+                held.pop(txn, None)
+                if held.waiters:
+                    self._grant(item, held)
+                elif not held:
                     del table[item]
         mine.clear()
 

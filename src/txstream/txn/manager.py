@@ -822,7 +822,8 @@ class TransactionManager:
         seen = self.clock  # after the heir's start: see commit_and_continue
         reads = txn.reads
         keep = keep if isinstance(keep, list) else list(keep)
-        kept = [item for item in keep if item in reads]  # read by txn: vouched for
+        # the kept items txn read (those it vouches for), as read at ``seen``
+        kept = {item: seen for item in keep if item in reads}
         lost = set(keep).difference(reads) if len(kept) < len(keep) else set()
         heir.lost = lost
         txn.state = COMMITTING
@@ -843,8 +844,7 @@ class TransactionManager:
         txn.state = COMMITTED
         self.active_since.pop(txn.id, None)
         self.committed += 1
-        if kept:
-            heir.reads.update(dict.fromkeys(kept, seen))
+        heir.reads = kept  # (its begin gave it an empty read set)
         return heir
 
     def resume(self, heir: Transaction) -> set[str]:
