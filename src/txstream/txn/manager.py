@@ -827,18 +827,19 @@ class TransactionManager:
         lost = set(keep).difference(reads) if len(kept) < len(keep) else set()
         heir.lost = lost
         txn.state = COMMITTING
-        failure: TransientError | None = None
+        failure: BaseException | None = None
         with self.commit_mutex:
             try:
                 self.protocol.validate(txn)
-            except TransientError as exc:
+            except BaseException as exc:  # as _commit: the transaction aborts
                 failure = exc
             else:
                 self.clock += 1
         if failure is not None:
             txn.state = ACTIVE
-            txn._abort(keep_order=True)
-            self._count(type(failure).__name__)
+            txn._abort(keep_order=isinstance(failure, TransientError))
+            if isinstance(failure, TransientError):
+                self._count(type(failure).__name__)
             heir.abort()
             raise failure
         txn.state = COMMITTED
