@@ -160,7 +160,7 @@ class _Entry:
         self.checked = -1  # the transaction attempt that last re-read its rows
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
         # s2pl, optimistic: the data item of each read (as the protocol names it)
-        self.names: tuple[str, ...] = ()
+        self.names: Sequence[str] = ()
 
 
 @dataclass
@@ -260,6 +260,10 @@ class CQEngine:
         # and read the table (see _read)
         self._direct = self._hands_on and tm.recorder is None and not tm.ordered
         self._lock = tm.protocol.before_read
+        # optimistic, direct: the items an attempt reads join the read set at once
+        # before its commit, as read at the clock of the attempt's start (see _note)
+        self._late = self._direct and self._optimistic
+        self._late_items: list[str] = []
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
@@ -290,7 +294,22 @@ class CQEngine:
         """
         self.stats.reads += 1
         tbl = self._tables[table]
-        if txn is not None and txn.snapshot_ts is not None:
+        clock = self.tm.clock
+        if self._direct and txn is not None:
+            # What txn.read does for a read-only transaction of these protocols
+            # without a recorder: the protocol's read hook (the read lock; the read
+            # timestamp to validate: optimistic notes it for the whole attempt, see
+            # _note), then the current row.  The item's name is needed again to hand
+            # the read on to the next window.
+            item = tbl.item(key)
+            if names is not None:
+                names.append(item)
+            if self._late:
+                self._late_items.append(item)
+            else:
+                self._lock(txn, item)
+            value = tbl.read(key, _ABSENT_ROW)
+        elif txn is not None and txn.snapshot_ts is not None:
             snap = txn.snapshot_ts
             value = txn.read(tbl, key)
             version = tbl.latest(key)[0]
@@ -301,22 +320,10 @@ class CQEngine:
                         version = vts
                         break
             return value, (table, key, version, snap)
-        clock = self.tm.clock
-        if txn is not None:
-            if self._direct:
-                # What txn.read does for a read-only transaction of these protocols
-                # without a recorder: the protocol's read hook (the read lock; the read
-                # timestamp to validate), then the current row.  The item's name is
-                # needed again to hand the read on to the next window.
-                item = tbl.item(key)
-                if names is not None:
-                    names.append(item)
-                self._lock(txn, item)
-                value = tbl.read(key, _ABSENT_ROW)
-            else:
-                if names is not None:
-                    names.append(tbl.item(key))
-                value = txn.read(tbl, key, _ABSENT_ROW)
+        elif txn is not None:
+            if names is not None:
+                names.append(tbl.item(key))
+            value = txn.read(tbl, key, _ABSENT_ROW)
         else:
             value = tbl.read(key, _ABSENT_ROW)
             if slots is not None:
@@ -435,7 +442,7 @@ class CQEngine:
         entry.reads = tuple(reads)
         entry.slots = slots or []
         if names is not None:
-            entry.names = tuple(names)
+            entry.names = names
 
     def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
@@ -653,11 +660,16 @@ class CQEngine:
             else:
                 self._take_over(txn)
             self._quiet_now = self._fast and self._quiet(txn)
+            since = self.tm.clock  # after the transaction began, before its reads
+            if self._late_items:
+                self._late_items.clear()  # an attempt that did not get to its commit
             try:
                 out = fill(txn)
                 if out is None:
                     txn.abort()
                 else:
+                    if self._late_items:
+                        self._note(txn, since)
                     clean = self._clean
                     entries = carry(out) if carry is not None and self._hands_on else None
                     if entries:
@@ -675,6 +687,23 @@ class CQEngine:
                 if txn.status == "active":
                     txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
+
+    def _note(self, txn: Transaction, since: int) -> None:
+        """Optimistic: the attempt's reads join the read set, as read at clock ``since``.
+
+        What the protocol's read hook does per read (the commit clock at the
+        read, see :meth:`~txstream.txn.protocols.Optimistic.before_read`), for
+        all of them in one go: ``since`` was sampled after the transaction began
+        and before any of these reads, so a write committed after a read is
+        after ``since`` too and fails the validation (a write between ``since``
+        and the read does as well: stricter, never laxer).  An item already in
+        the read set keeps its earlier clock.
+        """
+        reads = txn.reads
+        for item in self._late_items:
+            if item not in reads:
+                reads[item] = since
+        self._late_items.clear()
 
     def _take_over(self, txn: Transaction) -> None:
         """``txn`` has the previous window's reads of the rows its carried entries read.

@@ -66,12 +66,15 @@ class Table:
     # -- page-model items ---------------------------------------------------
 
     def item(self, key: Hashable) -> str:
-        """The data item of row ``key`` (``<table>.<key>``) as the notation prints it."""
-        if key.__class__ is int:
-            return f"{self.name}.{key}"
+        """The data item of row ``key`` (``<table>.<key>``) as the notation prints it.
+
+        Kept per key once made: readers that name the items they read (locks,
+        read sets) get the same string object each time, its hash computed once.
+        """
         name = self._items.get(key)
         if name is None:
-            name = self._items[key] = item_name(self.name, key)
+            name = f"{self.name}.{key}" if key.__class__ is int else item_name(self.name, key)
+            self._items[key] = name
         return name
 
     # -- reads ----------------------------------------------------------------

@@ -72,19 +72,22 @@ class Waiter:
         self.error: Exception | None = None
 
 
-class RCB:
-    """Resource Control Block: who holds an item, in which mode, and who waits."""
+class RCB(dict["Transaction", int]):
+    """Resource Control Block: who holds an item, in which mode, and who waits.
 
-    __slots__ = ("holders", "waiters")
+    The RCB is itself the dict of holders (transaction -> mode), so that the
+    uncontended paths create and change it with C-level dict operations only
+    (an empty RCB is false: nobody holds the item).
+    """
 
-    def __init__(self, txn: Transaction, mode: int) -> None:
-        self.holders: dict[Transaction, int] = {txn: mode}
-        self.waiters: deque[Waiter] | None = None  # created at the first wait
+    # the FIFO queue of waiting requests, created at the first wait (an instance
+    # attribute then; until then this class attribute answers)
+    waiters: deque[Waiter] | None = None
 
 
 def _compatible(rcb: RCB, txn: Transaction, mode: int) -> bool:
     """Whether ``txn`` could hold ``mode`` next to the other holders of ``rcb``."""
-    for other, held in rcb.holders.items():
+    for other, held in rcb.items():
         if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE):
             return False
     return True
@@ -103,6 +106,7 @@ class LockManager:
         self.timeouts = 0
         self.wounds = 0
         self.waits = 0
+        self.queued = 0  # requests waiting in all the queues now (changed under the mutex)
         # predefined ordering: sequence numbers finished and the lowest unfinished one
         self._next_seq = 0
         self._finished: set[int] = set()
@@ -128,7 +132,8 @@ class LockManager:
             # ``dict.setdefault``, which is atomic under the GIL, so no mutex is
             # needed.  Everything else about an RCB changes under the mutex, and an
             # RCB is only removed from the table under it.
-            fresh = RCB(txn, mode)
+            fresh = RCB()
+            fresh[txn] = mode
             if table.setdefault(item, fresh) is fresh:
                 txn.locks[item] = mode
                 return
@@ -137,13 +142,14 @@ class LockManager:
                 raise txn.doomed
             rcb = table.get(item)
             if rcb is None:
-                fresh = RCB(txn, mode)
+                fresh = RCB()
+                fresh[txn] = mode
                 rcb = table.setdefault(item, fresh)  # a fast path may race us here
                 if rcb is fresh:
                     txn.locks[item] = mode
                     return
             if (held or not rcb.waiters) and _compatible(rcb, txn, mode):
-                rcb.holders[txn] = mode
+                rcb[txn] = mode
                 txn.locks[item] = mode
                 return
             if (
@@ -154,7 +160,7 @@ class LockManager:
                 # (a lock is handed over only where nobody waits, and a conflicting
                 # request revokes before it queues: no waiter is ever behind a
                 # revocable holder, so none can be left ungranted here)
-                rcb.holders[txn] = mode
+                rcb[txn] = mode
                 txn.locks[item] = mode
                 return
             waiter = Waiter(txn, item, mode, rcb)
@@ -184,8 +190,8 @@ class LockManager:
         Returns whether anything was revoked.
         """
         revoked = False
-        holders = rcb.holders
-        for other in [t for t in holders if t.lost is not None and t is not txn]:
+        holders = rcb
+        for other in [t for t in rcb if t.lost is not None and t is not txn]:
             if mode == EXCLUSIVE or holders[other] == EXCLUSIVE:
                 del holders[other]
                 del other.locks[item]
@@ -208,6 +214,7 @@ class LockManager:
             queue.appendleft(waiter)
         else:
             queue.append(waiter)
+        self.queued += 1
 
     def _wait(self, waiter: Waiter) -> None:
         txn = waiter.txn
@@ -232,6 +239,7 @@ class LockManager:
             waiter.rcb.waiters.remove(waiter)  # type: ignore[union-attr]
         except (ValueError, AttributeError):
             return
+        self.queued -= 1
         waiter.txn.waiting = None
         self._grant(waiter.item, waiter.rcb)
 
@@ -250,7 +258,7 @@ class LockManager:
         txn, mode, rcb = waiter.txn, waiter.mode, waiter.rcb
         out = [
             other
-            for other, held in rcb.holders.items()
+            for other, held in rcb.items()
             if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE)
         ]
         for ahead in rcb.waiters or ():
@@ -393,10 +401,10 @@ class LockManager:
                 rcb = table.get(item)
                 if rcb is None:  # pragma: no cover - defensive
                     continue
-                rcb.holders.pop(txn, None)
+                rcb.pop(txn, None)
                 if rcb.waiters:
                     self._grant(item, rcb)
-                elif not rcb.holders:
+                elif not rcb:
                     del table[item]
         locks.clear()
 
@@ -428,11 +436,65 @@ class LockManager:
                 if mine.get(item) != SHARED or rcb is None or rcb.waiters:
                     lost.add(item)
                     continue
-                holders = rcb.holders
-                del holders[txn]
-                holders[heir] = SHARED
+                del rcb[txn]
+                rcb[heir] = SHARED
                 del mine[item]
                 theirs[item] = SHARED
+
+    def pass_on(self, txn: Transaction, heir: Transaction, items: Iterable[str]) -> None:
+        """:meth:`hand_over` and :meth:`release_all` at once, for a ``txn`` that committed.
+
+        Moves ``txn``'s shared locks on ``items`` to ``heir`` where nobody waits
+        for them (the others go to ``heir.lost``, which the caller has set, as
+        :meth:`hand_over` does it), then releases every other lock of ``txn``,
+        all under one acquisition of the mutex.  ``txn`` held every lock until
+        now, so its locks never have a gap; the moved ones are revocable until
+        :meth:`resume`.  Not under a predefined order (use :meth:`hand_over`).
+        """
+        lost = heir.lost
+        assert lost is not None and not self.ordered
+        table = self.table
+        mine, theirs = txn.locks, heir.locks
+        with self.mutex:
+            if not self.queued:
+                # Nobody waits for any lock (so for none of these): the same, short.
+                # (A reader holds only shared locks: an item it holds moves.)
+                for item in items:
+                    if item in mine:
+                        rcb = table[item]
+                        del rcb[txn]
+                        rcb[heir] = SHARED
+                        del mine[item]
+                        theirs[item] = SHARED
+                    elif item not in theirs:
+                        lost.add(item)
+                for item in mine:
+                    rcb = table[item]
+                    del rcb[txn]
+                    if not rcb:
+                        del table[item]
+                mine.clear()
+                return
+            for item in items:
+                held = table.get(item)
+                if held is None or held.waiters or mine.get(item) != SHARED:
+                    if item not in theirs:
+                        lost.add(item)
+                    continue
+                del held[txn]
+                held[heir] = SHARED
+                del mine[item]
+                theirs[item] = SHARED
+            for item in mine:
+                held = table.get(item)
+                if held is None:  # pragma: no cover - defensive
+                    continue
+                held.pop(txn, None)
+                if held.waiters:
+                    self._grant(item, held)
+                elif not held:
+                    del table[item]
+        mine.clear()
 
     def resume(self, heir: Transaction) -> set[str]:
         """End the revocable state of ``heir``'s handed-over locks; the items it lost."""
@@ -449,19 +511,20 @@ class LockManager:
             if not _compatible(rcb, waiter.txn, waiter.mode):
                 break
             queue.popleft()
-            rcb.holders[waiter.txn] = waiter.mode
+            self.queued -= 1
+            rcb[waiter.txn] = waiter.mode
             waiter.txn.locks[item] = waiter.mode
             waiter.granted = True
             waiter.txn.waiting = None
             waiter.gate.release()
-        if not queue and not rcb.holders and self.table.get(item) is rcb:
+        if not queue and not rcb and self.table.get(item) is rcb:
             del self.table[item]
 
     def holders(self, item: str) -> dict[str, int]:
         """Who holds ``item`` and in which mode (for tests and tools)."""
         with self.mutex:
             rcb = self.table.get(item)
-            return {} if rcb is None else {t.hid: m for t, m in rcb.holders.items()}
+            return {} if rcb is None else {t.hid: m for t, m in rcb.items()}
 
     def check_idle(self) -> None:
         """Raise :class:`TransactionError` if any lock is still held (for tests)."""

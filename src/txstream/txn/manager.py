@@ -121,8 +121,9 @@ class Transaction:
         self.snapshot_ts: int | None = None
         self.deferred = False
         self.slot: Slot | None = None
-        self.undo_log: list[tuple[Callable[[Any], Any], Any]] = []
-        self.wrows: dict[tuple[Table, Hashable], str] = {}
+        # (a reader never changes a row in place: it keeps the shared empty ones)
+        self.undo_log: list[tuple[Callable[[Any], Any], Any]] = _NO_LIST if read_only else []
+        self.wrows: dict[tuple[Table, Hashable], str] = _NO_DICT if read_only else {}
         # Containers most transactions never fill start as shared empty ones;
         # they are replaced by fresh ones before the first insertion (see
         # ``buffers`` and the methods that fill them).
@@ -576,6 +577,9 @@ class TransactionManager:
         # against (see _prune_last_write); the start clock of each active
         # optimistic transaction bounds that pruning.
         self.last_write: dict[str, int] = {}
+        # the commit timestamp of the newest commit that wrote an item (0: none yet),
+        # kept with last_write: nothing read at a later clock can have been overwritten
+        self.write_ts = 0
         self.active_since: dict[int, int] = {}
         self._prune_at = _PRUNE_MIN
         self.snapshots: dict[int, int] = {}
@@ -593,6 +597,12 @@ class TransactionManager:
             or self._validates
             or cls.tracks_writes
             or cls.name == "snapshot"
+        )
+        # commit_and_continue without a log, recorder or order (checked per call: a
+        # store's log): the short paths of ss2pl and optimistic readers
+        self._continue_locks = cls.name == "ss2pl"
+        self._fast_continue = (
+            not ordered and self.recorder is None and cls.name in ("ss2pl", "optimistic")
         )
         self.latch: threading.Lock | None = (
             threading.Lock()
@@ -743,6 +753,17 @@ class TransactionManager:
             raise TransactionError(
                 f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
             )
+        if (
+            self._fast_continue
+            and txn.state == ACTIVE
+            and txn.doomed is None
+            and not txn.offsets
+            and self.store.wal is None
+        ):
+            if self._continue_locks:
+                return self._continue_ss2pl(txn, keep)
+            if not (txn.wset or txn.wappends):
+                return self._continue_optimistic(txn, keep)
         heir = self.begin(read_only=True)
         name = self.protocol.name
         kept: list[str] = []
@@ -768,9 +789,68 @@ class TransactionManager:
             heir.reads.update(dict.fromkeys(kept, seen))
         return heir
 
+    def _continue_ss2pl(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """:meth:`commit_and_continue` under ``ss2pl`` with no log, recorder or order.
+
+        The plain commit of a reader (the clock moves on by one), then the locks
+        on ``keep`` move to the successor and the others are released, under one
+        acquisition of the lock manager's mutex
+        (:meth:`~txstream.txn.locks.LockManager.pass_on`): every lock is held
+        until after the commit, as a commit releases them.
+        """
+        # begin(read_only=True) without a predefined order: ss2pl's begin does nothing
+        heir = Transaction(self, next(self._ids), next(self._orders), True)
+        heir.lost = set()  # revocable from the moment its first lock is visible
+        txn.state = COMMITTING
+        with self.commit_mutex:
+            self.clock += 1
+        txn.state = COMMITTED
+        self.locks.pass_on(txn, heir, keep)
+        self.committed += 1
+        return heir
+
+    def _continue_optimistic(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """:meth:`commit_and_continue` of an ``optimistic`` reader, no log, recorder or order.
+
+        What the general path does, short: validate and take the commit
+        timestamp under the commit mutex (a reader writes nothing to publish),
+        then the kept reads join the successor's read set as of the clock
+        before the commit.
+        """
+        heir = Transaction(self, next(self._ids), next(self._orders), True)  # begin(...)
+        self.protocol.begin(heir)
+        seen = self.clock  # after the heir's start: see commit_and_continue
+        reads = txn.reads
+        keep = keep if isinstance(keep, list) else list(keep)
+        # the kept items txn read (those it vouches for), as read at ``seen``
+        kept = {item: seen for item in keep if item in reads}
+        lost = set(keep).difference(reads) if len(kept) < len(keep) else set()
+        heir.lost = lost
+        txn.state = COMMITTING
+        failure: BaseException | None = None
+        with self.commit_mutex:
+            try:
+                self.protocol.validate(txn)
+            except BaseException as exc:  # as _commit: the transaction aborts
+                failure = exc
+            else:
+                self.clock += 1
+        if failure is not None:
+            txn.state = ACTIVE
+            txn._abort(keep_order=isinstance(failure, TransientError))
+            if isinstance(failure, TransientError):
+                self._count(type(failure).__name__)
+            heir.abort()
+            raise failure
+        txn.state = COMMITTED
+        self.active_since.pop(txn.id, None)
+        self.committed += 1
+        heir.reads = kept  # (its begin gave it an empty read set)
+        return heir
+
     def resume(self, heir: Transaction) -> set[str]:
         """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""
-        if self.protocol.name == "ss2pl":
+        if self._continue_locks:
             return self.locks.resume(heir)
         lost = heir.lost
         heir.lost = None
@@ -937,6 +1017,8 @@ class TransactionManager:
             last = self.last_write
             for item in items:
                 last[item] = ts
+            if items:
+                self.write_ts = ts
             if len(last) > self._prune_at:
                 self._prune_last_write()
         return lsn

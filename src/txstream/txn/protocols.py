@@ -35,6 +35,7 @@ from txstream.txn.base import (
     ValidationError,
     WriteConflictError,
 )
+from txstream.txn.locks import RCB
 
 if TYPE_CHECKING:
     from txstream.txn.manager import Transaction, TransactionManager
@@ -51,6 +52,7 @@ class _Locking(Protocol):
         super().__init__(manager)
         self._acquire = manager.locks.acquire
         self._release = manager.locks.release_all
+        self._table = manager.locks.table
 
     def release(self, txn: Transaction) -> None:
         """Release every lock in the transaction's control block (TCB)."""
@@ -69,9 +71,21 @@ class SS2PL(_Locking):
         """Nothing to set up: reads and writes go to the current rows under locks."""
 
     def before_read(self, txn: Transaction, item: str) -> None:
-        """Take a shared lock."""
-        if item not in txn.locks:
-            self._acquire(txn, item, SHARED, 0)
+        """Take a shared lock.
+
+        The lock manager's fast path for an item nobody has locked (publish a
+        new RCB with the atomic ``dict.setdefault``, see
+        :meth:`~txstream.txn.locks.LockManager.acquire`) is inlined here: a
+        reader's uncontended lock costs no further call.
+        """
+        locks = txn.locks
+        if item not in locks:
+            fresh = RCB()
+            fresh[txn] = SHARED
+            if self._table.setdefault(item, fresh) is fresh:
+                locks[item] = SHARED
+            else:
+                self._acquire(txn, item, SHARED, 0)
 
     def before_write(self, txn: Transaction, item: str) -> None:
         """Take an exclusive lock (upgrading a shared one)."""
@@ -193,9 +207,16 @@ class Optimistic(Protocol):
         """Nothing: the write is buffered."""
 
     def validate(self, txn: Transaction) -> None:
-        """Fail if an item read was overwritten by a commit since it was read."""
+        """Fail if an item read was overwritten by a commit since it was read.
+
+        Nothing to look at item by item when no commit wrote anything after the
+        earliest read (the manager's ``write_ts``, the newest commit with writes,
+        is no later than every read's clock).
+        """
         last = self._last
         reads = txn.reads
+        if not reads or self.manager.write_ts <= min(reads.values()):
+            return
         # one pass in C over the read set (last write, or 0, against the read's clock);
         # the item is looked for only to name it when the validation fails
         if not any(map(gt, map(last.get, reads, repeat(0)), reads.values())):
