@@ -667,3 +667,49 @@ def test_output_lines_are_json_dumps_of_the_rows() -> None:
     with pytest.raises(RecursionError):
         _json_line(loop)
     assert _json_line({"after": "a failed row"}) == '{"after": "a failed row"}'
+
+
+def test_phase3_on_a_worker_with_an_older_version_catches_up_like_a_reload(
+    tmp_path: Path,
+) -> None:
+    # Phase 3 of batch 3 runs on a worker that last held the partition after batch
+    # 0 (another worker ran batches 1-3's phase 1): it must see exactly the state a
+    # full reload plus batch 3's phase-1 delta gives.
+    from txstream.spark.runtime import state as st
+
+    store = RuntimeStore(tmp_path)
+    tokens: dict[int, str] = {}
+    prev = -1
+    old_worker = None
+    for batch in range(4):
+        state = store.state_for(0, batch, prev, tokens.get(batch - 1))
+        for k in range(batch * 3, batch * 3 + 5):  # overwrites, inserts, a delete
+            state.put("t", k % 7, k, {"k": k, "b": batch})
+        if batch == 2:
+            state.put("t", 1, 1, st.ABSENT)
+        token = store.save(0, state, batch, snapshot=batch == 0)
+        if batch < 3:
+            store.commit(batch, {"prev": prev})
+            tokens[batch] = token
+            prev = batch
+        if batch == 0:  # this worker's copy stays at batch 0
+            old_worker = st.PartitionState(
+                data={t: {v: dict(r) for v, r in rows.items()} for t, rows in state.data.items()},
+                meta=dict(state.meta),
+                version=0,
+                token=token,
+            )
+    assert old_worker is not None
+    st._CACHE.clear()
+    expected = store.state_after_phase1(0, 3, 2, "not-this-worker")
+    st._CACHE[(str(tmp_path), 0)] = old_worker
+    got = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
+    assert got is old_worker  # caught up, not reloaded
+    assert got.data == expected.data
+    assert got.undo.keys() == expected.undo.keys()
+    st._CACHE.clear()
+    stale = st.PartitionState(data={"t": {0: {0: {"k": 0, "b": "wrong"}}}}, version=0, token="x")
+    st._CACHE[(str(tmp_path), 0)] = stale
+    reloaded = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
+    assert reloaded is not stale and reloaded.data == expected.data  # a broken chain reloads
+    st._CACHE.clear()

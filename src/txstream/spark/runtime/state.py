@@ -244,22 +244,39 @@ class RuntimeStore:
         return state if state.token == token else None
 
     def state_after_phase1(
-        self, pid: int, batch: int, prev: int, token: str | None
+        self, pid: int, batch: int, prev: int, token: str | None, committed: str | None = None
     ) -> PartitionState:
-        """The partition's state with batch ``batch``'s phase-1 changes (version ``token``)."""
-        state = _CACHE.get((str(self.root), pid))
+        """The partition's state with batch ``batch``'s phase-1 changes (version ``token``).
+
+        ``committed`` names the version batch ``prev`` left (as in :meth:`state_for`):
+        a worker that did not run this partition's phase 1 but holds an older
+        version catches that up from the deltas instead of reloading the snapshot
+        (phase 3 runs on whichever worker is free; a reload cost more than the batch).
+        """
+        key = (str(self.root), pid)
+        state = _CACHE.get(key)
         if state is not None and state.pending == batch and state.token == token:
             return state
-        state = self.load(pid, prev)
-        state.begin(batch)
+        base = None
+        if state is not None and committed is not None:
+            if state.pending is not None:
+                if state.pending == batch:
+                    state.rollback()  # another worker's phase 1 of this batch counts
+                else:
+                    state.settle()
+            base = self._catch_up(pid, state, prev, committed)
+        if base is None:
+            base = self.load(pid, prev)
+        base.version = prev
+        base.begin(batch)
         path = self._pdir(pid) / f"delta-{batch:012d}.bin"
         if path.exists():
             delta = load_blob(path)
-            for table, value, key, row in delta["rows"]:
-                state.put(table, value, key, row)
-            state.meta = dict(delta["meta"])
-        _CACHE[(str(self.root), pid)] = state
-        return state
+            for table, value, row_key, row in delta["rows"]:
+                base.put(table, value, row_key, row)
+            base.meta = dict(delta["meta"])
+        _CACHE[key] = base
+        return base
 
     def load(self, pid: int, upto: int) -> PartitionState:
         """Read the partition's state as of batch ``upto`` from its snapshot and deltas."""

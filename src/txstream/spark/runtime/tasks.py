@@ -161,7 +161,9 @@ def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> st
     """Take the coordinator's rows back into partition ``pid``; returns the new version's token."""
     store = RuntimeStore(ctx.store)
     with collector_paused():
-        state = store.state_after_phase1(pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid))
+        state = store.state_after_phase1(
+            pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid), ctx.tokens.get(pid)
+        )
         take_back(state, job, back)
         return store.save(pid, state, ctx.batch, ctx.snapshot)
 
