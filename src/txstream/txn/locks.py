@@ -395,18 +395,22 @@ class LockManager:
         locks = txn.locks
         if not locks:
             return
-        table = self.table
         with self.mutex:
-            for item in locks:
-                rcb = table.get(item)
-                if rcb is None:  # pragma: no cover - defensive
-                    continue
-                rcb.pop(txn, None)
-                if rcb.waiters:
-                    self._grant(item, rcb)
-                elif not rcb:
-                    del table[item]
+            self._release(txn, locks)
         locks.clear()
+
+    def _release(self, txn: Transaction, items: Iterable[str]) -> None:
+        """Drop ``txn`` from the holders of ``items`` and grant what waits (the mutex held)."""
+        table = self.table
+        for item in items:
+            rcb = table.get(item)
+            if rcb is None:  # pragma: no cover - defensive
+                continue
+            rcb.pop(txn, None)
+            if rcb.waiters:
+                self._grant(item, rcb)
+            elif not rcb:
+                del table[item]
 
     def hand_over(self, txn: Transaction, heir: Transaction, items: Iterable[str]) -> None:
         """Move ``txn``'s shared locks on ``items`` to ``heir`` without releasing them.
@@ -485,15 +489,7 @@ class LockManager:
                 held[heir] = SHARED
                 del mine[item]
                 theirs[item] = SHARED
-            for item in mine:
-                held = table.get(item)
-                if held is None:  # pragma: no cover - defensive
-                    continue
-                held.pop(txn, None)
-                if held.waiters:
-                    self._grant(item, held)
-                elif not held:
-                    del table[item]
+            self._release(txn, mine)
         mine.clear()
 
     def resume(self, heir: Transaction) -> set[str]:
