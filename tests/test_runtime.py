@@ -191,6 +191,27 @@ def test_a_timestamp_transaction_spanning_partitions_aborts_everywhere(tmp_path:
     assert check(tx.read_history(tmp_path), "csao").holds
 
 
+def test_a_spanning_transaction_that_raises_is_reported_once_with_its_error(
+    tmp_path: Path,
+) -> None:
+    a = next(k for k in range(40) if partition_of(k, 2) == 0)
+    b = next(k for k in range(40) if partition_of(k, 2) == 1)
+    batch = [
+        ("ev", {"k": a, "ts": 1}),
+        ("ev", {"k": b, "ts": 1}),
+        ("ev", {"k": b, "ts": 1, "boom": True}),
+    ]
+    runner = counter_job("timestamp").run_local([batch], tmp_path)
+    # One transaction failed, in the function of ev#2: that is what is reported
+    # (once, as an error, so that onError=stop stops), not the re-run's abort of
+    # each of its parts.
+    expected = [("b0_t1d0", "error", "ev#2", "ValueError: boom")]
+    failures = tx.read_failures(tmp_path)
+    assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in failures] == expected
+    stats = runner.stats[0]["failures"]
+    assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in stats] == expected
+
+
 # -- boundaries --------------------------------------------------------------------
 def group_sizes(boundary: str, batch: list[Any], **options: Any) -> list[int]:
     from txstream.spark.runtime.boundaries import Event
