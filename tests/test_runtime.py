@@ -235,6 +235,35 @@ def test_boundaries_by_name_group_events_as_table_3_says() -> None:
     assert group_sizes("punctuation", cti, of="cti") == [2, 3]
 
 
+def test_boundary_by_a_value_that_comes_back_is_a_transaction_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # Runs g=1, g=2, g=1 on one partition: three transactions; the third one's
+    # failure must not roll back the first (they used to share one id).
+    batch = [
+        ("ev", {"k": 1, "g": 1, "ts": 1}),
+        ("ev", {"k": 1, "g": 2, "ts": 2}),
+        ("ev", {"k": 1, "g": 1, "ts": 3, "boom": True}),
+    ]
+    counter_job("by", group=lambda e: e["g"]).run_local([batch], tmp_path, 1)
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [1, 2]
+    assert [f["position"] for f in tx.read_failures(tmp_path)] == ["ev#2"]
+    assert check(tx.read_history(tmp_path), "csao").holds
+
+
+def test_boundary_by_values_that_spell_alike_or_are_not_ascii_make_valid_distinct_ids(
+    tmp_path: Path,
+) -> None:
+    groups = ["a b", "a_b", "é", "日本", ("x", 1)]
+    batch = [("ev", {"k": 1, "g": g, "ts": i}) for i, g in enumerate(groups)]
+    batch.append(("ev", {"k": 1, "g": "a_b", "ts": 9, "boom": True}))
+    counter_job("by", group=lambda e: e["g"]).run_local([batch], tmp_path, 1)
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [0, 1, 2, 3, 4]
+    history = tx.read_history(tmp_path)  # transaction ids are ASCII letters, digits and _
+    assert len(history.arrivals["IN"]) == 6 == len(set(history.arrivals["IN"]))
+    assert check(history, "csao").holds
+
+
 def test_timeslice_aborts_late_events(tmp_path: Path) -> None:
     job = counter_job("timeslice", seconds=10, of="ev")
     job.run_local(
