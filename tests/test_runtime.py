@@ -763,3 +763,29 @@ def test_phase3_on_a_worker_with_an_older_version_catches_up_like_a_reload(
     reloaded = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
     assert reloaded is not stale and reloaded.data == expected.data  # a broken chain reloads
     st._CACHE.clear()
+
+
+def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
+    from txstream.spark.runtime.query import one_line
+
+    # What Spark raises when a Python worker cannot unpickle the job's functions
+    # (their module is not on the executors' path), abridged.
+    text = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
+        "function in foreach batch sink. Reason: An exception was raised by the Python "
+        "Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
+        "pyspark.errors.exceptions.captured.PythonException: An exception was thrown "
+        "from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "pyspark/serializers.py", line 483, in loads\n'
+        "    return cloudpickle.loads(obj, encoding=encoding)\n"
+        "ModuleNotFoundError: No module named 'myjob'\n"
+        " SQLSTATE: 39000 SQLSTATE: XXKST\n"
+        "=== Streaming Query ===\n"
+        "Identifier: job [id = 1]\n"
+    )
+    assert one_line(RuntimeError(text)) == "ModuleNotFoundError: No module named 'myjob'"
+    jvm = "[STREAM_FAILED] Query terminated: [FAILED_READ_FILE] x.json\n  at org.apache.Foo"
+    assert one_line(RuntimeError(jvm)) == jvm.splitlines()[0]
