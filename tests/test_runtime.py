@@ -789,3 +789,13 @@ def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
     assert one_line(RuntimeError(text)) == "ModuleNotFoundError: No module named 'myjob'"
     jvm = "[STREAM_FAILED] Query terminated: [FAILED_READ_FILE] x.json\n  at org.apache.Foo"
     assert one_line(RuntimeError(jvm)) == jvm.splitlines()[0]
+
+
+def test_run_local_refuses_a_row_without_its_key_in_one_line_naming_it(tmp_path: Path) -> None:
+    job = counter_job()
+    with pytest.raises(tx.RuntimeJobError, match=r"^ev#b1\+1: the row has no key column 'k'$"):
+        job.run_local(
+            [[("ev", {"k": 1, "ts": 1})], [("ev", {"k": 2, "ts": 2}), ("ev", {"ts": 3})]], tmp_path
+        )
+    with pytest.raises(tx.RuntimeJobError, match=r"^ev#0: a partition value is .* not None$"):
+        counter_job().run_local([[("ev", {"k": None, "ts": 1})]], tmp_path / "null")
