@@ -191,6 +191,27 @@ def test_a_timestamp_transaction_spanning_partitions_aborts_everywhere(tmp_path:
     assert check(tx.read_history(tmp_path), "csao").holds
 
 
+def test_a_spanning_transaction_that_raises_is_reported_once_with_its_error(
+    tmp_path: Path,
+) -> None:
+    a = next(k for k in range(40) if partition_of(k, 2) == 0)
+    b = next(k for k in range(40) if partition_of(k, 2) == 1)
+    batch = [
+        ("ev", {"k": a, "ts": 1}),
+        ("ev", {"k": b, "ts": 1}),
+        ("ev", {"k": b, "ts": 1, "boom": True}),
+    ]
+    runner = counter_job("timestamp").run_local([batch], tmp_path)
+    # One transaction failed, in the function of ev#2: that is what is reported
+    # (once, as an error, so that onError=stop stops), not the re-run's abort of
+    # each of its parts.
+    expected = [("b0_t1d0", "error", "ev#2", "ValueError: boom")]
+    failures = tx.read_failures(tmp_path)
+    assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in failures] == expected
+    stats = runner.stats[0]["failures"]
+    assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in stats] == expected
+
+
 # -- boundaries --------------------------------------------------------------------
 def group_sizes(boundary: str, batch: list[Any], **options: Any) -> list[int]:
     from txstream.spark.runtime.boundaries import Event
@@ -212,6 +233,35 @@ def test_boundaries_by_name_group_events_as_table_3_says() -> None:
     assert group_sizes("by", batch, group=lambda e: e["ts"] > 2) == [3, 4]
     cti = [("ev", {"ts": 1}), ("cti", {}), ("ev", {"ts": 2}), ("ev", {"ts": 3}), ("cti", {})]
     assert group_sizes("punctuation", cti, of="cti") == [2, 3]
+
+
+def test_boundary_by_a_value_that_comes_back_is_a_transaction_of_its_own(
+    tmp_path: Path,
+) -> None:
+    # Runs g=1, g=2, g=1 on one partition: three transactions; the third one's
+    # failure must not roll back the first (they used to share one id).
+    batch = [
+        ("ev", {"k": 1, "g": 1, "ts": 1}),
+        ("ev", {"k": 1, "g": 2, "ts": 2}),
+        ("ev", {"k": 1, "g": 1, "ts": 3, "boom": True}),
+    ]
+    counter_job("by", group=lambda e: e["g"]).run_local([batch], tmp_path, 1)
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [1, 2]
+    assert [f["position"] for f in tx.read_failures(tmp_path)] == ["ev#2"]
+    assert check(tx.read_history(tmp_path), "csao").holds
+
+
+def test_boundary_by_values_that_spell_alike_or_are_not_ascii_make_valid_distinct_ids(
+    tmp_path: Path,
+) -> None:
+    groups = ["a b", "a_b", "é", "日本", ("x", 1)]
+    batch = [("ev", {"k": 1, "g": g, "ts": i}) for i, g in enumerate(groups)]
+    batch.append(("ev", {"k": 1, "g": "a_b", "ts": 9, "boom": True}))
+    counter_job("by", group=lambda e: e["g"]).run_local([batch], tmp_path, 1)
+    assert [r["ts"] for r in tx.read_output(tmp_path, "seen")] == [0, 1, 2, 3, 4]
+    history = tx.read_history(tmp_path)  # transaction ids are ASCII letters, digits and _
+    assert len(history.arrivals["IN"]) == 6 == len(set(history.arrivals["IN"]))
+    assert check(history, "csao").holds
 
 
 def test_timeslice_aborts_late_events(tmp_path: Path) -> None:
@@ -713,3 +763,39 @@ def test_phase3_on_a_worker_with_an_older_version_catches_up_like_a_reload(
     reloaded = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
     assert reloaded is not stale and reloaded.data == expected.data  # a broken chain reloads
     st._CACHE.clear()
+
+
+def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
+    from txstream.spark.runtime.query import one_line
+
+    # What Spark raises when a Python worker cannot unpickle the job's functions
+    # (their module is not on the executors' path), abridged.
+    text = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
+        "function in foreach batch sink. Reason: An exception was raised by the Python "
+        "Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
+        "pyspark.errors.exceptions.captured.PythonException: An exception was thrown "
+        "from the Python worker:\n"
+        "Traceback (most recent call last):\n"
+        '  File "pyspark/serializers.py", line 483, in loads\n'
+        "    return cloudpickle.loads(obj, encoding=encoding)\n"
+        "ModuleNotFoundError: No module named 'myjob'\n"
+        " SQLSTATE: 39000 SQLSTATE: XXKST\n"
+        "=== Streaming Query ===\n"
+        "Identifier: job [id = 1]\n"
+    )
+    assert one_line(RuntimeError(text)) == "ModuleNotFoundError: No module named 'myjob'"
+    jvm = "[STREAM_FAILED] Query terminated: [FAILED_READ_FILE] x.json\n  at org.apache.Foo"
+    assert one_line(RuntimeError(jvm)) == jvm.splitlines()[0]
+
+
+def test_run_local_refuses_a_row_without_its_key_in_one_line_naming_it(tmp_path: Path) -> None:
+    job = counter_job()
+    with pytest.raises(tx.RuntimeJobError, match=r"^ev#b1\+1: the row has no key column 'k'$"):
+        job.run_local(
+            [[("ev", {"k": 1, "ts": 1})], [("ev", {"k": 2, "ts": 2}), ("ev", {"ts": 3})]], tmp_path
+        )
+    with pytest.raises(tx.RuntimeJobError, match=r"^ev#0: a partition value is .* not None$"):
+        counter_job().run_local([[("ev", {"k": None, "ts": 1})]], tmp_path / "null")

@@ -25,6 +25,8 @@ name                      system (Table 3)   one transaction per
 from __future__ import annotations
 
 import math
+import re
+import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -75,10 +77,26 @@ class Group:
         return self.events[0].order
 
 
+_NUMBER_TAG = re.compile(r"m?[0-9]")
+
+
 def _tag(value: Any) -> str:
-    """``value`` as characters allowed in a transaction id."""
+    """``value`` as characters allowed in a transaction id (ASCII letters, digits, ``_``).
+
+    Distinct values get distinct tags: when spelling the value's text in those
+    characters loses information (``"a b"`` and ``"a_b"``, non-ASCII letters, a
+    tuple), a checksum of its ``repr`` is appended.
+    """
     text = repr(value) if isinstance(value, float) else str(value)
-    return "".join(c if c.isalnum() else {".": "d", "-": "m"}.get(c, "_") for c in text)
+    tag = "".join(
+        c if c.isascii() and c.isalnum() else {".": "d", "-": "m"}.get(c, "_") for c in text
+    )
+    plain = isinstance(value, int | float) and not isinstance(value, bool)
+    if isinstance(value, str):  # kept as it is unless it reads like a number's tag
+        plain = tag == text and _NUMBER_TAG.match(text) is None
+    if not plain:
+        tag += f"_{zlib.crc32(repr(value).encode('utf-8', 'surrogatepass')):08x}"
+    return tag
 
 
 class Boundary(ABC):
@@ -120,15 +138,24 @@ class _ByValue(Boundary):
         """The value that identifies the event's group within the batch."""
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
-        """See :meth:`Boundary.groups`."""
+        """See :meth:`Boundary.groups`.
+
+        A value that comes back after another one starts a transaction of its own
+        (its id names its first event), never a second part of the earlier one.
+        """
         current: Group | None = None
         current_value: Any = None
+        used: set[str] = set()
         for event in events:
             value = self.value(event)
             if current is None or value != current_value:
                 if current is not None:
                     yield current
-                current = Group(f"b{batch}_{self.tag}{_tag(value)}")
+                gid = f"b{batch}_{self.tag}{_tag(value)}"
+                if gid in used:
+                    gid += f"_r{event.order[2]}"
+                used.add(gid)
+                current = Group(gid)
                 current_value = value
             current.events.append(event)
         if current is not None:

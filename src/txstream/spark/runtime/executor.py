@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -388,11 +388,18 @@ class GroupRunner:
         self.arrival_column: str | None = getattr(arrival, "column", None)
         """The arrival column when ``arrival`` reads one (floats are then read inline)."""
 
-    def run(self, group: Group, abort: set[str]) -> None:
-        """Execute ``group`` as one transaction (or record it aborted)."""
-        if group.late or group.gid in abort:
-            reason = group.late or "aborted: it failed in an earlier attempt of this batch"
-            self._aborted(group, reason, kind="late" if group.late else "abort")
+    def run(self, group: Group, abort: Mapping[str, Mapping[str, Any]]) -> None:
+        """Execute ``group`` as one transaction (or record it aborted).
+
+        ``abort``: the transactions to abort without running them, each with the
+        failure that made it abort in an earlier attempt of the batch.
+        """
+        if group.late:
+            self._aborted(group, group.late, kind="late")
+            return
+        failed = abort.get(group.gid)
+        if failed is not None:
+            self._aborted(group, failed["error"], kind=failed["kind"], where=failed["position"])
             return
         history: list[str] | None = [] if self.record else None
         tx = Tx(self.job, self.state, group.gid, history)
@@ -510,7 +517,7 @@ class PartitionExecutor:
         """A keyless fragment met deferred values: everything here waits for phase 2."""
         self.shipped_events: list[tuple[str, Event]] = []
 
-    def run(self, batch: int, events: list[Event], abort: set[str]) -> None:
+    def run(self, batch: int, events: list[Event], abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Run the batch's events of this partition (sorted by declared order)."""
         self.outcome.events = sum(1 for e in events if e.copy)
         pid, run = self.pid, self.runner.run
@@ -566,7 +573,7 @@ def run_deferred(
     batch: int,
     shipped_rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]],
     shipped_events: Iterable[tuple[str, Event]],
-    abort: set[str],
+    abort: Mapping[str, Mapping[str, Any]],
     arrival: Callable[[Row], float | None] | None = None,
     partitions: int = 0,
 ) -> tuple[Outcome, list[tuple[Any, dict[str, dict[Any, Row]]]]]:

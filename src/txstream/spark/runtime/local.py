@@ -38,19 +38,24 @@ def event_copies(
     """
     spec = job.inputs[input_name]
     order_value = 0.0
+    where = Event((0.0, spec.index, mid), input_name, row, [], []).position
     if spec.order is not None:
         raw = row.get(spec.order)
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
             raise RuntimeJobError(
-                f"{input_name}#{mid}: order column {spec.order!r} must be a finite number, "
-                f"got {raw!r}"
+                f"{where}: order column {spec.order!r} must be a finite number, got {raw!r}"
             )
         order_value = float(raw)
     order = (order_value, spec.index, mid)
-    values = spec.values_of(row)
+    try:
+        values = spec.values_of(row)
+        pids = [partition_of(v, partitions) for v in values]
+    except KeyError as exc:
+        raise RuntimeJobError(f"{where}: the row has no key column {exc}") from None
+    except RuntimeJobError as exc:
+        raise RuntimeJobError(f"{where}: {exc}") from None
     if not values:  # a keyless input's event, or a broadcast one
         return [(p, Event(order, input_name, row, [], [p])) for p in range(partitions)]
-    pids = [partition_of(v, partitions) for v in values]
     copies = []
     for pid in dict.fromkeys(pids):
         copies.append((pid, Event(order, input_name, row, values, pids, copy=pid == pids[0])))

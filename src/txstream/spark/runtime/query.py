@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -56,6 +57,12 @@ ENGINES = ("executors", "driver")
 _KEY_TYPES = ("IntegerType", "LongType", "ShortType", "ByteType", "StringType", "BooleanType")
 
 
+_PYTHON_EXCEPTION = re.compile(
+    r"(?!pyspark\.|py4j\.)([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)(: |$)"
+)
+"""A Python traceback's last line (``ModuleNotFoundError: No module named 'x'``)."""
+
+
 def one_line(exc: BaseException) -> str:
     """A Spark or Python failure as one readable line (the innermost useful message)."""
     text = str(exc)
@@ -63,6 +70,14 @@ def one_line(exc: BaseException) -> str:
         if marker in text:
             return text.split(marker, 1)[1].splitlines()[0].strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # A Python worker's or the foreachBatch function's failure: Spark's first line
+    # ends with "Traceback (most recent call last):"; the cause is the innermost
+    # Python exception line of the traceback that follows.
+    if any(line.endswith("Traceback (most recent call last):") for line in lines):
+        end = next((i for i, line in enumerate(lines) if line.startswith("===")), None)
+        causes = [line for line in lines[:end] if _PYTHON_EXCEPTION.match(line)]
+        if causes:
+            return re.sub(r"(\s+SQLSTATE: \w+)+$", "", causes[-1])[:500]
     for line in lines:
         if line.startswith(("pyspark.", "py4j.", "at ", "File ", "Traceback", "JVM stacktrace")):
             continue

@@ -70,7 +70,11 @@ def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[s
 
 
 def read_failures(path: str | Path) -> list[dict[str, Any]]:
-    """Every transaction rolled back in a committed batch, with its input position and error."""
+    """Every transaction rolled back in a committed batch, with its input position and error.
+
+    One entry per transaction, in the declared order; a transaction with parts on
+    several partitions that failed names the event whose function failed and its error.
+    """
     store = _store(path)
     failures = []
     for batch in store.committed():
@@ -81,7 +85,15 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
                 failure["batch"] = batch
                 failures.append(failure)
     failures.sort(key=lambda f: (f["batch"], f["order"]))
-    return failures
+    # A transaction with parts on several partitions is reported by each part: once here.
+    seen: set[tuple[int, str]] = set()
+    unique = []
+    for failure in failures:
+        key = (failure["batch"], failure["txn"])
+        if key not in seen:
+            seen.add(key)
+            unique.append(failure)
+    return unique
 
 
 def history_text(path: str | Path, stream: str = "IN") -> str:

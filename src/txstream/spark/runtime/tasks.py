@@ -42,7 +42,8 @@ class BatchContext:
     batch: int
     prev: int
     """The last batch that ran before this one (-1 for none): the state tasks start from."""
-    abort: set[str] = field(default_factory=set)
+    abort: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Transactions to abort everywhere in this attempt, each with its first attempt's failure."""
     release_upto: float | None = None
     """Event-time merge: events with a larger order value wait (held) for a later batch."""
     frontier: dict[str, Any] = field(default_factory=dict)
@@ -200,8 +201,24 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["failures"].extend(part["failures"])
         for bucket, count in part["latency"].items():
             total["latency"][bucket] = total["latency"].get(bucket, 0) + count
-    total["failures"].sort(key=lambda f: f["order"])
+    total["failures"] = one_per_transaction(total["failures"])
     return total
+
+
+def one_per_transaction(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``failures`` in the declared order, one per transaction (its earliest part).
+
+    A transaction with parts on several partitions is rolled back on each of them
+    and each part reports it; it failed once.
+    """
+    failures.sort(key=lambda f: f["order"])
+    seen: set[str] = set()
+    unique = []
+    for failure in failures:
+        if failure["txn"] not in seen:
+            seen.add(failure["txn"])
+            unique.append(failure)
+    return unique
 
 
 def committed_frontier(store: RuntimeStore) -> dict[str, Any]:
@@ -226,7 +243,6 @@ def run_batch(
     job: JobSpec, phases: Phases, ctx: BatchContext, store: RuntimeStore
 ) -> dict[str, Any]:
     """Run batch ``ctx.batch`` to its commit marker; returns its merged stats."""
-    reasons: dict[str, str] = {}
     for _attempt in range(MAX_ATTEMPTS):
         store.clear_uncommitted(ctx.batch)
         ctx.phase1_tokens = {}
@@ -250,13 +266,11 @@ def run_batch(
             # A transaction with parts on several partitions failed: abort it
             # everywhere and run the batch again (only the earliest failure is
             # certain; later ones may have seen its effects).
+            # Its parts report the first attempt's failure (the function that
+            # raised, its error and position), not the re-run's abort.
             first = new[0]
-            ctx.abort.add(first["txn"])
-            reasons[first["txn"]] = first["error"]
+            ctx.abort[first["txn"]] = {k: first[k] for k in ("kind", "position", "error")}
             continue
-        for failure in stats["failures"]:
-            if failure["txn"] in reasons:
-                failure["error"] = reasons[failure["txn"]]
         ctx.tokens.update(tokens)
         store.commit(
             ctx.batch,
