@@ -11,14 +11,16 @@ name                      system (Table 3)   one transaction per
 ``event``                 StreamBase         event
 ``timestamp``             STREAM             distinct order value, all inputs
 ``timeslice``             Coral8             slice of ``seconds`` of one input
-                                             (``of``); a late event is aborted
+                                             (``of``, delivered to every
+                                             partition); a late event is aborted
 ``punctuation``           StreamInsight      run of events closed by a CTI event
                                              of the input ``of`` (delivered to
                                              every partition)
 ``seconds``               (n s of time)      ``seconds``-long slice of event time
 ``batch``                 (micro-batch)      micro-batch
 ``by``                    (custom)           run of consecutive events with the
-                                             same ``group(event)`` value
+                                             same ``group(event)`` value (one
+                                             run per value and batch, checked)
 ========================  =================  ===================================
 """
 
@@ -28,7 +30,7 @@ import math
 import re
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -55,12 +57,17 @@ class Event:
 
     @property
     def position(self) -> str:
-        """The input position, for error messages.
+        """The input position, for error messages (see :func:`position`)."""
+        return position(self.input, self.order[2])
 
-        ``input#position`` in batch 0, else ``input#b<batch>+<position>``.
-        """
-        batch, place = self.order[2] >> 40, self.order[2] & ((1 << 40) - 1)
-        return f"{self.input}#{place}" if batch == 0 else f"{self.input}#b{batch}+{place}"
+
+def position(input_name: str, mid: int) -> str:
+    """An event's input position, for error messages.
+
+    ``input#position`` in batch 0, else ``input#b<batch>+<position>``.
+    """
+    batch, place = mid >> 40, mid & ((1 << 40) - 1)
+    return f"{input_name}#{place}" if batch == 0 else f"{input_name}#b{batch}+{place}"
 
 
 @dataclass(slots=True)
@@ -106,6 +113,8 @@ class Boundary(ABC):
     summary: ClassVar[str]
     may_span: ClassVar[bool] = True
     """Whether a group can have parts on several partitions (not for ``event``)."""
+    checks_runs: ClassVar[bool] = False
+    """Whether the driver checks that the groups' events do not interleave (``by``)."""
 
     def validate(self, inputs: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Raise :class:`RuntimeJobError` when the boundary does not fit the job's inputs."""
@@ -138,24 +147,15 @@ class _ByValue(Boundary):
         """The value that identifies the event's group within the batch."""
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
-        """See :meth:`Boundary.groups`.
-
-        A value that comes back after another one starts a transaction of its own
-        (its id names its first event), never a second part of the earlier one.
-        """
+        """See :meth:`Boundary.groups` (the value is a function of the order value here)."""
         current: Group | None = None
         current_value: Any = None
-        used: set[str] = set()
         for event in events:
             value = self.value(event)
             if current is None or value != current_value:
                 if current is not None:
                     yield current
-                gid = f"b{batch}_{self.tag}{_tag(value)}"
-                if gid in used:
-                    gid += f"_r{event.order[2]}"
-                used.add(gid)
-                current = Group(gid)
+                current = Group(f"b{batch}_{self.tag}{_tag(value)}")
                 current_value = value
             current.events.append(event)
         if current is not None:
@@ -210,11 +210,18 @@ class PerBatch(_ByValue):
 
 
 class PerGroupValue(_ByValue):
-    """A run of consecutive events with the same ``group(row)`` value (a custom boundary)."""
+    """A run of consecutive events with the same ``group(row)`` value (a custom boundary).
+
+    Each value must have one run per batch, consecutive in the declared order
+    across all inputs and partitions: a partition sees only its own events, so
+    the driver checks the runs of all partitions (:func:`check_runs`) before the
+    batch commits, and refuses a batch where two values' runs interleave.
+    """
 
     name = "by"
     summary = "one transaction per run of events with the same group(event) value"
     tag = "u"
+    checks_runs = True
 
     def __init__(self, group: Callable[[Row], Any]) -> None:
         if not callable(group):
@@ -225,13 +232,119 @@ class PerGroupValue(_ByValue):
         """See :meth:`_ByValue.value`."""
         return self.group(event.row)
 
+    def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
+        """See :meth:`Boundary.groups`.
+
+        The id depends on the value only (``1``, ``1.0`` and ``True`` are one
+        value, as ``==`` says), so a run's parts on several partitions share it,
+        and a value that comes back on a partition gets its earlier run's id:
+        :func:`check_runs` then sees the runs interleave.
+        """
+        group = self.group
+        current: _ValueGroup | None = None
+        current_value: Any = None
+        for event in events:
+            value = group(event.row)
+            if current is None or value != current_value:
+                gid = f"b{batch}_u{_tag(_plain(value))}"
+                if current is not None:
+                    if gid == current.gid:  # equal ids, unequal values (NaN): one run
+                        current.events.append(event)
+                        continue
+                    yield current
+                current = _ValueGroup(gid, value=value)
+                current_value = value
+            current.events.append(event)
+        if current is not None:
+            yield current
+
+
+@dataclass(slots=True)
+class _ValueGroup(Group):
+    """A group of the ``by`` boundary, with its value (for :func:`check_runs`' message)."""
+
+    value: Any = None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with equal numbers spelled alike (``True``, ``1.0`` -> ``1``), for its id."""
+    kind = type(value)
+    if kind is bool:
+        return int(value)
+    if kind is float and value.is_integer():
+        return int(value)
+    if kind is tuple or kind is list:
+        return kind(map(_plain, value))
+    return value
+
+
+class GroupOrderError(RuntimeJobError):
+    """The ``by`` boundary's runs of two values interleave in a batch: it is refused."""
+
+
+Run = list[Any]
+"""A ``by`` group's events on one partition: ``[first order, its input, last order, its
+input, the value's repr]`` (lists, so that the driver gets them through pickle or JSON)."""
+
+
+def track_runs(groups: Iterable[Group], runs: dict[str, Run]) -> Iterator[Group]:
+    """``groups``, recording in ``runs`` where each id's events start and end (for ``by``)."""
+    for group in groups:
+        first, last = group.events[0], group.events[-1]
+        run = runs.get(group.gid)
+        if run is None:
+            shown = repr(getattr(group, "value", None))
+            if len(shown) > 60:
+                shown = shown[:57] + "..."
+            runs[group.gid] = [list(first.order), first.input, list(last.order), last.input, shown]
+        else:  # the value came back on this partition: one interval, which check_runs refuses
+            run[2], run[3] = list(last.order), last.input
+        yield group
+
+
+def check_runs(batch: int, parts: Iterable[dict[str, Run]]) -> None:
+    """Refuse batch ``batch`` when the ``by`` runs of two values interleave in the declared order.
+
+    ``parts``: each partition's :func:`track_runs`.  A value's events on all
+    partitions span one interval of the order; two intervals that overlap mean
+    that some partition would group differently than another (or than one
+    partition would), so the transactions would depend on the partition count.
+    """
+    merged: dict[str, Run] = {}
+    for runs in parts:
+        for gid, run in runs.items():
+            seen = merged.get(gid)
+            if seen is None:
+                merged[gid] = list(run)
+                continue
+            if run[0] < seen[0]:
+                seen[0], seen[1] = run[0], run[1]
+            if run[2] > seen[2]:
+                seen[2], seen[3] = run[2], run[3]
+    widest: Run | None = None  # of the runs so far, the one that ends last
+    for run in sorted(merged.values(), key=lambda r: r[0]):
+        if widest is not None and run[0] < widest[2]:
+            raise GroupOrderError(
+                f"batch {batch}: boundary 'by': the events of group {widest[4]} (from "
+                f"{position(widest[1], widest[0][2])} to {position(widest[3], widest[2][2])}) "
+                f"and of group {run[4]} (from {position(run[1], run[0][2])}) interleave; 'by' "
+                "needs each value's events consecutive in the declared order across all inputs "
+                "(e.g. a function of event time), otherwise the transactions would depend on "
+                "the partition count"
+            )
+        if widest is None or run[2] > widest[2]:
+            widest = run
+
 
 class PerTimeslice(Boundary):
     """One transaction per ``seconds``-long slice of input ``of`` (Coral8).
 
     Events of other inputs join the slice that is open when they arrive.  An
-    event of ``of`` whose slice is older than the newest slice this partition
-    has already seen is *late*: its transaction is aborted (Coral8 drops it).
+    event of ``of`` whose slice is older than the newest slice already seen is
+    *late*: its transaction is aborted (Coral8 drops it).  The input ``of`` has
+    no keys: each of its events reaches every partition, at the same place in
+    the order, so every partition keeps the same slice clock and a slice's parts
+    share one id (as for ``punctuation``).
     """
 
     name = "timeslice"
@@ -243,11 +356,21 @@ class PerTimeslice(Boundary):
 
     def validate(self, inputs: dict[str, Any]) -> None:
         """See :meth:`Boundary.validate`."""
-        if self.of not in inputs:
+        spec = inputs.get(self.of)
+        if spec is None:
             raise RuntimeJobError(
                 f"boundary timeslice of={self.of!r} names no input; inputs: {', '.join(inputs)}"
             )
-        _need_order(self.name, {self.of: inputs[self.of]})
+        if spec.keys:
+            raise RuntimeJobError(
+                f"the timeslice input {self.of!r} must have keys=() so that every partition "
+                "sees its events (one slice clock); put keyed events in another input"
+            )
+        if spec.order is None:
+            raise RuntimeJobError(
+                f"boundary 'timeslice' needs an order column on its input {self.of!r}; "
+                "add order=..."
+            )
 
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
         """See :meth:`Boundary.groups`."""

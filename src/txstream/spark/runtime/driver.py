@@ -25,7 +25,7 @@ from txstream.spark.runtime.base import (
     TransactionAborted,
     check_row,
 )
-from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
 from txstream.spark.runtime.executor import Outcome
 from txstream.txn import TransactionManager
 
@@ -96,6 +96,8 @@ class DriverEngine:
     def __init__(self, job: JobSpec, protocol: str = "ss2pl") -> None:
         self.job = job
         self.tm = TransactionManager(protocol, record=job.record_history)
+        self.meta: dict[str, Any] = {}
+        """The boundary's state across batches (the timeslice clock), as a partition's."""
         for name in job.tables:
             self.tm.table(name)
 
@@ -116,7 +118,13 @@ class DriverEngine:
         outcome = Outcome(events=len(events))
         events.sort(key=lambda e: e.order)
         seq = 0
-        for group in self.job.boundary.groups(batch, events, {}):
+        boundary = self.job.boundary
+        groups = list(boundary.groups(batch, events, self.meta))
+        if boundary.checks_runs:  # as the executors' driver does, before anything runs
+            runs: dict[str, Run] = {}
+            groups = list(track_runs(groups, runs))
+            check_runs(batch, [runs])
+        for group in groups:
             emits: list[tuple[str, Row]] = []
 
             def work(txn: Any, group: Any = group, emits: list[Any] = emits) -> None:

@@ -37,7 +37,7 @@ from txstream.spark.runtime.base import (
     UndeclaredKeyError,
     check_row,
 )
-from txstream.spark.runtime.boundaries import Event, Group
+from txstream.spark.runtime.boundaries import Event, Group, Run, track_runs
 from txstream.spark.runtime.partitioning import canonical, partition_of
 from txstream.spark.runtime.state import ABSENT, PartitionState
 
@@ -516,12 +516,19 @@ class PartitionExecutor:
         self.blocked_all = False
         """A keyless fragment met deferred values: everything here waits for phase 2."""
         self.shipped_events: list[tuple[str, Event]] = []
+        self.runs: dict[str, Run] | None = None
+        """For a boundary whose groups the driver checks (``by``): see :func:`track_runs`."""
 
     def run(self, batch: int, events: list[Event], abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Run the batch's events of this partition (sorted by declared order)."""
         self.outcome.events = sum(1 for e in events if e.copy)
         pid, run = self.pid, self.runner.run
-        for group in self.job.boundary.groups(batch, events, self.state.meta):
+        boundary = self.job.boundary
+        groups: Iterable[Group] = boundary.groups(batch, events, self.state.meta)
+        if boundary.checks_runs:
+            self.runs = {}
+            groups = track_runs(groups, self.runs)
+        for group in groups:
             if len(group.events) == 1 and not self.blocked_all:
                 # The common case, decided without the general bookkeeping below: one
                 # event whose values all live here and none of them is deferred.

@@ -5,7 +5,8 @@ what the in-process runner runs); each reads and writes the job's
 :class:`~txstream.spark.runtime.state.RuntimeStore` itself, so the driver only
 moves counters.  :func:`run_batch` is the driver's loop: run phase 1, the
 deferred phases when anything was deferred, re-run with a transaction aborted
-everywhere when a transaction that may span partitions failed, commit.
+everywhere when a transaction that may span partitions failed, commit (or refuse
+the batch when the ``by`` boundary's runs interleave across partitions).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
-from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.boundaries import Event, check_runs
 from txstream.spark.runtime.executor import (
     Outcome,
     PartitionExecutor,
@@ -137,6 +138,8 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
     stats = executor.outcome.stats()
     stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.copy)
+    if executor.runs is not None:
+        stats["runs"] = executor.runs
     return {
         "token": token,
         "stats": stats,
@@ -249,6 +252,9 @@ def run_batch(
         began = time.time()
         parts, deferred = phases.phase1(ctx)
         phase1_s = time.time() - began
+        runs = [part.pop("runs") for part in parts if "runs" in part]
+        if runs:  # before anything commits: a 'by' batch whose runs interleave is refused
+            check_runs(ctx.batch, runs)
         tokens = dict(ctx.phase1_tokens)
         if deferred:
             stats2, tokens3 = phases.deferred(ctx)
