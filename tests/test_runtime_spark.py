@@ -82,9 +82,14 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
     assert verdict.holds, verdict.evidence
 
 
-@pytest.mark.parametrize("engine", ["executors", "driver"])
+@pytest.mark.parametrize(
+    ("engine", "partitions"),
+    # 2 partitions on 2 task slots: the phase-1 tasks find the frontier together in
+    # a barrier stage; 3: the driver finds it with a Spark job of its own.
+    [("executors", 2), ("executors", 3), ("driver", 2)],
+)
 def test_event_time_merge_orders_inputs_handed_over_unevenly(
-    spark: Any, tmp_path: Path, engine: str
+    spark: Any, tmp_path: Path, engine: str, partitions: int
 ) -> None:
     # All deposits arrive in the first micro-batch, the transfers over three: in
     # batch order the late deposits would run before earlier transfers.
@@ -98,9 +103,14 @@ def test_event_time_merge_orders_inputs_handed_over_unevenly(
         .json(str(tmp_path / "dep" / "deposits"))
     )
     job = ledger_job(deposits, transfers).option("merge", "event-time")
-    query = run_available(job, tmp_path / "ckpt", spark, engine=engine)
+    query = run_available(job, tmp_path / "ckpt", spark, engine=engine, partitions=partitions)
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     assert query.recentProgress[0]["held"] > 0
+    if engine == "executors":
+        barrier = partitions <= spark.sparkContext.defaultParallelism
+        assert query._barrier == barrier
+        rendezvous = tmp_path / "ckpt" / "txstream" / "rendezvous"  # used, then cleaned up
+        assert rendezvous.is_dir() == barrier and not any(rendezvous.glob("*"))
 
 
 def test_held_events_run_when_their_partition_gets_nothing_new(spark: Any, tmp_path: Path) -> None:

@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -108,6 +110,8 @@ class TxQuery:
         self._prev = committed[-1] if committed else -1
         self._tokens = committed_tokens(self.store)
         self._frontier = committed_frontier(self.store)
+        self._barrier: bool | None = None
+        """Whether phase 1 runs as a barrier stage (see :meth:`_gathers`); None: not known yet."""
         self._held = PartitionState()
         """The driver engine's events held by the event-time merge (it cannot resume)."""
 
@@ -422,7 +426,8 @@ class TxQuery:
             .repartition(P, "__route")
         )
         snapshot_every = self.job._snapshot_every
-        upto, frontier = self._advance(df)
+        gather = self._gathers()
+        upto, frontier = (None, self._frontier) if gather else self._advance(df)
         ctx = BatchContext(
             str(self.store.root),
             batch_id,
@@ -435,13 +440,21 @@ class TxQuery:
             partitions=P,
         )
         ctx.release_upto, ctx.frontier = upto, frontier
+        if gather:
+            ctx.gather = {
+                "frontier": self._frontier,
+                "idle": self.job._idle_batches,
+                "nonce": f"{batch_id}-{uuid.uuid4().hex}",  # a folder no earlier run used
+            }
         phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
         try:
             stats = run_batch(phases.job, phases, ctx, self.store)
         finally:
             phases.release()
+            if ctx.gather is not None:
+                shutil.rmtree(rendezvous_folder(self.store.root, ctx.gather), ignore_errors=True)
         self._prev = batch_id
-        self._frontier = frontier
+        self._frontier = ctx.frontier
         self._tokens = dict(ctx.tokens)
         deliver(self.store, self.job._sinks)
         if ctx.snapshot:
@@ -456,6 +469,22 @@ class TxQuery:
                 f"transaction at {first['position']} failed: {first['error']} (onError=stop; "
                 "the batch is committed with it rolled back)"
             )
+
+    def _gathers(self) -> bool:
+        """Whether the phase-1 tasks find the event-time merge's frontier themselves.
+
+        They do in a barrier stage, where Spark starts every task at once so that
+        they can wait for each other (see :func:`_gathered_release`): one Spark
+        job and one read of the batch less than :meth:`_advance`.  That needs a
+        task slot for every partition, and no dynamic allocation.
+        """
+        if self.job._merge != "event-time":
+            return False
+        if self._barrier is None:
+            sc = self.spark.sparkContext
+            dynamic = sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true"
+            self._barrier = not dynamic and self.partitions <= sc.defaultParallelism
+        return self._barrier
 
     def _advance(self, df: Any) -> tuple[float | None, dict[str, Any]]:
         """The batch's release frontier under the event-time merge (None: batch order)."""
@@ -591,10 +620,13 @@ class _SparkPhases(Phases):
         def run(batches: Iterator[Any]) -> Iterator[Any]:
             return _phase1_task(job, ctx, partitions, names, batches)
 
-        self.p1 = self.prepared.mapInArrow(run, OUT_SCHEMA).persist()
+        barrier = ctx.gather is not None
+        self.p1 = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).persist()
         rows = self.p1.where("kind = 'stats'").select("payload").collect()
         stats = [pickle.loads(r[0]) for r in rows]
         ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
+        if barrier:  # every task found the same frontier; the commit stores it
+            ctx.release_upto, ctx.frontier = stats[0]["release"]
         return [s["stats"] for s in stats], any(s["shipped"] for s in stats)
 
     def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
@@ -664,6 +696,7 @@ def _phase1_outputs(
     job: JobSpec, ctx: BatchContext, partitions: int, names: dict[int, str], batches: Iterator[Any]
 ) -> list[dict[str, Any]]:
     events: dict[int, list[Event]] = {}
+    high: dict[int, float] = {}  # input -> largest order value (for the event-time merge)
     bad: list[dict[str, Any]] = []
     placed: dict[Any, int] = {}  # partition_of per value (an event's check, memoised)
     base = ctx.batch << MID_BITS  # see _MID_EXPR
@@ -671,6 +704,8 @@ def _phase1_outputs(
     for batch in batches:
         cols = batch.to_pydict()
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
+        if ctx.gather is not None:
+            _highest(high, cols["__input"], cols["__ordv"])
         for k, (inp, ordv, pids, place, pid, copy) in enumerate(
             zip(
                 cols["__input"],
@@ -713,6 +748,10 @@ def _phase1_outputs(
                 events[pid] = [event]
             else:
                 evs.append(event)
+    release = None
+    if ctx.gather is not None:
+        release = _gathered_release(ctx, high, names)
+        ctx = replace(ctx, release_upto=release[0])
     if ctx.release_upto is not None:
         # Under the event-time merge a partition may hold events of earlier batches:
         # it runs even when this batch brought it nothing, or they would wait for
@@ -728,7 +767,13 @@ def _phase1_outputs(
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
         shipped = bool(result["rows"] or result["events"])
-        summary = {"stats": stats, "pid": pid, "token": result["token"], "shipped": shipped}
+        summary = {
+            "stats": stats,
+            "pid": pid,
+            "token": result["token"],
+            "shipped": shipped,
+            "release": release,
+        }
         out.append(_out("stats", pid, summary))
         out.extend(_out("rows", pid, r) for r in result["rows"])
         out.extend(_out("event", pid, e) for e in result["events"])
@@ -741,8 +786,67 @@ def _phase1_outputs(
             "failures": bad,
             "latency": {},
         }
-        out.append(_out("stats", -1, {"stats": stats, "pid": -1, "shipped": False}))
+        summary = {"stats": stats, "pid": -1, "shipped": False, "release": release}
+        out.append(_out("stats", -1, summary))
     return out
+
+
+def _highest(high: dict[int, float], inputs: list[int], orders: list[float | None]) -> None:
+    """Raise ``high[input]`` to the largest order value of these rows (nulls skipped)."""
+    for inp, ordv in zip(inputs, orders, strict=True):
+        if ordv is not None and (inp not in high or ordv > high[inp]):
+            high[inp] = ordv
+
+
+RENDEZVOUS_TIMEOUT_S = 600.0
+"""How long a phase-1 task of a barrier stage waits for the others' order values."""
+
+
+def _gathered_release(
+    ctx: BatchContext, high: dict[int, float], names: dict[int, str]
+) -> tuple[float, dict[str, Any]]:
+    """The batch's release frontier, found together with the stage's other phase-1 tasks.
+
+    Each task has seen only its partition's rows.  In a barrier stage Spark
+    starts all of them at once; each writes its largest order value per input
+    to the store and reads everyone's, so all find the frontier that the
+    driver's :meth:`TxQuery._advance` finds with a Spark job of its own (same
+    rows, same :func:`~txstream.spark.runtime.merge.advance`).  The exchange
+    goes through files rather than ``BarrierTaskContext.allGather``, which
+    polls once a second (measured: 1 s per batch).  A retried stage or a re-run
+    of the batch may find a failed attempt's file of a partition: it holds the
+    same values, read from the same rows.
+    """
+    from pyspark import BarrierTaskContext
+
+    gather = ctx.gather
+    assert gather is not None
+    task = BarrierTaskContext.get()
+    folder = rendezvous_folder(ctx.store, gather)
+    folder.mkdir(parents=True, exist_ok=True)
+    mine = json.dumps({names[inp]: value for inp, value in high.items()})
+    tmp = folder / f".{task.partitionId()}.tmp"
+    tmp.write_text(mine)
+    tmp.replace(folder / f"{task.partitionId()}.json")  # others see all of it or nothing
+    seen: dict[str, float] = {}
+    deadline = time.time() + RENDEZVOUS_TIMEOUT_S
+    for peer in range(len(task.getTaskInfos())):
+        path = folder / f"{peer}.json"
+        while not path.exists():
+            if time.time() > deadline:
+                raise TxStreamError(
+                    f"batch {ctx.batch}: phase-1 task {peer} did not report its order values "
+                    f"in {RENDEZVOUS_TIMEOUT_S:.0f} s"
+                )
+            time.sleep(0.001)
+        for name, value in json.loads(path.read_text()).items():
+            seen[name] = max(value, seen.get(name, value))
+    return advance(gather["frontier"], seen, gather["idle"])
+
+
+def rendezvous_folder(store: str | Path, gather: dict[str, Any]) -> Path:
+    """Where the phase-1 tasks of one batch exchange their order values (see above)."""
+    return Path(store) / "rendezvous" / str(gather["nonce"])
 
 
 def _task_partition() -> int | None:

@@ -49,6 +49,10 @@ class BatchContext:
     """Event-time merge: events with a larger order value wait (held) for a later batch."""
     frontier: dict[str, Any] = field(default_factory=dict)
     """The merge's durable bookkeeping, stored with the commit (see :mod:`.merge`)."""
+    gather: dict[str, Any] | None = None
+    """Event-time merge with the frontier found by the phase-1 tasks themselves:
+    ``{"frontier": the bookkeeping after the previous batch, "idle": idleBatches}``
+    (see ``query._gathered_release``); None when the driver found it."""
     snapshot: bool = False
     arrival: Callable[[Row], float | None] | None = None
     tokens: dict[int, str] = field(default_factory=dict)
