@@ -240,7 +240,7 @@ from txstream.spark import local_session
 
 spark = local_session("cluster-test", master={master!r})
 folder, ckpt, kill = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "kill"
-job = ledger_job(*ledger_streams(spark, folder))
+job = ledger_job(*ledger_streams(spark, folder)).option("merge", sys.argv[4])
 if kill:
     # The first task of batch 1 takes its executor JVM down with it (once).
     marker = ckpt.parent / "killed"
@@ -261,10 +261,13 @@ print(json.dumps([[r["id"], r["ok"]] for r in tx.read_output(ckpt, "transfers_do
 """
 
 
+@pytest.mark.parametrize("merge", ["batch", "event-time"])  # event-time: a barrier stage
 def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
-    tmp_path: Path,
+    tmp_path: Path, merge: str
 ) -> None:
     stream = list(events(1200, 30, 30, seed=21))
+    if merge == "event-time":  # a last deposit (held itself) releases every transfer
+        stream.append(("deposits", {"acct": 0, "amount": 0, "id": 10**6}))
     write_ledger_input(tmp_path / "in", stream, files=3)
     _, outcomes = serial_oracle(stream)
     script = tmp_path / "job.py"
@@ -273,7 +276,7 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     )
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "ckpt"), "kill"],
+        [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "ckpt"), "kill", merge],
         capture_output=True,
         text=True,
         env=env,
