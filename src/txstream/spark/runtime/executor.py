@@ -50,6 +50,8 @@ _ITEMS: dict[str, dict[Key, str]] = {}
 
 def item_name(table: str, key: Key) -> str:
     """The history item of a row: ``table:`` and the key (ints as is, strings prefixed)."""
+    if type(key) is int:  # formatting beats a lookup in a cache too big for the CPU's
+        return f"{table}:{key}"
     names = _ITEMS.get(table)
     if names is None:
         names = _ITEMS[table] = {}
