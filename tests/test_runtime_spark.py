@@ -78,6 +78,8 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
     progress = query.recentProgress
     assert len(progress) == 3 and sum(p["numInputRows"] for p in progress) == len(stream)
     assert sum(p["deferred"] for p in progress) > 0  # multi-partition transfers took phase 2
+    for kind in ("shipped", "back"):  # the phases' hand-over files go with the commit
+        assert not any((tmp_path / "ckpt" / "txstream" / kind).glob("*/*"))
     verdict = check(tx.read_history(tmp_path / "ckpt"), "csao")
     assert verdict.holds, verdict.evidence
 

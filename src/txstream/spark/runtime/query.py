@@ -7,9 +7,10 @@ touches only per-task counters, never an event:
    position), their partitions (:mod:`~txstream.spark.runtime.partitioning`, in
    SQL) and one copy per partition of their keys; a shuffle by route number
    sends partition ``q``'s copies to Spark partition ``q``; phase 1 runs there
-   (``mapInArrow``) and the results are cached;
+   (``mapInArrow``) and returns its counters;
 2. when anything was deferred, the deferred transactions and their rows go to
-   one task (phase 2) and the rows go back to their partitions (phase 3);
+   one task (phase 2) and the rows go back to their partitions (phase 3), both
+   handed over through files of the store (one-stage jobs, no shuffle);
 3. the driver writes the batch's commit marker.
 
 Spark's own failures reach the user as one line (:func:`one_line`).
@@ -446,11 +447,11 @@ class TxQuery:
                 "idle": self.job._idle_batches,
                 "nonce": f"{batch_id}-{uuid.uuid4().hex}",  # a folder no earlier run used
             }
-        phases = _SparkPhases(self.spec.for_tasks(), prepared, P, self._route_expr)
+        phases = _SparkPhases(self.spec.for_tasks(), prepared, P)
         try:
             stats = run_batch(phases.job, phases, ctx, self.store)
+            self.store.drop_transient(batch_id)
         finally:
-            phases.release()
             if ctx.gather is not None:
                 shutil.rmtree(rendezvous_folder(self.store.root, ctx.gather), ignore_errors=True)
         self._prev = batch_id
@@ -600,20 +601,12 @@ def _as_dataframe(spark: Any, initial: Any, table: str) -> Any:
 class _SparkPhases(Phases):
     """The batch's phases as Spark jobs (see the module docstring)."""
 
-    def __init__(self, job: JobSpec, prepared: Any, partitions: int, route_expr: Any) -> None:
+    def __init__(self, job: JobSpec, prepared: Any, partitions: int) -> None:
         self.job = job
         self.prepared = prepared
         self.partitions = partitions
-        self.route_expr = route_expr
-        self.p1: Any = None
-
-    def release(self) -> None:
-        if self.p1 is not None:
-            self.p1.unpersist()
-            self.p1 = None
 
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
-        self.release()
         job, partitions = self.job, self.partitions
         names = {spec.index: spec.name for spec in job.inputs.values()}
 
@@ -621,43 +614,29 @@ class _SparkPhases(Phases):
             return _phase1_task(job, ctx, partitions, names, batches)
 
         barrier = ctx.gather is not None
-        self.p1 = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).persist()
-        rows = self.p1.where("kind = 'stats'").select("payload").collect()
-        stats = [pickle.loads(r[0]) for r in rows]
+        rows = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).select("payload")
+        stats = [pickle.loads(r[0]) for r in rows.collect()]
         ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
         if barrier:  # every task found the same frontier; the commit stores it
             ctx.release_upto, ctx.frontier = stats[0]["release"]
         return [s["stats"] for s in stats], any(s["shipped"] for s in stats)
 
     def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
-        job = self.job
+        # Phase 1 left each partition's shipped rows and events in the store, and
+        # phase 2 leaves each partition's rows to take back there: two one-stage
+        # jobs, no shuffle and no cached DataFrame between the phases.
+        job, sc = self.job, self.prepared.sparkSession.sparkContext
 
-        def coordinate(batches: Iterator[Any]) -> Iterator[Any]:
-            return _phase2_task(job, ctx, batches)
+        def coordinate(_: Iterator[Any]) -> Iterator[Any]:
+            yield _phase2_task(job, ctx)
 
-        p2 = (
-            self.p1.where("kind in ('rows', 'event')")
-            .repartition(1)
-            .mapInArrow(coordinate, OUT_SCHEMA)
-            .persist()
-        )
-        try:
-            stats = pickle.loads(p2.where("kind = 'stats'").select("payload").collect()[0][0])
+        def take(pids: Iterator[int]) -> Iterator[Any]:
+            return _phase3_task(job, ctx, pids)
 
-            def take(batches: Iterator[Any]) -> Iterator[Any]:
-                return _phase3_task(job, ctx, batches)
-
-            back = p2.where("kind = 'back'").selectExpr(
-                "kind", "pid", f"{self.route_expr('pid')} as route", "payload"
-            )
-            done = back.repartition(self.partitions, "route").mapInArrow(take, OUT_SCHEMA)
-            tokens = {
-                int(r[0]): pickle.loads(r[1]) for r in done.select("pid", "payload").collect()
-            }
-        finally:
-            p2.unpersist()
-        result: dict[str, Any] = stats
-        return result, tokens
+        stats: dict[str, Any] = sc.parallelize([0], 1).mapPartitions(coordinate).collect()[0]
+        P = self.partitions
+        tokens = dict(sc.parallelize(range(P), P).mapPartitions(take).collect())
+        return stats, tokens
 
 
 def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
@@ -767,6 +746,9 @@ def _phase1_outputs(
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
         shipped = bool(result["rows"] or result["events"])
+        if shipped:  # for phase 2 (see _SparkPhases.deferred)
+            shipment = {"rows": result["rows"], "events": result["events"]}
+            RuntimeStore(ctx.store).write_transient("shipped", ctx.batch, pid, shipment)
         summary = {
             "stats": stats,
             "pid": pid,
@@ -775,8 +757,6 @@ def _phase1_outputs(
             "release": release,
         }
         out.append(_out("stats", pid, summary))
-        out.extend(_out("rows", pid, r) for r in result["rows"])
-        out.extend(_out("event", pid, e) for e in result["events"])
     if bad and not events:
         stats = {
             "events": 0,
@@ -857,31 +837,28 @@ def _task_partition() -> int | None:
     return None if task is None else int(task.partitionId())
 
 
-def _phase2_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:
+def _phase2_task(job: JobSpec, ctx: BatchContext) -> dict[str, Any]:
+    """Phase 2 in its one task: the shipped rows and events in, the rows to take back out."""
+    store = RuntimeStore(ctx.store)
     rows, events, owner = [], [], {}
-    for batch in batches:
-        cols = batch.to_pydict()
-        for kind, pid, payload in zip(cols["kind"], cols["pid"], cols["payload"], strict=True):
-            item = pickle.loads(payload)
-            if kind == "rows":
-                rows.append(item)
-                owner[item[0]] = pid
-            else:
-                events.append(item)
+    for pid, shipment in store.read_transient("shipped", ctx.batch):
+        for item in shipment["rows"]:
+            rows.append(item)
+            owner[item[0]] = pid
+        events.extend(shipment["events"])
     stats, back = phase2(job, ctx, rows, events)
-    out = [_out("stats", -1, stats)]
-    out.extend(
-        _out("back", owner.get(value, partition_of(value, ctx.partitions)), (value, tables))
-        for value, tables in back
-    )
-    yield _record_batch(out)
-
-
-def _phase3_task(job: JobSpec, ctx: BatchContext, batches: Iterator[Any]) -> Iterator[Any]:
     by_pid: dict[int, list[Any]] = {}
-    for batch in batches:
-        cols = batch.to_pydict()
-        for pid, payload in zip(cols["pid"], cols["payload"], strict=True):
-            by_pid.setdefault(pid, []).append(pickle.loads(payload))
-    done = [_out("done", pid, phase3(job, ctx, pid, items)) for pid, items in by_pid.items()]
-    yield _record_batch(done)
+    for value, tables in back:
+        pid = owner.get(value, partition_of(value, ctx.partitions))
+        by_pid.setdefault(pid, []).append((value, tables))
+    for pid, items in by_pid.items():
+        store.write_transient("back", ctx.batch, pid, items)
+    return stats
+
+
+def _phase3_task(job: JobSpec, ctx: BatchContext, pids: Iterator[int]) -> Iterator[Any]:
+    """Phase 3 for the partitions ``pids``: (pid, token) for each that had rows to take back."""
+    store = RuntimeStore(ctx.store)
+    for pid in pids:
+        for _, items in store.read_transient("back", ctx.batch, pid):
+            yield pid, phase3(job, ctx, pid, items)

@@ -58,15 +58,22 @@ class StoreLockedError(StoreError):
     """Another process owns the store directory."""
 
 
-def write_atomic(path: Path, payload: bytes) -> None:
-    """Write ``payload`` to ``path`` via a temporary file, fsync and rename."""
+def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
+    """Write ``payload`` to ``path`` via a temporary file, fsync and rename.
+
+    ``durable=False`` skips the fsyncs, for files that only live until the batch
+    commits (a crash before the commit re-runs the batch, which rewrites them).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with open(tmp, "wb") as handle:
         handle.write(payload)
-        handle.flush()
-        os.fsync(handle.fileno())
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     os.replace(tmp, path)
+    if not durable:
+        return
     fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -178,6 +185,8 @@ class PartitionState:
 
 _CACHE: dict[tuple[str, int], PartitionState] = {}
 _NAME = re.compile(r"(snap|delta)-(\d+)\.bin")
+TRANSIENT = ("shipped", "back")
+"""Folders of files that one phase of a batch hands to the next (see ``write_transient``)."""
 
 
 class RuntimeStore:
@@ -342,6 +351,34 @@ class RuntimeStore:
             ("\n".join(lines) + "\n" if lines else "").encode(),
         )
 
+    def write_transient(self, kind: str, batch: int, pid: int, obj: Any) -> None:
+        """Hand ``obj`` from a task of batch ``batch`` to a later phase (``shipped``, ``back``).
+
+        Checksummed like the state, not fsynced: these files live until the batch
+        commits (:meth:`drop_transient`), and a batch that did not commit runs again.
+        """
+        path = self.batch_dir(kind, "", batch) / f"p{pid:05d}.bin"
+        write_atomic(path, dump_blob(obj), durable=False)
+
+    def read_transient(
+        self, kind: str, batch: int, pid: int | None = None
+    ) -> list[tuple[int, Any]]:
+        """The ``(pid, obj)`` handed over in batch ``batch`` (all partitions', or ``pid``'s)."""
+        folder = self.batch_dir(kind, "", batch)
+        if not folder.is_dir():
+            return []
+        paths = [folder / f"p{pid:05d}.bin"] if pid is not None else sorted(folder.glob("p*.bin"))
+        return [(int(p.stem[1:]), load_blob(p)) for p in paths if p.exists()]
+
+    def drop_transient(self, batch: int) -> None:
+        """Remove batch ``batch``'s hand-over files (it committed, or it runs again)."""
+        import shutil
+
+        for kind in TRANSIENT:
+            folder = self.batch_dir(kind, "", batch)
+            if folder.is_dir():
+                shutil.rmtree(folder)
+
     def batch_dir(self, kind: str, name: str, batch: int) -> Path:
         """The folder of batch ``batch``'s files of one kind (and output name)."""
         base = self.root / kind / name if name else self.root / kind
@@ -382,6 +419,7 @@ class RuntimeStore:
         """Remove the files an earlier, uncommitted attempt of ``batch`` left."""
         import shutil
 
+        self.drop_transient(batch)
         for kind in ("outputs", "history", "errors"):
             base = self.root / kind
             if not base.exists():
