@@ -910,3 +910,37 @@ def test_run_local_refuses_a_row_without_its_key_in_one_line_naming_it(tmp_path:
         )
     with pytest.raises(tx.RuntimeJobError, match=r"^ev#0: a partition value is .* not None$"):
         counter_job().run_local([[("ev", {"k": None, "ts": 1})]], tmp_path / "null")
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 30), min_size=0, max_size=3), max_size=40),
+    st.integers(1, 4),
+)
+def test_deferred_chains_split_phase_2_into_shares_with_disjoint_values(
+    txns: list[list[int]], tasks: int
+) -> None:
+    # Each transaction: the values of its events (an empty list: a keyless event).
+    from txstream.spark.runtime.boundaries import Event
+
+    shipped = [
+        (f"t{i}", Event((float(i), 0, i), "in", {}, values, [0] * len(values)))
+        for i, values in enumerate(txns)
+    ]
+    rows = [(v, {"t": {}}) for v in sorted({v for values in txns for v in values})]
+    shares = executor_module.deferred_chains(rows, shipped, tasks)
+    assert len(shares) == tasks
+    assert sorted(g for _, events in shares for g, _ in events) == sorted(g for g, _ in shipped)
+    assert sorted(item[0] for share_rows, _ in shares for item in share_rows) == [
+        item[0] for item in rows
+    ]
+    if any(not values for values in txns):  # a keyless fragment: one share runs everything
+        assert all(not r and not e for r, e in shares[1:])
+        return
+    owner: dict[int, int] = {}
+    for k, (share_rows, share_events) in enumerate(shares):
+        for _, event in share_events:
+            for value in event.values:  # a value's whole chain is in one share, with its rows
+                assert owner.setdefault(value, k) == k
+        for value, _ in share_rows:
+            assert owner.get(value, k) == k
+    assert shares == executor_module.deferred_chains(rows, shipped, tasks)  # every task agrees

@@ -614,6 +614,57 @@ def run_deferred(
     return outcome, back
 
 
+def deferred_chains(
+    shipped_rows: list[tuple[Any, dict[str, dict[Any, Row]]]],
+    shipped_events: list[tuple[str, Event]],
+    tasks: int,
+) -> list[tuple[list[Any], list[tuple[str, Event]]]]:
+    """Phase 2's work cut into ``tasks`` shares that can run at the same time.
+
+    Deferred transactions that share a partition value are one *chain* (a
+    connected component: union-find over each transaction's values); chains have
+    disjoint rows, so running each in the declared order, in any task, keeps the
+    history conflict-serializable in arrival order (the TStream/MorphStream idea
+    of per-state operation chains).  Chains go to the least loaded share in the
+    order of their first event, so every task computes the same cut.  A keyless
+    fragment may touch any row of its partition: then everything is one chain.
+    """
+    shares: list[tuple[list[Any], list[tuple[str, Event]]]] = [([], []) for _ in range(tasks)]
+    if tasks <= 1 or any(not e.values for _, e in shipped_events):
+        return [(list(shipped_rows), list(shipped_events)), *shares[1:]]
+    parent: dict[Any, Any] = {}
+
+    def root(v: Any) -> Any:
+        while parent.setdefault(v, v) != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    first: dict[str, Any] = {}  # transaction -> one of its values
+    for gid, event in shipped_events:
+        for value in event.values:
+            if gid in first:
+                a, b = root(first[gid]), root(value)
+                if a != b:
+                    parent[b] = a
+            else:
+                first[gid] = root(value)
+    chains: dict[Any, list[tuple[str, Event]]] = {}
+    for gid, event in sorted(shipped_events, key=lambda ge: ge[1].order):
+        chains.setdefault(root(first[gid]), []).append((gid, event))
+    load = [0] * tasks
+    where: dict[Any, int] = {}
+    for chain, events in chains.items():  # in the order of their first event
+        k = load.index(min(load))
+        where[chain] = k
+        load[k] += len(events)
+        shares[k][1].extend(events)
+    for item in shipped_rows:
+        value = item[0]
+        shares[where.get(root(value), 0)][0].append(item)
+    return shares
+
+
 def take_back(
     state: PartitionState, job: JobSpec, rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]]
 ) -> None:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, RuntimeJobError
 from txstream.spark.runtime.boundaries import Event
-from txstream.spark.runtime.executor import latencies
+from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
@@ -45,6 +45,7 @@ from txstream.spark.runtime.tasks import (
     collector_paused,
     committed_frontier,
     committed_tokens,
+    merge_stats,
     phase1,
     phase2,
     phase3,
@@ -624,17 +625,19 @@ class _SparkPhases(Phases):
     def deferred(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
         # Phase 1 left each partition's shipped rows and events in the store, and
         # phase 2 leaves each partition's rows to take back there: two one-stage
-        # jobs, no shuffle and no cached DataFrame between the phases.
+        # jobs, no shuffle and no cached DataFrame between the phases.  Phase 2
+        # runs in P tasks, each on whole chains of deferred transactions.
         job, sc = self.job, self.prepared.sparkSession.sparkContext
 
-        def coordinate(_: Iterator[Any]) -> Iterator[Any]:
-            yield _phase2_task(job, ctx)
+        P = self.partitions
+
+        def coordinate(shares: Iterator[int]) -> Iterator[Any]:
+            return (_phase2_task(job, ctx, share, P) for share in shares)
 
         def take(pids: Iterator[int]) -> Iterator[Any]:
             return _phase3_task(job, ctx, pids)
 
-        stats: dict[str, Any] = sc.parallelize([0], 1).mapPartitions(coordinate).collect()[0]
-        P = self.partitions
+        stats = merge_stats(sc.parallelize(range(P), P).mapPartitions(coordinate).collect())
         tokens = dict(sc.parallelize(range(P), P).mapPartitions(take).collect())
         return stats, tokens
 
@@ -748,7 +751,7 @@ def _phase1_outputs(
         shipped = bool(result["rows"] or result["events"])
         if shipped:  # for phase 2 (see _SparkPhases.deferred)
             shipment = {"rows": result["rows"], "events": result["events"]}
-            RuntimeStore(ctx.store).write_transient("shipped", ctx.batch, pid, shipment)
+            RuntimeStore(ctx.store).write_transient("shipped", ctx.batch, f"p{pid:05d}", shipment)
         summary = {
             "stats": stats,
             "pid": pid,
@@ -837,22 +840,28 @@ def _task_partition() -> int | None:
     return None if task is None else int(task.partitionId())
 
 
-def _phase2_task(job: JobSpec, ctx: BatchContext) -> dict[str, Any]:
-    """Phase 2 in its one task: the shipped rows and events in, the rows to take back out."""
+def _phase2_task(job: JobSpec, ctx: BatchContext, share: int, shares: int) -> dict[str, Any]:
+    """Phase 2, share ``share`` of ``shares``: whole chains of deferred transactions.
+
+    Every share reads all that phase 1 shipped and cuts it the same way
+    (:func:`~txstream.spark.runtime.executor.deferred_chains`); it runs its own
+    chains and leaves their rows for phase 3, per partition.
+    """
     store = RuntimeStore(ctx.store)
     rows, events, owner = [], [], {}
-    for pid, shipment in store.read_transient("shipped", ctx.batch):
+    for name, shipment in store.read_transient("shipped", ctx.batch):
         for item in shipment["rows"]:
             rows.append(item)
-            owner[item[0]] = pid
+            owner[item[0]] = int(name[1:])
         events.extend(shipment["events"])
-    stats, back = phase2(job, ctx, rows, events)
+    mine_rows, mine_events = deferred_chains(rows, events, shares)[share]
+    stats, back = phase2(job, ctx, mine_rows, mine_events, role=f"coord{share}")
     by_pid: dict[int, list[Any]] = {}
     for value, tables in back:
         pid = owner.get(value, partition_of(value, ctx.partitions))
         by_pid.setdefault(pid, []).append((value, tables))
     for pid, items in by_pid.items():
-        store.write_transient("back", ctx.batch, pid, items)
+        store.write_transient("back", ctx.batch, f"p{pid:05d}-{share}", items)
     return stats
 
 
@@ -860,5 +869,8 @@ def _phase3_task(job: JobSpec, ctx: BatchContext, pids: Iterator[int]) -> Iterat
     """Phase 3 for the partitions ``pids``: (pid, token) for each that had rows to take back."""
     store = RuntimeStore(ctx.store)
     for pid in pids:
-        for _, items in store.read_transient("back", ctx.batch, pid):
+        items = [
+            i for _, part in store.read_transient("back", ctx.batch, f"p{pid:05d}-") for i in part
+        ]
+        if items:
             yield pid, phase3(job, ctx, pid, items)

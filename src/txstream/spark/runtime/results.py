@@ -110,7 +110,7 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
         parts = sorted(folder.glob("*.txt")) if folder.is_dir() else []
         # Phase-1 files before the coordinator's: a deferred value's operations
         # all come after its phase-1 operations.
-        parts.sort(key=lambda p: p.stem == "coord")
+        parts.sort(key=lambda p: p.stem.startswith("coord"))
         for part in parts:
             for line in part.read_text().splitlines():
                 if line.startswith("T "):

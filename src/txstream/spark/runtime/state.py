@@ -351,24 +351,20 @@ class RuntimeStore:
             ("\n".join(lines) + "\n" if lines else "").encode(),
         )
 
-    def write_transient(self, kind: str, batch: int, pid: int, obj: Any) -> None:
+    def write_transient(self, kind: str, batch: int, name: str, obj: Any) -> None:
         """Hand ``obj`` from a task of batch ``batch`` to a later phase (``shipped``, ``back``).
 
         Checksummed like the state, not fsynced: these files live until the batch
         commits (:meth:`drop_transient`), and a batch that did not commit runs again.
         """
-        path = self.batch_dir(kind, "", batch) / f"p{pid:05d}.bin"
-        write_atomic(path, dump_blob(obj), durable=False)
+        write_atomic(self.batch_dir(kind, "", batch) / f"{name}.bin", dump_blob(obj), durable=False)
 
-    def read_transient(
-        self, kind: str, batch: int, pid: int | None = None
-    ) -> list[tuple[int, Any]]:
-        """The ``(pid, obj)`` handed over in batch ``batch`` (all partitions', or ``pid``'s)."""
+    def read_transient(self, kind: str, batch: int, prefix: str = "") -> list[tuple[str, Any]]:
+        """The ``(name, obj)`` handed over in batch ``batch`` whose names start with ``prefix``."""
         folder = self.batch_dir(kind, "", batch)
         if not folder.is_dir():
             return []
-        paths = [folder / f"p{pid:05d}.bin"] if pid is not None else sorted(folder.glob("p*.bin"))
-        return [(int(p.stem[1:]), load_blob(p)) for p in paths if p.exists()]
+        return [(p.stem, load_blob(p)) for p in sorted(folder.glob(f"{prefix}*.bin"))]
 
     def drop_transient(self, batch: int) -> None:
         """Remove batch ``batch``'s hand-over files (it committed, or it runs again)."""

@@ -153,15 +153,19 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
 
 
 def phase2(
-    job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any]
+    job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any], role: str = "coord"
 ) -> tuple[dict[str, Any], list[Any]]:
-    """Run the deferred transactions in one place; returns stats and the rows to hand back."""
+    """Run deferred transactions (all, or some whole chains); returns stats and rows to hand back.
+
+    ``role`` names the task's files (``coord``, ``coord<k>`` when several tasks
+    share phase 2; see ``query.deferred_share``).
+    """
     store = RuntimeStore(ctx.store)
     with collector_paused():
         outcome, back = run_deferred(
             job, ctx.batch, rows, events, ctx.abort, ctx.arrival, ctx.partitions
         )
-    _write(store, ctx, "coord", outcome, job)
+    _write(store, ctx, role, outcome, job)
     return outcome.stats(), back
 
 
