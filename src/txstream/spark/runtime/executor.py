@@ -9,9 +9,9 @@ Phase 1 (:meth:`PartitionExecutor.run`) executes every transaction whose events
 all live here, in order, except that a transaction touching a partition value
 that an earlier *multi-partition* transaction of the batch touched is
 *deferred*: from that point on, that value's chain of transactions waits.
-Phase 2 (:func:`run_deferred`) executes the deferred transactions of all
-partitions in order in one place, over the rows of the deferred values shipped
-there; phase 3 hands the rows back.  Per partition value, transactions
+Phase 2 (:func:`run_deferred`) executes deferred transactions in order over the
+rows of their values shipped there: all of them in one place, or whole chains
+per task (:func:`deferred_chains`); phase 3 hands the rows back.  Per partition value, transactions
 therefore execute in the declared order, and since a transaction touches only
 rows of its declared values, every conflict goes from an earlier to a later
 transaction: the history is conflict-serializable in arrival order.
