@@ -9,8 +9,9 @@ touches only per-task counters, never an event:
    sends partition ``q``'s copies to Spark partition ``q``; phase 1 runs there
    (``mapInArrow``) and returns its counters;
 2. when anything was deferred, the deferred transactions and their rows go to
-   one task (phase 2) and the rows go back to their partitions (phase 3), both
-   handed over through files of the store (one-stage jobs, no shuffle);
+   phase 2 (P tasks, each on whole chains of them) and the rows go back to their
+   partitions (phase 3), both handed over through files of the store (one-stage
+   jobs, no shuffle);
 3. the driver writes the batch's commit marker.
 
 Spark's own failures reach the user as one line (:func:`one_line`).
@@ -56,7 +57,7 @@ from txstream.spark.runtime.tasks import (
 if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
 
-OUT_SCHEMA = "kind string, pid int, route long, payload binary"
+OUT_SCHEMA = "kind string, pid int, payload binary"
 ENGINES = ("executors", "driver")
 _KEY_TYPES = ("IntegerType", "LongType", "ShortType", "ByteType", "StringType", "BooleanType")
 
@@ -646,7 +647,6 @@ def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
     return {
         "kind": kind,
         "pid": pid,
-        "route": 0,
         "payload": pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL),
     }
 
@@ -658,7 +658,6 @@ def _record_batch(rows: list[dict[str, Any]]) -> Any:
         [
             ("kind", pa.string()),
             ("pid", pa.int32()),
-            ("route", pa.int64()),
             ("payload", pa.binary()),
         ]
     )
