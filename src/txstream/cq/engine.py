@@ -770,7 +770,10 @@ class CQEngine:
                 txn = self.tm.begin(read_only=True)
             else:
                 self._take_over(txn)
-            self._quiet_now = self._fast and self._quiet(txn)
+            snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
+            self._quiet_now = self._fast and (
+                (snap if snap is not None else self.tm.clock) == self._clean
+            )
             since = self.tm.clock  # after the transaction began, before its reads
             if self._late_items:
                 self._late_items.clear()  # an attempt that did not get to its commit
