@@ -66,6 +66,8 @@ from txstream.model.history import Operation
 from txstream.storage import Table
 from txstream.storage.base import ABSENT as _ABSENT
 from txstream.txn import Transaction, TransactionManager
+from txstream.txn.base import ACTIVE, SHARED
+from txstream.txn.locks import RCB
 
 VERSION_KEY = "__version__"
 """A table-level counter row some callers keep (plain Spark's baseline reads it).
@@ -260,9 +262,18 @@ class CQEngine:
         # and read the table (see _read)
         self._direct = self._hands_on and tm.recorder is None and not tm.ordered
         self._lock = tm.protocol.before_read
+        # s2pl, direct: the lock manager's table, for SS2PL.before_read's uncontended
+        # path inline (see _apply_direct)
+        self._lock_table: dict[str, RCB] | None = (
+            tm.locks.table if self._direct and self._s2pl else None
+        )
         # optimistic, direct: the items an attempt reads join the read set at once
         # before its commit, as read at the clock of the attempt's start (see _note)
         self._late = self._direct and self._optimistic
+        # snapshot without a recorder or order: a read-only transaction's read is
+        # the row as of its snapshot, with no hook to call (see _apply_direct)
+        self._snap_direct = self._mode == "snapshot" and tm.recorder is None and not tm.ordered
+        self._direct_apply = self._direct or self._snap_direct
         self._late_items: list[str] = []
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
@@ -376,6 +387,103 @@ class CQEngine:
                 e = Event(value, e.ts, e.lwm, (*e.refs, read))
         return e
 
+    def _apply_direct(
+        self,
+        ops: list[Operator],
+        e: Event,
+        txn: Transaction,
+        reads: list[Read],
+        names: list[str] | None,
+    ) -> Event | None:
+        """:meth:`_apply` for ``s2pl``, ``optimistic`` (``_direct``) and ``snapshot``.
+
+        A :class:`RefJoin`'s read is :meth:`_read`'s path written out here,
+        without the calls (the engine's hot path: one per input event).  ``s2pl``
+        and ``optimistic``: sample the clock, name the item, the read lock
+        (:meth:`SS2PL.before_read <txstream.txn.protocols.SS2PL.before_read>`'s
+        uncontended path; any other case goes through the protocol's hook) or,
+        optimistic, note the item for the attempt (see :meth:`_note`), then the
+        current row and the newest committed version.  ``snapshot`` (no recorder,
+        no order; a read-only transaction has no writes of its own and its
+        protocol's read hook does nothing): the newest version at or before the
+        snapshot, as :meth:`Table.read_at <txstream.storage.Table.read_at>` finds
+        it.  Other operators go through :meth:`_apply`.
+        """
+        snap = txn.snapshot_ts
+        if snap is not None and (txn.state != ACTIVE or txn.doomed is not None):
+            return self._apply(ops, e, txn, reads, None, names)  # txn.read raises
+        for k, op in enumerate(ops):
+            if op.__class__ is not RefJoin:
+                if isinstance(op, Select):
+                    if not op.predicate(e.value):
+                        return None
+                    continue
+                return self._apply(ops[k:], e, txn, reads, None, names)
+            assert isinstance(op, RefJoin)
+            key = e.value[op.key]
+            table = op.table
+            tbl = self._tables[table]
+            self.stats.reads += 1
+            if snap is not None:
+                value: Any
+                chain = tbl._versions.get(key)
+                if not chain:
+                    value, version = None, 0
+                else:
+                    version, value = chain[-1]
+                    if version > snap:  # changed since the snapshot: the version it shows
+                        value = tbl.read_at(key, snap, _ABSENT)
+                        version = 0
+                        for vts, _ in reversed(chain):
+                            if vts <= snap:
+                                version = vts
+                                break
+                    if value is _ABSENT:
+                        value = None
+                read = (table, key, version, snap)
+                reads.append(read)
+                if value is None:
+                    return None
+                if op.prefix:
+                    value = {op.prefix + c: v for c, v in value.items()}
+                e = Event({**e.value, **value}, e.ts, e.lwm, (*e.refs, read))
+                continue
+            assert names is not None
+            clock = self.tm.clock
+            item = tbl._items.get(key) or tbl.item(key)
+            names.append(item)
+            if self._late:
+                self._late_items.append(item)
+            else:
+                locks = txn.locks
+                if item not in locks:
+                    lock_table = self._lock_table
+                    fresh = RCB()
+                    fresh[txn] = SHARED
+                    if lock_table is not None and lock_table.setdefault(item, fresh) is fresh:
+                        locks[item] = SHARED
+                    else:
+                        self._lock(txn, item)  # held by others (or another protocol)
+            value = tbl._current.get(key, _ABSENT_ROW)
+            chain = tbl._versions.get(key)
+            version, committed = chain[-1] if chain else (0, _ABSENT)
+            if value is _ABSENT_ROW:
+                if committed is not _ABSENT and committed is not None:
+                    version = DIRTY  # deleted by a transaction that has not committed
+                reads.append((table, key, version, max(clock, version)))
+                return None
+            if committed is not value:
+                version = DIRTY
+            read = (table, key, version, max(clock, version))
+            reads.append(read)
+            if value is None:
+                return None
+            row = value
+            if op.prefix:
+                row = {op.prefix + c: v for c, v in row.items()}
+            e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+        return e
+
     def _state(self, txn: Transaction | None, reads: list[Read]) -> tuple[int, int]:
         """The instants at which every version read was the committed one: [lo, hi].
 
@@ -438,7 +546,10 @@ class CQEngine:
         slots: list[Any] | None = [] if self._record_naive and txn is None else None
         names: list[str] | None = [] if self._hands_on else None
         after = self._branches[entry.branch].after
-        entry.out = self._apply(after, entry.queued, txn, reads, slots, names)
+        if txn is not None and self._direct_apply:
+            entry.out = self._apply_direct(after, entry.queued, txn, reads, names)
+        else:
+            entry.out = self._apply(after, entry.queued, txn, reads, slots, names)
         entry.reads = tuple(reads)
         entry.slots = slots or []
         if names is not None:
@@ -659,7 +770,10 @@ class CQEngine:
                 txn = self.tm.begin(read_only=True)
             else:
                 self._take_over(txn)
-            self._quiet_now = self._fast and self._quiet(txn)
+            snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
+            self._quiet_now = self._fast and (
+                (snap if snap is not None else self.tm.clock) == self._clean
+            )
             since = self.tm.clock  # after the transaction began, before its reads
             if self._late_items:
                 self._late_items.clear()  # an attempt that did not get to its commit
@@ -793,13 +907,19 @@ class CQEngine:
                 # an entry checked by the transaction that handed all its reads on to
                 # this one is current as it is (what _entry does first, without the call)
                 kept, attempt = (self._kept_from if self._fast else -3), self._attempt
+                # snapshot, nothing committed since the previous window found its reads
+                # current: an entry checked since then shows its snapshot's versions
+                # (what _entry does for it, without the call)
+                quiet_from = self._prev if self._quiet_now and self._mode == "snapshot" else 1 << 62
                 while len(acc) < r:
                     if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
                         # the input ends inside the window (or the run's time is up in a
                         # window that takes long to fill): wait for more
                         return None
                     entry = queue.get(i)  # naive: the synopsis as it is
-                    if entry is None or not (naive or entry.checked == kept):
+                    if entry is None or not (
+                        naive or entry.checked == kept or entry.checked >= quiet_from
+                    ):
                         entry = get_entry(i, txn)
                     elif not naive:
                         entry.checked = attempt

@@ -823,8 +823,12 @@ class TransactionManager:
         reads = txn.reads
         keep = keep if isinstance(keep, list) else list(keep)
         # the kept items txn read (those it vouches for), as read at ``seen``
-        kept = {item: seen for item in keep if item in reads}
-        lost = set(keep).difference(reads) if len(kept) < len(keep) else set()
+        kept = dict.fromkeys(keep, seen)
+        lost: set[str] = set()
+        if not kept.keys() <= reads.keys():
+            lost = set(kept).difference(reads)
+            for item in lost:
+                del kept[item]
         heir.lost = lost
         txn.state = COMMITTING
         failure: BaseException | None = None
