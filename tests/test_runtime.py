@@ -210,6 +210,11 @@ def test_a_spanning_transaction_that_raises_is_reported_once_with_its_error(
     assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in failures] == expected
     stats = runner.stats[0]["failures"]
     assert [(f["txn"], f["kind"], f["position"], f["error"]) for f in stats] == expected
+    # onError=stop: run_local stops as a query does, after the batch committed.
+    job = counter_job("timestamp").option("onError", "stop")
+    with pytest.raises(tx.TxStreamError, match=r"transaction at ev#2 failed: ValueError: boom"):
+        job.run_local([batch, [("ev", {"k": a, "ts": 2})]], tmp_path / "stop")
+    assert tx.read_output(tmp_path / "stop", "seen") == tx.read_output(tmp_path, "seen")
 
 
 # -- boundaries --------------------------------------------------------------------
@@ -395,6 +400,10 @@ def test_unknown_names_and_bad_declarations_fail_with_one_line() -> None:
         tx.Job().boundary("hourly")
     with pytest.raises(tx.RuntimeJobError, match="positive finite"):
         tx.Job().boundary("seconds", seconds=float("nan"))
+    with pytest.raises(tx.RuntimeJobError, match="'seconds': unknown option 'second'; it takes"):
+        tx.Job().boundary("seconds", second=2)  # named, not an internal class's TypeError
+    with pytest.raises(tx.RuntimeJobError, match="'timeslice': missing option 'of'"):
+        tx.Job().boundary("timeslice", seconds=1)
     with pytest.raises(tx.RuntimeJobError, match="unknown option"):
         tx.Job().option("partitons", 2)
     with pytest.raises(tx.RuntimeJobError, match="no transaction function"):

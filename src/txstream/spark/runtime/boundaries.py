@@ -26,6 +26,7 @@ name                      system (Table 3)   one transaction per
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import zlib
@@ -461,10 +462,16 @@ def boundary(name: str | Boundary, **options: Any) -> Boundary:
     cls = BOUNDARIES.get(name)
     if cls is None:
         raise UnknownNameError("boundary", name, list(BOUNDARIES))
-    try:
-        return cls(**options)
-    except TypeError as exc:
-        raise RuntimeJobError(f"boundary {name!r}: {exc}") from None
+    params = inspect.signature(cls.__init__).parameters
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    allowed = [p for p, v in params.items() if p != "self" and v.kind in named]
+    unknown = sorted(set(options) - set(allowed))
+    missing = [p for p in allowed if params[p].default is params[p].empty and p not in options]
+    if unknown or missing:
+        what = f"unknown option {unknown[0]!r}" if unknown else f"missing option {missing[0]!r}"
+        takes = ", ".join(allowed) or "no options"
+        raise RuntimeJobError(f"boundary {name!r}: {what}; it takes: {takes}")
+    return cls(**options)
 
 
 def _positive(what: str, value: Any) -> float:

@@ -45,6 +45,7 @@ from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.merge import MERGES
 from txstream.spark.runtime.sinks import deliver
+from txstream.spark.runtime.tasks import stop_on_error
 
 ON_ERROR = ("rollback", "stop")
 
@@ -232,8 +233,9 @@ class Job:
         if self._merge == "event-time":
             runner.idle_batches = self._idle_batches
         for batch in batches:
-            runner.run_batch(batch)
+            stats = runner.run_batch(batch)
             deliver(runner.store, self._sinks)  # as on Spark: each batch once it commits
+            stop_on_error(stats, self._on_error)
         return runner
 
     def start(

@@ -52,6 +52,7 @@ from txstream.spark.runtime.tasks import (
     phase3,
     release,
     run_batch,
+    stop_on_error,
 )
 
 if TYPE_CHECKING:
@@ -465,13 +466,7 @@ class TxQuery:
         progress = _progress(batch_id, stats, time.time() - started, P)
         self.recentProgress.append(progress)
         del self.recentProgress[:-100]
-        errors = [f for f in stats["failures"] if f["kind"] == "error"]
-        if errors and self.job._on_error == "stop":
-            first = errors[0]
-            raise TxStreamError(
-                f"transaction at {first['position']} failed: {first['error']} (onError=stop; "
-                "the batch is committed with it rolled back)"
-            )
+        stop_on_error(stats, self.job._on_error)
 
     def _gathers(self) -> bool:
         """Whether the phase-1 tasks find the event-time merge's frontier themselves.

@@ -232,6 +232,17 @@ def one_per_transaction(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return unique
 
 
+def stop_on_error(stats: dict[str, Any], on_error: str) -> None:
+    """``onError=stop``: fail after a committed batch in which a transaction raised."""
+    errors = [f for f in stats["failures"] if f["kind"] == "error"]
+    if errors and on_error == "stop":
+        first = errors[0]
+        raise TxStreamError(
+            f"transaction at {first['position']} failed: {first['error']} (onError=stop; "
+            "the batch is committed with it rolled back)"
+        )
+
+
 def committed_frontier(store: RuntimeStore) -> dict[str, Any]:
     """The event-time merge's bookkeeping as of the last committed batch."""
     committed = store.committed()
