@@ -51,8 +51,9 @@ class BatchContext:
     """The merge's durable bookkeeping, stored with the commit (see :mod:`.merge`)."""
     gather: dict[str, Any] | None = None
     """Event-time merge with the frontier found by the phase-1 tasks themselves:
-    ``{"frontier": the bookkeeping after the previous batch, "idle": idleBatches}``
-    (see ``query._gathered_release``); None when the driver found it."""
+    ``{"frontier": the bookkeeping after the previous batch, "idle": idleBatches,
+    "nonce": the batch's exchange folder}`` (see ``query._gathered_release``);
+    None when the driver found it."""
     snapshot: bool = False
     arrival: Callable[[Row], float | None] | None = None
     tokens: dict[int, str] = field(default_factory=dict)
@@ -158,7 +159,7 @@ def phase2(
     """Run deferred transactions (all, or some whole chains); returns stats and rows to hand back.
 
     ``role`` names the task's files (``coord``, ``coord<k>`` when several tasks
-    share phase 2; see ``query.deferred_share``).
+    share phase 2; see :func:`~txstream.spark.runtime.executor.deferred_chains`).
     """
     store = RuntimeStore(ctx.store)
     with collector_paused():
