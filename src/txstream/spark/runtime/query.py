@@ -38,6 +38,7 @@ from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
+from txstream.spark.runtime.results import DRIVER_HISTORY
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import PartitionState, RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
@@ -161,10 +162,17 @@ class TxQuery:
         return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        """Stop the job and give the store up."""
+        """Stop the job and give the store up (the driver engine writes its history first)."""
         try:
             if self.query is not None:
                 self.query.stop()
+            if self.driver is not None and self.spec.record_history:
+                from txstream.model import format_history
+
+                # Recorded in the transaction manager's memory (the engine cannot
+                # resume, so one file per run): `txstream check` reads it.
+                text = format_history(self.driver.tm.history()) + "\n"
+                write_atomic(self.store.root / DRIVER_HISTORY, text.encode())
         finally:
             self._lock.release()
             self._status = "stopped"

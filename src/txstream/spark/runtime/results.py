@@ -96,9 +96,16 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
     return unique
 
 
+DRIVER_HISTORY = "driver-history.txt"
+"""The history the driver engine's transaction manager recorded, written when its query stops."""
+
+
 def history_text(path: str | Path, stream: str = "IN") -> str:
     """The committed runs of a store as one history in the notation."""
     store = _store(path)
+    driver = store.root / DRIVER_HISTORY
+    if driver.is_file() and not (store.root / "history").is_dir():
+        return driver.read_text()
     if not (store.root / "history").is_dir():
         raise TxStreamError(
             f"{path}: this job recorded no history; start it with .option('recordHistory', True)"
