@@ -41,7 +41,7 @@ def local_session(
         .config("spark.sql.session.timeZone", "UTC")
         # Python workers talk to their JVM over a Unix socket instead of TCP on
         # localhost, where Nagle and delayed ACKs held every task's first Arrow
-        # batch for ~40 ms (measured: 38-41 ms -> 6-14 ms per task).
+        # batch for ~40 ms (see scripts/runtime-batch-overhead.py).
         .config("spark.python.unix.domain.socket.enabled", "true")
         .config("spark.driver.memory", "2g")
     )

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, Row, RuntimeJobError
-from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore
@@ -38,12 +38,12 @@ def event_copies(
     """
     spec = job.inputs[input_name]
     order_value = 0.0
-    where = Event((0.0, spec.index, mid), input_name, row, [], []).position
     if spec.order is not None:
         raw = row.get(spec.order)
         if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
             raise RuntimeJobError(
-                f"{where}: order column {spec.order!r} must be a finite number, got {raw!r}"
+                f"{position(input_name, mid)}: order column {spec.order!r} must be a finite "
+                f"number, got {raw!r}"
             )
         order_value = float(raw)
     order = (order_value, spec.index, mid)
@@ -51,9 +51,10 @@ def event_copies(
         values = spec.values_of(row)
         pids = [partition_of(v, partitions) for v in values]
     except KeyError as exc:
+        where = position(input_name, mid)
         raise RuntimeJobError(f"{where}: the row has no key column {exc}") from None
     except RuntimeJobError as exc:
-        raise RuntimeJobError(f"{where}: {exc}") from None
+        raise RuntimeJobError(f"{position(input_name, mid)}: {exc}") from None
     if not values:  # a keyless input's event, or a broadcast one
         return [(p, Event(order, input_name, row, [], [p])) for p in range(partitions)]
     copies = []
