@@ -2,8 +2,9 @@
 
 The settings follow measurements on this kind of machine (2 cores): the web UI
 off, two shuffle partitions, Arrow for conversions to Python, Python workers on
-Unix sockets, and a checkpoint file manager that does not fork a ``chmod`` per
-checkpoint file (that alone cuts an empty micro-batch from ~135 ms to ~35 ms).
+Unix sockets, a checkpoint file manager that does not fork a ``chmod`` per
+checkpoint file (that alone cuts an empty micro-batch from ~135 ms to ~35 ms),
+and JVMs that compile with C1 only (see :data:`JVM_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,19 @@ from typing import Any
 _FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
+
+
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""Java options of the driver and executor JVMs, unless the caller sets its own.
+
+Spark's planner runs for every micro-batch, and the JVM's optimizing compiler
+(C2) kept compiling it for the whole of a 40 s benchmark run: its threads took
+0.2-0.7 CPU seconds per second, as much as the Spark tasks, on a machine with
+two cores (``-Xlog:jit+compilation``).  C1 alone compiles quickly and once;
+the code is slower, but the JVM's share of a job here is parsing and shuffling,
+and it fell from about 19 to 13 CPU microseconds per event
+(``docs/benchmarks.md``, "JIT").
+"""
 
 
 def local_session(
@@ -45,13 +59,20 @@ def local_session(
         .config("spark.python.unix.domain.socket.enabled", "true")
         .config("spark.driver.memory", "2g")
     )
-    for key, value in conf.pop("conf", {}).items():
-        builder = builder.config(key, str(value))
-    for key, value in conf.items():
-        builder = builder.config("spark." + key.replace("_", "."), str(value))
+    for key, value in _settings(conf).items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _settings(conf: dict[str, Any]) -> dict[str, str]:
+    """The caller's Spark settings (see :func:`local_session`) over this module's defaults."""
+    settings = {"spark." + k.replace("_", "."): str(v) for k, v in conf.items() if k != "conf"}
+    settings.update((key, str(v)) for key, v in conf.get("conf", {}).items())
+    for role in ("driver", "executor"):
+        settings.setdefault(f"spark.{role}.extraJavaOptions", JVM_OPTIONS)
+    return settings
 
 
 def _python() -> str:
