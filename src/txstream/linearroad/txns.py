@@ -66,6 +66,7 @@ from txstream.linearroad.engine import (
 )
 from txstream.linearroad.formats import (
     ACCOUNT_BALANCE,
+    DAILY_EXPENDITURE,
     DAY,
     DIR,
     EXIT_LANE,
@@ -161,8 +162,9 @@ class LinearRoadTxns:
                             "seg": f[SEG], "pos": f[POS], "raw": e["raw"]})  # fmt: skip
         elif kind == ACCOUNT_BALANCE:
             self.balance(t, {**base, "qid": f[QID]})
-        else:
+        elif kind == DAILY_EXPENDITURE:
             self.expenditure(t, {**base, "qid": f[QID], "xway": f[XWAY], "day": f[DAY]})
+        # A travel-time query (type 4) is read and not answered (not implemented).
 
     # -- position reports ---------------------------------------------------------------
 
