@@ -81,3 +81,22 @@ def test_travel_time_queries_are_read_and_skipped_not_rejected(tmp_path: Path) -
     assert engine.rejected_lines() == []
     report = validate(data, tmp_path / "driver-answers.txt")
     assert report.clean, report.rejected_input
+
+
+def test_a_repeated_historical_toll_key_answers_alike_in_engine_and_validator(
+    tmp_path: Path,
+) -> None:
+    # A historical-tolls file with two rows for one (VID, Day, XWay): the engines
+    # take the first in file order; the validator expected one answer per row.
+    data, tolls = tmp_path / "input.dat", tmp_path / "tolls.dat"
+    data.write_text(
+        _report(0, 7, 50, 1, 0, 0, 1000) + "\n" + "3,0,7,-1,1,-1,-1,-1,-1,4,-1,-1,-1,-1,5\n"
+    )
+    tolls.write_text("7,5,1,11\n7,5,1,12\n7,5,0,13\n")
+    exp = expected_frames(data, tolls_path=tolls)
+    assert [line for line in exp.lines() if line.startswith("3,")] == ["3,0,0.000,4,11"]
+    got = _runtime(data, tolls, tmp_path / "rt")
+    assert "3,0,4,11" in {",".join(map(str, (a.type, *a.values))) for a in map(
+        parse_answer_line, got)}  # fmt: skip
+    report = validate(data, tmp_path / "rt" / "answers.txt", tolls_path=tolls)
+    assert report.clean and report.by_type["expenditure"].correct == 1

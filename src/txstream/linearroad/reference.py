@@ -294,7 +294,8 @@ def _expenditures(df: Any, tolls_path: str | Path | None) -> Any:
     if tolls_path is None:
         h = pd.DataFrame(columns=["VID", "Day", "XWay", "Toll"], dtype=np.int64)
     else:
-        h = read_tolls(tolls_path)
+        # A key given twice counts once, its first row in file order (as the engines read it).
+        h = read_tolls(tolls_path).drop_duplicates(["VID", "Day", "XWay"], keep="first")
     m = q.merge(h, on=["VID", "Day", "XWay"], how="left")
     miss = m["Toll"].isna()
     if miss.any():
