@@ -100,3 +100,41 @@ def test_a_repeated_historical_toll_key_answers_alike_in_engine_and_validator(
         parse_answer_line, got)}  # fmt: skip
     report = validate(data, tmp_path / "rt" / "answers.txt", tolls_path=tolls)
     assert report.clean and report.by_type["expenditure"].correct == 1
+
+
+def _stopped_pair(lanes: tuple[int, int]) -> list[str]:
+    """Cars 1 and 2 stopped at one position of segment 10 (in ``lanes``) for 5
+    minutes, and a probe car entering segment 8 every 30 s from second 120."""
+    stop = 10 * 5280 + 2000
+    rows = []
+    for t in range(0, 300, 30):
+        for vid, lane in zip((1, 2), lanes, strict=True):
+            rows.append(_report(t, vid, 0, 0, lane, 0, stop))
+        if t >= 120:
+            rows.append(_report(t, 100 + t, 50, 0, 1, 0, 8 * 5280 + 10))
+    return rows
+
+
+def _alerts(lines: list[str], tmp_path: Path, name: str) -> dict[str, list[tuple[int, ...]]]:
+    data = tmp_path / f"{name}.dat"
+    data.write_text("\n".join(lines) + "\n")
+    exp = [k for k in _keys(expected_frames(data).lines()) if k[0] == 1]
+    runtime = [k for k in _keys(_runtime(data, None, tmp_path / f"rt-{name}")) if k[0] == 1]
+    driver = [k for k in _keys(_driver(data, None, tmp_path)[1]) if k[0] == 1]
+    return {"validator": exp, "runtime": runtime, "driver": driver}
+
+
+def test_an_accident_is_two_cars_stopped_in_the_same_lane_off_the_exit_ramp(
+    tmp_path: Path,
+) -> None:
+    # A car is stopped after four reports at one (XWay, Lane, Pos, Dir), and an
+    # accident is two cars stopped at one such place: two cars stopped side by
+    # side in different lanes are not one (as the independent walmartlabs
+    # validator and the aeolus implementation key their stopped cars), and a
+    # car on the exit ramp (lane 4) has left the expressway: it is never stopped
+    # there (walmartlabs ignores its later exit-lane reports; aeolus removes it).
+    same_lane = _alerts(_stopped_pair((2, 2)), tmp_path, "same")
+    assert all(len(v) == 6 for v in same_lane.values()), same_lane  # the control
+    for lanes in ((1, 2), (4, 4)):
+        got = _alerts(_stopped_pair(lanes), tmp_path, f"lanes{lanes[0]}{lanes[1]}")
+        assert got == {"validator": [], "runtime": [], "driver": []}, (lanes, got)
