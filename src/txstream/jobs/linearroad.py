@@ -96,7 +96,10 @@ def _reason(n: str) -> str:
     rules = [
         (f"{n} != {count}", fmt(f"input tuple: expected {count} fields, got %d", n)),
         (f"{bad} IS NOT NULL", fmt("input tuple: field '%s' is not an integer", bad)),
-        (f"NOT ({TYPE} IN (0, 2, 3))", fmt("unknown tuple type %d (expected 0, 2 or 3)", TYPE)),
+        (
+            f"NOT ({TYPE} IN (0, 2, 3, 4))",
+            fmt("unknown tuple type %d (expected 0, 2, 3 or 4)", TYPE),
+        ),
         (f"{TIME} < 0", fmt("negative time %d", TIME)),
         (
             f"{TIME} > {MAX_TIME}",

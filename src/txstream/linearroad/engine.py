@@ -13,7 +13,7 @@ store              key                               row
 ``segstats``       (XWay, Dir, Seg, minute)          speed sum, report count, distinct cars, sum
                                                      of per-car mean speeds (POSITION REPORTS
                                                      aggregated as they arrive)
-``stops``          (XWay, Dir, Seg)                  stopped cars ``[pos, vid, first, last,
+``stops``          (XWay, Dir, Seg)                  stopped cars ``[spot, vid, first, last,
                                                      moved]``
 ``accidents``      (XWay, Dir, Seg)                  ``[minute, active]`` (ACCIDENTS)
 ``tolls``          (XWay, Dir, Seg)                  ``[minute, LAV, toll, accident segment
@@ -246,8 +246,29 @@ def _lav(rows: Sequence[Any], definition: str) -> int:
     return int(mean + Fraction(1, 2))
 
 
+def _spot(pos: int, lane: int) -> int:
+    """Where a car stops, as one integer: its position and lane.
+
+    A car is stopped after four reports at one (XWay, Lane, Pos, Dir), and an
+    accident is two cars stopped at one such place: two cars stopped side by
+    side in different lanes are not an accident.
+    """
+    return pos * 8 + lane
+
+
+def stops_here(same: int, lane: int) -> bool:
+    """Whether a car whose report is its ``same``-th at one place is stopped there.
+
+    Never on the exit ramp: a car there has left the expressway.
+    """
+    return same >= 4 and lane != EXIT_LANE
+
+
 def _stop_entry(e: Sequence[int]) -> tuple[int, int, int, int, int]:
-    """A ``stops`` entry ``[pos, vid, first, last, moved]`` (``moved`` -1: not yet)."""
+    """A ``stops`` entry ``[spot, vid, first, last, moved]`` (``moved`` -1: not yet).
+
+    ``spot`` is :func:`_spot` of the car's position and lane.
+    """
     return e[0], e[1], e[2], e[3], (e[4] if len(e) > 4 else -1)
 
 
@@ -697,19 +718,20 @@ class LinearRoadEngine:
                 if old:
                     row = [list(_stop_entry(e)) for e in old]
                     for e in row:
-                        if e[0] == car[C_POS] and e[1] == vid:
+                        if e[0] == _spot(car[C_POS], car[C_LANE]) and e[1] == vid:
                             e[4] = now
                             txn.put(stops, where, row)
                             break
-            if same >= 4:
+            if stops_here(same, lane):
                 where = (x, d, seg)
                 row = [list(_stop_entry(e)) for e in txn.read(stops, where, [])]
+                spot = _spot(pos, lane)
                 for e in row:
-                    if e[0] == pos and e[1] == vid:
+                    if e[0] == spot and e[1] == vid:
                         e[3], e[4] = now, -1
                         break
                 else:
-                    row.append([pos, vid, now, now, -1])
+                    row.append([spot, vid, now, now, -1])
                 txn.put(stops, where, row)
             txn.put(cars, vid, [now, x, d, seg, lane, pos, same, entered, minute, s1, c1])
             if entered:

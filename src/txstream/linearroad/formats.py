@@ -5,7 +5,9 @@ Input, one tuple a line (official format, unused fields are -1)::
     Type,Time,VID,Spd,XWay,Lane,Dir,Seg,Pos,QID,S_init,S_end,DOW,TOD,Day
 
 Type 0 is a position report, 2 an account-balance query, 3 a daily-expenditure
-query.  Historical tolls: ``VID,Day,XWay,Toll``.  Answers, one a line:
+query, 4 a travel-time query (read and skipped: like every published
+implementation, txstream does not answer it).  Historical tolls:
+``VID,Day,XWay,Toll``.  Answers, one a line:
 
 - ``0,VID,Time,Emit,LAV,Toll``: toll notification;
 - ``1,Time,Emit,XWay,Seg,Dir,VID``: accident notification;
@@ -41,7 +43,9 @@ TYPE, TIME, VID, SPD, XWAY, LANE, DIR, SEG, POS, QID, S_INIT, S_END, DOW, TOD, D
 POSITION_REPORT = 0
 ACCOUNT_BALANCE = 2
 DAILY_EXPENDITURE = 3
-INPUT_TYPES = (POSITION_REPORT, ACCOUNT_BALANCE, DAILY_EXPENDITURE)
+TRAVEL_TIME = 4
+"""A travel-time estimation query: read (real realizations contain them), never answered."""
+INPUT_TYPES = (POSITION_REPORT, ACCOUNT_BALANCE, DAILY_EXPENDITURE, TRAVEL_TIME)
 
 ENTRANCE_LANE = 0
 EXIT_LANE = 4
@@ -148,7 +152,7 @@ def parse_input_line(line: str) -> tuple[int, ...]:
     """
     t = _ints(line, 15, "input tuple")
     if t[TYPE] not in INPUT_TYPES:
-        raise MalformedTupleError(f"unknown tuple type {t[TYPE]} (expected 0, 2 or 3)")
+        raise MalformedTupleError(f"unknown tuple type {t[TYPE]} (expected 0, 2, 3 or 4)")
     if t[TIME] < 0:
         raise MalformedTupleError(f"negative time {t[TIME]}")
     if t[TIME] > MAX_TIME:

@@ -16,12 +16,13 @@ in ``../shared/linearroad/``, see ``docs/linear-road-data.md``):
   in the segment in minute ``m-1`` and no accident active within 4 segments
   downstream, else 0;
 - a car is stopped at its fourth consecutive report with the same expressway,
-  direction, lane and position; an accident is two cars stopped at one
-  position; it is active from the minute after the second car's fourth report
-  up to (``--accident-end spec``) the minute after the last report of a car
-  stopped there, or (``clear-minute``) the minute of the report that clears it:
-  the first report, from the detection on, of a car stopped there that has
-  moved (no end while none has);
+  direction, lane and position, never on the exit lane; an accident is two
+  cars stopped at one such place (same position and lane); it is active from
+  the minute after the second car's fourth report up to (``--accident-end
+  spec``) the minute after the last report of a car stopped there, or
+  (``clear-minute``) the minute of the report that clears it: the first
+  report, from the detection on, of a car stopped there that has moved (no
+  end while none has);
 - an accident notification goes with a toll notification when an accident is
   active in the car's segment or up to 4 segments downstream;
 - the toll of a notification is charged when the car next enters a segment;
@@ -163,20 +164,22 @@ def _accidents(p: Any, accident_end: str = "spec") -> Any:
             & (pr["XWay"] == p["XWay"])
             & (pr["Dir"] == p["Dir"])
         ).to_numpy()
-    stopped = p[same]
-    cols = ["XWay", "Dir", "Seg", "Pos", "Time", "VID", "Next"]
+    # Never stopped on the exit ramp (the car has left the expressway).
+    stopped = p[same & (p["Lane"] != EXIT_LANE).to_numpy()]
+    cols = ["XWay", "Dir", "Seg", "Pos", "Lane", "Time", "VID", "Next"]
     if stopped.empty:
         return pd.DataFrame(columns=["XWay", "Dir", "Seg", "m0", "m1"], dtype=np.int64)
     # A stop episode per car and position: first (4th identical) and last stopped
     # report, and the car's next report after the last (-1: none).
     ep = (
         stopped[cols]
-        .groupby(["XWay", "Dir", "Seg", "Pos", "VID"])
+        .groupby(["XWay", "Dir", "Seg", "Pos", "Lane", "VID"])
         .agg(min=("Time", "min"), max=("Time", "max"), moved=("Next", "last"))
         .reset_index()
     )
     acc = []
-    for (x, d, seg, _pos), grp in ep.groupby(["XWay", "Dir", "Seg", "Pos"]):
+    # Two cars stopped at one place: the same position *and* lane.
+    for (x, d, seg, _pos, _lane), grp in ep.groupby(["XWay", "Dir", "Seg", "Pos", "Lane"]):
         if grp["VID"].nunique() < 2:
             continue
         starts = sorted(grp["min"])
@@ -294,7 +297,8 @@ def _expenditures(df: Any, tolls_path: str | Path | None) -> Any:
     if tolls_path is None:
         h = pd.DataFrame(columns=["VID", "Day", "XWay", "Toll"], dtype=np.int64)
     else:
-        h = read_tolls(tolls_path)
+        # A key given twice counts once, its first row in file order (as the engines read it).
+        h = read_tolls(tolls_path).drop_duplicates(["VID", "Day", "XWay"], keep="first")
     m = q.merge(h, on=["VID", "Day", "XWay"], how="left")
     miss = m["Toll"].isna()
     if miss.any():

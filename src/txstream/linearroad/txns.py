@@ -18,7 +18,7 @@ table              key                         row
                                                segment-minute (CAR SEGM CHANGE)
 ``segstats``       (xway, dir, seg, minute)    speed sum, reports, distinct cars,
                                                sum of per-car mean speeds
-``stops``          (xway, dir, seg)            stopped cars ``[pos, vid, first,
+``stops``          (xway, dir, seg)            stopped cars ``[spot, vid, first,
                                                last, moved]`` (ACCIDENTS' input)
 ``tolls``          (xway, dir, seg)            the minute's LAV, toll and nearest
                                                accident segment (TOLLS)
@@ -60,12 +60,15 @@ from txstream.linearroad.engine import (
     _downstream,
     _lav,
     _span,
+    _spot,
     _still_needed,
     _stop_entry,
     check_accident_end,
+    stops_here,
 )
 from txstream.linearroad.formats import (
     ACCOUNT_BALANCE,
+    DAILY_EXPENDITURE,
     DAY,
     DIR,
     EXIT_LANE,
@@ -161,8 +164,9 @@ class LinearRoadTxns:
                             "seg": f[SEG], "pos": f[POS], "raw": e["raw"]})  # fmt: skip
         elif kind == ACCOUNT_BALANCE:
             self.balance(t, {**base, "qid": f[QID]})
-        else:
+        elif kind == DAILY_EXPENDITURE:
             self.expenditure(t, {**base, "qid": f[QID], "xway": f[XWAY], "day": f[DAY]})
+        # A travel-time query (type 4) is read and not answered (not implemented).
 
     # -- position reports ---------------------------------------------------------------
 
@@ -220,9 +224,9 @@ class LinearRoadTxns:
         t.upsert("segstats", stat)
         if car is not None and car["same"] >= 4 and same == 1:
             # A stopped car moved: this report may clear an accident (clear-minute).
-            self._moved(t, x, d, car["seg"], car["pos"], vid, now)
-        if same >= 4:
-            self._stopped(t, x, d, seg, pos, vid, now)
+            self._moved(t, x, d, car["seg"], _spot(car["pos"], car["lane"]), vid, now)
+        if stops_here(same, lane):
+            self._stopped(t, x, d, seg, _spot(pos, lane), vid, now)
         t.upsert(
             "cars",
             {
@@ -232,26 +236,26 @@ class LinearRoadTxns:
         )  # fmt: skip
         return entered
 
-    def _moved(self, t: Any, x: int, d: int, seg: int, pos: int, vid: int, now: int) -> None:
+    def _moved(self, t: Any, x: int, d: int, seg: int, spot: int, vid: int, now: int) -> None:
         row = t.read("stops", (x, d, seg))
         if row is None:
             return
         entries = [list(_stop_entry(s)) for s in row["entries"]]
         for s in entries:
-            if s[0] == pos and s[1] == vid:
+            if s[0] == spot and s[1] == vid:
                 s[4] = now
                 t.update("stops", (x, d, seg), entries=entries)
                 return
 
-    def _stopped(self, t: Any, x: int, d: int, seg: int, pos: int, vid: int, now: int) -> None:
+    def _stopped(self, t: Any, x: int, d: int, seg: int, spot: int, vid: int, now: int) -> None:
         row = t.read("stops", (x, d, seg))
         entries = [list(_stop_entry(s)) for s in row["entries"]] if row else []
         for s in entries:
-            if s[0] == pos and s[1] == vid:
+            if s[0] == spot and s[1] == vid:
                 s[3], s[4] = now, -1
                 break
         else:
-            entries.append([pos, vid, now, now, -1])
+            entries.append([spot, vid, now, now, -1])
         t.upsert("stops", {"xway": x, "dir": d, "seg": seg, "entries": entries})
 
     def _notify(self, t: Any, e: dict[str, Any]) -> None:
