@@ -132,7 +132,10 @@ class LocalRunner:
             partitions=self.partitions,
         )
         if self.idle_batches is not None:
-            ctx.release_upto, self.frontier = advance(self.frontier, seen, self.idle_batches)
+            declared = {name: spec.index for name, spec in self.job.inputs.items()}
+            ctx.release_upto, self.frontier = advance(
+                self.frontier, seen, self.idle_batches, declared
+            )
             ctx.frontier = self.frontier
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
         self.prev = self.batch
