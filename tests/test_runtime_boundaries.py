@@ -373,3 +373,23 @@ def test_event_time_merge_equals_the_serial_oracle_on_any_partitions_and_cuts(
         batches = cut_per_source(rng, per)
         make_job(boundary, "event-time").run_local(batches, store, partitions=partitions)
         assert_run(store, want)
+
+
+def test_a_keyless_fragment_in_a_deferred_transaction_sees_every_row_of_its_partition(
+    tmp_path: Path,
+) -> None:
+    # Keys 0, 1 live on partition 1 and 4, 5 on partition 0 (of 2).  At ts 1 a
+    # transfer 0 -> 4 spans both partitions, so the timestamp's transaction is
+    # deferred to phase 2 with its keyless "bump" fragments; they must still
+    # bump rows 1 and 5, which no keyed event of the transaction names.
+    setup = [
+        ("A", {"id": i, "ts": 0, "k": k, "op": "ups", "n": 10}) for i, k in enumerate([0, 1, 4, 5])
+    ]
+    batch = [
+        *setup,
+        ("B", {"id": 4, "ts": 1, "k": 0, "k2": 4, "op": "move", "n": 3}),
+        ("C", {"id": 5, "ts": 1, "op": "bump"}),
+    ]
+    make_job("timestamp", "batch").run_local([batch], tmp_path, partitions=2)
+    assert table_of(tmp_path) == {0: 8, 1: 11, 4: 14, 5: 11}
+    assert tx.read_output(tmp_path, "out") == [{"id": 4, "what": "move", "v": 1}]

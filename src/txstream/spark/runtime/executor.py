@@ -563,6 +563,10 @@ class PartitionExecutor:
             ):
                 # The value's chain waits for phase 2, from here on (per-value order).
                 self.blocked.update(local)
+                if not self.blocked_all and any(not e.values for e in group.events):
+                    # A fragment deferred with it may touch any row here: they all go
+                    # to phase 2 (shipped_rows), and everything after it waits too.
+                    self.blocked_all = True
                 self.outcome.deferred += 1
                 self.shipped_events.extend((group.gid, e) for e in group.events if e.copy)
                 continue
