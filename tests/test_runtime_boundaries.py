@@ -429,3 +429,35 @@ def test_batch_merge_equals_the_serial_oracle_per_micro_batch_on_any_partitions(
         store = tmp_path_factory.mktemp("bm")
         make_job(boundary, "batch").run_local(batches, store, partitions=partitions)
         assert_run(store, want)
+
+
+def simple_job(initial: Any = None) -> tx.Job:
+    return (
+        tx.Job("bad")
+        .table("acc", key="k", schema="k long, v long", initial=initial)
+        .input("A", None, keys="k", order="ts")
+        .on("A", lambda t, e: t.upsert("acc", {"k": e["k"], "v": e["v"]}))
+    )
+
+
+@pytest.mark.parametrize(
+    ("batches", "partitions", "initial", "message"),
+    [
+        ([[("A", [1, 2])]], 2, None, "A#0: a row is a dict of columns, not list"),
+        ([[{"k": 1}]], 2, None, "batch 0, item 0: not an (input, row) pair"),
+        ([("A", {"k": 1, "v": 1, "ts": 0})], 2, None, "a micro-batch is a list of (input, row)"),
+        ([[]], 0, None, "run_local partitions must be an integer 1..4096, not 0"),
+        ([[]], "2", None, "run_local partitions must be an integer 1..4096, not '2'"),
+        ([[]], 2, [{"v": 1}], "table 'acc': initial row 0: missing columns ['k']"),
+        ([[]], 2, [{"k": "x", "v": 1}], "table 'acc': initial row 0: column 'k' is long, got 'x'"),
+        ([[]], 2, [7], "table 'acc': initial row 0 is a int, not a dict of columns"),
+        ([[]], 2, [{"k": 1, "v": 1}, {"k": 1, "v": 2}], "initial row 1 repeats the key 1"),
+    ],
+)
+def test_run_local_refuses_bad_input_in_one_line_naming_it(
+    tmp_path: Path, batches: Any, partitions: Any, initial: Any, message: str
+) -> None:
+    with pytest.raises(tx.RuntimeJobError) as info:
+        simple_job(initial).run_local(batches, tmp_path, partitions=partitions)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not RuntimeStore(tmp_path).committed()  # nothing of it took effect

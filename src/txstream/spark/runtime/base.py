@@ -130,6 +130,34 @@ def _names(value: str | Sequence[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
 
 
+def check_partitions(value: Any, what: str = "partitions") -> int:
+    """``value`` as a partition count (1..4096), or :class:`RuntimeJobError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise RuntimeJobError(f"{what} must be an integer 1..4096, not {value!r}")
+    return value
+
+
+def initial_row(table: TableSpec, row: Any, index: int | None = None) -> Row:
+    """Initial row number ``index`` of ``table``, checked.
+
+    A dict with the key columns (and the declared columns, when the table has a schema).
+    """
+    where = f"table {table.name!r}: " + (
+        "an initial row" if index is None else f"initial row {index}"
+    )
+    if not isinstance(row, dict):
+        raise RuntimeJobError(f"{where} is a {type(row).__name__}, not a dict of columns")
+    if table.columns is not None:
+        try:
+            check_row(where, table.columns, row)
+        except SchemaError as exc:
+            raise RuntimeJobError(str(exc)) from None
+    missing = [c for c in table.key if c not in row]
+    if missing:
+        raise RuntimeJobError(f"{where} lacks key columns {missing}: {row!r}")
+    return row
+
+
 @dataclass(frozen=True)
 class TableSpec:
     """A partitioned table: rows keyed by ``key``, placed by ``partition_by``.

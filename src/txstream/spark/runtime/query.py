@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, RuntimeJobError
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError, initial_row
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
@@ -570,7 +570,9 @@ def _init_writer(store_root: str, spec: Any) -> Any:
             cols = batch.to_pydict()
             for payload, pid in zip(cols["payload"], cols["pid"], strict=True):
                 row = json.loads(payload)
-                key = spec.key_of(row)
+                if spec.columns is not None:  # to_json leaves null columns out
+                    row = {**dict.fromkeys(spec.columns), **row}
+                key = spec.key_of(initial_row(spec, row))
                 by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
         store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
