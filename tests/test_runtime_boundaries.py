@@ -461,3 +461,25 @@ def test_run_local_refuses_bad_input_in_one_line_naming_it(
         simple_job(initial).run_local(batches, tmp_path, partitions=partitions)
     assert message in str(info.value) and "\n" not in str(info.value)
     assert not RuntimeStore(tmp_path).committed()  # nothing of it took effect
+
+
+@pytest.mark.parametrize(
+    ("fn", "error"),
+    [
+        (lambda t, e: t.increment("acc", 1, "v", 0.5), "SchemaError: increment of acc: column 'v'"),
+        (lambda t, e: t.increment("acc", 1, "v", "x"), "SchemaError: increment of acc.v: cannot"),
+        (lambda t, e: t.scan("nope", 1), "SchemaError: unknown table 'nope'"),
+    ],
+)
+def test_a_write_that_breaks_the_schema_or_names_no_table_is_rolled_back(
+    tmp_path: Path, fn: Callable[[Any, Any], None], error: str
+) -> None:
+    def both(t: Any, e: dict[str, Any]) -> None:
+        t.increment("acc", 1, "v", 1)  # applied first, then rolled back with the rest
+        fn(t, e)
+
+    job = simple_job([{"k": 1, "v": 10}]).on("A", both)
+    job.run_local([[("A", {"k": 1, "v": 0, "ts": 0})]], tmp_path, partitions=2)
+    [failure] = tx.read_failures(tmp_path)
+    assert failure["error"].startswith(error) and failure["position"] == "A#0"
+    assert table_of(tmp_path) == {1: 10}

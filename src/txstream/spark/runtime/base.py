@@ -118,12 +118,16 @@ def check_row(what: str, columns: dict[str, str], row: Row) -> None:
         extra = [c for c in row if c not in columns]
         raise SchemaError(f"{what}: missing columns {missing}, unknown columns {extra}")
     for name, kind in columns.items():
-        value = row[name]
-        if value is None:
-            continue
-        # bool is an int in Python, but not a number column's value.
-        if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
-            raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
+        check_value(what, name, kind, row[name])
+
+
+def check_value(what: str, name: str, kind: str, value: Any) -> None:
+    """Raise :class:`SchemaError` unless ``value`` fits column ``name`` of type ``kind``."""
+    if value is None:
+        return
+    # bool is an int in Python, but not a number column's value.
+    if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
+        raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
 def _names(value: str | Sequence[str]) -> tuple[str, ...]:
