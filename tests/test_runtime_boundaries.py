@@ -483,3 +483,14 @@ def test_a_write_that_breaks_the_schema_or_names_no_table_is_rolled_back(
     [failure] = tx.read_failures(tmp_path)
     assert failure["error"].startswith(error) and failure["position"] == "A#0"
     assert table_of(tmp_path) == {1: 10}
+
+
+def test_a_by_group_function_that_raises_and_a_non_boolean_option_are_one_line(
+    tmp_path: Path,
+) -> None:
+    job = simple_job().boundary("by", group=lambda r: r["nope"])
+    with pytest.raises(tx.RuntimeJobError, match=r"^A#0: boundary 'by': group\(row\) raised Key"):
+        job.run_local([[("A", {"k": 1, "v": 1, "ts": 0})]], tmp_path)
+    assert not RuntimeStore(tmp_path).committed()
+    with pytest.raises(tx.RuntimeJobError, match="recordHistory is True or False, not 'false'"):
+        simple_job().option("recordHistory", "false")

@@ -267,7 +267,13 @@ class PerGroupValue(_ByValue):
         current: _ValueGroup | None = None
         current_value: Any = None
         for event in events:
-            value = group(event.row)
+            try:
+                value = group(event.row)
+            except Exception as exc:
+                raise RuntimeJobError(
+                    f"{event.position}: boundary 'by': group(row) raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
             if current is None or value != current_value:
                 gid = f"b{batch}_u{_tag(_plain(value))}"
                 if current is not None:

@@ -193,7 +193,9 @@ class Job:
                 )
             self._idle_batches = value
         elif key == "recordHistory":
-            self.spec.record_history = bool(value)
+            if not isinstance(value, bool):
+                raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
+            self.spec.record_history = value
         elif key == "arrivalTime":
             self._arrival = str(value)
         else:
