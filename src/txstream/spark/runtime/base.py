@@ -118,16 +118,48 @@ def check_row(what: str, columns: dict[str, str], row: Row) -> None:
         extra = [c for c in row if c not in columns]
         raise SchemaError(f"{what}: missing columns {missing}, unknown columns {extra}")
     for name, kind in columns.items():
-        value = row[name]
-        if value is None:
-            continue
-        # bool is an int in Python, but not a number column's value.
-        if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
-            raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
+        check_value(what, name, kind, row[name])
+
+
+def check_value(what: str, name: str, kind: str, value: Any) -> None:
+    """Raise :class:`SchemaError` unless ``value`` fits column ``name`` of type ``kind``."""
+    if value is None:
+        return
+    # bool is an int in Python, but not a number column's value.
+    if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
+        raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
 def _names(value: str | Sequence[str]) -> tuple[str, ...]:
     return (value,) if isinstance(value, str) else tuple(value)
+
+
+def check_partitions(value: Any, what: str = "partitions") -> int:
+    """``value`` as a partition count (1..4096), or :class:`RuntimeJobError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise RuntimeJobError(f"{what} must be an integer 1..4096, not {value!r}")
+    return value
+
+
+def initial_row(table: TableSpec, row: Any, index: int | None = None) -> Row:
+    """Initial row number ``index`` of ``table``, checked.
+
+    A dict with the key columns (and the declared columns, when the table has a schema).
+    """
+    where = f"table {table.name!r}: " + (
+        "an initial row" if index is None else f"initial row {index}"
+    )
+    if not isinstance(row, dict):
+        raise RuntimeJobError(f"{where} is a {type(row).__name__}, not a dict of columns")
+    if table.columns is not None:
+        try:
+            check_row(where, table.columns, row)
+        except SchemaError as exc:
+            raise RuntimeJobError(str(exc)) from None
+    missing = [c for c in table.key if c not in row]
+    if missing:
+        raise RuntimeJobError(f"{where} lacks key columns {missing}: {row!r}")
+    return row
 
 
 @dataclass(frozen=True)

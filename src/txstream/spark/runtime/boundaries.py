@@ -124,6 +124,20 @@ class Boundary(ABC):
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
         """The groups of ``events``; ``meta`` is the partition's durable boundary state."""
 
+    def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
+        """Event-time merge: how many of ``events`` (in order) make whole transactions.
+
+        ``events`` are the ones the merge releases (no later event comes before
+        them); events up to the frontier ``upto`` may follow.  The rest of the
+        list belongs to a transaction that those may still join: it is held for
+        a later batch, so that a transaction does not depend on how the sources
+        cut the input into micro-batches.  Every partition must decide alike (by
+        order values, or by events that reach every partition).  The default
+        holds nothing: a transaction per event, per micro-batch or per ``by``
+        run of a micro-batch.
+        """
+        return len(events)
+
 
 class PerEvent(Boundary):
     """One transaction per event (StreamBase)."""
@@ -178,6 +192,10 @@ class PerTimestamp(_ByValue):
         """See :meth:`_ByValue.value`."""
         return event.order[0]
 
+    def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
+        """See :meth:`Boundary.complete`: events at the frontier's order value wait."""
+        return _before(events, upto)
+
 
 class PerSeconds(_ByValue):
     """One transaction per ``seconds`` of event time (the order value)."""
@@ -196,6 +214,10 @@ class PerSeconds(_ByValue):
     def value(self, event: Event) -> Any:
         """See :meth:`_ByValue.value`."""
         return math.floor(event.order[0] / self.seconds)
+
+    def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
+        """See :meth:`Boundary.complete`: the events of the frontier's slice wait."""
+        return _before(events, math.floor(upto / self.seconds) * self.seconds)
 
 
 class PerBatch(_ByValue):
@@ -245,7 +267,13 @@ class PerGroupValue(_ByValue):
         current: _ValueGroup | None = None
         current_value: Any = None
         for event in events:
-            value = group(event.row)
+            try:
+                value = group(event.row)
+            except Exception as exc:
+                raise RuntimeJobError(
+                    f"{event.position}: boundary 'by': group(row) raised "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
             if current is None or value != current_value:
                 gid = f"b{batch}_u{_tag(_plain(value))}"
                 if current is not None:
@@ -373,6 +401,17 @@ class PerTimeslice(Boundary):
                 "add order=..."
             )
 
+    def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
+        """See :meth:`Boundary.complete`: the open slice waits for the next one to open."""
+        newest = meta.get("timeslice")
+        opened = 0
+        for i, event in enumerate(events):
+            if event.input == self.of:
+                slice_ = math.floor(event.order[0] / self.seconds)
+                if newest is None or slice_ > newest:
+                    opened, newest = i, slice_
+        return opened
+
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
         """See :meth:`Boundary.groups`."""
         newest = meta.get("timeslice")
@@ -425,6 +464,13 @@ class PerPunctuation(Boundary):
                 "partition sees each CTI"
             )
 
+    def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
+        """See :meth:`Boundary.complete`: the events after the last CTI wait for the next."""
+        for i in range(len(events) - 1, -1, -1):
+            if events[i].input == self.of:
+                return i + 1
+        return 0
+
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
         """See :meth:`Boundary.groups`."""
         current: Group | None = None
@@ -472,6 +518,16 @@ def boundary(name: str | Boundary, **options: Any) -> Boundary:
         takes = ", ".join(allowed) or "no options"
         raise RuntimeJobError(f"boundary {name!r}: {what}; it takes: {takes}")
     return cls(**options)
+
+
+def _before(events: list[Event], value: float) -> int:
+    """How many of ``events`` (in order) have an order value below ``value``."""
+    n = 0
+    for event in events:
+        if event.order[0] >= value:
+            break
+        n += 1
+    return n
 
 
 def _positive(what: str, value: Any) -> float:

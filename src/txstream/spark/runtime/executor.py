@@ -36,6 +36,7 @@ from txstream.spark.runtime.base import (
     TransactionAborted,
     UndeclaredKeyError,
     check_row,
+    check_value,
 )
 from txstream.spark.runtime.boundaries import Event, Group, Run, track_runs
 from txstream.spark.runtime.partitioning import canonical, partition_of
@@ -132,6 +133,7 @@ class Tx:
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """Every row of ``table`` in partition value ``value`` (copies, in key order)."""
+        self._table(table)
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
         if self._history is not None:
@@ -222,7 +224,14 @@ class Tx:
         if column not in old:
             raise SchemaError(f"increment of {table}: no column {column!r}")
         new = dict(old)
-        new[column] = old[column] + by
+        try:
+            new[column] = old[column] + by
+        except TypeError:
+            raise SchemaError(
+                f"increment of {table}.{column}: cannot add {by!r} to {old[column]!r}"
+            ) from None
+        if spec.columns is not None:
+            check_value(f"increment of {table}", column, spec.columns[column], new[column])
         self._put(table, value, key, new, part=part)
         return new[column]
 
@@ -563,6 +572,10 @@ class PartitionExecutor:
             ):
                 # The value's chain waits for phase 2, from here on (per-value order).
                 self.blocked.update(local)
+                if not self.blocked_all and any(not e.values for e in group.events):
+                    # A fragment deferred with it may touch any row here: they all go
+                    # to phase 2 (shipped_rows), and everything after it waits too.
+                    self.blocked_all = True
                 self.outcome.deferred += 1
                 self.shipped_events.extend((group.gid, e) for e in group.events if e.copy)
                 continue

@@ -39,6 +39,7 @@ from txstream.spark.runtime.base import (
     TableSpec,
     TxnFunction,
     _names,
+    check_partitions,
     parse_schema,
 )
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
@@ -170,11 +171,7 @@ class Job:
         the others back, 1).
         """
         if key == "partitions":
-            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
-                raise RuntimeJobError(
-                    f"option partitions must be an integer 1..4096, not {value!r}"
-                )
-            self._partitions = value
+            self._partitions = check_partitions(value, "option partitions")
         elif key == "onError":
             if value not in ON_ERROR:
                 raise RuntimeJobError(f"option onError is one of {ON_ERROR}, not {value!r}")
@@ -196,7 +193,9 @@ class Job:
                 )
             self._idle_batches = value
         elif key == "recordHistory":
-            self.spec.record_history = bool(value)
+            if not isinstance(value, bool):
+                raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
+            self.spec.record_history = value
         elif key == "arrivalTime":
             self._arrival = str(value)
         else:

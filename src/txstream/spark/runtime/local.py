@@ -12,7 +12,13 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from txstream.spark.runtime.base import JobSpec, Row, RuntimeJobError
+from txstream.spark.runtime.base import (
+    JobSpec,
+    Row,
+    RuntimeJobError,
+    check_partitions,
+    initial_row,
+)
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
@@ -76,7 +82,7 @@ class LocalRunner:
     ) -> None:
         job.validate()
         self.job = job
-        self.partitions = partitions
+        self.partitions = check_partitions(partitions, "run_local partitions")
         self.store = RuntimeStore(store)
         self.snapshot_every = snapshot_every
         committed = self.store.committed()
@@ -101,11 +107,21 @@ class LocalRunner:
                     f"table {table.name!r}: run_local takes initial rows as a list of dicts"
                 )
             by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
-            for row in table.initial:
-                key = table.key_of(row)
-                value = table.value_of_key(key)
-                pid = partition_of(value, self.partitions)
-                by_pid.setdefault(pid, {}).setdefault(value, {})[key] = dict(row)
+            for index, row in enumerate(table.initial):
+                key = table.key_of(initial_row(table, row, index))
+                try:
+                    value = table.value_of_key(key)
+                    pid = partition_of(value, self.partitions)
+                except RuntimeJobError as exc:
+                    raise RuntimeJobError(
+                        f"table {table.name!r}: initial row {index}: {exc}"
+                    ) from None
+                rows = by_pid.setdefault(pid, {}).setdefault(value, {})
+                if key in rows:
+                    raise RuntimeJobError(
+                        f"table {table.name!r}: initial row {index} repeats the key {key!r}"
+                    )
+                rows[key] = dict(row)
             for pid, values in by_pid.items():
                 self.store.write_init(pid, table.name, values)
 
@@ -113,11 +129,26 @@ class LocalRunner:
         """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
-        for index, (name, row) in enumerate(events):
+        if isinstance(events, tuple | dict | str):
+            raise RuntimeJobError(
+                f"batch {self.batch}: a micro-batch is a list of (input, row) pairs, not a "
+                f"{type(events).__name__} (run_local takes a list of such lists)"
+            )
+        for index, item in enumerate(events):
             mid = (self.batch << MID_BITS) + index
-            if name not in self.job.inputs:
+            if not isinstance(item, tuple | list) or len(item) != 2:
+                raise RuntimeJobError(
+                    f"batch {self.batch}, item {index}: not an (input, row) pair: {item!r}"
+                )
+            name, row = item
+            if not isinstance(name, str) or name not in self.job.inputs:
                 raise RuntimeJobError(
                     f"unknown input {name!r}; inputs: {', '.join(self.job.inputs)}"
+                )
+            if not isinstance(row, dict):
+                raise RuntimeJobError(
+                    f"{position(name, mid)}: a row is a dict of columns, not "
+                    f"{type(row).__name__}: {row!r}"
                 )
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
@@ -132,7 +163,10 @@ class LocalRunner:
             partitions=self.partitions,
         )
         if self.idle_batches is not None:
-            ctx.release_upto, self.frontier = advance(self.frontier, seen, self.idle_batches)
+            declared = {name: spec.index for name, spec in self.job.inputs.items()}
+            ctx.release_upto, self.frontier = advance(
+                self.frontier, seen, self.idle_batches, declared
+            )
             ctx.frontier = self.frontier
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
         self.prev = self.batch

@@ -15,23 +15,44 @@ that long does not hold the others back (when every input is quiet, everything
 is released). Held events live in their partition's state, saved with each
 batch. An event whose order value is below a frontier already passed (late)
 runs in the batch it arrives in.
+
+An event *at* the frontier is released only when no input still delivering
+can hand over an event that comes before it: at equal order values the
+inputs' declaration order decides, so an input declared earlier that has
+reached the frontier may still deliver events of that value
+(:func:`advance` returns the frontier with the smallest index of such an
+input).  The boundary then holds the events of a transaction that is still
+open (:meth:`~txstream.spark.runtime.boundaries.Boundary.complete`): a
+timestamp, slice or punctuation run is released whole, whatever the
+micro-batches the sources cut it into.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 MERGES = ("batch", "event-time")
 
 
+Bound = tuple[float, int]
+"""What a batch releases: events whose ``(order value, input index)`` is at most this."""
+
+
 def advance(
-    frontier: dict[str, Any], seen: dict[str, float], idle_batches: int
-) -> tuple[float, dict[str, Any]]:
-    """The release frontier of a batch that delivered ``seen`` (input -> max order value).
+    frontier: dict[str, Any],
+    seen: dict[str, float],
+    idle_batches: int,
+    index: Mapping[str, int],
+) -> tuple[Bound, dict[str, Any]]:
+    """The release bound of a batch that delivered ``seen`` (input -> max order value).
 
     ``frontier`` is the bookkeeping after the previous batch (``{}`` at first);
-    returns the frontier and the bookkeeping after this batch.
+    ``index`` gives each input's declaration index.  Returns the bound (the
+    frontier, and the smallest index of an input still delivering that has
+    reached it: it may deliver more events of that value, which come before
+    those of later inputs) and the bookkeeping after this batch.
     """
     high: dict[str, float] = dict(frontier.get("high", {}))
     quiet: dict[str, int] = dict(frontier.get("quiet", {}))
@@ -41,6 +62,9 @@ def advance(
             quiet[name] = 0
         else:
             quiet[name] = quiet.get(name, 0) + 1
-    active = [high[n] for n in high if quiet[n] < idle_batches]
-    upto = min(active) if active else math.inf
-    return upto, {"high": high, "quiet": quiet}
+    active = [n for n in high if quiet[n] < idle_batches]
+    if not active:
+        return (math.inf, 0), {"high": high, "quiet": quiet}
+    upto = min(high[n] for n in active)
+    first = min(index.get(n, 0) for n in active if high[n] == upto)
+    return (upto, first), {"high": high, "quiet": quiet}

@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, RuntimeJobError
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError, initial_row
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
-from txstream.spark.runtime.merge import advance
+from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.results import DRIVER_HISTORY
 from txstream.spark.runtime.sinks import deliver
@@ -387,7 +387,7 @@ class TxQuery:
             events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
         upto, self._frontier = self._advance(df)
         if upto is not None:  # the event-time merge, as on executors (held in memory here)
-            events = release(self._held, events, upto)
+            events = release(self._held, events, upto, self.spec.boundary, self.driver.meta)
         outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
         for name, lines in outcome.outputs.items():
             self.store.write_lines("outputs", name, batch_id, "driver", lines)
@@ -492,7 +492,7 @@ class TxQuery:
             self._barrier = not dynamic and self.partitions <= sc.defaultParallelism
         return self._barrier
 
-    def _advance(self, df: Any) -> tuple[float | None, dict[str, Any]]:
+    def _advance(self, df: Any) -> tuple[Bound | None, dict[str, Any]]:
         """The batch's release frontier under the event-time merge (None: batch order)."""
         if self.job._merge != "event-time":
             return None, {}
@@ -501,7 +501,8 @@ class TxQuery:
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
         rows = df.groupBy("__input").agg(F.max("__ordv")).collect()
         seen = {names[int(r[0])]: float(r[1]) for r in rows if r[1] is not None}
-        return advance(self._frontier, seen, self.job._idle_batches)
+        index = {spec.name: spec.index for spec in self.spec.inputs.values()}
+        return advance(self._frontier, seen, self.job._idle_batches, index)
 
     def _trim(self, batch_id: int) -> None:
         snaps = []
@@ -569,7 +570,9 @@ def _init_writer(store_root: str, spec: Any) -> Any:
             cols = batch.to_pydict()
             for payload, pid in zip(cols["payload"], cols["pid"], strict=True):
                 row = json.loads(payload)
-                key = spec.key_of(row)
+                if spec.columns is not None:  # to_json leaves null columns out
+                    row = {**dict.fromkeys(spec.columns), **row}
+                key = spec.key_of(initial_row(spec, row))
                 by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
         store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
@@ -789,7 +792,7 @@ RENDEZVOUS_TIMEOUT_S = 600.0
 
 def _gathered_release(
     ctx: BatchContext, high: dict[int, float], names: dict[int, str]
-) -> tuple[float, dict[str, Any]]:
+) -> tuple[Bound, dict[str, Any]]:
     """The batch's release frontier, found together with the stage's other phase-1 tasks.
 
     Each task has seen only its partition's rows.  In a barrier stage Spark
@@ -826,7 +829,8 @@ def _gathered_release(
             time.sleep(0.001)
         for name, value in json.loads(path.read_text()).items():
             seen[name] = max(value, seen.get(name, value))
-    return advance(gather["frontier"], seen, gather["idle"])
+    index = {name: inp for inp, name in names.items()}
+    return advance(gather["frontier"], seen, gather["idle"], index)
 
 
 def rendezvous_folder(store: str | Path, gather: dict[str, Any]) -> Path:

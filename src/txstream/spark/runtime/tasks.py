@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import gc
 import json
+import math
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
-from txstream.spark.runtime.boundaries import Event, check_runs
+from txstream.spark.runtime.boundaries import Boundary, Event, check_runs
 from txstream.spark.runtime.executor import (
     Outcome,
     PartitionExecutor,
@@ -29,6 +30,7 @@ from txstream.spark.runtime.executor import (
     run_deferred,
     take_back,
 )
+from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.state import RuntimeStore
 
 MAX_ATTEMPTS = 64
@@ -45,8 +47,9 @@ class BatchContext:
     """The last batch that ran before this one (-1 for none): the state tasks start from."""
     abort: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Transactions to abort everywhere in this attempt, each with its first attempt's failure."""
-    release_upto: float | None = None
-    """Event-time merge: events with a larger order value wait (held) for a later batch."""
+    release_upto: Bound | None = None
+    """Event-time merge: events after this bound wait (held) for a later batch (see
+    :func:`release`)."""
     frontier: dict[str, Any] = field(default_factory=dict)
     """The merge's durable bookkeeping, stored with the commit (see :mod:`.merge`)."""
     gather: dict[str, Any] | None = None
@@ -113,16 +116,45 @@ def _write(
         )
 
 
-def release(state: Any, events: list[Event], upto: float) -> list[Event]:
-    """The events to run now: those held before and the new ones up to ``upto``.
+def release(
+    state: Any,
+    events: list[Event],
+    upto: Bound | Sequence[float],
+    boundary: Boundary | None = None,
+    meta: dict[str, Any] | None = None,
+) -> list[Event]:
+    """The events to run now: those held before and the new ones up to ``upto``, in order.
 
-    The rest wait in the partition's state (``meta["held"]``, saved with the
-    batch) until a later batch's frontier passes them.
+    ``upto`` is the batch's bound (:func:`~txstream.spark.runtime.merge.advance`):
+    an event runs when its ``(order value, input index)`` is at most it, and the
+    ``boundary`` releases no part of a transaction that later events may still
+    join (``meta``: its durable state, default the partition's).  The rest wait
+    in the partition's state (``meta["held"]``, saved with the batch) until a
+    later batch's bound passes them.
     """
     pool = list(state.meta.get("held", ())) + events
-    ready = [e for e in pool if e.order[0] <= upto]
-    state.meta["held"] = [e for e in pool if e.order[0] > upto]
+    value, first = upto[0], upto[1]
+    if value == math.inf:  # every input is quiet: everything runs
+        pool.sort(key=_order)
+        state.meta["held"] = []
+        return pool
+    ready, wait = [], []
+    for event in pool:
+        order = event.order
+        if order[0] < value or (order[0] == value and order[1] <= first):
+            ready.append(event)
+        else:
+            wait.append(event)
+    ready.sort(key=_order)
+    if boundary is not None:
+        cut = boundary.complete(ready, value, state.meta if meta is None else meta)
+        ready, wait = ready[:cut], ready[cut:] + wait
+    state.meta["held"] = wait
     return ready
+
+
+def _order(event: Event) -> tuple[float, int, int]:
+    return event.order
 
 
 def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
@@ -135,7 +167,7 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     store = RuntimeStore(ctx.store)
     state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
     if ctx.release_upto is not None:
-        events = release(state, events, ctx.release_upto)
+        events = release(state, events, ctx.release_upto, job.boundary)
     events.sort(key=lambda e: e.order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
     executor.run(ctx.batch, events, ctx.abort)

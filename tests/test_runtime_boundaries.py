@@ -1,0 +1,496 @@
+"""Boundaries by name against a serial oracle written from docs/spark.md.
+
+Random small jobs mix keyed, multi-partition, keyless and ``broadcast`` events
+that insert, upsert, update, increment, delete, scan, emit, abort and raise.
+The oracle runs the whole stream serially in the declared order (order value,
+then input declaration order, then source position), cut into transactions by
+the boundary's definition, each transaction applied whole or not at all.
+``run_local`` must give the same table, the same outputs exactly once in
+order and the same aborts on 1, 2 or 3 partitions, however the inputs are cut
+into micro-batches (the event-time merge: each source hands its events over in
+order, at its own random points).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import txstream as tx
+from txstream.model import check
+from txstream.spark.runtime.state import RuntimeStore
+
+INPUTS = ("A", "B", "C", "D")
+"""A: keyed; B: two keys (multi-partition); C: keyless (the CTI/slice input); D: keyed
+with a ``broadcast`` column."""
+KEYS = range(6)
+SLICE = 2
+
+
+class Boom(Exception):
+    """A transaction function's own failure."""
+
+
+# -- the job --------------------------------------------------------------------------------
+
+
+def keyed(t: Any, e: dict[str, Any], k: int) -> None:
+    op, n = e["op"], e["n"]
+    if op == "ins":
+        t.insert("acc", {"k": k, "v": n})
+    elif op == "ups":
+        t.upsert("acc", {"k": k, "v": n})
+    elif op == "del":
+        t.delete("acc", k)
+    elif op == "inc":
+        t.increment("acc", k, "v", n)
+    elif op == "upd":
+        t.update("acc", k, v=n)
+    elif op == "read":
+        row = t.read("acc", k)
+        t.emit("out", {"id": e["id"], "what": "read", "v": -1 if row is None else row["v"]})
+    elif op == "scan":
+        t.emit("out", {"id": e["id"], "what": "scan", "v": len(t.scan("acc", k))})
+    elif op == "abort":
+        t.abort("asked to")
+    elif op == "raise":
+        raise Boom(f"event {e['id']}")
+
+
+def everywhere(t: Any, e: dict[str, Any]) -> None:
+    """An event that reaches every partition: one fragment per partition."""
+    op = e["op"]
+    if op == "bump":
+        for value in t.values("acc"):
+            for row in t.scan("acc", value):
+                t.increment("acc", row["k"], "v", 1)
+    elif op == "emit" and t.home == 0:
+        t.emit("out", {"id": e["id"], "what": "all", "v": 0})
+    elif op == "raise" and t.home == 0:
+        raise Boom(f"event {e['id']}")
+    elif op == "abort":
+        t.abort("asked to")
+
+
+def on_a(t: Any, e: dict[str, Any]) -> None:
+    keyed(t, e, e["k"])
+
+
+def on_b(t: Any, e: dict[str, Any]) -> None:
+    if e["op"] == "move":
+        src, dst = t.read("acc", e["k"]), t.read("acc", e["k2"])
+        ok = src is not None and dst is not None and e["k"] != e["k2"]
+        if ok:
+            t.increment("acc", e["k"], "v", -e["n"])
+            t.increment("acc", e["k2"], "v", e["n"])
+        t.emit("out", {"id": e["id"], "what": "move", "v": int(ok)})
+    else:
+        keyed(t, e, e["k"])
+        if e["op"] in ("inc", "ups", "upd"):
+            keyed(t, e, e["k2"])
+
+
+def on_d(t: Any, e: dict[str, Any]) -> None:
+    if e["all"]:
+        everywhere(t, e)
+    else:
+        keyed(t, e, e["k"])
+
+
+def make_job(boundary: str, merge: str) -> tx.Job:
+    job = (
+        tx.Job("boundaries")
+        .table("acc", key="k", schema="k long, v long")
+        .input("A", None, keys="k", order="ts")
+        .input("B", None, keys=["k", "k2"], order="ts")
+        .input("C", None, keys=(), order="ts")
+        .input("D", None, keys="k", order="ts", broadcast="all")
+        .output("out", schema="id long, what string, v long")
+        .on("A", on_a)
+        .on("B", on_b)
+        .on("C", everywhere)
+        .on("D", on_d)
+        .option("merge", merge)
+        .option("recordHistory", True)
+    )
+    options: dict[str, dict[str, Any]] = {
+        "seconds": {"seconds": SLICE},
+        "punctuation": {"of": "C"},
+        "timeslice": {"seconds": SLICE, "of": "C"},
+        "by": {"group": lambda r: r["ts"] // 3},
+    }
+    return job.boundary(boundary, **options.get(boundary, {}))
+
+
+# -- the oracle -----------------------------------------------------------------------------
+
+Item = tuple[str, dict[str, Any]]
+
+
+def serial_event(table: dict[int, int], name: str, e: dict[str, Any], emits: list[Any]) -> None:
+    """One event on ``table`` (the transaction's working copy), as the functions above do."""
+
+    def one(k: int) -> None:
+        op, n = e["op"], e["n"]
+        if op in ("del", "inc", "upd") and k not in table:
+            raise Boom("no row")
+        if op == "ins":
+            if k in table:
+                raise Boom("duplicate")
+            table[k] = n
+        elif op in ("ups", "upd"):
+            table[k] = n
+        elif op == "del":
+            del table[k]
+        elif op == "inc":
+            table[k] += n
+        elif op == "read":
+            emits.append({"id": e["id"], "what": "read", "v": table.get(k, -1)})
+        elif op == "scan":
+            emits.append({"id": e["id"], "what": "scan", "v": int(k in table)})
+        elif op in ("abort", "raise"):
+            raise Boom(op)
+
+    def every() -> None:
+        if e["op"] == "bump":
+            for k in table:
+                table[k] += 1
+        elif e["op"] == "emit":
+            emits.append({"id": e["id"], "what": "all", "v": 0})
+        elif e["op"] in ("raise", "abort"):
+            raise Boom(e["op"])
+
+    if name == "A" or (name == "D" and not e["all"]):
+        one(e["k"])
+    elif name == "B" and e["op"] == "move":
+        ok = e["k"] in table and e["k2"] in table and e["k"] != e["k2"]
+        if ok:
+            table[e["k"]] -= e["n"]
+            table[e["k2"]] += e["n"]
+        emits.append({"id": e["id"], "what": "move", "v": int(ok)})
+    elif name == "B":
+        one(e["k"])
+        if e["op"] in ("inc", "ups", "upd"):
+            one(e["k2"])
+    else:
+        every()
+
+
+def by_value(items: list[Item], value: Callable[[dict[str, Any]], Any]) -> list[list[Item]]:
+    groups: list[list[Item]] = []
+    last: Any = object()
+    for item in items:
+        v = value(item[1])
+        if not groups or v != last:
+            groups.append([])
+            last = v
+        groups[-1].append(item)
+    return groups
+
+
+def transactions(
+    boundary: str, items: list[Item], clock: list[Any] | None = None
+) -> list[list[Item]]:
+    """The docs' definitions (Table 3): the stream, in the declared order, cut into transactions.
+
+    A late event of the timeslice input is a transaction of its own, marked
+    ``LATE``; ``clock`` holds the newest slice across calls (one per micro-batch).
+    """
+    clock = [None] if clock is None else clock
+    if boundary == "event":
+        return [[item] for item in items]
+    if boundary == "timestamp":
+        return by_value(items, lambda e: e["ts"])
+    if boundary == "seconds":
+        return by_value(items, lambda e: math.floor(e["ts"] / SLICE))
+    if boundary == "by":
+        return by_value(items, lambda e: e["ts"] // 3)
+    if boundary == "batch":
+        return [items] if items else []
+    groups: list[list[Item]] = []
+    current: list[Item] = []
+    if boundary == "punctuation":  # a run of events closed by a CTI
+        for item in items:
+            current.append(item)
+            if item[0] == "C":
+                groups.append(current)
+                current = []
+    else:  # timeslice: a slice of C opens with its first C event; others join the open one
+        newest = clock[0]
+        for item in items:
+            if item[0] == "C":
+                slice_ = math.floor(item[1]["ts"] / SLICE)
+                if newest is not None and slice_ < newest:
+                    groups.append([("LATE", item[1])])
+                    continue
+                if slice_ != newest and current:
+                    groups.append(current)
+                    current = []
+                newest = slice_
+            current.append(item)
+        clock[0] = newest
+    if current:  # the stream's end closes the last run or slice
+        groups.append(current)
+    return groups
+
+
+def serial(
+    groups: list[list[Item]], table: dict[int, int] | None = None
+) -> tuple[dict[int, int], list[list[dict[str, Any]]], int]:
+    """Run ``groups`` one after the other: (table, each committed transaction's rows, aborts)."""
+    table = dict(table or {})
+    outputs: list[list[dict[str, Any]]] = []
+    aborted = 0
+    for group in groups:
+        work: dict[int, int] = dict(table)
+        emits: list[dict[str, Any]] = []
+        try:
+            for name, e in group:
+                if name == "LATE":
+                    raise Boom("late")
+                serial_event(work, name, e, emits)
+        except Boom:
+            aborted += 1
+            continue
+        table = work
+        outputs.append(emits)
+    return table, outputs, aborted
+
+
+def declared(per: dict[str, list[dict[str, Any]]]) -> list[Item]:
+    """Every source's events merged by (order value, input declaration, source position)."""
+    flat = [(e["ts"], INPUTS.index(n), i, n, e) for n in INPUTS for i, e in enumerate(per[n])]
+    flat.sort(key=lambda x: x[:3])
+    return [(x[3], x[4]) for x in flat]
+
+
+# -- random streams -------------------------------------------------------------------------
+
+OPS_KEYED = ["ins", "ins", "ups", "del", "inc", "inc", "upd", "read", "scan", "abort", "raise"]
+OPS_MULTI = ["move", "move", "move", "inc", "ups", "read", "raise", "abort"]
+OPS_ALL = ["bump", "emit", "emit", "raise", "abort", "cti", "cti"]
+
+
+def streams(rng: random.Random, n: int, span: int) -> dict[str, list[dict[str, Any]]]:
+    """``n`` random events over ``span`` seconds; each source's in order of time."""
+    per: dict[str, list[dict[str, Any]]] = {name: [] for name in INPUTS}
+    for i in range(n):
+        name = rng.choice("AAAABBCD")
+        e: dict[str, Any] = {"id": i, "ts": rng.randrange(span)}
+        if name == "A" or (name == "D" and rng.random() < 0.7):
+            e.update(k=rng.choice(KEYS), op=rng.choice(OPS_KEYED), n=rng.randrange(1, 9))
+        elif name == "B":
+            e.update(k=rng.choice(KEYS), k2=rng.choice(KEYS), op=rng.choice(OPS_MULTI))
+            e["n"] = rng.randrange(1, 9)
+        else:
+            e["op"] = rng.choice(OPS_ALL)
+        if name == "D":
+            e.setdefault("k", 0)
+            e.setdefault("n", 0)
+            e["all"] = e["op"] in OPS_ALL
+        per[name].append(e)
+    for events in per.values():
+        events.sort(key=lambda e: e["ts"])
+    return per
+
+
+def cut_per_source(rng: random.Random, per: dict[str, list[dict[str, Any]]]) -> list[list[Item]]:
+    """Micro-batches: each source cut at its own random points, the inputs shuffled together.
+
+    A source delivers in every batch until it has nothing left (the premise of
+    ``idleBatches=1``); one quiet batch at the end releases what is held.
+    """
+    chunks: dict[str, list[list[dict[str, Any]]]] = {}
+    for name, events in per.items():
+        k = rng.randint(1, min(5, len(events))) if events else 0
+        points = sorted(rng.sample(range(1, len(events)), k - 1)) if k > 1 else []
+        ends = zip([0, *points], [*points, len(events)], strict=True)
+        chunks[name] = [events[x:y] for x, y in ends][:k]
+    batches = []
+    for b in range(max(len(c) for c in chunks.values())):
+        slots = [n for n in INPUTS if b < len(chunks[n]) for _ in chunks[n][b]]
+        rng.shuffle(slots)  # inputs interleave at random; each keeps its own order
+        queues = {n: iter(chunks[n][b]) for n in INPUTS if b < len(chunks[n])}
+        batches.append([(n, next(queues[n])) for n in slots])
+    return [*batches, []]
+
+
+# -- comparing ------------------------------------------------------------------------------
+
+
+def table_of(store: Path) -> dict[int, int]:
+    rs = RuntimeStore(store)
+    last = rs.committed()[-1]
+    partitions = len(list((store / "state").glob("p*")))
+    out: dict[int, int] = {}
+    for pid in range(partitions):
+        for rows in rs.load(pid, last).data.get("acc", {}).values():
+            out.update({k: r["v"] for k, r in rows.items()})
+    return out
+
+
+def assert_outputs(got: list[dict[str, Any]], want: list[list[dict[str, Any]]]) -> None:
+    """``got`` is ``want``'s transactions in order; one transaction's rows in any order
+    (its parts on several partitions emit apart, docs/spark.md)."""
+
+    def key(r: dict[str, Any]) -> tuple[Any, ...]:
+        return r["id"], r["what"], r["v"]
+
+    at = 0
+    for rows in want:
+        assert sorted(got[at : at + len(rows)], key=key) == sorted(rows, key=key), (at, got)
+        at += len(rows)
+    assert got[at:] == []
+
+
+def assert_run(store: Path, want: tuple[dict[int, int], list[Any], int]) -> None:
+    table, outputs, aborted = want
+    assert_outputs(tx.read_output(store, "out"), outputs)
+    assert table_of(store) == table
+    assert len(tx.read_failures(store)) == aborted
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+# -- tests ----------------------------------------------------------------------------------
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    boundary=st.sampled_from(["event", "timestamp", "seconds", "punctuation", "timeslice"]),
+)
+def test_event_time_merge_equals_the_serial_oracle_on_any_partitions_and_cuts(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, boundary: str
+) -> None:
+    rng = random.Random(seed)
+    per = streams(rng, rng.randint(1, 25), rng.choice([4, 8, 20]))
+    want = serial(transactions(boundary, declared(per)))
+    for partitions in (1, 2, 3):
+        store = tmp_path_factory.mktemp("et")
+        batches = cut_per_source(rng, per)
+        make_job(boundary, "event-time").run_local(batches, store, partitions=partitions)
+        assert_run(store, want)
+
+
+def test_a_keyless_fragment_in_a_deferred_transaction_sees_every_row_of_its_partition(
+    tmp_path: Path,
+) -> None:
+    # Keys 0, 1 live on partition 1 and 4, 5 on partition 0 (of 2).  At ts 1 a
+    # transfer 0 -> 4 spans both partitions, so the timestamp's transaction is
+    # deferred to phase 2 with its keyless "bump" fragments; they must still
+    # bump rows 1 and 5, which no keyed event of the transaction names.
+    setup = [
+        ("A", {"id": i, "ts": 0, "k": k, "op": "ups", "n": 10}) for i, k in enumerate([0, 1, 4, 5])
+    ]
+    batch = [
+        *setup,
+        ("B", {"id": 4, "ts": 1, "k": 0, "k2": 4, "op": "move", "n": 3}),
+        ("C", {"id": 5, "ts": 1, "op": "bump"}),
+    ]
+    make_job("timestamp", "batch").run_local([batch], tmp_path, partitions=2)
+    assert table_of(tmp_path) == {0: 8, 1: 11, 4: 14, 5: 11}
+    assert tx.read_output(tmp_path, "out") == [{"id": 4, "what": "move", "v": 1}]
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    boundary=st.sampled_from(
+        ["event", "timestamp", "seconds", "punctuation", "timeslice", "batch", "by"]
+    ),
+)
+def test_batch_merge_equals_the_serial_oracle_per_micro_batch_on_any_partitions(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, boundary: str
+) -> None:
+    # Batch order: each micro-batch in (order value, input, position) order and cut
+    # on its own; its order values may be older than the last batch's (a late
+    # timeslice event is aborted).
+    rng = random.Random(seed)
+    stream = declared(streams(rng, rng.randint(1, 25), rng.choice([4, 8, 20])))
+    rng.shuffle(stream)
+    cuts = sorted(rng.choices(range(len(stream) + 1), k=rng.randint(0, 3)))
+    batches = [stream[x:y] for x, y in zip([0, *cuts], [*cuts, len(stream)], strict=True)]
+    groups: list[list[Item]] = []
+    clock: list[Any] = [None]
+    for batch in batches:
+        place = {id(item[1]): i for i, item in enumerate(batch)}
+        ordered = sorted(batch, key=lambda it: (it[1]["ts"], INPUTS.index(it[0]), place[id(it[1])]))
+        groups += transactions(boundary, ordered, clock)
+    want = serial(groups)
+    for partitions in (1, 2, 3):
+        store = tmp_path_factory.mktemp("bm")
+        make_job(boundary, "batch").run_local(batches, store, partitions=partitions)
+        assert_run(store, want)
+
+
+def simple_job(initial: Any = None) -> tx.Job:
+    return (
+        tx.Job("bad")
+        .table("acc", key="k", schema="k long, v long", initial=initial)
+        .input("A", None, keys="k", order="ts")
+        .on("A", lambda t, e: t.upsert("acc", {"k": e["k"], "v": e["v"]}))
+    )
+
+
+@pytest.mark.parametrize(
+    ("batches", "partitions", "initial", "message"),
+    [
+        ([[("A", [1, 2])]], 2, None, "A#0: a row is a dict of columns, not list"),
+        ([[{"k": 1}]], 2, None, "batch 0, item 0: not an (input, row) pair"),
+        ([("A", {"k": 1, "v": 1, "ts": 0})], 2, None, "a micro-batch is a list of (input, row)"),
+        ([[]], 0, None, "run_local partitions must be an integer 1..4096, not 0"),
+        ([[]], "2", None, "run_local partitions must be an integer 1..4096, not '2'"),
+        ([[]], 2, [{"v": 1}], "table 'acc': initial row 0: missing columns ['k']"),
+        ([[]], 2, [{"k": "x", "v": 1}], "table 'acc': initial row 0: column 'k' is long, got 'x'"),
+        ([[]], 2, [7], "table 'acc': initial row 0 is a int, not a dict of columns"),
+        ([[]], 2, [{"k": 1, "v": 1}, {"k": 1, "v": 2}], "initial row 1 repeats the key 1"),
+    ],
+)
+def test_run_local_refuses_bad_input_in_one_line_naming_it(
+    tmp_path: Path, batches: Any, partitions: Any, initial: Any, message: str
+) -> None:
+    with pytest.raises(tx.RuntimeJobError) as info:
+        simple_job(initial).run_local(batches, tmp_path, partitions=partitions)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert not RuntimeStore(tmp_path).committed()  # nothing of it took effect
+
+
+@pytest.mark.parametrize(
+    ("fn", "error"),
+    [
+        (lambda t, e: t.increment("acc", 1, "v", 0.5), "SchemaError: increment of acc: column 'v'"),
+        (lambda t, e: t.increment("acc", 1, "v", "x"), "SchemaError: increment of acc.v: cannot"),
+        (lambda t, e: t.scan("nope", 1), "SchemaError: unknown table 'nope'"),
+    ],
+)
+def test_a_write_that_breaks_the_schema_or_names_no_table_is_rolled_back(
+    tmp_path: Path, fn: Callable[[Any, Any], None], error: str
+) -> None:
+    def both(t: Any, e: dict[str, Any]) -> None:
+        t.increment("acc", 1, "v", 1)  # applied first, then rolled back with the rest
+        fn(t, e)
+
+    job = simple_job([{"k": 1, "v": 10}]).on("A", both)
+    job.run_local([[("A", {"k": 1, "v": 0, "ts": 0})]], tmp_path, partitions=2)
+    [failure] = tx.read_failures(tmp_path)
+    assert failure["error"].startswith(error) and failure["position"] == "A#0"
+    assert table_of(tmp_path) == {1: 10}
+
+
+def test_a_by_group_function_that_raises_and_a_non_boolean_option_are_one_line(
+    tmp_path: Path,
+) -> None:
+    job = simple_job().boundary("by", group=lambda r: r["nope"])
+    with pytest.raises(tx.RuntimeJobError, match=r"^A#0: boundary 'by': group\(row\) raised Key"):
+        job.run_local([[("A", {"k": 1, "v": 1, "ts": 0})]], tmp_path)
+    assert not RuntimeStore(tmp_path).committed()
+    with pytest.raises(tx.RuntimeJobError, match="recordHistory is True or False, not 'false'"):
+        simple_job().option("recordHistory", "false")
