@@ -494,3 +494,40 @@ def test_a_by_group_function_that_raises_and_a_non_boolean_option_are_one_line(
     assert not RuntimeStore(tmp_path).committed()
     with pytest.raises(tx.RuntimeJobError, match="recordHistory is True or False, not 'false'"):
         simple_job().option("recordHistory", "false")
+
+
+def _generator_txn(t: Any, e: Any) -> Any:
+    yield t.upsert("acc", {"k": e["k"], "v": e["v"]})
+
+
+@pytest.mark.parametrize(
+    ("declare", "message"),
+    [
+        (lambda j: j.table("t", key=5), "table 't': key: a column name or a list of column"),
+        (lambda j: j.table("t", key="k", schema=5), "a schema is a string like"),
+        (lambda j: j.input("B", None, keys=5), "input 'B': keys is a column name or a list"),
+        (lambda j: j.input("B", None, keys=[["k", 5]]), "input 'B': keys: a column name or"),
+        (lambda j: j.input("B", None, keys="k", order=1), "input 'B': order is a column name"),
+        (lambda j: j.on("A", _generator_txn), "is a plain function (this one yields or is async"),
+    ],
+)
+def test_a_declaration_of_the_wrong_kind_is_one_line_naming_it(
+    declare: Callable[[tx.Job], Any], message: str
+) -> None:
+    with pytest.raises(tx.RuntimeJobError) as info:
+        declare(simple_job())
+    assert message in str(info.value) and "\n" not in str(info.value)
+
+
+def test_event_time_merge_needs_every_input_ordered(tmp_path: Path) -> None:
+    job = simple_job().input("B", None, keys="k").on("B", lambda t, e: None)
+    job.option("merge", "event-time")
+    with pytest.raises(tx.RuntimeJobError, match=r"input\(s\) B declare none \(add order=...\)"):
+        job.run_local([[("A", {"k": 1, "v": 1, "ts": 0})]], tmp_path)
+
+
+def test_read_output_refuses_a_path_without_a_job_in_one_line(tmp_path: Path) -> None:
+    simple_job().output("out").run_local([[("A", {"k": 1, "v": 1, "ts": 0})]], tmp_path / "s")
+    assert tx.read_output(tmp_path / "s", "out") == []  # declared, nothing emitted
+    with pytest.raises(tx.TxStreamError, match="not a txstream checkpoint or store"):
+        tx.read_output(tmp_path / "typo", "out")

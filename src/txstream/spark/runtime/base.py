@@ -92,6 +92,8 @@ _BOOLS = ("boolean", "bool")
 
 def parse_schema(schema: str) -> dict[str, str]:
     """Parse ``"a string, b long"`` into ``{"a": "string", "b": "long"}``."""
+    if not isinstance(schema, str):
+        raise RuntimeJobError(f"a schema is a string like 'id long, name string', not {schema!r}")
     columns: dict[str, str] = {}
     for part in schema.split(","):
         words = part.split()
@@ -130,8 +132,12 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
         raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
-def _names(value: str | Sequence[str]) -> tuple[str, ...]:
-    return (value,) if isinstance(value, str) else tuple(value)
+def _names(value: str | Sequence[str], what: str = "columns") -> tuple[str, ...]:
+    """Column names given as one name or a sequence of names; else one RuntimeJobError line."""
+    names = (value,) if isinstance(value, str) else value
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise RuntimeJobError(f"{what}: a column name or a list of column names, not {value!r}")
+    return tuple(names)
 
 
 def check_partitions(value: Any, what: str = "partitions") -> int:

@@ -24,6 +24,7 @@ runs the same job in this process (the reference the tests compare with).
 
 from __future__ import annotations
 
+import inspect
 import math
 import pickle
 from collections.abc import Callable, Iterable, Sequence
@@ -80,8 +81,8 @@ class Job:
         ``.parquet``) or a list of dicts, loaded when the job first starts.
         """
         _name("table", name, self.spec.tables)
-        keys = _names(key)
-        part = _names(partition_by) if partition_by is not None else keys
+        keys = _names(key, f"table {name!r}: key")
+        part = _names(partition_by, f"table {name!r}: partition_by") if partition_by else keys
         if not keys or any(c not in keys for c in part):
             raise RuntimeJobError(
                 f"table {name!r}: partition_by {list(part)} must name key columns {list(keys)}"
@@ -116,7 +117,14 @@ class Job:
         if isinstance(keys, str):
             key_list: tuple[tuple[str, ...], ...] = ((keys,),)
         else:
-            key_list = tuple(_names(k) for k in keys)
+            if not isinstance(keys, (list, tuple)):
+                raise RuntimeJobError(
+                    f"input {name!r}: keys is a column name or a list of them, not {keys!r}"
+                )
+            key_list = tuple(_names(k, f"input {name!r}: keys") for k in keys)
+        for what, column in (("order", order), ("broadcast", broadcast)):
+            if column is not None and not isinstance(column, str):
+                raise RuntimeJobError(f"input {name!r}: {what} is a column name, not {column!r}")
         if broadcast is not None and not key_list:
             raise RuntimeJobError(
                 f"input {name!r}: broadcast={broadcast!r} needs keys (an input without keys "
@@ -150,6 +158,12 @@ class Job:
         """The transaction function for events of ``input_name``: ``fn(tx, event_row)``."""
         if not callable(fn):
             raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
+        if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
+            # Calling one runs none of its body: the transaction would do nothing.
+            raise RuntimeJobError(
+                f".on({input_name!r}, {getattr(fn, '__name__', fn)}): a transaction function "
+                "is a plain function (this one yields or is async, so calling it runs nothing)"
+            )
         self.spec.handlers[input_name] = fn
         return self
 
@@ -214,6 +228,13 @@ class Job:
     def validate(self) -> None:
         """Check the job's declarations (raises :class:`RuntimeJobError`)."""
         self.spec.validate()
+        unordered = [n for n, spec in self.spec.inputs.items() if spec.order is None]
+        if self._merge == "event-time" and unordered:
+            # Without an order column every event has order value 0: nothing to merge by.
+            raise RuntimeJobError(
+                f"option merge='event-time' merges inputs by their order column; "
+                f"input(s) {', '.join(unordered)} declare none (add order=...)"
+            )
         self.spec.boundary.validate(self.spec.inputs)
 
     def arrival_fn(self) -> Callable[[Row], float | None] | None:

@@ -230,7 +230,13 @@ class TxQuery:
                 self._load_initial()
                 write_atomic(
                     meta_path,
-                    json.dumps({"job": self.spec.name, "partitions": partitions}).encode(),
+                    json.dumps(
+                        {
+                            "job": self.spec.name,
+                            "partitions": partitions,
+                            "outputs": sorted(self.spec.outputs),
+                        }
+                    ).encode(),
                 )
             deliver(self.store, job._sinks)  # batches committed before a crash
             self._start_stream()

@@ -39,8 +39,20 @@ def _store(path: str | Path) -> RuntimeStore:
 
 
 def read_output(path: str | Path, name: str, with_order: bool = False) -> list[dict[str, Any]]:
-    """The rows emitted to output ``name`` by committed transactions, in order."""
+    """The rows emitted to output ``name`` by committed transactions, in order.
+
+    A path that holds no job, or a name the job did not declare, is an error
+    (not an empty list: a typo would read as "nothing was emitted").
+    """
     store = _store(path)
+    job = store.root / "job.json"
+    if not (store.root / "commits").is_dir() and not job.exists():
+        raise TxStreamError(f"{path}: not a txstream checkpoint or store (nothing committed there)")
+    declared = json.loads(job.read_text()).get("outputs") if job.exists() else None
+    if declared is not None and name not in declared:
+        raise TxStreamError(
+            f"{path}: the job declared no output {name!r}; outputs: {', '.join(declared) or '-'}"
+        )
     rows: list[tuple[Any, dict[str, Any]]] = []
     for batch in store.committed():
         folder = store.batch_dir("outputs", name, batch)
