@@ -531,3 +531,42 @@ def test_read_output_refuses_a_path_without_a_job_in_one_line(tmp_path: Path) ->
     assert tx.read_output(tmp_path / "s", "out") == []  # declared, nothing emitted
     with pytest.raises(tx.TxStreamError, match="not a txstream checkpoint or store"):
         tx.read_output(tmp_path / "typo", "out")
+
+
+WRITES: list[Callable[[Any, Any], Any]] = [
+    lambda t, e: t.increment("acc", 1, "v", 0.5),  # a double into a long column
+    lambda t, e: t.increment("acc", 1, "nope", 1),
+    lambda t, e: t.update("acc", 1, v="x"),
+    lambda t, e: t.update("acc", 1, k=2),  # a key column
+    lambda t, e: t.upsert("acc", {"k": 3}),  # a column missing
+    lambda t, e: t.insert("acc", {"k": 4, "v": 1, "w": 2}),  # a column too many
+    lambda t, e: t.read("nope", 1),
+    lambda t, e: t.emit("nope", {}),
+    lambda t, e: t.abort("no"),
+    lambda t, e: t.upsert("acc", {"k": 5, "v": 5}),  # fine: commits
+]
+
+
+@pytest.mark.parametrize("write", range(len(WRITES)))
+def test_both_engines_accept_and_refuse_the_same_writes_alike(tmp_path: Path, write: int) -> None:
+    from txstream.spark.runtime.driver import DriverEngine
+    from txstream.spark.runtime.local import event_copies
+
+    def txn(t: Any, e: Any) -> None:
+        t.increment("acc", 1, "v", 1)  # applied first: rolled back with the rest
+        WRITES[write](t, e)
+
+    job = simple_job([{"k": 1, "v": 10}]).on("A", txn)
+    row = {"k": 1, "v": 0, "ts": 0}
+    job.run_local([[("A", row)]], tmp_path, partitions=2)
+    driver = DriverEngine(job.spec)
+    driver.load("acc", [{"k": 1, "v": 10}])
+    [(_, event)] = event_copies(job.spec, 1, "A", row, 0)
+    outcome = driver.run_batch(0, [event])
+
+    def fate(failure: dict[str, Any]) -> tuple[Any, ...]:
+        return failure["kind"], failure["position"], failure["error"]
+
+    assert [fate(f) for f in outcome.failures] == [fate(f) for f in tx.read_failures(tmp_path)]
+    rows = driver.tm.table("acc").rows()
+    assert {k: r["v"] for k, r in rows.items()} == table_of(tmp_path)

@@ -132,6 +132,59 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
         raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
+def table_spec(job: JobSpec, table: str) -> TableSpec:
+    """The declared table ``table``; :class:`SchemaError` naming the tables when there is none."""
+    spec = job.tables.get(table)
+    if spec is None:
+        raise SchemaError(f"unknown table {table!r}; tables: {', '.join(job.tables)}")
+    return spec
+
+
+def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
+    """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
+    spec = job.outputs.get(output)
+    if spec is None:
+        raise SchemaError(f"emit to unknown output {output!r}; outputs: {', '.join(job.outputs)}")
+    if spec.columns is not None:
+        check_row(f"emit to {output}", spec.columns, row)
+    return dict(row)
+
+
+def key_of_row(spec: TableSpec, row: Row) -> Key:
+    """The key of a row written to ``spec``'s table, after checking it against the columns."""
+    if spec.columns is not None:
+        check_row(f"row of {spec.name}", spec.columns, row)
+    try:
+        return spec.key_of(row)
+    except (KeyError, TypeError):
+        missing = [c for c in spec.key if not isinstance(row, dict) or c not in row]
+        raise SchemaError(f"row of {spec.name}: missing key columns {missing}") from None
+
+
+def updated_row(spec: TableSpec, key: Key, old: Row, changes: Row | None, columns: Row) -> Row:
+    """``old`` with ``changes`` and ``columns`` applied, checked: the write rule of ``update``."""
+    new = {**old, **(changes or {}), **columns}
+    if key_of_row(spec, new) != key:
+        raise SchemaError(f"update of {spec.name}: the key columns {spec.key} cannot change")
+    return new
+
+
+def incremented_row(spec: TableSpec, old: Row, column: str, by: Any) -> Row:
+    """``old`` with ``by`` added to ``column``, checked: the write rule of ``increment``."""
+    if column not in old:
+        raise SchemaError(f"increment of {spec.name}: no column {column!r}")
+    new = dict(old)
+    try:
+        new[column] = old[column] + by
+    except TypeError:
+        raise SchemaError(
+            f"increment of {spec.name}.{column}: cannot add {by!r} to {old[column]!r}"
+        ) from None
+    if spec.columns is not None:
+        check_value(f"increment of {spec.name}", column, spec.columns[column], new[column])
+    return new
+
+
 def _names(value: str | Sequence[str], what: str = "columns") -> tuple[str, ...]:
     """Column names given as one name or a sequence of names; else one RuntimeJobError line."""
     names = (value,) if isinstance(value, str) else value

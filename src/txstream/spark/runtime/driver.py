@@ -21,69 +21,81 @@ from txstream.spark.runtime.base import (
     Key,
     MissingRowError,
     Row,
-    SchemaError,
     TransactionAborted,
-    check_row,
+    emitted_row,
+    incremented_row,
+    key_of_row,
+    table_spec,
+    updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
-from txstream.spark.runtime.executor import Outcome
+from txstream.spark.runtime.executor import Outcome, undeclared
 from txstream.txn import TransactionManager
 
 
 class DriverTx:
     """The :class:`~txstream.spark.runtime.executor.Tx` interface over a TM transaction."""
 
-    def __init__(self, job: JobSpec, tm: TransactionManager, txn: Any) -> None:
+    def __init__(
+        self, job: JobSpec, tm: TransactionManager, txn: Any, allowed: set[Any] | None
+    ) -> None:
         self._job, self._tm, self._txn = job, tm, txn
         self._emits: list[tuple[str, Row]] = []
+        self._allowed = allowed
+        """The partition values of the transaction's events (None: it has a keyless event,
+        which may touch any row, as a fragment on every partition may)."""
 
+    def _table(self, table: str, key: Key) -> Any:
+        """The transaction manager's table, for a key the transaction declared."""
+        spec = table_spec(self._job, table)
+        if self._allowed is not None:
+            value = spec.value_of_key(key)
+            if value not in self._allowed:
+                raise undeclared(table, value, self._allowed)
+        return self._tm.table(table)
+
+    # The write rules (schema, key, increment) are the executors' (``base``), so
+    # both engines accept and refuse the same writes.
     def read(self, table: str, key: Key, default: Any = None) -> Any:
         """See ``Tx.read``."""
-        row = self._txn.read(self._tm.table(table), key)
+        row = self._txn.read(self._table(table, key), key)
         return default if row is None else dict(row)
 
     def insert(self, table: str, row: Row) -> None:
         """See ``Tx.insert``."""
-        spec = self._job.tables[table]
-        if spec.columns is not None:
-            check_row(f"row of {table}", spec.columns, row)
-        self._txn.insert(self._tm.table(table), spec.key_of(row), dict(row))
+        key = key_of_row(table_spec(self._job, table), row)
+        self._txn.insert(self._table(table, key), key, dict(row))
 
     def upsert(self, table: str, row: Row) -> None:
         """See ``Tx.upsert``."""
-        spec = self._job.tables[table]
-        self._txn.put(self._tm.table(table), spec.key_of(row), dict(row))
+        key = key_of_row(table_spec(self._job, table), row)
+        self._txn.put(self._table(table, key), key, dict(row))
 
     def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
         """See ``Tx.update``."""
-        old = self._txn.read(self._tm.table(table), key)
+        old = self._txn.read(self._table(table, key), key)
         if old is None:
             raise MissingRowError(f"update of {table}: no row with key {key!r}")
-        new = {**old, **(changes or {}), **columns}
+        new = updated_row(self._job.tables[table], key, old, changes, columns)
         self._txn.update(self._tm.table(table), key, new)
         return dict(new)
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """See ``Tx.increment``."""
-        old = self._txn.read(self._tm.table(table), key)
+        old = self._txn.read(self._table(table, key), key)
         if old is None:
             raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
-        new = {**old, column: old[column] + by}
+        new = incremented_row(self._job.tables[table], old, column, by)
         self._txn.update(self._tm.table(table), key, new)
         return new[column]
 
     def delete(self, table: str, key: Key) -> None:
         """See ``Tx.delete``."""
-        self._txn.delete(self._tm.table(table), key)
+        self._txn.delete(self._table(table, key), key)
 
     def emit(self, output: str, row: Row) -> None:
         """See ``Tx.emit``."""
-        spec = self._job.outputs.get(output)
-        if spec is None:
-            raise SchemaError(f"emit to unknown output {output!r}")
-        if spec.columns is not None:
-            check_row(f"emit to {output}", spec.columns, row)
-        self._emits.append((output, dict(row)))
+        self._emits.append((output, emitted_row(self._job, output, row)))
 
     def abort(self, reason: str = "aborted by the transaction") -> None:
         """See ``Tx.abort``."""
@@ -126,11 +138,21 @@ class DriverEngine:
             check_runs(batch, [runs])
         for group in groups:
             emits: list[tuple[str, Row]] = []
+            current = [group.events[0]]  # the event running: a failure names it
+            keyless = any(not e.values for e in group.events)
+            allowed = None if keyless else {v for e in group.events for v in e.values}
 
-            def work(txn: Any, group: Any = group, emits: list[Any] = emits) -> None:
+            def work(
+                txn: Any,
+                group: Any = group,
+                emits: list[Any] = emits,
+                current: Any = current,
+                allowed: Any = allowed,
+            ) -> None:
                 emits.clear()
-                tx = DriverTx(self.job, self.tm, txn)
+                tx = DriverTx(self.job, self.tm, txn, allowed)
                 for event in group.events:
+                    current[0] = event
                     self.job.handlers[event.input](tx, event.row)
                 emits.extend(tx._emits)
 
@@ -143,8 +165,8 @@ class DriverEngine:
                 outcome.failures.append(
                     {
                         "txn": group.gid,
-                        "kind": "error",
-                        "position": group.events[0].position,
+                        "kind": "abort" if isinstance(exc, TransactionAborted) else "error",
+                        "position": current[0].position,
                         "order": list(group.order),
                         "error": f"{type(exc).__name__}: {exc}",
                     }

@@ -32,11 +32,13 @@ from txstream.spark.runtime.base import (
     Key,
     MissingRowError,
     Row,
-    SchemaError,
     TransactionAborted,
     UndeclaredKeyError,
-    check_row,
-    check_value,
+    emitted_row,
+    incremented_row,
+    key_of_row,
+    table_spec,
+    updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Group, Run, track_runs
 from txstream.spark.runtime.partitioning import canonical, partition_of
@@ -76,6 +78,14 @@ def _item_name(table: str, key: Key) -> str:
             text = canonical(part)
             out.append("s" + (text if _SIMPLE.fullmatch(text) else "-" + text.encode().hex()))
     return f"{table}:{'.'.join(out)}"
+
+
+def undeclared(table: str, value: Any, allowed: Iterable[Any]) -> UndeclaredKeyError:
+    """The error of a read or write outside the transaction's declared partition values."""
+    return UndeclaredKeyError(
+        f"{table}: partition value {value!r} is not a key of the transaction's events "
+        f"({sorted(map(canonical, allowed))}); declare it in .input(keys=...)"
+    )
 
 
 def _set_item(table: str, value: Key) -> str:
@@ -176,7 +186,7 @@ class Tx:
     def insert(self, table: str, row: Row) -> None:
         """Add ``row``; :class:`DuplicateKeyError` when its key exists."""
         spec = self._table(table)
-        key = self._key_of(spec, row)
+        key = key_of_row(spec, row)
         value = self._value(table, key)
         if key in self._state.data.get(table, {}).get(value, {}):
             raise DuplicateKeyError(f"insert into {table}: key {key!r} exists")
@@ -185,7 +195,7 @@ class Tx:
     def upsert(self, table: str, row: Row) -> None:
         """Insert ``row`` or replace the row with its key."""
         spec = self._table(table)
-        key = self._key_of(spec, row)
+        key = key_of_row(spec, row)
         value = spec.value_of_key(key)
         if value not in self._allowed:
             self._check_value(table, value)
@@ -199,13 +209,7 @@ class Tx:
         old = self._state.data.get(table, {}).get(value, {}).get(key)
         if old is None:
             raise MissingRowError(f"update of {table}: no row with key {key!r}")
-        new = dict(old)
-        new.update(changes or {})
-        new.update(columns)
-        spec = self._table(table)
-        self._check(table, new)
-        if spec.key_of(new) != key:
-            raise SchemaError(f"update of {table}: the key columns {spec.key} cannot change")
+        new = updated_row(self._table(table), key, old, changes, columns)
         self._put(table, value, key, new)
         return dict(new)
 
@@ -221,17 +225,7 @@ class Tx:
         old = part.get(key) if part is not None else None
         if old is None:
             raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
-        if column not in old:
-            raise SchemaError(f"increment of {table}: no column {column!r}")
-        new = dict(old)
-        try:
-            new[column] = old[column] + by
-        except TypeError:
-            raise SchemaError(
-                f"increment of {table}.{column}: cannot add {by!r} to {old[column]!r}"
-            ) from None
-        if spec.columns is not None:
-            check_value(f"increment of {table}", column, spec.columns[column], new[column])
+        new = incremented_row(spec, old, column, by)
         self._put(table, value, key, new, part=part)
         return new[column]
 
@@ -244,14 +238,7 @@ class Tx:
 
     def emit(self, output: str, row: Row) -> None:
         """Send ``row`` to ``output`` when (and only if) the transaction commits."""
-        spec = self._job.outputs.get(output)
-        if spec is None:
-            raise SchemaError(
-                f"emit to unknown output {output!r}; outputs: {', '.join(self._job.outputs)}"
-            )
-        if spec.columns is not None:
-            check_row(f"emit to {output}", spec.columns, row)
-        self._emits.append((output, dict(row)))
+        self._emits.append((output, emitted_row(self._job, output, row)))
 
     def abort(self, reason: str = "aborted by the transaction") -> None:
         """Roll this transaction back (it is reported as aborted, not as an error)."""
@@ -259,24 +246,7 @@ class Tx:
 
     # -- internals -----------------------------------------------------------------
     def _table(self, table: str) -> Any:
-        spec = self._job.tables.get(table)
-        if spec is None:
-            raise SchemaError(f"unknown table {table!r}; tables: {', '.join(self._job.tables)}")
-        return spec
-
-    def _check(self, table: str, row: Row) -> None:
-        self._key_of(self._table(table), row)
-
-    @staticmethod
-    def _key_of(spec: Any, row: Row) -> Key:
-        """The key of ``row``, after checking it against the table's columns."""
-        if spec.columns is not None:
-            check_row(f"row of {spec.name}", spec.columns, row)
-        try:
-            return spec.key_of(row)
-        except (KeyError, TypeError):
-            missing = [c for c in spec.key if not isinstance(row, dict) or c not in row]
-            raise SchemaError(f"row of {spec.name}: missing key columns {missing}") from None
+        return table_spec(self._job, table)
 
     def _value(self, table: str, key: Key) -> Any:
         value = self._table(table).value_of_key(key)
@@ -287,10 +257,7 @@ class Tx:
         if value in self._allowed:
             return
         if not (self._home is not None and partition_of(value, self._partitions) == self._home):
-            raise UndeclaredKeyError(
-                f"{table}: partition value {value!r} is not a key of the transaction's events "
-                f"({sorted(map(canonical, self._allowed))}); declare it in .input(keys=...)"
-            )
+            raise undeclared(table, value, self._allowed)
 
     def _put(
         self,
