@@ -152,6 +152,7 @@ CASES: list[tuple[list[str], str]] = [
     (["bench", "tm", "--set", "sync=fsync"], "not one of: memory, off, group, commit"),
     (["bench", "tm", "--set", "transactions=nan"], "not an integer"),
     (["bench", "tm", "--set", "contention=medium"], "not one of: low, high"),
+    (["bench", "runtime", "--quick", "--out", "out[1]"], "use a folder name without []{}*?"),
     (["bench", "tm", "--set", "protocol=nope"], "not one of"),
     (["bench", "tm", "--set", "threads"], "is not PARAM=VALUE"),
     (["bench", "tm", "--set", "nope=1"], "has no parameter nope"),

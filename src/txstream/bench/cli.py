@@ -9,6 +9,7 @@ from typing import Any
 from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
 from txstream.cli_types import seed
+from txstream.errors import TxStreamError
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,6 +59,10 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
 def run(args: argparse.Namespace) -> int:
     """Execute ``txstream bench``."""
+    if any(c in str(args.out) for c in "[]{}*?"):
+        # Spark reads input folders under --out as Hadoop globs: "[1]" would match
+        # "1" and the job would wait for input that it never sees.
+        raise TxStreamError(f"--out {args.out}: use a folder name without []{{}}*? characters")
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
     items = args.set + ([f"target={args.target}"] if args.target is not None else [])
     # Check every experiment's overrides before the first one runs for an hour.
