@@ -103,3 +103,17 @@ def test_warm_up_writes_a_line_zero_marker_once(tmp_path: Path) -> None:
     marker = tmp_path / "s" / "chunk-warmup.txt"
     assert marker.read_text() == f"0{TAG}0{TAG}warm-up\n"
     replay.warm_up(lambda: pytest.fail("waited again"), lambda: False)  # type: ignore[no-any-return]
+
+
+def test_the_jvms_compile_with_c1_unless_the_caller_sets_java_options() -> None:
+    # Settings only: the tests' shared session may have been started by another
+    # caller (a benchmark that keeps Java's default compilers).
+    from txstream.spark.session import JVM_OPTIONS, _settings
+
+    assert _settings({})["spark.driver.extraJavaOptions"] == JVM_OPTIONS
+    assert _settings({})["spark.executor.extraJavaOptions"] == JVM_OPTIONS
+    mine = {"spark.executor.extraJavaOptions": "-Xss4m"}
+    settings = _settings({"sql_shuffle_partitions": 4, "conf": mine})
+    assert settings["spark.sql.shuffle.partitions"] == "4"
+    assert settings["spark.executor.extraJavaOptions"] == "-Xss4m"
+    assert settings["spark.driver.extraJavaOptions"] == JVM_OPTIONS
