@@ -22,11 +22,10 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 Spark's planner runs for every micro-batch, and the JVM's optimizing compiler
 (C2) kept compiling it for the whole of a 40 s benchmark run: its threads took
-0.2-0.7 CPU seconds per second, as much as the Spark tasks, on a machine with
+0.2-0.7 CPU seconds per second, about twice the Spark tasks, on a machine with
 two cores (``-Xlog:jit+compilation``).  C1 alone compiles quickly and once;
-the code is slower, but the JVM's share of a job here is parsing and shuffling,
-and it fell from about 19 to 13 CPU microseconds per event
-(``docs/benchmarks.md``, "JIT").
+its code is slower, but a micro-batch's fixed cost fell from about 260-300 ms
+to 205-220 ms (``scripts/runtime-batch-overhead.py``, docs/benchmarks.md).
 """
 
 
