@@ -82,7 +82,11 @@ class Job:
         """
         _name("table", name, self.spec.tables)
         keys = _names(key, f"table {name!r}: key")
-        part = _names(partition_by, f"table {name!r}: partition_by") if partition_by else keys
+        part = (
+            _names(partition_by, f"table {name!r}: partition_by")
+            if partition_by is not None
+            else keys
+        )
         if not keys or any(c not in keys for c in part):
             raise RuntimeJobError(
                 f"table {name!r}: partition_by {list(part)} must name key columns {list(keys)}"
