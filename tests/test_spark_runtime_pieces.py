@@ -117,3 +117,13 @@ def test_the_jvms_compile_with_c1_unless_the_caller_sets_java_options() -> None:
     assert settings["spark.sql.shuffle.partitions"] == "4"
     assert settings["spark.executor.extraJavaOptions"] == "-Xss4m"
     assert settings["spark.driver.extraJavaOptions"] == JVM_OPTIONS
+
+
+def test_arrow_batches_to_python_have_no_byte_limit_unless_the_caller_sets_one() -> None:
+    # Spark re-measures a batch under construction for every row while a byte
+    # limit is set; Int.MaxValue is the value that switches the check off.
+    from txstream.spark.session import _settings
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    assert _settings({})[key] == str(2**31 - 1)
+    assert _settings({"conf": {key: "1m"}})[key] == "1m"

@@ -2,9 +2,10 @@
 
 The settings follow measurements on this kind of machine (2 cores): the web UI
 off, two shuffle partitions, Arrow for conversions to Python, Python workers on
-Unix sockets, a checkpoint file manager that does not fork a ``chmod`` per
-checkpoint file (that alone cuts an empty micro-batch from ~135 ms to ~35 ms),
-and JVMs that compile with C1 only (see :data:`JVM_OPTIONS`).
+Unix sockets, no per-row size check of the Arrow batches sent to them, a
+checkpoint file manager that does not fork a ``chmod`` per checkpoint file
+(that alone cuts an empty micro-batch from ~135 ms to ~35 ms), and JVMs that
+compile with C1 only (see :data:`JVM_OPTIONS`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,29 @@ to 205-220 ms (``scripts/runtime-batch-overhead.py``, docs/benchmarks.md).
 """
 
 
+DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.sql.streaming.checkpointFileManagerClass": _FAST_CHECKPOINTS,
+    "spark.sql.session.timeZone": "UTC",
+    # Python workers talk to their JVM over a Unix socket instead of TCP on
+    # localhost, where Nagle and delayed ACKs held every task's first Arrow
+    # batch for ~40 ms (see scripts/runtime-batch-overhead.py).
+    "spark.python.unix.domain.socket.enabled": "true",
+    "spark.driver.memory": "2g",
+    # With a byte limit set (Spark's default is 64 MiB), every row sent to a
+    # Python worker first asks each Arrow vector of the batch being built for
+    # its size (ArrowWriter.sizeInBytes); Int.MaxValue turns the check off. A
+    # Flight Recorder profile of `txstream bench runtime` found it in ~5% of
+    # the JVM's task samples. Batches stay bounded by maxRecordsPerBatch.
+    "spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1),
+    **{f"spark.{role}.extraJavaOptions": JVM_OPTIONS for role in ("driver", "executor")},
+}
+"""Settings of :func:`local_session` that a caller's own settings override."""
+
+
 def local_session(
     app_name: str = "txstream", cores: int = 2, master: str | None = None, **conf: Any
 ) -> Any:
@@ -43,21 +67,7 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession
 
-    builder = (
-        SparkSession.builder.master(master or f"local[{cores}]")
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.streaming.checkpointFileManagerClass", _FAST_CHECKPOINTS)
-        .config("spark.sql.session.timeZone", "UTC")
-        # Python workers talk to their JVM over a Unix socket instead of TCP on
-        # localhost, where Nagle and delayed ACKs held every task's first Arrow
-        # batch for ~40 ms (see scripts/runtime-batch-overhead.py).
-        .config("spark.python.unix.domain.socket.enabled", "true")
-        .config("spark.driver.memory", "2g")
-    )
+    builder = SparkSession.builder.master(master or f"local[{cores}]").appName(app_name)
     for key, value in _settings(conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -67,10 +77,11 @@ def local_session(
 
 def _settings(conf: dict[str, Any]) -> dict[str, str]:
     """The caller's Spark settings (see :func:`local_session`) over this module's defaults."""
-    settings = {"spark." + k.replace("_", "."): str(v) for k, v in conf.items() if k != "conf"}
+    settings = dict(DEFAULTS)
+    settings.update(
+        ("spark." + k.replace("_", "."), str(v)) for k, v in conf.items() if k != "conf"
+    )
     settings.update((key, str(v)) for key, v in conf.get("conf", {}).items())
-    for role in ("driver", "executor"):
-        settings.setdefault(f"spark.{role}.extraJavaOptions", JVM_OPTIONS)
     return settings
 
 
