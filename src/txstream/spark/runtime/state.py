@@ -122,6 +122,8 @@ class PartitionState:
     """Names the saved version this state is (a fresh one per save): a worker's cached
     state is used only when its token is the one the driver committed."""
     token_before: str | None = None
+    phase1_token: str | None = None
+    """While phase 3 rewrites the pending batch: the phase-1 version it started from."""
 
     def begin(self, batch: int) -> None:
         """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
@@ -129,6 +131,7 @@ class PartitionState:
         self.undo = {}
         self.meta_before = dict(self.meta)
         self.token_before = self.token
+        self.phase1_token = None
 
     def rollback(self) -> None:
         """Undo the pending batch."""
@@ -173,7 +176,14 @@ class PartitionState:
         ]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
-        return {"rows": rows, "meta": self.meta, "token": self.token, "parent": self.token_before}
+        # "phase1" (phase 3's rewrite of a batch): the phase-1 version it built on.
+        return {
+            "rows": rows,
+            "meta": self.meta,
+            "token": self.token,
+            "parent": self.token_before,
+            "phase1": self.phase1_token,
+        }
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
@@ -241,11 +251,20 @@ class RuntimeStore:
             later = sorted(
                 int(m.group(2))
                 for m in map(_NAME.fullmatch, os.listdir(pdir))
-                if m and m.group(1) == "delta" and state.version < int(m.group(2)) <= prev
+                if m and m.group(1) == "delta" and state.version <= int(m.group(2)) <= prev
             )
             for batch in later:
                 delta = load_blob(pdir / f"delta-{batch:012d}.bin")
-                if delta.get("parent") != state.token:
+                if batch == state.version:
+                    # This worker ran the batch's phase 1; if phase 3 then rewrote
+                    # the partition elsewhere, the rewrite's delta holds every row
+                    # the batch changed (phase 1's included) as it ended, so it
+                    # completes exactly the phase-1 version it names.
+                    if delta.get("token") == state.token:
+                        continue
+                    if delta.get("phase1") != state.token:
+                        return None
+                elif delta.get("parent") != state.token:
                     return None
                 state.apply(delta)
         except (OSError, StoreError):
@@ -265,6 +284,7 @@ class RuntimeStore:
         key = (str(self.root), pid)
         state = _CACHE.get(key)
         if state is not None and state.pending == batch and state.token == token:
+            state.phase1_token = token
             return state
         base = None
         if state is not None and committed is not None:
@@ -284,6 +304,7 @@ class RuntimeStore:
             for table, value, row_key, row in delta["rows"]:
                 base.put(table, value, row_key, row)
             base.meta = dict(delta["meta"])
+        base.phase1_token = token
         _CACHE[key] = base
         return base
 
