@@ -746,7 +746,9 @@ def test_a_worker_with_an_older_cached_state_catches_up_from_the_deltas(
     assert loads, "an unknown version is reloaded from disk"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seed=st.integers(0, 10_000),
     cross=st.sampled_from([5.0, 30.0, 100.0]),
