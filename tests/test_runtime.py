@@ -746,27 +746,15 @@ def test_a_worker_with_an_older_cached_state_catches_up_from_the_deltas(
     assert loads, "an unknown version is reloaded from disk"
 
 
-@settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-@given(
-    seed=st.integers(0, 10_000),
-    cross=st.sampled_from([5.0, 30.0, 100.0]),
-    sizes=st.lists(st.integers(1, 30), min_size=2, max_size=6),
-    placement=st.randoms(use_true_random=False),
-)
-def test_phases_on_random_workers_give_the_serial_answer(
-    tmp_path_factory: pytest.TempPathFactory,
-    monkeypatch: pytest.MonkeyPatch,
-    seed: int,
-    cross: float,
-    sizes: list[int],
-    placement: Any,
-) -> None:
-    # On Spark each phase-1 and phase-3 task runs on whichever Python worker is
-    # free, and each worker keeps its own cached partition states: here three
-    # simulated workers, each task on a random one. Whatever the placement, a
-    # worker must catch up exactly (or reload), so the answers are the serial ones.
+def run_on_random_workers(
+    store: Path, stream: list[Any], sizes: list[int], placement: Any, monkeypatch: Any
+) -> int:
+    """Run the ledger with each phase-1 and phase-3 task on a random simulated worker.
+
+    On Spark each task runs on whichever Python worker is free, and each worker
+    keeps its own cached partition states: here three workers.  Returns how
+    often a worker completed its phase-1 copy from phase 3's patch.
+    """
     from txstream.spark.runtime import local
     from txstream.spark.runtime import state as state_module
 
@@ -787,15 +775,59 @@ def test_phases_on_random_workers_give_the_serial_answer(
 
         return run
 
+    patched: list[bool] = []
+    real_patched = RuntimeStore._patched
+
+    def count(self: RuntimeStore, *args: Any) -> bool:
+        patched.append(real_patched(self, *args))
+        return patched[-1]
+
     with monkeypatch.context() as m:
         m.setattr(local, "phase1", on_a_worker(local.phase1))
         m.setattr(local, "phase3", on_a_worker(local.phase3))
-        stream = list(events(sum(sizes), 8, cross, seed=seed))
-        store = tmp_path_factory.mktemp("workers")
+        m.setattr(RuntimeStore, "_patched", count)
         ledger_job().run_local(split(stream, sizes), store, partitions=2)
+    return sum(patched)
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    seed=st.integers(0, 10_000),
+    cross=st.sampled_from([5.0, 30.0, 100.0]),
+    sizes=st.lists(st.integers(1, 30), min_size=2, max_size=6),
+    placement=st.randoms(use_true_random=False),
+)
+def test_phases_on_random_workers_give_the_serial_answer(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    seed: int,
+    cross: float,
+    sizes: list[int],
+    placement: Any,
+) -> None:
+    # Whatever the placement, a worker must catch up exactly (from phase 3's
+    # patch, the deltas, or a reload), so the answers are the serial ones.
+    stream = list(events(sum(sizes), 8, cross, seed=seed))
+    store = tmp_path_factory.mktemp("workers")
+    run_on_random_workers(store, stream, sizes, placement, monkeypatch)
     balance, outcomes = serial_oracle(stream)
     assert [(r["id"], r["ok"]) for r in tx.read_output(store, "transfers_done")] == outcomes
     assert balances(store, 2) == balance
+
+
+def test_a_worker_that_ran_phase1_reads_phase3s_patch_not_the_whole_delta(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    stream = list(events(200, 8, 30.0, seed=3))
+    used = run_on_random_workers(tmp_path, stream, [25] * 8, random.Random(1), monkeypatch)
+    assert used > 0
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance
 
 
 def broadcast_ledger() -> tx.Job:

@@ -7,6 +7,7 @@ Layout of a job's store directory (on a file system every executor reaches)::
     commits/<batch>.json        the batch's commit marker (written last, by the driver)
     state/p<pid>/snap-<b>.bin   a partition's whole state after batch b
     state/p<pid>/delta-<b>.bin  the rows batch b changed (written by the task)
+    state/p<pid>/patch-<b>.bin  what phase 3 changed after phase 1 (a shortcut, see _catch_up)
     outputs/<name>/batch-<b>/<role>.jsonl   emitted rows of batch b
     history/batch-<b>/<role>.txt            the committed history of batch b
     errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
@@ -194,7 +195,7 @@ class PartitionState:
 
 
 _CACHE: dict[tuple[str, int], PartitionState] = {}
-_NAME = re.compile(r"(snap|delta)-(\d+)\.bin")
+_NAME = re.compile(r"(snap|delta|patch)-(\d+)\.bin")
 TRANSIENT = ("shipped", "back")
 """Folders of files that one phase of a batch hands to the next (see ``write_transient``)."""
 
@@ -254,6 +255,8 @@ class RuntimeStore:
                 if m and m.group(1) == "delta" and state.version <= int(m.group(2)) <= prev
             )
             for batch in later:
+                if batch == state.version and self._patched(pid, state, batch):
+                    continue
                 delta = load_blob(pdir / f"delta-{batch:012d}.bin")
                 if batch == state.version:
                     # This worker ran the batch's phase 1; if phase 3 then rewrote
@@ -270,6 +273,31 @@ class RuntimeStore:
         except (OSError, StoreError):
             return None
         return state if state.token == token else None
+
+    def _patched(self, pid: int, state: PartitionState, batch: int) -> bool:
+        """Complete ``state``, batch ``batch``'s phase-1 version, with phase 3's patch.
+
+        The patch holds only the values phase 3 rewrote, where the batch's delta
+        holds every row the batch changed: a worker that ran phase 1 reads a few
+        rows instead of the whole batch's.  A patch that an attempt of the batch
+        left but did not commit gives a version no later delta continues and that
+        the driver did not commit, so :meth:`_catch_up` rejects the result.
+        """
+        path = self._pdir(pid) / f"patch-{batch:012d}.bin"
+        if not path.exists():
+            return False
+        patch = load_blob(path)
+        if patch["phase1"] != state.token:
+            return False
+        for value, tables in patch["values"]:
+            for table, rows in tables.items():
+                if rows:
+                    state.data.setdefault(table, {})[value] = dict(rows)
+                else:
+                    state.data.get(table, {}).pop(value, None)
+        state.meta = dict(patch["meta"])
+        state.token = patch["token"]
+        return True
 
     def state_after_phase1(
         self, pid: int, batch: int, prev: int, token: str | None, committed: str | None = None
@@ -310,7 +338,7 @@ class RuntimeStore:
 
     def load(self, pid: int, upto: int) -> PartitionState:
         """Read the partition's state as of batch ``upto`` from its snapshot and deltas."""
-        files: dict[str, list[int]] = {"snap": [], "delta": []}
+        files: dict[str, list[int]] = {"snap": [], "delta": [], "patch": []}
         pdir = self._pdir(pid)
         if pdir.exists():
             for entry in os.listdir(pdir):
@@ -332,14 +360,28 @@ class RuntimeStore:
         state.version = upto
         return state
 
-    def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> str:
+    def save(
+        self,
+        pid: int,
+        state: PartitionState,
+        batch: int,
+        snapshot: bool,
+        patch: list[tuple[Any, dict[str, dict[Any, Any]]]] | None = None,
+    ) -> str:
         """Write the pending batch's delta (and a snapshot when asked); keep it in the cache.
 
-        Returns the new version's token.
+        ``patch`` (phase 3): the values it rewrote, each with its rows per table,
+        written beside the delta for the worker that ran phase 1 (see
+        :meth:`_patched`).  Returns the new version's token.
         """
         state.token = uuid.uuid4().hex
         pdir = self._pdir(pid)
         write_atomic(pdir / f"delta-{batch:012d}.bin", dump_blob(state.delta()))
+        if patch is not None:
+            body = {"values": patch, "meta": state.meta, "token": state.token}
+            write_atomic(
+                pdir / f"patch-{batch:012d}.bin", dump_blob({**body, "phase1": state.phase1_token})
+            )
         if snapshot:
             write_atomic(
                 pdir / f"snap-{batch:012d}.bin",

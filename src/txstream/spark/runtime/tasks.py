@@ -209,8 +209,10 @@ def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> st
         state = store.state_after_phase1(
             pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid), ctx.tokens.get(pid)
         )
+        back = list(back)
         take_back(state, job, back)
-        return store.save(pid, state, ctx.batch, ctx.snapshot)
+        patch = [(value, {t: tables.get(t, {}) for t in job.tables}) for value, tables in back]
+        return store.save(pid, state, ctx.batch, ctx.snapshot, patch)
 
 
 class Phases:
