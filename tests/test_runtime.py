@@ -753,7 +753,7 @@ def run_on_random_workers(
 
     On Spark each task runs on whichever Python worker is free, and each worker
     keeps its own cached partition states: here three workers.  Returns how
-    often a worker completed its phase-1 copy from phase 3's patch.
+    often a worker applied phase 3's patch to a cached copy or a reload.
     """
     from txstream.spark.runtime import local
     from txstream.spark.runtime import state as state_module
@@ -776,16 +776,16 @@ def run_on_random_workers(
         return run
 
     patched: list[bool] = []
-    real_patched = RuntimeStore._patched
+    real_apply = state_module.PartitionState.apply_patch
 
-    def count(self: RuntimeStore, *args: Any) -> bool:
-        patched.append(real_patched(self, *args))
+    def count(self: Any, patch: dict[str, Any]) -> bool:
+        patched.append(real_apply(self, patch))
         return patched[-1]
 
     with monkeypatch.context() as m:
         m.setattr(local, "phase1", on_a_worker(local.phase1))
         m.setattr(local, "phase3", on_a_worker(local.phase3))
-        m.setattr(RuntimeStore, "_patched", count)
+        m.setattr(state_module.PartitionState, "apply_patch", count)
         ledger_job().run_local(split(stream, sizes), store, partitions=2)
     return sum(patched)
 
@@ -923,60 +923,14 @@ def test_output_lines_are_json_dumps_of_the_rows() -> None:
     assert _json_line({"after": "a failed row"}) == '{"after": "a failed row"}'
 
 
-def test_phase3_on_a_worker_with_an_older_version_catches_up_like_a_reload(
-    tmp_path: Path,
-) -> None:
-    # Phase 3 of batch 3 runs on a worker that last held the partition after batch
-    # 0 (another worker ran batches 1-3's phase 1): it must see exactly the state a
-    # full reload plus batch 3's phase-1 delta gives.
-    from txstream.spark.runtime import state as st
-
-    store = RuntimeStore(tmp_path)
-    tokens: dict[int, str] = {}
-    prev = -1
-    old_worker = None
-    for batch in range(4):
-        state = store.state_for(0, batch, prev, tokens.get(batch - 1))
-        for k in range(batch * 3, batch * 3 + 5):  # overwrites, inserts, a delete
-            state.put("t", k % 7, k, {"k": k, "b": batch})
-        if batch == 2:
-            state.put("t", 1, 1, st.ABSENT)
-        token = store.save(0, state, batch, snapshot=batch == 0)
-        if batch < 3:
-            store.commit(batch, {"prev": prev})
-            tokens[batch] = token
-            prev = batch
-        if batch == 0:  # this worker's copy stays at batch 0
-            old_worker = st.PartitionState(
-                data={t: {v: dict(r) for v, r in rows.items()} for t, rows in state.data.items()},
-                meta=dict(state.meta),
-                version=0,
-                token=token,
-            )
-    assert old_worker is not None
-    st._CACHE.clear()
-    expected = store.state_after_phase1(0, 3, 2, "not-this-worker")
-    st._CACHE[(str(tmp_path), 0)] = old_worker
-    got = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
-    assert got is old_worker  # caught up, not reloaded
-    assert got.data == expected.data
-    assert got.undo.keys() == expected.undo.keys()
-    st._CACHE.clear()
-    stale = st.PartitionState(data={"t": {0: {0: {"k": 0, "b": "wrong"}}}}, version=0, token="x")
-    st._CACHE[(str(tmp_path), 0)] = stale
-    reloaded = store.state_after_phase1(0, 3, 2, "not-this-worker", committed=tokens[2])
-    assert reloaded is not stale and reloaded.data == expected.data  # a broken chain reloads
-    st._CACHE.clear()
-
-
-def test_a_worker_that_ran_phase1_catches_up_with_phase3_run_elsewhere(
+def test_a_worker_that_ran_phase1_applies_phase3s_patch_and_loads_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Worker A runs batch 1's phase 1 of the partition; phase 3 of batch 1 (the
-    # deferred transactions' rows taken back) runs on worker B. Batch 2's phase 1
-    # lands on A again: A must complete its phase-1 copy from B's rewrite, not
-    # reload the snapshot (in the 1%-cross benchmark such reloads took a quarter
-    # of the workers' time), and must end with exactly what a reload gives.
+    # deferred transactions' rows taken back) writes a patch of the values it
+    # rewrote. Batch 2's phase 1 lands on A again: A applies the patch (not the
+    # snapshot or a whole delta: in the 1%-cross benchmark reloads took a quarter
+    # of the workers' time) and ends with exactly what a reload gives.
     from txstream.spark.runtime import state as st
 
     store = RuntimeStore(tmp_path)
@@ -991,15 +945,12 @@ def test_a_worker_that_ran_phase1_catches_up_with_phase3_run_elsewhere(
     state.put("t", 1, 1, st.ABSENT)
     t1 = store.save(0, state, 1, snapshot=False)
     worker_a = st._CACHE.pop(key)
-    rewritten = store.state_after_phase1(0, 1, 0, t1, committed=t0)  # worker B, phase 3
-    assert rewritten is not worker_a
-    rewritten.put("t", 2, 2, {"k": 2, "b": "phase 3"})
-    rewritten.put("t", 0, 6, {"k": 6, "b": "phase 3"})
-    t3 = store.save(0, rewritten, 1, snapshot=False)
+    values = [(0, {"t": {6: {"k": 6, "b": "phase 3"}}}), (2, {"t": {}})]
+    t3 = store.write_patch(0, 1, t1, values)  # phase 3, on any worker
     store.commit(1, {"prev": 0})
-    st._CACHE.clear()
-    expected = store.state_for(0, 2, 1, t3).data  # a full reload
-    assert expected["t"][0][6] == {"k": 6, "b": "phase 3"} and 1 not in expected["t"][1]
+    expected = store.load(0, 1)  # a full reload: the snapshot, the delta, the patch
+    assert expected.token == t3
+    assert expected.data["t"] == {0: {6: {"k": 6, "b": "phase 3"}}, 1: {4: {"k": 4, "b": 0}}}
 
     def no_reload(*args: object) -> None:
         raise AssertionError("reloaded the snapshot")
@@ -1008,14 +959,16 @@ def test_a_worker_that_ran_phase1_catches_up_with_phase3_run_elsewhere(
     with monkeypatch.context() as m:
         m.setattr(RuntimeStore, "load", no_reload)
         got = store.state_for(0, 2, 1, t3)
-    assert got is worker_a and got.token == t3 and got.data == expected
-    # A copy from a phase-1 attempt that phase 3 did not build on is not used.
+    assert got is worker_a and got.token == t3 and got.data == expected.data
+    # A copy of another phase-1 version (an attempt that did not commit) gets no
+    # patch: it is reloaded.
     discarded = st.PartitionState(
         data={"t": {0: {0: {"k": 0, "b": "a discarded attempt"}}}}, version=1, token="other"
     )
     st._CACHE[key] = discarded
     reloaded = store.state_for(0, 2, 1, t3)
-    assert reloaded is not discarded and reloaded.data == expected
+    assert reloaded is not discarded and reloaded.data == expected.data
+    assert not discarded.apply_patch({"parent": t1, "values": [], "token": "x"})
     st._CACHE.clear()
 
 

@@ -644,18 +644,3 @@ def deferred_chains(
         shares[where.get(root(value), 0)][0].append(item)
     return shares
 
-
-def take_back(
-    state: PartitionState, job: JobSpec, rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]]
-) -> None:
-    """Phase 3: replace the rows of each value with the coordinator's."""
-    for value, tables in rows:
-        for table in job.tables:
-            new = tables.get(table, {})
-            old = state.data.get(table, {}).get(value, {})
-            for key in list(old):
-                if key not in new:
-                    state.put(table, value, key, ABSENT)
-            for key, row in new.items():
-                if old.get(key) != row:
-                    state.put(table, value, key, row)

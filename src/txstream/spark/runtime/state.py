@@ -7,7 +7,7 @@ Layout of a job's store directory (on a file system every executor reaches)::
     commits/<batch>.json        the batch's commit marker (written last, by the driver)
     state/p<pid>/snap-<b>.bin   a partition's whole state after batch b
     state/p<pid>/delta-<b>.bin  the rows batch b changed (written by the task)
-    state/p<pid>/patch-<b>.bin  what phase 3 changed after phase 1 (a shortcut, see _catch_up)
+    state/p<pid>/patch-<b>.bin  the values phase 3 of batch b rewrote after phase 1
     outputs/<name>/batch-<b>/<role>.jsonl   emitted rows of batch b
     history/batch-<b>/<role>.txt            the committed history of batch b
     errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
@@ -123,8 +123,6 @@ class PartitionState:
     """Names the saved version this state is (a fresh one per save): a worker's cached
     state is used only when its token is the one the driver committed."""
     token_before: str | None = None
-    phase1_token: str | None = None
-    """While phase 3 rewrites the pending batch: the phase-1 version it started from."""
 
     def begin(self, batch: int) -> None:
         """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
@@ -132,7 +130,6 @@ class PartitionState:
         self.undo = {}
         self.meta_before = dict(self.meta)
         self.token_before = self.token
-        self.phase1_token = None
 
     def rollback(self) -> None:
         """Undo the pending batch."""
@@ -177,14 +174,7 @@ class PartitionState:
         ]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
-        # "phase1" (phase 3's rewrite of a batch): the phase-1 version it built on.
-        return {
-            "rows": rows,
-            "meta": self.meta,
-            "token": self.token,
-            "parent": self.token_before,
-            "phase1": self.phase1_token,
-        }
+        return {"rows": rows, "meta": self.meta, "token": self.token, "parent": self.token_before}
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
@@ -192,6 +182,19 @@ class PartitionState:
             self._set(table, value, key, row)
         self.meta = dict(delta["meta"])
         self.token = delta.get("token")
+
+    def apply_patch(self, patch: dict[str, Any]) -> bool:
+        """Apply phase 3's patch if it continues this version (see :meth:`RuntimeStore.patch`)."""
+        if patch["parent"] != self.token:
+            return False
+        for value, tables in patch["values"]:
+            for table, rows in tables.items():
+                if rows:
+                    self.data.setdefault(table, {})[value] = dict(rows)
+                else:
+                    self.data.get(table, {}).pop(value, None)
+        self.token = patch["token"]
+        return True
 
 
 _CACHE: dict[tuple[str, int], PartitionState] = {}
@@ -255,86 +258,40 @@ class RuntimeStore:
                 if m and m.group(1) == "delta" and state.version <= int(m.group(2)) <= prev
             )
             for batch in later:
-                if batch == state.version and self._patched(pid, state, batch):
-                    continue
-                delta = load_blob(pdir / f"delta-{batch:012d}.bin")
-                if batch == state.version:
-                    # This worker ran the batch's phase 1; if phase 3 then rewrote
-                    # the partition elsewhere, the rewrite's delta holds every row
-                    # the batch changed (phase 1's included) as it ended, so it
-                    # completes exactly the phase-1 version it names.
-                    if delta.get("token") == state.token:
-                        continue
-                    if delta.get("phase1") != state.token:
+                if batch > state.version:
+                    delta = load_blob(pdir / f"delta-{batch:012d}.bin")
+                    if delta.get("parent") != state.token:
                         return None
-                elif delta.get("parent") != state.token:
-                    return None
-                state.apply(delta)
+                    state.apply(delta)
+                # The batch's phase 1 is this version (this worker may have run
+                # it); phase 3 may have changed some of its values since.
+                patch = self.patch(pid, batch)
+                if patch is not None:
+                    state.apply_patch(patch)
         except (OSError, StoreError):
             return None
         return state if state.token == token else None
 
-    def _patched(self, pid: int, state: PartitionState, batch: int) -> bool:
-        """Complete ``state``, batch ``batch``'s phase-1 version, with phase 3's patch.
-
-        The patch holds only the values phase 3 rewrote, where the batch's delta
-        holds every row the batch changed: a worker that ran phase 1 reads a few
-        rows instead of the whole batch's.  A patch that an attempt of the batch
-        left but did not commit gives a version no later delta continues and that
-        the driver did not commit, so :meth:`_catch_up` rejects the result.
-        """
+    def patch(self, pid: int, batch: int) -> dict[str, Any] | None:
+        """Phase 3's patch of batch ``batch`` (see :meth:`write_patch`), or None."""
         path = self._pdir(pid) / f"patch-{batch:012d}.bin"
-        if not path.exists():
-            return False
-        patch = load_blob(path)
-        if patch["phase1"] != state.token:
-            return False
-        for value, tables in patch["values"]:
-            for table, rows in tables.items():
-                if rows:
-                    state.data.setdefault(table, {})[value] = dict(rows)
-                else:
-                    state.data.get(table, {}).pop(value, None)
-        state.meta = dict(patch["meta"])
-        state.token = patch["token"]
-        return True
+        return load_blob(path) if path.exists() else None
 
-    def state_after_phase1(
-        self, pid: int, batch: int, prev: int, token: str | None, committed: str | None = None
-    ) -> PartitionState:
-        """The partition's state with batch ``batch``'s phase-1 changes (version ``token``).
+    def write_patch(
+        self, pid: int, batch: int, parent: str, values: list[tuple[Any, dict[str, Any]]]
+    ) -> str:
+        """Phase 3: record the values it rewrote over phase 1's version ``parent``.
 
-        ``committed`` names the version batch ``prev`` left (as in :meth:`state_for`):
-        a worker that did not run this partition's phase 1 but holds an older
-        version catches that up from the deltas instead of reloading the snapshot
-        (phase 3 runs on whichever worker is free; a reload cost more than the batch).
+        ``values``: each partition value with its new rows per table (every table;
+        an empty dict removes the value's rows).  A patch counts only on the
+        version it names as ``parent``: an attempt of the batch that did not
+        commit wrote another phase-1 version, which no committed batch continues.
+        Returns the new version's token.
         """
-        key = (str(self.root), pid)
-        state = _CACHE.get(key)
-        if state is not None and state.pending == batch and state.token == token:
-            state.phase1_token = token
-            return state
-        base = None
-        if state is not None and committed is not None:
-            if state.pending is not None:
-                if state.pending == batch:
-                    state.rollback()  # another worker's phase 1 of this batch counts
-                else:
-                    state.settle()
-            base = self._catch_up(pid, state, prev, committed)
-        if base is None:
-            base = self.load(pid, prev)
-        base.version = prev
-        base.begin(batch)
-        path = self._pdir(pid) / f"delta-{batch:012d}.bin"
-        if path.exists():
-            delta = load_blob(path)
-            for table, value, row_key, row in delta["rows"]:
-                base.put(table, value, row_key, row)
-            base.meta = dict(delta["meta"])
-        base.phase1_token = token
-        _CACHE[key] = base
-        return base
+        token = uuid.uuid4().hex
+        body = {"values": values, "parent": parent, "token": token}
+        write_atomic(self._pdir(pid) / f"patch-{batch:012d}.bin", dump_blob(body))
+        return token
 
     def load(self, pid: int, upto: int) -> PartitionState:
         """Read the partition's state as of batch ``upto`` from its snapshot and deltas."""
@@ -354,34 +311,24 @@ class RuntimeStore:
             snap = load_blob(pdir / f"snap-{start:012d}.bin")
             state.data, state.meta, state.token = snap["data"], snap["meta"], snap.get("token")
             state.version = start
+            if start in files["patch"]:  # phase 1 wrote the snapshot, phase 3 patched it
+                state.apply_patch(load_blob(pdir / f"patch-{start:012d}.bin"))
         for batch in sorted(b for b in files["delta"] if start is None or b > start):
             state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
+            if batch in files["patch"]:
+                state.apply_patch(load_blob(pdir / f"patch-{batch:012d}.bin"))
             state.version = batch
         state.version = upto
         return state
 
-    def save(
-        self,
-        pid: int,
-        state: PartitionState,
-        batch: int,
-        snapshot: bool,
-        patch: list[tuple[Any, dict[str, dict[Any, Any]]]] | None = None,
-    ) -> str:
+    def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> str:
         """Write the pending batch's delta (and a snapshot when asked); keep it in the cache.
 
-        ``patch`` (phase 3): the values it rewrote, each with its rows per table,
-        written beside the delta for the worker that ran phase 1 (see
-        :meth:`_patched`).  Returns the new version's token.
+        Returns the new version's token.
         """
         state.token = uuid.uuid4().hex
         pdir = self._pdir(pid)
         write_atomic(pdir / f"delta-{batch:012d}.bin", dump_blob(state.delta()))
-        if patch is not None:
-            body = {"values": patch, "meta": state.meta, "token": state.token}
-            write_atomic(
-                pdir / f"patch-{batch:012d}.bin", dump_blob({**body, "phase1": state.phase1_token})
-            )
         if snapshot:
             write_atomic(
                 pdir / f"snap-{batch:012d}.bin",

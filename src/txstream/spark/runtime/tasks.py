@@ -28,7 +28,6 @@ from txstream.spark.runtime.executor import (
     PartitionExecutor,
     latencies,
     run_deferred,
-    take_back,
 )
 from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.state import RuntimeStore
@@ -203,16 +202,16 @@ def phase2(
 
 
 def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> str:
-    """Take the coordinator's rows back into partition ``pid``; returns the new version's token."""
+    """Take the coordinator's rows back into partition ``pid``; returns the new version's token.
+
+    The rows of each value the coordinator sends replace the value's rows, in
+    every table.  They are written as a patch over the partition's phase-1
+    version, which the next task of the partition applies wherever it runs (no
+    worker needs the partition's whole state for this).
+    """
     store = RuntimeStore(ctx.store)
-    with collector_paused():
-        state = store.state_after_phase1(
-            pid, ctx.batch, ctx.prev, ctx.phase1_tokens.get(pid), ctx.tokens.get(pid)
-        )
-        back = list(back)
-        take_back(state, job, back)
-        patch = [(value, {t: tables.get(t, {}) for t in job.tables}) for value, tables in back]
-        return store.save(pid, state, ctx.batch, ctx.snapshot, patch)
+    values = [(value, {t: tables.get(t, {}) for t in job.tables}) for value, tables in back]
+    return store.write_patch(pid, ctx.batch, ctx.phase1_tokens[pid], values)
 
 
 class Phases:
