@@ -544,29 +544,46 @@ WRITES: list[Callable[[Any, Any], Any]] = [
     lambda t, e: t.emit("nope", {}),
     lambda t, e: t.abort("no"),
     lambda t, e: t.upsert("acc", {"k": 5, "v": 5}),  # fine: commits
+    lambda t, e: t.insert("acc", {"k": 1, "v": 2}),  # the key exists
+    lambda t, e: t.delete("acc", 1) or t.delete("acc", 1),  # the second finds no row
 ]
+
+
+def on_the_driver(job: tx.Job, batches: list[list[Item]]) -> tuple[Any, list[Any]]:
+    """The driver engine and its outcome per batch, for ``batches`` as ``run_local`` takes them."""
+    from txstream.spark.runtime.driver import DriverEngine
+    from txstream.spark.runtime.local import MID_BITS, event_copies
+
+    engine = DriverEngine(job.spec)
+    for name, table in job.spec.tables.items():
+        if table.initial is not None:
+            engine.load(name, table.initial)
+    outcomes = []
+    for b, batch in enumerate(batches):
+        # One partition: one copy of every event (a keyless one's only fragment).
+        mids = [(b << MID_BITS) + i for i in range(len(batch))]
+        copies = [
+            event_copies(job.spec, 1, n, row, m) for (n, row), m in zip(batch, mids, strict=True)
+        ]
+        outcomes.append(engine.run_batch(b, [event for [(_, event)] in copies]))
+    return engine, outcomes
+
+
+def fates(failures: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What both engines report alike of each failure, in order of position."""
+    return sorted((f["position"], f["txn"], f["kind"], f["error"]) for f in failures)
 
 
 @pytest.mark.parametrize("write", range(len(WRITES)))
 def test_both_engines_accept_and_refuse_the_same_writes_alike(tmp_path: Path, write: int) -> None:
-    from txstream.spark.runtime.driver import DriverEngine
-    from txstream.spark.runtime.local import event_copies
-
     def txn(t: Any, e: Any) -> None:
         t.increment("acc", 1, "v", 1)  # applied first: rolled back with the rest
         WRITES[write](t, e)
 
     job = simple_job([{"k": 1, "v": 10}]).on("A", txn)
-    row = {"k": 1, "v": 0, "ts": 0}
-    job.run_local([[("A", row)]], tmp_path, partitions=2)
-    driver = DriverEngine(job.spec)
-    driver.load("acc", [{"k": 1, "v": 10}])
-    [(_, event)] = event_copies(job.spec, 1, "A", row, 0)
-    outcome = driver.run_batch(0, [event])
-
-    def fate(failure: dict[str, Any]) -> tuple[Any, ...]:
-        return failure["kind"], failure["position"], failure["error"]
-
-    assert [fate(f) for f in outcome.failures] == [fate(f) for f in tx.read_failures(tmp_path)]
+    batches: list[list[Item]] = [[("A", {"k": 1, "v": 0, "ts": 0})]]
+    job.run_local(batches, tmp_path, partitions=2)
+    driver, [outcome] = on_the_driver(job, batches)
+    assert fates(outcome.failures) == fates(tx.read_failures(tmp_path))
     rows = driver.tm.table("acc").rows()
     assert {k: r["v"] for k, r in rows.items()} == table_of(tmp_path)

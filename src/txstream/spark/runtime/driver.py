@@ -19,17 +19,19 @@ from txstream.errors import TransientError
 from txstream.spark.runtime.base import (
     JobSpec,
     Key,
-    MissingRowError,
     Row,
     TransactionAborted,
+    duplicate_key,
     emitted_row,
     incremented_row,
     key_of_row,
+    missing_row,
     table_spec,
     updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
 from txstream.spark.runtime.executor import Outcome, undeclared
+from txstream.storage import DuplicateKeyError, MissingKeyError
 from txstream.txn import TransactionManager
 
 
@@ -64,7 +66,10 @@ class DriverTx:
     def insert(self, table: str, row: Row) -> None:
         """See ``Tx.insert``."""
         key = key_of_row(table_spec(self._job, table), row)
-        self._txn.insert(self._table(table, key), key, dict(row))
+        try:
+            self._txn.insert(self._table(table, key), key, dict(row))
+        except DuplicateKeyError:
+            raise duplicate_key(table, key) from None
 
     def upsert(self, table: str, row: Row) -> None:
         """See ``Tx.upsert``."""
@@ -75,7 +80,7 @@ class DriverTx:
         """See ``Tx.update``."""
         old = self._txn.read(self._table(table, key), key)
         if old is None:
-            raise MissingRowError(f"update of {table}: no row with key {key!r}")
+            raise missing_row(f"update of {table}", key)
         new = updated_row(self._job.tables[table], key, old, changes, columns)
         self._txn.update(self._tm.table(table), key, new)
         return dict(new)
@@ -84,14 +89,17 @@ class DriverTx:
         """See ``Tx.increment``."""
         old = self._txn.read(self._table(table, key), key)
         if old is None:
-            raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
+            raise missing_row(f"increment of {table}.{column}", key)
         new = incremented_row(self._job.tables[table], old, column, by)
         self._txn.update(self._tm.table(table), key, new)
         return new[column]
 
     def delete(self, table: str, key: Key) -> None:
         """See ``Tx.delete``."""
-        self._txn.delete(self._table(table, key), key)
+        try:
+            self._txn.delete(self._table(table, key), key)
+        except MissingKeyError:
+            raise missing_row(f"delete from {table}", key) from None
 
     def emit(self, output: str, row: Row) -> None:
         """See ``Tx.emit``."""

@@ -27,16 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.spark.runtime.base import (
-    DuplicateKeyError,
     JobSpec,
     Key,
-    MissingRowError,
     Row,
     TransactionAborted,
     UndeclaredKeyError,
+    duplicate_key,
     emitted_row,
     incremented_row,
     key_of_row,
+    keyed_values,
+    missing_row,
     table_spec,
     updated_row,
 )
@@ -161,10 +162,7 @@ class Tx:
         """
         self._table(table)
         if self._home is None:
-            raise UndeclaredKeyError(
-                f"values({table!r}) is for events of an input declared without keys "
-                "(they reach every partition); this event has keys"
-            )
+            raise keyed_values(table)
         home, parts = self._home, self._partitions
         found = [v for v in self._state.data.get(table, {}) if partition_of(v, parts) == home]
         found.sort(key=canonical)
@@ -189,7 +187,7 @@ class Tx:
         key = key_of_row(spec, row)
         value = self._value(table, key)
         if key in self._state.data.get(table, {}).get(value, {}):
-            raise DuplicateKeyError(f"insert into {table}: key {key!r} exists")
+            raise duplicate_key(table, key)
         self._put(table, value, key, dict(row), structural=True)
 
     def upsert(self, table: str, row: Row) -> None:
@@ -208,7 +206,7 @@ class Tx:
         value = self._value(table, key)
         old = self._state.data.get(table, {}).get(value, {}).get(key)
         if old is None:
-            raise MissingRowError(f"update of {table}: no row with key {key!r}")
+            raise missing_row(f"update of {table}", key)
         new = updated_row(self._table(table), key, old, changes, columns)
         self._put(table, value, key, new)
         return dict(new)
@@ -224,7 +222,7 @@ class Tx:
         part = rows.get(value) if rows is not None else None
         old = part.get(key) if part is not None else None
         if old is None:
-            raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
+            raise missing_row(f"increment of {table}.{column}", key)
         new = incremented_row(spec, old, column, by)
         self._put(table, value, key, new, part=part)
         return new[column]
@@ -233,7 +231,7 @@ class Tx:
         """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
         value = self._value(table, key)
         if key not in self._state.data.get(table, {}).get(value, {}):
-            raise MissingRowError(f"delete from {table}: no row with key {key!r}")
+            raise missing_row(f"delete from {table}", key)
         self._put(table, value, key, ABSENT, structural=True)
 
     def emit(self, output: str, row: Row) -> None:
