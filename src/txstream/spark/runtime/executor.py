@@ -89,6 +89,20 @@ def undeclared(table: str, value: Any, allowed: Iterable[Any]) -> UndeclaredKeyE
     )
 
 
+def check_fragment(
+    table: str, value: Key, allowed: Iterable[Any], home: int | None, partitions: int
+) -> None:
+    """The rule for a partition value that is not among the transaction's declared ones.
+
+    Only a keyless event's fragment may touch it, and only when it lives on the
+    fragment's partition ``home`` (of ``partitions``); :class:`UndeclaredKeyError`
+    otherwise.  The driver engine runs such an event as one fragment (``home``
+    0 of 1 partition), which may touch every value.
+    """
+    if home is None or partition_of(value, partitions) != home:
+        raise undeclared(table, value, allowed)
+
+
 def _set_item(table: str, value: Key) -> str:
     """The history item standing for the set of rows of one partition value (phantoms)."""
     return item_name(table, value).replace(":", ":v", 1)
@@ -143,7 +157,7 @@ class Tx:
         return default if row is None else dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
-        """Every row of ``table`` in partition value ``value`` (copies, in key order)."""
+        """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
         self._table(table)
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
@@ -252,10 +266,8 @@ class Tx:
         return value
 
     def _check_value(self, table: str, value: Any) -> None:
-        if value in self._allowed:
-            return
-        if not (self._home is not None and partition_of(value, self._partitions) == self._home):
-            raise undeclared(table, value, self._allowed)
+        if value not in self._allowed:
+            check_fragment(table, value, self._allowed, self._home, self._partitions)
 
     def _put(
         self,
