@@ -33,6 +33,7 @@ INPUTS = ("A", "B", "C", "D")
 with a ``broadcast`` column."""
 KEYS = range(6)
 SLICE = 2
+BOUNDARIES = ["event", "timestamp", "seconds", "punctuation", "timeslice", "batch", "by"]
 
 
 class Boom(Exception):
@@ -401,19 +402,10 @@ def test_a_keyless_fragment_in_a_deferred_transaction_sees_every_row_of_its_part
     assert tx.read_output(tmp_path, "out") == [{"id": 4, "what": "move", "v": 1}]
 
 
-@settings(max_examples=12, deadline=None)
-@given(
-    seed=st.integers(0, 100_000),
-    boundary=st.sampled_from(
-        ["event", "timestamp", "seconds", "punctuation", "timeslice", "batch", "by"]
-    ),
-)
-def test_batch_merge_equals_the_serial_oracle_per_micro_batch_on_any_partitions(
-    tmp_path_factory: pytest.TempPathFactory, seed: int, boundary: str
-) -> None:
-    # Batch order: each micro-batch in (order value, input, position) order and cut
-    # on its own; its order values may be older than the last batch's (a late
-    # timeslice event is aborted).
+def batch_merge_case(
+    seed: int, boundary: str
+) -> tuple[list[list[Item]], tuple[dict[int, int], list[Any], int]]:
+    """Random micro-batches in source order, and what the oracle makes of them (batch merge)."""
     rng = random.Random(seed)
     stream = declared(streams(rng, rng.randint(1, 25), rng.choice([4, 8, 20])))
     rng.shuffle(stream)
@@ -425,7 +417,21 @@ def test_batch_merge_equals_the_serial_oracle_per_micro_batch_on_any_partitions(
         place = {id(item[1]): i for i, item in enumerate(batch)}
         ordered = sorted(batch, key=lambda it: (it[1]["ts"], INPUTS.index(it[0]), place[id(it[1])]))
         groups += transactions(boundary, ordered, clock)
-    want = serial(groups)
+    return batches, serial(groups)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    boundary=st.sampled_from(BOUNDARIES),
+)
+def test_batch_merge_equals_the_serial_oracle_per_micro_batch_on_any_partitions(
+    tmp_path_factory: pytest.TempPathFactory, seed: int, boundary: str
+) -> None:
+    # Batch order: each micro-batch in (order value, input, position) order and cut
+    # on its own; its order values may be older than the last batch's (a late
+    # timeslice event is aborted).
+    batches, want = batch_merge_case(seed, boundary)
     for partitions in (1, 2, 3):
         store = tmp_path_factory.mktemp("bm")
         make_job(boundary, "batch").run_local(batches, store, partitions=partitions)
@@ -827,3 +833,39 @@ def test_a_driver_scan_holds_off_a_concurrent_insert_into_its_value_no_phantom()
         assert [r["k"] for r in DriverTx(engine, t3, {1}).scan("rows", 1)] == [0, 1, 9]
     verdict = check(engine.tm.history(), "csao")
     assert verdict.holds, verdict.evidence
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    seed=st.integers(0, 100_000),
+    boundary=st.sampled_from(BOUNDARIES),
+)
+def test_the_driver_engine_equals_the_serial_oracle_per_micro_batch(
+    seed: int, boundary: str
+) -> None:
+    # The batch-merge oracle test, on the driver engine: its keyless events (bump:
+    # scan every value's rows; emit once with home == 0) run as one fragment, a
+    # late timeslice event is aborted, and its recorded history is CSAO.
+    batches, (table, outputs, aborted) = batch_merge_case(seed, boundary)
+    engine, outcomes = on_the_driver(make_job(boundary, "batch"), batches)
+    emitted = [json.loads(line) for o in outcomes for line in o.outputs.get("out", [])]
+    assert_outputs([{k: v for k, v in r.items() if k != "__order"} for r in emitted], outputs)
+    assert {k: r["v"] for k, r in engine.tm.table("acc").rows().items()} == table
+    assert sum(o.aborted for o in outcomes) == aborted
+    verdict = check(engine.tm.history(), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_both_engines_abort_a_late_timeslice_event_without_running_it(tmp_path: Path) -> None:
+    # Batch 1's tick is in slice 0, before batch 0's open slice 2: it is late.
+    batches: list[list[Item]] = [
+        [("C", {"id": 0, "ts": 5, "op": "emit"})],
+        [("C", {"id": 1, "ts": 1, "op": "emit"})],
+    ]
+    job = make_job("timeslice", "batch")
+    job.run_local(batches, tmp_path, partitions=2)
+    _, outcomes = on_the_driver(job, batches)
+    failures = [f for o in outcomes for f in o.failures]
+    assert fates(failures) == fates(tx.read_failures(tmp_path))
+    assert [(f["position"], f["kind"]) for f in failures] == [("C#b1+0", "late")]
+    assert [json.loads(line)["id"] for o in outcomes for line in o.outputs.get("out", [])] == [0]

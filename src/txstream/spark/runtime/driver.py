@@ -253,6 +253,9 @@ class DriverEngine:
             groups = list(track_runs(groups, runs))
             check_runs(batch, [runs])
         for group in groups:
+            if group.late:  # a late timeslice event: aborted without running, as on executors
+                outcome.failed(group, "late", group.late)
+                continue
             emits: list[tuple[str, Row]] = []
             current = [group.events[0]]  # the event running: a failure names it
             allowed = {v for e in group.events for v in e.values}
@@ -279,16 +282,8 @@ class DriverEngine:
             except TransientError:
                 raise
             except Exception as exc:
-                outcome.aborted += 1
-                outcome.failures.append(
-                    {
-                        "txn": group.gid,
-                        "kind": "abort" if isinstance(exc, TransactionAborted) else "error",
-                        "position": current[0].position,
-                        "order": list(group.order),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    }
-                )
+                kind = "abort" if isinstance(exc, TransactionAborted) else "error"
+                outcome.failed(group, kind, f"{type(exc).__name__}: {exc}", current[0].position)
                 continue
             outcome.committed += 1
             for output, row in emits:

@@ -319,6 +319,22 @@ class Outcome:
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
 
+    def failed(self, group: Group, kind: str, error: str, position: str | None = None) -> None:
+        """Count ``group`` aborted and report it (``position``: the failing event, or its first).
+
+        ``kind``: ``abort`` (``tx.abort``), ``error`` (the function raised) or ``late``.
+        """
+        self.aborted += 1
+        self.failures.append(
+            {
+                "txn": group.gid,
+                "kind": kind,
+                "position": position or group.events[0].position,
+                "order": list(group.order),
+                "error": error,
+            }
+        )
+
     def stats(self) -> dict[str, Any]:
         """The counters and failures, JSON-ready."""
         return {
@@ -445,18 +461,9 @@ class GroupRunner:
                     outcome.sent.append(seconds)
 
     def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
-        self.outcome.aborted += 1
         if self.record:
             self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
-        self.outcome.failures.append(
-            {
-                "txn": group.gid,
-                "kind": kind,
-                "position": where or group.events[0].position,
-                "order": list(group.order),
-                "error": reason,
-            }
-        )
+        self.outcome.failed(group, kind, reason, where)
 
 
 def _json_encoder() -> Callable[[Row], str]:
