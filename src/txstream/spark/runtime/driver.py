@@ -200,6 +200,8 @@ class DriverEngine:
         self.tm = TransactionManager(protocol, record=job.record_history)
         self.meta: dict[str, Any] = {}
         """The boundary's state across batches (the timeslice clock), as a partition's."""
+        for name in job.tables:  # first: a name the manager refuses is the job's
+            self.tm.table(name)
         self.index: dict[str, dict[Any, set[Key]]] = {name: {} for name in job.tables}
         """Per table, the keys of each partition value with rows (what scans list);
         changed by a transaction under its set items, rolled back with it."""
@@ -207,8 +209,6 @@ class DriverEngine:
         """Per table, the set items of its partition values (see :class:`DriverTx`)."""
         self.value_sets = {name: self.tm.table(f"{name}-values") for name in job.tables}
         """Per table, the set item of its set of partition values."""
-        for name in job.tables:
-            self.tm.table(name)
 
     def index_add(self, entry: tuple[str, Any, Key]) -> None:
         """Index ``(table, value, key)``: the key has a row."""
