@@ -552,3 +552,23 @@ def test_arrival_line_is_the_begin_order_with_retries_in_place() -> None:
     assert history.arrivals == {"events": ["4", "2", "5"]}  # 4 took 1's place
     assert not check(history, "csao").holds  # 4 committed after 2, on the same row
     assert check(history, "cs").holds
+
+
+@pytest.mark.parametrize("protocol", ALL)
+def test_on_abort_runs_with_the_undo_log_only_when_the_transaction_aborts(protocol: str) -> None:
+    tm, t = make(protocol)
+    log: list[str] = []
+    with tm.begin() as txn:
+        txn.put(t, 1, "a")
+        txn.on_abort(log.append, "kept")
+    assert log == [] and t.read(1) == "a"
+    txn = tm.begin()
+    txn.on_abort(log.append, "first")
+    txn.put(t, 1, "b")
+    txn.on_abort(log.append, "second")
+    txn.abort()
+    assert log == ["second", "first"] and t.read(1) == "a"  # newest first, with the rows
+    with pytest.raises(TransactionError, match="aborted"):
+        txn.on_abort(log.append, "late")
+    with pytest.raises(TransactionError, match="read-only"), tm.begin(read_only=True) as reader:
+        reader.on_abort(log.append, "reader")

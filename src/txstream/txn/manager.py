@@ -342,6 +342,20 @@ class Transaction:
         """``row += delta`` (or ``row[field] += delta``), undone by the opposite increment."""
         self._change(table, key, "increment", delta, field)
 
+    def on_abort(self, undo: Callable[[Any], Any], arg: Any) -> None:
+        """Run ``undo(arg)`` if this transaction aborts, in its undo log (newest first).
+
+        For state kept beside the manager's tables (e.g. an index of their keys)
+        that a change in this transaction updated in place: it then rolls back
+        with the rows, whatever ends the transaction (its work raising, a
+        retryable failure, a failed commit).
+        """
+        if self.state != ACTIVE:
+            raise self._inactive("register an undo action")
+        if self.read_only:
+            self._no_writes()
+        self.undo_log.append((undo, arg))
+
     # -- stream operations ------------------------------------------------------------
 
     def append(self, stream: StreamRef, event: Any) -> int | None:

@@ -140,6 +140,24 @@ def table_spec(job: JobSpec, table: str) -> TableSpec:
     return spec
 
 
+def duplicate_key(table: str, key: Key) -> DuplicateKeyError:
+    """The error of ``insert`` of a key that exists (both engines raise this one)."""
+    return DuplicateKeyError(f"insert into {table}: key {key!r} exists")
+
+
+def missing_row(what: str, key: Key) -> MissingRowError:
+    """The error of ``what`` (``update of t``, ``delete from t``...) on a key without a row."""
+    return MissingRowError(f"{what}: no row with key {key!r}")
+
+
+def keyed_values(table: str) -> UndeclaredKeyError:
+    """The error of ``values(table)`` in an event with keys (it is for keyless events)."""
+    return UndeclaredKeyError(
+        f"values({table!r}) is for events of an input declared without keys "
+        "(they reach every partition); this event has keys"
+    )
+
+
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
     """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
     spec = job.outputs.get(output)

@@ -19,79 +19,144 @@ from txstream.errors import TransientError
 from txstream.spark.runtime.base import (
     JobSpec,
     Key,
-    MissingRowError,
     Row,
     TransactionAborted,
+    duplicate_key,
     emitted_row,
     incremented_row,
     key_of_row,
+    keyed_values,
+    missing_row,
     table_spec,
     updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
-from txstream.spark.runtime.executor import Outcome, undeclared
+from txstream.spark.runtime.executor import Outcome, check_fragment
+from txstream.spark.runtime.partitioning import canonical
+from txstream.storage import DuplicateKeyError, MissingKeyError
 from txstream.txn import TransactionManager
+
+_ALL = "all"
+"""The key of a table's one row in its ``<table>-values`` item table."""
 
 
 class DriverTx:
-    """The :class:`~txstream.spark.runtime.executor.Tx` interface over a TM transaction."""
+    """The :class:`~txstream.spark.runtime.executor.Tx` interface over a TM transaction.
 
-    def __init__(
-        self, job: JobSpec, tm: TransactionManager, txn: Any, allowed: set[Any] | None
-    ) -> None:
-        self._job, self._tm, self._txn = job, tm, txn
+    ``scan`` and ``values`` read the engine's index of keys per partition value
+    under *set items*, against phantoms as the executors' history does: a scan
+    reads the item ``<table>-v.<value>``, ``values`` the item
+    ``<table>-values.all`` (rows of two item tables that no job table can be
+    called, a job's names having no ``-``); an insert or delete, or an upsert of
+    a new key, writes the item of its value, and also the table's when the value
+    gains its first row or loses its last.  Under SS2PL a scan therefore holds
+    off every insert into its value until it commits, and the history shows the
+    conflict.
+    """
+
+    def __init__(self, engine: DriverEngine, txn: Any, allowed: set[Any]) -> None:
+        self._engine, self._job, self._tm, self._txn = engine, engine.job, engine.tm, txn
         self._emits: list[tuple[str, Row]] = []
         self._allowed = allowed
-        """The partition values of the transaction's events (None: it has a keyless event,
-        which may touch any row, as a fragment on every partition may)."""
+        """The partition values of the transaction's events."""
+        self._home: int | None = None
+        """0 while a keyless event runs: its one fragment here, which may touch any row."""
+        self._written: set[tuple[str, Any, bool]] = set()
+        """The set items this transaction has written (it holds them to the end)."""
 
-    def _table(self, table: str, key: Key) -> Any:
-        """The transaction manager's table, for a key the transaction declared."""
-        spec = table_spec(self._job, table)
-        if self._allowed is not None:
-            value = spec.value_of_key(key)
-            if value not in self._allowed:
-                raise undeclared(table, value, self._allowed)
-        return self._tm.table(table)
+    @property
+    def home(self) -> int | None:
+        """See ``Tx.home``: 0 for an event that reaches every partition, None for one with keys.
+
+        The driver runs such an event once, as the one fragment of one partition.
+        """
+        return self._home
+
+    def _value(self, table: str, key: Key) -> Key:
+        """The partition value of ``key``, one the running event may touch."""
+        return self._allow(table, table_spec(self._job, table).value_of_key(key))
+
+    def _allow(self, table: str, value: Key) -> Key:
+        """``value``, unless the running event may not touch it (the executors' rule)."""
+        if value not in self._allowed:
+            check_fragment(table, value, self._allowed, self._home, 1)
+        return value
 
     # The write rules (schema, key, increment) are the executors' (``base``), so
     # both engines accept and refuse the same writes.
     def read(self, table: str, key: Key, default: Any = None) -> Any:
         """See ``Tx.read``."""
-        row = self._txn.read(self._table(table, key), key)
+        self._value(table, key)
+        row = self._txn.read(self._tm.table(table), key)
         return default if row is None else dict(row)
+
+    def scan(self, table: str, value: Key) -> list[Row]:
+        """See ``Tx.scan``: every row of ``table`` in partition value ``value``, in key order."""
+        table_spec(self._job, table)
+        self._allow(table, value)
+        engine, txn = self._engine, self._txn
+        txn.read(engine.sets[table], value)  # before the index: inserts into value wait
+        rows, keys = self._tm.table(table), engine.index[table].get(value, ())
+        found = (txn.read(rows, k) for k in sorted(keys, key=canonical))
+        return [dict(row) for row in found if row is not None]
+
+    def values(self, table: str) -> list[Key]:
+        """See ``Tx.values``: for a keyless event, every partition value of ``table`` with rows.
+
+        On the driver such an event is one fragment and sees every partition.
+        """
+        table_spec(self._job, table)
+        if self._home is None:
+            raise keyed_values(table)
+        self._txn.read(self._engine.value_sets[table], _ALL)
+        return sorted(self._engine.index[table], key=canonical)
 
     def insert(self, table: str, row: Row) -> None:
         """See ``Tx.insert``."""
         key = key_of_row(table_spec(self._job, table), row)
-        self._txn.insert(self._table(table, key), key, dict(row))
+        value = self._value(table, key)
+        try:
+            self._txn.insert(self._tm.table(table), key, dict(row))
+        except DuplicateKeyError:
+            raise duplicate_key(table, key) from None
+        self._added(table, value, key)
 
     def upsert(self, table: str, row: Row) -> None:
         """See ``Tx.upsert``."""
         key = key_of_row(table_spec(self._job, table), row)
-        self._txn.put(self._table(table, key), key, dict(row))
+        value = self._value(table, key)
+        self._txn.put(self._tm.table(table), key, dict(row))
+        if key not in self._engine.index[table].get(value, ()):
+            self._added(table, value, key)
 
     def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
         """See ``Tx.update``."""
-        old = self._txn.read(self._table(table, key), key)
+        self._value(table, key)
+        old = self._txn.read(self._tm.table(table), key)
         if old is None:
-            raise MissingRowError(f"update of {table}: no row with key {key!r}")
+            raise missing_row(f"update of {table}", key)
         new = updated_row(self._job.tables[table], key, old, changes, columns)
         self._txn.update(self._tm.table(table), key, new)
         return dict(new)
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """See ``Tx.increment``."""
-        old = self._txn.read(self._table(table, key), key)
+        self._value(table, key)
+        old = self._txn.read(self._tm.table(table), key)
         if old is None:
-            raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
+            raise missing_row(f"increment of {table}.{column}", key)
         new = incremented_row(self._job.tables[table], old, column, by)
         self._txn.update(self._tm.table(table), key, new)
         return new[column]
 
     def delete(self, table: str, key: Key) -> None:
         """See ``Tx.delete``."""
-        self._txn.delete(self._table(table, key), key)
+        value = self._value(table, key)
+        try:
+            self._txn.delete(self._tm.table(table), key)
+        except MissingKeyError:
+            raise missing_row(f"delete from {table}", key) from None
+        self._removed(table, value, key)
 
     def emit(self, output: str, row: Row) -> None:
         """See ``Tx.emit``."""
@@ -100,6 +165,31 @@ class DriverTx:
     def abort(self, reason: str = "aborted by the transaction") -> None:
         """See ``Tx.abort``."""
         raise TransactionAborted(reason)
+
+    # -- the index of keys per partition value, under its set items ---------------------
+    def _write_set(self, table: str, value: Any, whole: bool = False) -> None:
+        """Write the set item of ``value`` (``whole``: the table's set of values) once."""
+        item = (table, _ALL if whole else value, whole)
+        if item not in self._written:
+            engine = self._engine
+            self._txn.put((engine.value_sets if whole else engine.sets)[table], item[1], True)
+            self._written.add(item)
+
+    def _added(self, table: str, value: Any, key: Key) -> None:
+        """``key`` joined the rows of ``value`` (its row is written and locked)."""
+        self._write_set(table, value)
+        if value not in self._engine.index[table]:
+            self._write_set(table, value, whole=True)
+        self._engine.index_add((table, value, key))
+        self._txn.on_abort(self._engine.index_remove, (table, value, key))
+
+    def _removed(self, table: str, value: Any, key: Key) -> None:
+        """``key`` left the rows of ``value`` (its row is deleted and locked)."""
+        self._write_set(table, value)
+        if self._engine.index[table].get(value) == {key}:
+            self._write_set(table, value, whole=True)
+        self._engine.index_remove((table, value, key))
+        self._txn.on_abort(self._engine.index_add, (table, value, key))
 
 
 class DriverEngine:
@@ -110,15 +200,41 @@ class DriverEngine:
         self.tm = TransactionManager(protocol, record=job.record_history)
         self.meta: dict[str, Any] = {}
         """The boundary's state across batches (the timeslice clock), as a partition's."""
-        for name in job.tables:
+        for name in job.tables:  # first: a name the manager refuses is the job's
             self.tm.table(name)
+        self.index: dict[str, dict[Any, set[Key]]] = {name: {} for name in job.tables}
+        """Per table, the keys of each partition value with rows (what scans list);
+        changed by a transaction under its set items, rolled back with it."""
+        self.sets = {name: self.tm.table(f"{name}-v") for name in job.tables}
+        """Per table, the set items of its partition values (see :class:`DriverTx`)."""
+        self.value_sets = {name: self.tm.table(f"{name}-values") for name in job.tables}
+        """Per table, the set item of its set of partition values."""
+
+    def index_add(self, entry: tuple[str, Any, Key]) -> None:
+        """Index ``(table, value, key)``: the key has a row."""
+        table, value, key = entry
+        self.index[table].setdefault(value, set()).add(key)
+
+    def index_remove(self, entry: tuple[str, Any, Key]) -> None:
+        """Unindex ``(table, value, key)``; a value without keys leaves the index."""
+        table, value, key = entry
+        keys = self.index[table].get(value)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self.index[table][value]
 
     def load(self, table: str, rows: list[Row]) -> None:
         """Initial contents of ``table``."""
         spec = self.job.tables[table]
+        loaded = []
         with self.tm.begin() as txn:
             for row in rows:
-                txn.insert(self.tm.table(table), spec.key_of(row), dict(row))
+                key = spec.key_of(row)
+                txn.insert(self.tm.table(table), key, dict(row))
+                loaded.append((table, spec.value_of_key(key), key))
+        for entry in loaded:
+            self.index_add(entry)
 
     def run_batch(
         self,
@@ -137,10 +253,12 @@ class DriverEngine:
             groups = list(track_runs(groups, runs))
             check_runs(batch, [runs])
         for group in groups:
+            if group.late:  # a late timeslice event: aborted without running, as on executors
+                outcome.failed(group, "late", group.late)
+                continue
             emits: list[tuple[str, Row]] = []
             current = [group.events[0]]  # the event running: a failure names it
-            keyless = any(not e.values for e in group.events)
-            allowed = None if keyless else {v for e in group.events for v in e.values}
+            allowed = {v for e in group.events for v in e.values}
 
             def work(
                 txn: Any,
@@ -150,9 +268,12 @@ class DriverEngine:
                 allowed: Any = allowed,
             ) -> None:
                 emits.clear()
-                tx = DriverTx(self.job, self.tm, txn, allowed)
+                tx = DriverTx(self, txn, allowed)
                 for event in group.events:
                     current[0] = event
+                    # A keyless event is one fragment here; an event with keys, in the
+                    # same transaction or not, touches its transaction's values only.
+                    tx._home = None if event.values else 0
                     self.job.handlers[event.input](tx, event.row)
                 emits.extend(tx._emits)
 
@@ -161,16 +282,8 @@ class DriverEngine:
             except TransientError:
                 raise
             except Exception as exc:
-                outcome.aborted += 1
-                outcome.failures.append(
-                    {
-                        "txn": group.gid,
-                        "kind": "abort" if isinstance(exc, TransactionAborted) else "error",
-                        "position": current[0].position,
-                        "order": list(group.order),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    }
-                )
+                kind = "abort" if isinstance(exc, TransactionAborted) else "error"
+                outcome.failed(group, kind, f"{type(exc).__name__}: {exc}", current[0].position)
                 continue
             outcome.committed += 1
             for output, row in emits:

@@ -27,16 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.spark.runtime.base import (
-    DuplicateKeyError,
     JobSpec,
     Key,
-    MissingRowError,
     Row,
     TransactionAborted,
     UndeclaredKeyError,
+    duplicate_key,
     emitted_row,
     incremented_row,
     key_of_row,
+    keyed_values,
+    missing_row,
     table_spec,
     updated_row,
 )
@@ -86,6 +87,20 @@ def undeclared(table: str, value: Any, allowed: Iterable[Any]) -> UndeclaredKeyE
         f"{table}: partition value {value!r} is not a key of the transaction's events "
         f"({sorted(map(canonical, allowed))}); declare it in .input(keys=...)"
     )
+
+
+def check_fragment(
+    table: str, value: Key, allowed: Iterable[Any], home: int | None, partitions: int
+) -> None:
+    """The rule for a partition value that is not among the transaction's declared ones.
+
+    Only a keyless event's fragment may touch it, and only when it lives on the
+    fragment's partition ``home`` (of ``partitions``); :class:`UndeclaredKeyError`
+    otherwise.  The driver engine runs such an event as one fragment (``home``
+    0 of 1 partition), which may touch every value.
+    """
+    if home is None or partition_of(value, partitions) != home:
+        raise undeclared(table, value, allowed)
 
 
 def _set_item(table: str, value: Key) -> str:
@@ -142,7 +157,7 @@ class Tx:
         return default if row is None else dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
-        """Every row of ``table`` in partition value ``value`` (copies, in key order)."""
+        """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
         self._table(table)
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
@@ -161,10 +176,7 @@ class Tx:
         """
         self._table(table)
         if self._home is None:
-            raise UndeclaredKeyError(
-                f"values({table!r}) is for events of an input declared without keys "
-                "(they reach every partition); this event has keys"
-            )
+            raise keyed_values(table)
         home, parts = self._home, self._partitions
         found = [v for v in self._state.data.get(table, {}) if partition_of(v, parts) == home]
         found.sort(key=canonical)
@@ -189,7 +201,7 @@ class Tx:
         key = key_of_row(spec, row)
         value = self._value(table, key)
         if key in self._state.data.get(table, {}).get(value, {}):
-            raise DuplicateKeyError(f"insert into {table}: key {key!r} exists")
+            raise duplicate_key(table, key)
         self._put(table, value, key, dict(row), structural=True)
 
     def upsert(self, table: str, row: Row) -> None:
@@ -208,7 +220,7 @@ class Tx:
         value = self._value(table, key)
         old = self._state.data.get(table, {}).get(value, {}).get(key)
         if old is None:
-            raise MissingRowError(f"update of {table}: no row with key {key!r}")
+            raise missing_row(f"update of {table}", key)
         new = updated_row(self._table(table), key, old, changes, columns)
         self._put(table, value, key, new)
         return dict(new)
@@ -224,7 +236,7 @@ class Tx:
         part = rows.get(value) if rows is not None else None
         old = part.get(key) if part is not None else None
         if old is None:
-            raise MissingRowError(f"increment of {table}.{column}: no row with key {key!r}")
+            raise missing_row(f"increment of {table}.{column}", key)
         new = incremented_row(spec, old, column, by)
         self._put(table, value, key, new, part=part)
         return new[column]
@@ -233,7 +245,7 @@ class Tx:
         """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
         value = self._value(table, key)
         if key not in self._state.data.get(table, {}).get(value, {}):
-            raise MissingRowError(f"delete from {table}: no row with key {key!r}")
+            raise missing_row(f"delete from {table}", key)
         self._put(table, value, key, ABSENT, structural=True)
 
     def emit(self, output: str, row: Row) -> None:
@@ -254,10 +266,8 @@ class Tx:
         return value
 
     def _check_value(self, table: str, value: Any) -> None:
-        if value in self._allowed:
-            return
-        if not (self._home is not None and partition_of(value, self._partitions) == self._home):
-            raise undeclared(table, value, self._allowed)
+        if value not in self._allowed:
+            check_fragment(table, value, self._allowed, self._home, self._partitions)
 
     def _put(
         self,
@@ -308,6 +318,22 @@ class Outcome:
     deferred: int = 0
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
+
+    def failed(self, group: Group, kind: str, error: str, position: str | None = None) -> None:
+        """Count ``group`` aborted and report it (``position``: the failing event, or its first).
+
+        ``kind``: ``abort`` (``tx.abort``), ``error`` (the function raised) or ``late``.
+        """
+        self.aborted += 1
+        self.failures.append(
+            {
+                "txn": group.gid,
+                "kind": kind,
+                "position": position or group.events[0].position,
+                "order": list(group.order),
+                "error": error,
+            }
+        )
 
     def stats(self) -> dict[str, Any]:
         """The counters and failures, JSON-ready."""
@@ -435,18 +461,9 @@ class GroupRunner:
                     outcome.sent.append(seconds)
 
     def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
-        self.outcome.aborted += 1
         if self.record:
             self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
-        self.outcome.failures.append(
-            {
-                "txn": group.gid,
-                "kind": kind,
-                "position": where or group.events[0].position,
-                "order": list(group.order),
-                "error": reason,
-            }
-        )
+        self.outcome.failed(group, kind, reason, where)
 
 
 def _json_encoder() -> Callable[[Row], str]:
