@@ -660,4 +660,3 @@ def deferred_chains(
         value = item[0]
         shares[where.get(root(value), 0)][0].append(item)
     return shares
-
