@@ -283,7 +283,8 @@ class DriverEngine:
                 raise
             except Exception as exc:
                 kind = "abort" if isinstance(exc, TransactionAborted) else "error"
-                outcome.failed(group, kind, f"{type(exc).__name__}: {exc}", current[0].position)
+                error = f"{type(exc).__name__}: {exc}"
+                outcome.failed(group, kind, error, current[0].position, current[0].order)
                 continue
             outcome.committed += 1
             for output, row in emits:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -319,10 +319,21 @@ class Outcome:
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
 
-    def failed(self, group: Group, kind: str, error: str, position: str | None = None) -> None:
-        """Count ``group`` aborted and report it (``position``: the failing event, or its first).
+    def failed(
+        self,
+        group: Group,
+        kind: str,
+        error: str,
+        position: str | None = None,
+        at: Sequence[Any] | None = None,
+    ) -> None:
+        """Count ``group`` aborted and report it.
 
-        ``kind``: ``abort`` (``tx.abort``), ``error`` (the function raised) or ``late``.
+        ``kind``: ``abort`` (``tx.abort``), ``error`` (the function raised) or
+        ``late``; ``position`` and ``at``: the failing event's position and
+        declared order (default: the transaction's first event).  Of the parts of
+        a transaction that failed on several partitions, the one whose event
+        comes first is reported (see ``tasks.one_per_transaction``).
         """
         self.aborted += 1
         self.failures.append(
@@ -331,6 +342,7 @@ class Outcome:
                 "kind": kind,
                 "position": position or group.events[0].position,
                 "order": list(group.order),
+                "at": list(at or group.order),
                 "error": error,
             }
         )
@@ -403,7 +415,9 @@ class GroupRunner:
             return
         failed = abort.get(group.gid)
         if failed is not None:
-            self._aborted(group, failed["error"], kind=failed["kind"], where=failed["position"])
+            self._aborted(
+                group, failed["error"], failed["kind"], failed["position"], failed.get("at")
+            )
             return
         history: list[str] | None = [] if self.record else None
         tx = Tx(self.job, self.state, group.gid, history)
@@ -426,8 +440,9 @@ class GroupRunner:
         except Exception as exc:
             tx._rollback()
             where = current.position if current is not None else group.gid
+            at = current.order if current is not None else None
             kind = "abort" if isinstance(exc, TransactionAborted) else "error"
-            self._aborted(group, f"{type(exc).__name__}: {exc}", kind=kind, where=where)
+            self._aborted(group, f"{type(exc).__name__}: {exc}", kind, where, at)
             return
         outcome = self.outcome
         outcome.committed += 1
@@ -460,10 +475,17 @@ class GroupRunner:
                 if seconds is not None:
                     outcome.sent.append(seconds)
 
-    def _aborted(self, group: Group, reason: str, kind: str, where: str | None = None) -> None:
+    def _aborted(
+        self,
+        group: Group,
+        reason: str,
+        kind: str,
+        where: str | None = None,
+        at: Sequence[Any] | None = None,
+    ) -> None:
         if self.record:
             self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
-        self.outcome.failed(group, kind, reason, where)
+        self.outcome.failed(group, kind, reason, where, at)
 
 
 def _json_encoder() -> Callable[[Row], str]:

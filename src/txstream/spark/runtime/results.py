@@ -96,15 +96,33 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
                 failure = json.loads(line)
                 failure["batch"] = batch
                 failures.append(failure)
-    failures.sort(key=lambda f: (f["batch"], f["order"]))
-    # A transaction with parts on several partitions is reported by each part: once here.
-    seen: set[tuple[int, str]] = set()
-    unique = []
+    by_batch: dict[int, list[dict[str, Any]]] = {}
     for failure in failures:
-        key = (failure["batch"], failure["txn"])
-        if key not in seen:
-            seen.add(key)
-            unique.append(failure)
+        by_batch.setdefault(failure["batch"], []).append(failure)
+    return [f for batch in sorted(by_batch) for f in one_per_transaction(by_batch[batch])]
+
+
+def one_per_transaction(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One batch's ``failures``, one per transaction, in the declared order.
+
+    A transaction with parts on several partitions is rolled back on each of them
+    and each part reports it; it failed once, at the part whose failing event
+    comes first (``at``): since the parts touch disjoint values, that event fails
+    in serial execution too, so the report does not depend on ``partitions``.
+    Its ``order`` is its first event's on any partition (a part's own ``order``
+    is that of its first event there).
+    """
+    chosen: dict[str, dict[str, Any]] = {}
+    first: dict[str, list[Any]] = {}
+    for failure in failures:
+        txn, at = failure["txn"], failure.get("at", failure["order"])
+        best = chosen.get(txn)
+        if best is None or at < best.get("at", best["order"]):
+            chosen[txn] = failure
+        if txn not in first or failure["order"] < first[txn]:
+            first[txn] = failure["order"]
+    unique = [{**f, "order": first[txn]} for txn, f in chosen.items()]
+    unique.sort(key=lambda f: f["order"])
     return unique
 
 

@@ -30,6 +30,7 @@ from txstream.spark.runtime.executor import (
     run_deferred,
 )
 from txstream.spark.runtime.merge import Bound
+from txstream.spark.runtime.results import one_per_transaction
 from txstream.spark.runtime.state import RuntimeStore
 
 MAX_ATTEMPTS = 64
@@ -250,22 +251,6 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
     return total
 
 
-def one_per_transaction(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``failures`` in the declared order, one per transaction (its earliest part).
-
-    A transaction with parts on several partitions is rolled back on each of them
-    and each part reports it; it failed once.
-    """
-    failures.sort(key=lambda f: f["order"])
-    seen: set[str] = set()
-    unique = []
-    for failure in failures:
-        if failure["txn"] not in seen:
-            seen.add(failure["txn"])
-            unique.append(failure)
-    return unique
-
-
 def stop_on_error(stats: dict[str, Any], on_error: str) -> None:
     """``onError=stop``: fail after a committed batch in which a transaction raised."""
     errors = [f for f in stats["failures"] if f["kind"] == "error"]
@@ -328,7 +313,7 @@ def run_batch(
             # Its parts report the first attempt's failure (the function that
             # raised, its error and position), not the re-run's abort.
             first = new[0]
-            ctx.abort[first["txn"]] = {k: first[k] for k in ("kind", "position", "error")}
+            ctx.abort[first["txn"]] = {k: first[k] for k in ("kind", "position", "error", "at")}
             continue
         ctx.tokens.update(tokens)
         store.commit(
