@@ -1040,3 +1040,44 @@ def test_deferred_chains_split_phase_2_into_shares_with_disjoint_values(
         for value, _ in share_rows:
             assert owner.get(value, k) == k
     assert shares == executor_module.deferred_chains(rows, shipped, tasks)  # every task agrees
+
+
+def test_run_local_refuses_a_spark_querys_store_and_a_query_refuses_a_local_one(
+    tmp_path: Path,
+) -> None:
+    # A Spark query's batches are Spark's micro-batches: a local batch committed in
+    # its store would take the number of the query's next batch, which the query
+    # would then skip as done (its rows lost). Each runner keeps to its own stores.
+    stream = [("deposits", {"acct": 1, "amount": 5, "id": 0})]
+    checkpoint = tmp_path / "ck"
+    spark_store = RuntimeStore(checkpoint / "txstream")
+    spark_store.root.mkdir(parents=True)
+    (spark_store.root / "job.json").write_text('{"job": "x", "partitions": 2, "outputs": []}')
+    spark_store.commit(0, {"prev": -1})
+    for path in (checkpoint, checkpoint / "txstream"):
+        with pytest.raises(
+            tx.RuntimeJobError, match="run_local needs a store directory of its own"
+        ):
+            ledger_job().run_local([stream], path, 2)
+    assert spark_store.committed() == [0] and not (checkpoint / "commits").exists()
+    # While a job holds the store, run_local waits for nothing: a one-line error.
+    mine = tmp_path / "local"
+    runner = ledger_job().run_local([stream], mine, 2)
+    held = RuntimeStore(mine).lock()
+    try:
+        with pytest.raises(StoreLockedError):
+            runner.run_batch(stream)
+        with pytest.raises(StoreLockedError):
+            ledger_job().run_local([stream], mine, 2)
+    finally:
+        held.release()
+    runner.run_batch([("deposits", {"acct": 1, "amount": 5, "id": 1})])
+    with pytest.raises(tx.RuntimeJobError, match="with 2 partitions"):
+        ledger_job().run_local([stream], mine, 3)
+    # ... and a Spark query does not start on a store of run_local (no JVM needed).
+    for path in (mine, tmp_path / "ck2"):
+        if path != mine:
+            (path / "txstream").mkdir(parents=True)
+            (path / "txstream" / "job.json").write_text((mine / "job.json").read_text())
+        with pytest.raises(tx.RuntimeJobError, match="is a store of run_local"):
+            ledger_job().start(path)

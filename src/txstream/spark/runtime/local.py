@@ -7,6 +7,7 @@ before they start a cluster.  Partitions run one after the other here.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -22,7 +23,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
-from txstream.spark.runtime.state import RuntimeStore
+from txstream.spark.runtime.state import RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -84,6 +85,7 @@ class LocalRunner:
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
         self.store = RuntimeStore(store)
+        lock = _local_store(self.store, job, self.partitions)
         self.snapshot_every = snapshot_every
         committed = self.store.committed()
         self.batch = committed[-1] + 1 if committed else 0
@@ -94,8 +96,11 @@ class LocalRunner:
         """Event-time merge (see :mod:`.merge`) when set; batch order otherwise."""
         self.frontier = committed_frontier(self.store)
         self.tokens = committed_tokens(self.store)
-        if not committed:
-            self._load_initial()
+        try:
+            if not committed:
+                self._load_initial()
+        finally:
+            lock.release()
 
     def _load_initial(self) -> None:
         """Place the tables' initial rows (lists of dicts) in their partitions."""
@@ -126,7 +131,24 @@ class LocalRunner:
                 self.store.write_init(pid, table.name, values)
 
     def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
-        """Run one micro-batch of ``(input name, row)`` pairs, in source order."""
+        """Run one micro-batch of ``(input name, row)`` pairs, in source order.
+
+        It holds the store's owner lock while it runs (a job running on the same
+        store makes it fail with :class:`~txstream.spark.runtime.state.StoreLockedError`).
+        """
+        lock = self.store.lock()
+        try:
+            committed = self.store.committed()
+            if (committed[-1] if committed else -1) != self.prev:
+                raise RuntimeJobError(
+                    f"{self.store.root}: another job committed batches since this runner "
+                    "started; run_local needs a store of its own"
+                )
+            return self._run_batch(events)
+        finally:
+            lock.release()
+
+    def _run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
         if isinstance(events, tuple | dict | str):
@@ -204,3 +226,50 @@ class _LocalPhases(Phases):
 
 def _owner(job: JobSpec, value: Any, partitions: int) -> int:
     return partition_of(value, partitions)
+
+
+def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
+    """Take ``store``'s owner lock for a local run; refuse a Spark query's store.
+
+    A Spark query's batches are Spark's micro-batches, numbered in its
+    checkpoint: a local batch committed in its store would take the number of
+    the query's next one, which the query would then skip as done.  Returns the
+    lock (the caller releases it).
+    """
+    root = store.root
+    if (root / "txstream").is_dir() or (root / "spark").is_dir():
+        raise RuntimeJobError(
+            f"{root} is a Spark job's checkpoint; run_local needs a store directory of its own"
+        )
+    lock = store.lock()
+    try:
+        meta_path = root / "job.json"
+        if meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            if meta.get("runner", "spark") != "local":
+                raise RuntimeJobError(
+                    f"{root} is the store of a Spark query (its batches are Spark's "
+                    "micro-batches); run_local needs a store directory of its own"
+                )
+            if meta["partitions"] != partitions:
+                raise RuntimeJobError(
+                    f"store {root} was run with {meta['partitions']} partitions; run again "
+                    "with the same number or a new store"
+                )
+        elif store.committed():
+            raise RuntimeJobError(
+                f"{root} holds batches that no run_local committed (a Spark query's); "
+                "run_local needs a store directory of its own"
+            )
+        else:
+            meta = {
+                "job": job.name,
+                "partitions": partitions,
+                "outputs": sorted(job.outputs),
+                "runner": "local",
+            }
+            write_atomic(meta_path, json.dumps(meta).encode())
+    except BaseException:
+        lock.release()
+        raise
+    return lock

@@ -203,20 +203,30 @@ class TxQuery:
         cls, job: Job, root: Path, spark: Any, partitions: int | None, engine: str = "executors"
     ) -> TxQuery:
         """Check the inputs, load initial tables on first start, start the stream."""
-        if spark is None:
-            from txstream.spark.session import local_session
-
-            spark = local_session()
-        root.mkdir(parents=True, exist_ok=True)
         meta_path = root / "txstream" / "job.json"
+        if (root / "commits").is_dir() or (root / "job.json").exists():
+            raise RuntimeJobError(
+                f"{root} is a store of run_local, not a Spark checkpoint; start the job on "
+                "a checkpoint of its own"
+            )
         if meta_path.exists():
             meta = json.loads(meta_path.read_text())
+            if meta.get("runner", "spark") != "spark":
+                raise RuntimeJobError(
+                    f"{root / 'txstream'} is a store of run_local, not a Spark query's; "
+                    "start the job on a checkpoint of its own"
+                )
             if partitions is not None and partitions != meta["partitions"]:
                 raise RuntimeJobError(
                     f"checkpoint {root} was started with {meta['partitions']} partitions; "
                     "restart with the same number or a new checkpoint"
                 )
             partitions = int(meta["partitions"])
+        if spark is None:
+            from txstream.spark.session import local_session
+
+            spark = local_session()
+        root.mkdir(parents=True, exist_ok=True)
         partitions = partitions or int(spark.sparkContext.defaultParallelism)
         if engine not in ENGINES:
             raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
@@ -235,6 +245,7 @@ class TxQuery:
                             "job": self.spec.name,
                             "partitions": partitions,
                             "outputs": sorted(self.spec.outputs),
+                            "runner": "spark",
                         }
                     ).encode(),
                 )
