@@ -1004,8 +1004,31 @@ def test_run_local_refuses_a_row_without_its_key_in_one_line_naming_it(tmp_path:
         job.run_local(
             [[("ev", {"k": 1, "ts": 1})], [("ev", {"k": 2, "ts": 2}), ("ev", {"ts": 3})]], tmp_path
         )
-    with pytest.raises(tx.RuntimeJobError, match=r"^ev#0: a partition value is .* not None$"):
-        counter_job().run_local([[("ev", {"k": None, "ts": 1})]], tmp_path / "null")
+
+
+def test_an_event_with_a_null_key_or_order_value_is_reported_not_run(tmp_path: Path) -> None:
+    # A file source turns a missing or unreadable field into null: such an event
+    # has no partition (or no place in the order). It is reported with its input
+    # position like a failed transaction, and the batch goes on (Spark's phase-1
+    # task does the same; it used to drop a null key silently and run a null
+    # order value first).
+    batch = [
+        ("ev", {"k": 1, "ts": 1}),
+        ("ev", {"k": None, "ts": 2}),
+        ("ev", {"k": 1, "ts": None}),
+        ("ev", {"k": 1, "ts": 4}),
+    ]
+    runner = counter_job().run_local([batch], tmp_path)
+    failures = [(f["position"], f["error"]) for f in tx.read_failures(tmp_path)]
+    assert failures == [  # in the declared order: a null order value counts as 0
+        ("ev#2", "SchemaError: the event has a null order value; it was not run"),
+        ("ev#1", "SchemaError: the event has a null key; it was not run"),
+    ]
+    assert runner.stats[0]["committed"] == 2 and runner.stats[0]["aborted"] == 2
+    with pytest.raises(
+        tx.TxStreamError, match="ev#2 failed: SchemaError: the event has a null order"
+    ):
+        counter_job().option("onError", "stop").run_local([batch], tmp_path / "stop")
 
 
 @given(

@@ -84,6 +84,29 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
     assert verdict.holds, verdict.evidence
 
 
+def test_events_with_a_null_key_or_order_value_are_reported_as_run_local_does(
+    spark: Any, tmp_path: Path
+) -> None:
+    # A JSON source reads a missing field as null: the event is reported with its
+    # input position and not run, and the others commit (a null key used to be
+    # dropped without a report, a null order value to run first).
+    lines = ['{"acct": 1, "amount": 5, "id": 0}', '{"amount": 7, "id": 1}']
+    lines += ['{"acct": 1, "amount": 9}', '{"acct": 1, "amount": 2, "id": 3}']
+    (tmp_path / "in" / "deposits").mkdir(parents=True)
+    (tmp_path / "in" / "transfers").mkdir(parents=True)
+    (tmp_path / "in" / "deposits" / "d.json").write_text("\n".join(lines) + "\n")
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in"))
+    run_available(job, tmp_path / "ckpt", spark)
+    rows = [{c: json.loads(x).get(c) for c in ("acct", "amount", "id")} for x in lines]
+    local = ledger_job().run_local([[("deposits", r) for r in rows]], tmp_path / "l")
+    assert local.stats[0]["aborted"] == 2
+    for store in (tmp_path / "ckpt", tmp_path / "l"):
+        assert [(f["position"], f["error"]) for f in tx.read_failures(store)] == [
+            ("deposits#2", "SchemaError: the event has a null order value; it was not run"),
+            ("deposits#1", "SchemaError: the event has a null key; it was not run"),
+        ]  # in the declared order: a null order value counts as 0
+
+
 @pytest.mark.parametrize(
     ("engine", "partitions"),
     # 2 partitions on 2 task slots: the phase-1 tasks find the frontier together in

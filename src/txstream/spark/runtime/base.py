@@ -158,6 +158,22 @@ def keyed_values(table: str) -> UndeclaredKeyError:
     )
 
 
+def bad_event(batch: int, where: str, mid: int, order: list[Any], what: str) -> dict[str, Any]:
+    """The failure of the event at ``where`` with a null key (``what="key"``) or ``order value``.
+
+    Such an event has no place (no partition, or no place in the declared
+    order): it is not run, and it is reported like a failed transaction, with
+    its input position, by every engine.
+    """
+    return {
+        "txn": f"b{batch}_{mid}",
+        "kind": "error",
+        "position": where,
+        "order": order,
+        "error": f"SchemaError: the event has a null {what}; it was not run",
+    }
+
+
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
     """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
     spec = job.outputs.get(output)

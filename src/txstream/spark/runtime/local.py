@@ -17,6 +17,7 @@ from txstream.spark.runtime.base import (
     JobSpec,
     Row,
     RuntimeJobError,
+    bad_event,
     check_partitions,
     initial_row,
 )
@@ -151,6 +152,7 @@ class LocalRunner:
     def _run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
+        bad: list[dict[str, Any]] = []
         if isinstance(events, tuple | dict | str):
             raise RuntimeJobError(
                 f"batch {self.batch}: a micro-batch is a list of (input, row) pairs, not a "
@@ -172,6 +174,13 @@ class LocalRunner:
                     f"{position(name, mid)}: a row is a dict of columns, not "
                     f"{type(row).__name__}: {row!r}"
                 )
+            spec = self.job.inputs[name]
+            what = _null_field(spec, row)
+            if what is not None:  # as on Spark: reported, not run
+                value = row.get(spec.order) if spec.order is not None else None
+                order = [float(value) if isinstance(value, int | float) else 0.0, spec.index, mid]
+                bad.append(bad_event(self.batch, position(name, mid), mid, order, what))
+                continue
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
                 seen[name] = max(seen.get(name, -math.inf), event.order[0])
@@ -190,7 +199,7 @@ class LocalRunner:
                 self.frontier, seen, self.idle_batches, declared
             )
             ctx.frontier = self.frontier
-        stats = run_batch(self.job, _LocalPhases(self.job, per_partition), ctx, self.store)
+        stats = run_batch(self.job, _LocalPhases(self.job, per_partition, bad), ctx, self.store)
         self.prev = self.batch
         self.batch += 1
         self.stats.append(stats)
@@ -202,13 +211,22 @@ class LocalRunner:
 
 
 class _LocalPhases(Phases):
-    def __init__(self, job: JobSpec, events: dict[int, list[Event]]) -> None:
+    def __init__(
+        self, job: JobSpec, events: dict[int, list[Event]], bad: list[dict[str, Any]]
+    ) -> None:
         self.job = job
         self.events = events
+        self.bad = bad
         self._shipped: list[dict[str, Any]] = []
 
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
         results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
+        if self.bad:  # events without a place, reported as a Spark phase-1 task does
+            lines = [json.dumps(f, default=str) for f in self.bad]
+            RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, "input", lines)
+            stats = results[0]["stats"]
+            stats["failures"].extend(self.bad)
+            stats["aborted"] += len(self.bad)
         self._shipped = results
         ctx.phase1_tokens = {pid: r["token"] for pid, r in zip(self.events, results, strict=True)}
         return [r["stats"] for r in results], any(r["events"] or r["rows"] for r in results)
@@ -273,3 +291,15 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
         lock.release()
         raise
     return lock
+
+
+def _null_field(spec: Any, row: Row) -> str | None:
+    """``key`` or ``order value`` when ``row`` has a null one (None: it has neither)."""
+    if spec.order is not None and spec.order in row and row[spec.order] is None:
+        return "order value"
+    if spec.broadcast is not None and row.get(spec.broadcast) is True:
+        return None  # it reaches every partition: it needs no key
+    for columns in spec.keys:
+        if any(c in row and row[c] is None for c in columns):
+            return "key"
+    return None

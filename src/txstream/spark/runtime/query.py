@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, RuntimeJobError, initial_row
-from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError, bad_event, initial_row
+from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
-from txstream.spark.runtime.results import DRIVER_HISTORY
+from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import PartitionState, RuntimeStore, write_atomic
 from txstream.spark.runtime.tasks import (
@@ -705,6 +705,7 @@ def _phase1_outputs(
     placed: dict[Any, int] = {}  # partition_of per value (an event's check, memoised)
     base = ctx.batch << MID_BITS  # see _MID_EXPR
     values_of = {inp: job.inputs[name].values_of for inp, name in names.items()}
+    ordered = {inp for inp, name in names.items() if job.inputs[name].order is not None}
     for batch in batches:
         cols = batch.to_pydict()
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
@@ -725,15 +726,10 @@ def _phase1_outputs(
             name = names[inp]
             row = payloads[inp][k]
             values = values_of[inp](row)
-            if pid < 0 or (pids and min(pids) < 0):
+            if pid < 0 or (pids and min(pids) < 0) or (ordv is None and inp in ordered):
+                what = "key" if pid < 0 or (pids and min(pids) < 0) else "order value"
                 bad.append(
-                    {
-                        "txn": f"b{ctx.batch}_{mid}",
-                        "kind": "error",
-                        "position": f"{name}#{mid}",
-                        "order": [ordv or 0.0, inp, mid],
-                        "error": "SchemaError: the event has a null key",
-                    }
+                    bad_event(ctx.batch, position(name, mid), mid, [ordv or 0.0, inp, mid], what)
                 )
                 continue
             if values:
@@ -764,6 +760,10 @@ def _phase1_outputs(
         if own is not None and own < partitions and own not in events:
             events[own] = []
     out: list[dict[str, Any]] = []
+    if bad:  # reported with the batch's failures (read_failures reads these files)
+        lines = [json.dumps(f, default=str) for f in one_per_transaction(bad)]
+        role = f"input-t{_task_partition()}"
+        RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, role, lines)
     for pid, evs in sorted(events.items()):
         result = phase1(job, ctx, pid, evs)
         stats = result["stats"]
