@@ -84,8 +84,9 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
     assert verdict.holds, verdict.evidence
 
 
+@pytest.mark.parametrize("engine", ["executors", "driver"])
 def test_events_with_a_null_key_or_order_value_are_reported_as_run_local_does(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, engine: str
 ) -> None:
     # A JSON source reads a missing field as null: the event is reported with its
     # input position and not run, and the others commit (a null key used to be
@@ -96,7 +97,7 @@ def test_events_with_a_null_key_or_order_value_are_reported_as_run_local_does(
     (tmp_path / "in" / "transfers").mkdir(parents=True)
     (tmp_path / "in" / "deposits" / "d.json").write_text("\n".join(lines) + "\n")
     job = ledger_job(*ledger_streams(spark, tmp_path / "in"))
-    run_available(job, tmp_path / "ckpt", spark)
+    run_available(job, tmp_path / "ckpt", spark, engine=engine)
     rows = [{c: json.loads(x).get(c) for c in ("acct", "amount", "id")} for x in lines]
     local = ledger_job().run_local([[("deposits", r) for r in rows]], tmp_path / "l")
     assert local.stats[0]["aborted"] == 2

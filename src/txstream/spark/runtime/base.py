@@ -377,3 +377,15 @@ class JobSpec:
                 "tables and inputs must share one partition value shape (the same number "
                 f"of partition columns); got {sorted(widths)}"
             )
+
+
+def null_field(spec: InputSpec, row: Row) -> str | None:
+    """``key`` or ``order value`` when ``row`` has a null one (None: it has neither)."""
+    if spec.order is not None and spec.order in row and row[spec.order] is None:
+        return "order value"
+    if spec.broadcast is not None and row.get(spec.broadcast) is True:
+        return None  # it reaches every partition: it needs no key
+    for columns in spec.keys:
+        if any(c in row and row[c] is None for c in columns):
+            return "key"
+    return None

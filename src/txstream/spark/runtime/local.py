@@ -20,6 +20,7 @@ from txstream.spark.runtime.base import (
     bad_event,
     check_partitions,
     initial_row,
+    null_field,
 )
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
@@ -175,7 +176,7 @@ class LocalRunner:
                     f"{type(row).__name__}: {row!r}"
                 )
             spec = self.job.inputs[name]
-            what = _null_field(spec, row)
+            what = null_field(spec, row)
             if what is not None:  # as on Spark: reported, not run
                 value = row.get(spec.order) if spec.order is not None else None
                 order = [float(value) if isinstance(value, int | float) else 0.0, spec.index, mid]
@@ -291,15 +292,3 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
         lock.release()
         raise
     return lock
-
-
-def _null_field(spec: Any, row: Row) -> str | None:
-    """``key`` or ``order value`` when ``row`` has a null one (None: it has neither)."""
-    if spec.order is not None and spec.order in row and row[spec.order] is None:
-        return "order value"
-    if spec.broadcast is not None and row.get(spec.broadcast) is True:
-        return None  # it reaches every partition: it needs no key
-    for columns in spec.keys:
-        if any(c in row and row[c] is None for c in columns):
-            return "key"
-    return None

@@ -32,7 +32,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, RuntimeJobError, bad_event, initial_row
+from txstream.spark.runtime.base import (
+    JobSpec,
+    RuntimeJobError,
+    bad_event,
+    initial_row,
+    null_field,
+)
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.local import MID_BITS
@@ -393,6 +399,7 @@ class TxQuery:
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
         cols = df.selectExpr("*", f"{_MID_EXPR} as __mid").toArrow().to_pydict()
         events = []
+        bad: list[dict[str, Any]] = []
         base = batch_id << MID_BITS
         for k, (inp, ordv, place) in enumerate(
             zip(cols["__input"], cols["__ordv"], cols["__mid"], strict=True)
@@ -400,12 +407,22 @@ class TxQuery:
             mid = base + place
             row = cols[f"__in{inp}"][k]
             name = names[inp]
-            values = self.spec.inputs[name].values_of(row)
-            events.append(Event((float(ordv or 0.0), inp, mid), name, row, values, [0]))
+            spec = self.spec.inputs[name]
+            what = null_field(spec, row)
+            if what is not None:  # as on executors: reported, not run
+                bad.append(
+                    bad_event(batch_id, position(name, mid), mid, [ordv or 0.0, inp, mid], what)
+                )
+                continue
+            events.append(
+                Event((float(ordv or 0.0), inp, mid), name, row, spec.values_of(row), [0])
+            )
         upto, self._frontier = self._advance(df)
         if upto is not None:  # the event-time merge, as on executors (held in memory here)
             events = release(self._held, events, upto, self.spec.boundary, self.driver.meta)
         outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
+        outcome.failures.extend(bad)
+        outcome.aborted += len(bad)
         for name, lines in outcome.outputs.items():
             self.store.write_lines("outputs", name, batch_id, "driver", lines)
         if outcome.failures:
