@@ -26,6 +26,7 @@ import shutil
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -182,6 +183,14 @@ class TxQuery:
         finally:
             self._lock.release()
             self._status = "stopped"
+        held = (self.lastProgress or {}).get("held", 0)
+        if held:
+            warnings.warn(
+                f"job {self.spec.name!r} stopped with {held} event(s) held by the event-time "
+                "merge: they run when a later event arrives on every input still delivering "
+                "(see docs/spark.md, merge)",
+                stacklevel=2,
+            )
 
     def output(self, name: str) -> list[dict[str, Any]]:
         """Committed rows of output ``name``, in order."""
