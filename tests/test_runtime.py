@@ -1104,3 +1104,45 @@ def test_run_local_refuses_a_spark_querys_store_and_a_query_refuses_a_local_one(
             (path / "txstream" / "job.json").write_text((mine / "job.json").read_text())
         with pytest.raises(tx.RuntimeJobError, match="is a store of run_local"):
             ledger_job().start(path)
+
+
+def test_the_sensor_alerts_example_gives_every_expected_alert_without_spark(
+    tmp_path: Path,
+) -> None:
+    # The example's job (its own transaction functions) on its generated input,
+    # handed over as its file sources would (2 files per input and micro-batch),
+    # with run_local: every expected alert, none held back at the end of the input.
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "sensor_alerts.py"
+    module_spec = importlib.util.spec_from_file_location("sensor_alerts", path)
+    assert module_spec is not None and module_spec.loader is not None
+    example = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(example)
+    data = tmp_path / "data"
+    expected = example.generate(data, devices=6, files=12, per_file=40, seed=5)
+    specs = [json.loads(line) for line in (data / "specs.json").read_text().splitlines()]
+    job = (
+        tx.Job("sensor_alerts")
+        .table("specs", key="device", initial=specs)
+        .input("changes", None, keys="device", order="ts")
+        .input("readings", None, keys="device", order="ts")
+        .output("alerts", schema="device string, temp double, ts long")
+        .boundary("timestamp")
+        .option("merge", "event-time")
+        .on("changes", example.change_spec)
+        .on("readings", example.check_reading)
+    )
+
+    def files(name: str) -> list[list[tuple[str, Any]]]:
+        paths = sorted((data / name).glob("*.json"))
+        rows = [[(name, json.loads(x)) for x in p.read_text().splitlines()] for p in paths]
+        return [[r for part in rows[i : i + 2] for r in part] for i in range(0, len(rows), 2)]
+
+    readings, changes = files("readings"), files("changes")
+    batches = [
+        (readings[i] if i < len(readings) else []) + (changes[i] if i < len(changes) else [])
+        for i in range(max(len(readings), len(changes)))
+    ]
+    job.run_local(batches, tmp_path / "store", 2)
+    assert tx.read_output(tmp_path / "store", "alerts") == expected
