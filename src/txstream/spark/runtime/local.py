@@ -262,32 +262,25 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
         )
     lock = store.lock()
     try:
-        meta_path = root / "job.json"
-        if meta_path.exists():
-            meta = json.loads(meta_path.read_text())
-            if meta.get("runner", "spark") != "local":
-                raise RuntimeJobError(
-                    f"{root} is the store of a Spark query (its batches are Spark's "
-                    "micro-batches); run_local needs a store directory of its own"
-                )
-            if meta["partitions"] != partitions:
-                raise RuntimeJobError(
-                    f"store {root} was run with {meta['partitions']} partitions; run again "
-                    "with the same number or a new store"
-                )
-        elif store.committed():
+        meta = store.job_meta("local")
+        if meta is not None and meta["partitions"] != partitions:
+            raise RuntimeJobError(
+                f"store {root} was run with {meta['partitions']} partitions; run again "
+                "with the same number or a new store"
+            )
+        if meta is None and store.committed():
             raise RuntimeJobError(
                 f"{root} holds batches that no run_local committed (a Spark query's); "
                 "run_local needs a store directory of its own"
             )
-        else:
+        if meta is None:
             meta = {
                 "job": job.name,
                 "partitions": partitions,
                 "outputs": sorted(job.outputs),
                 "runner": "local",
             }
-            write_atomic(meta_path, json.dumps(meta).encode())
+            write_atomic(root / "job.json", json.dumps(meta).encode())
     except BaseException:
         lock.release()
         raise

@@ -224,13 +224,8 @@ class TxQuery:
                 f"{root} is a store of run_local, not a Spark checkpoint; start the job on "
                 "a checkpoint of its own"
             )
-        if meta_path.exists():
-            meta = json.loads(meta_path.read_text())
-            if meta.get("runner", "spark") != "spark":
-                raise RuntimeJobError(
-                    f"{root / 'txstream'} is a store of run_local, not a Spark query's; "
-                    "start the job on a checkpoint of its own"
-                )
+        meta = RuntimeStore(root / "txstream").job_meta("spark")
+        if meta is not None:
             if partitions is not None and partitions != meta["partitions"]:
                 raise RuntimeJobError(
                     f"checkpoint {root} was started with {meta['partitions']} partitions; "

@@ -337,6 +337,27 @@ class RuntimeStore:
         _CACHE[(str(self.root), pid)] = state
         return state.token
 
+    def job_meta(self, runner: str) -> dict[str, Any] | None:
+        """The store's ``job.json`` (None before a first start), checked to be ``runner``'s.
+
+        ``runner``: ``spark`` (a query's store: its batches are Spark's
+        micro-batches, numbered in its checkpoint) or ``local`` (``run_local``'s,
+        numbered by itself).  A batch of one in the other's store would take the
+        number of the other's next batch, which would then be skipped as done.
+        """
+        path = self.root / "job.json"
+        if not path.exists():
+            return None
+        meta: dict[str, Any] = json.loads(path.read_text())
+        found = meta.get("runner", "spark")  # stores from before the key were Spark's
+        if found != runner:
+            names = {"spark": "a Spark query", "local": "run_local"}
+            raise StoreError(
+                f"{self.root} is the store of {names.get(found, found)}; "
+                f"{names.get(runner, runner)} needs a store of its own"
+            )
+        return meta
+
     def write_init(self, pid: int, table: str, values: dict[Any, dict[Any, Any]]) -> None:
         """Write a partition's initial rows of ``table`` (partition value -> key -> row)."""
         write_atomic(self._pdir(pid) / f"init-{table}.bin", dump_blob(values))
