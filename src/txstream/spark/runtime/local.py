@@ -22,7 +22,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
-from txstream.spark.runtime.state import RuntimeStore
+from txstream.spark.runtime.state import RuntimeStore, usable_directory
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -83,7 +83,7 @@ class LocalRunner:
         job.validate()
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
-        self.store = RuntimeStore(store)
+        self.store = RuntimeStore(usable_directory(Path(store), "store"))
         self.snapshot_every = snapshot_every
         committed = self.store.committed()
         self.batch = committed[-1] + 1 if committed else 0
