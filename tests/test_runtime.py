@@ -1144,3 +1144,212 @@ def test_the_sensor_alerts_example_gives_every_expected_alert_without_spark(
     ]
     job.run_local(batches, tmp_path / "store", 2)
     assert tx.read_output(tmp_path / "store", "alerts") == expected
+
+
+def test_a_spark_failure_under_the_foreach_batch_function_is_one_line_naming_its_cause() -> None:
+    from txstream.spark.runtime.query import one_line
+
+    # What Spark raised when a string order column held ISO-8601 times: Spark's
+    # first line ends in "Traceback (most recent call last):" and the cause is
+    # the Spark error class of a job the function started (abridged).
+    text = (
+        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
+        "function in foreach batch sink. Reason: An exception was raised by the Python "
+        "Proxy. Return Message: Traceback (most recent call last):\n"
+        '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
+        "    return_value = getattr(self.pool[obj_id], method)(*params)\n"
+        '  File "txstream/spark/runtime/query.py", line 632, in phase1\n'
+        "    stats = [pickle.loads(r[0]) for r in rows.collect()]\n"
+        '  File "pyspark/errors/exceptions/captured.py", line 262, in deco\n'
+        "    raise converted from None\n"
+        "pyspark.errors.exceptions.captured.NumberFormatException: [CAST_INVALID_INPUT] "
+        "The value '2024-01-01T00:00:10' of the type \"STRING\" cannot be cast to "
+        '"DOUBLE" because it is malformed. SQLSTATE: 22018\n'
+        "== SQL (line 1, position 1) ==\n"
+        "cast(`ts` as double)\n"
+        "^^^^^^^^^^^^^^^^^^^^\n"
+        "\n"
+        " SQLSTATE: 39000 SQLSTATE: XXKST\n"
+        "=== Streaming Query ===\n"
+        "Identifier: job [id = 1]\n"
+    )
+    assert one_line(RuntimeError(text)) == (
+        "[CAST_INVALID_INPUT] The value '2024-01-01T00:00:10' of the type \"STRING\" "
+        'cannot be cast to "DOUBLE" because it is malformed.'
+    )
+    # A JVM failure under a Spark job the function started (no error class).
+    jvm = text.split("pyspark.errors")[0] + (
+        "py4j.protocol.Py4JJavaError: An error occurred while calling o97.collectToPython.\n"
+        ": java.lang.OutOfMemoryError: Java heap space\n"
+        "\tat java.base/java.util.Arrays.copyOf(Arrays.java:3537)\n"
+        "=== Streaming Query ===\n"
+    )
+    assert one_line(RuntimeError(jvm)) == "java.lang.OutOfMemoryError: Java heap space"
+
+
+class FakeStream:
+    """A streaming DataFrame as far as ``job.start`` reads one before Spark starts: its schema."""
+
+    isStreaming = True
+
+    def __init__(self, ddl: str) -> None:
+        from pyspark.sql import types as T
+
+        kinds = {
+            "int": T.IntegerType(),
+            "long": T.LongType(),
+            "double": T.DoubleType(),
+            "decimal": T.DecimalType(12, 3),
+            "string": T.StringType(),
+            "boolean": T.BooleanType(),
+            "timestamp": T.TimestampType(),
+            "timestamp_ntz": T.TimestampNTZType(),
+            "date": T.DateType(),
+            "array<long>": T.ArrayType(T.LongType()),
+        }
+        pairs = [part.split() for part in ddl.split(",")]
+        self.schema = T.StructType([T.StructField(name, kinds[kind]) for name, kind in pairs])
+        self.columns = self.schema.names
+
+
+def test_start_refuses_an_order_column_spark_cannot_order_by_before_anything_runs(
+    tmp_path: Path,
+) -> None:
+    from txstream.spark.runtime.query import check_inputs, order_value
+
+    def job(ddl: str, order: str = "ts") -> tx.Job:
+        return (
+            tx.Job("o")
+            .input("e", FakeStream(ddl), keys="k", order=order)
+            .on("e", lambda t, e: None)
+        )
+
+    # spark=object(): the check must come before Spark is used at all.
+    with pytest.raises(tx.RuntimeJobError) as caught:
+        job("k long, ts string").start(tmp_path / "ck", spark=object())
+    message = str(caught.value)
+    assert message.startswith(
+        "input 'e': order column 'ts' is StringType; an order column is a number, a timestamp "
+        "or a date: convert it first, e.g. df.withColumn('ts', F.to_timestamp('ts'))"
+    )
+    assert "\n" not in message and not (tmp_path / "ck").exists()
+    for ddl in ("k long, ts timestamp_ntz", "k long, ts boolean", "k long, ts array<long>"):
+        with pytest.raises(tx.RuntimeJobError, match=r"order column 'ts' is .*Type; an order"):
+            check_inputs(job(ddl))
+    with pytest.raises(tx.RuntimeJobError, match=r"order column 'x' is not in its schema \(k, ts"):
+        check_inputs(job("k long, ts long", order="x"))
+    for kind in ("int", "long", "double", "decimal", "timestamp", "date"):
+        check_inputs(job(f"k long, ts {kind}"))
+    # Spark casts a timestamp to its epoch seconds, but refuses to cast a date.
+    date, stamp = (FakeStream(f"ts {kind}").schema["ts"].dataType for kind in ("date", "timestamp"))
+    assert order_value("ts", date) == "cast(unix_date(`ts`) as double) * 86400"
+    assert order_value("ts", stamp) == "cast(`ts` as double)"
+
+
+def test_arrival_time_must_name_a_numeric_column_of_an_input() -> None:
+    from txstream.spark.runtime.query import check_inputs
+
+    for bad in (5, "", None):
+        with pytest.raises(tx.RuntimeJobError, match="option arrivalTime is the name of an input"):
+            tx.Job().option("arrivalTime", bad)
+
+    def job(arrival: str) -> tx.Job:
+        return (
+            tx.Job("a")
+            .input("d", FakeStream("acct long, sent double, at timestamp"), keys="acct")
+            .input("c", FakeStream("id long"))
+            .on("d", lambda t, e: None)
+            .on("c", lambda t, e: None)
+            .option("arrivalTime", arrival)
+        )
+
+    with pytest.raises(tx.RuntimeJobError) as caught:
+        check_inputs(job("nocol"))
+    assert str(caught.value) == (
+        "option arrivalTime names column 'nocol', which no input has (d: acct, sent, at; c: id)"
+    )
+    with pytest.raises(tx.RuntimeJobError, match="column 'at' of input 'd' is TimestampType"):
+        check_inputs(job("at"))
+    check_inputs(job("sent"))  # an input without the column: its events have no latency
+
+
+def test_a_checkpoint_or_store_that_is_a_file_or_cannot_be_made_is_one_line(
+    tmp_path: Path,
+) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("not a directory\n")
+    job = tx.Job("c").input("e", FakeStream("k long"), keys="k").on("e", lambda t, e: None)
+    with pytest.raises(StoreError, match=f"^checkpoint {afile} is a file; give a directory"):
+        job.start(afile, spark=object())
+    with pytest.raises(StoreError, match=f"^checkpoint {afile}/ck is under {afile}, which is a"):
+        job.start(afile / "ck", spark=object())
+    with pytest.raises(StoreError, match=f"^store {afile} is a file; give a directory"):
+        counter_job().run_local([[("ev", {"k": 1, "ts": 1})]], afile)
+    with pytest.raises(StoreError, match=f"^store {afile}/s is under {afile}, which is a file"):
+        counter_job().run_local([[("ev", {"k": 1, "ts": 1})]], afile / "s")
+    if Path("/proc/self").is_dir():  # a directory no one can create anything in
+        with pytest.raises(StoreError, match=r"^checkpoint /proc/ck cannot be created"):
+            job.start("/proc/ck", spark=object())
+    assert afile.read_text() == "not a directory\n"
+
+
+def test_every_reader_refuses_a_path_that_holds_no_job(tmp_path: Path) -> None:
+    from txstream.spark.runtime import history_text
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for path in (tmp_path / "nonexistent", empty):
+        for read in (
+            tx.read_failures,
+            tx.read_history,
+            history_text,
+            lambda p: tx.read_output(p, "seen"),
+        ):
+            with pytest.raises(tx.TxStreamError, match="not a txstream checkpoint or store"):
+                read(path)
+    # A checkpoint whose job started but committed nothing yet: nothing, not an error.
+    started = tmp_path / "ck" / "txstream"
+    started.mkdir(parents=True)
+    (started / "job.json").write_text(json.dumps({"job": "j", "partitions": 2, "outputs": ["o"]}))
+    assert tx.read_failures(tmp_path / "ck") == [] and tx.read_output(tmp_path / "ck", "o") == []
+    with pytest.raises(tx.TxStreamError, match="declared no output 'x'"):
+        tx.read_output(tmp_path / "ck", "x")
+    with pytest.raises(tx.TxStreamError, match="recorded no history"):
+        tx.read_history(tmp_path / "ck")
+
+
+def test_the_spark_handle_raises_the_class_of_the_error_that_failed_a_batch(
+    tmp_path: Path,
+) -> None:
+    from txstream.spark.runtime.boundaries import GroupOrderError
+    from txstream.spark.runtime.query import TxQuery
+
+    job = counter_job("by", group=lambda e: e["g"])
+    query = TxQuery(job, tmp_path, None, 2, "executors")
+    refused = "batch 3: boundary 'by': the events of group 1 (...) and of group 2 (...) interleave"
+
+    def run(df: Any, batch_id: int) -> None:
+        raise GroupOrderError(refused)
+
+    class FailedStream:  # what Spark raises once foreachBatch raised
+        def processAllAvailable(self) -> None:
+            raise RuntimeError(f"[STREAM_FAILED] ... Traceback ...\nGroupOrderError: {refused}")
+
+        awaitTermination = processAllAvailable
+        isActive = False
+
+        def stop(self) -> None:
+            pass
+
+    query._run = run  # type: ignore[method-assign]
+    with pytest.raises(GroupOrderError):
+        query._on_batch(None, 3)  # in foreachBatch
+    query.query = FailedStream()
+    for call in (query.processAllAvailable, query.awaitTermination):
+        with pytest.raises(GroupOrderError) as caught:
+            call()
+        assert str(caught.value) == refused and isinstance(caught.value, tx.RuntimeJobError)
+        assert caught.value.__traceback__ is not None and caught.value.__cause__ is None
+    assert query.status["failure"] == refused
+    query.stop()

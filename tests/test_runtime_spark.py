@@ -191,6 +191,14 @@ def test_bad_declarations_fail_in_one_line_before_the_stream_starts(
     job = tx.Job("bad").input("ev", df, keys="nope").on("ev", lambda t, e: None)
     with pytest.raises(tx.RuntimeJobError, match="key column 'nope' is not in its schema"):
         job.start(tmp_path / "ckpt", spark=spark)
+    # ISO-8601 text cannot be cast to an order value: refused before the first batch.
+    df = spark.readStream.schema("k long, ts string").json(str(tmp_path))
+    job = tx.Job("bad").input("ev", df, keys="k", order="ts").on("ev", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match="order column 'ts' is StringType; an order"):
+        job.start(tmp_path / "ckpt", spark=spark)
+    job = tx.Job("bad").input("ev", df, keys="k").on("ev", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match=r"column 'sent', which no input has \(ev: k"):
+        job.option("arrivalTime", "sent").start(tmp_path / "ckpt", spark=spark)
     assert not spark.streams.active
 
 
@@ -203,6 +211,54 @@ def test_a_second_job_on_a_running_checkpoint_is_refused(spark: Any, tmp_path: P
             ledger_job(*ledger_streams(spark, tmp_path / "in")).start(tmp_path / "ckpt", spark)
     finally:
         first.stop()
+
+
+def test_a_date_order_column_orders_by_day(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    days = ["2024-01-03", "2024-01-01", "2024-01-02"]
+    rows = [{"k": 1, "n": n, "day": day} for n, day in enumerate(days)]
+    (tmp_path / "in" / "a.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def step(t: Any, e: dict[str, Any]) -> None:
+        if t.read("c", e["k"]) is None:
+            t.insert("c", {"k": e["k"], "seq": 0})
+        t.increment("c", e["k"], "seq", 1)
+        t.emit("o", {"n": e["n"], "seq": t.read("c", e["k"])["seq"]})
+
+    df = spark.readStream.schema("k long, n long, day date").json(str(tmp_path / "in"))
+    job = (
+        tx.Job("days")
+        .table("c", key="k")
+        .input("e", df, keys="k", order="day")
+        .output("o", schema="n long, seq long")
+        .on("e", step)
+    )
+    run_available(job, tmp_path / "ckpt", spark, partitions=1)
+    got = tx.read_output(tmp_path / "ckpt", "o", with_order=True)
+    assert [(r["n"], r["seq"]) for r in got] == [(1, 1), (2, 2), (0, 3)]
+    assert got[0]["__order"][1] == 1704067200.0  # 2024-01-01, midnight UTC in epoch seconds
+
+
+def test_a_by_batch_whose_groups_interleave_fails_the_query_with_group_order_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "in").mkdir()
+    rows = [{"user": 1, "session": 1, "ts": 1}, {"user": 2, "session": 2, "ts": 2}]
+    rows.append({"user": 1, "session": 1, "ts": 3})  # session 1 again: the runs interleave
+    (tmp_path / "in" / "a.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    clicks = spark.readStream.schema("user long, session long, ts long").json(str(tmp_path / "in"))
+    job = (
+        tx.Job("sessions")
+        .input("clicks", clicks, keys="user", order="ts")
+        .output("o")
+        .on("clicks", lambda t, c: t.emit("o", c))
+        .boundary("by", group=lambda r: r["session"])
+    )
+    with pytest.raises(tx.GroupOrderError) as caught:  # as run_local raises
+        run_available(job, tmp_path / "ckpt", spark, partitions=2)
+    assert "\n" not in str(caught.value)
+    assert "boundary 'by': the events of group 1 (from clicks#0 to clicks#2)" in str(caught.value)
+    assert tx.read_output(tmp_path / "ckpt", "o") == []
 
 
 def run_example(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:

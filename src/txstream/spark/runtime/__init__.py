@@ -11,7 +11,7 @@ from txstream.spark.runtime.base import (
     TransactionAborted,
     UndeclaredKeyError,
 )
-from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, boundary
+from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, GroupOrderError, boundary
 from txstream.spark.runtime.executor import Tx
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner
@@ -23,6 +23,7 @@ __all__ = [
     "BOUNDARIES",
     "Boundary",
     "DuplicateKeyError",
+    "GroupOrderError",
     "Job",
     "LocalRunner",
     "MissingRowError",

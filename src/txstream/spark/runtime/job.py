@@ -183,7 +183,8 @@ class Job:
         """Set an option by name.
 
         ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
-        ``recordHistory`` (bool), ``arrivalTime`` (a column of epoch seconds for latency),
+        ``recordHistory`` (bool), ``arrivalTime`` (a numeric column of epoch seconds for
+        latency; :meth:`start` refuses one that no input has),
         ``merge`` (``batch`` | ``event-time``, see :mod:`~txstream.spark.runtime.merge`),
         ``idleBatches`` (event-time merge: quiet batches before an input stops holding
         the others back, 1).
@@ -215,7 +216,12 @@ class Job:
                 raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
             self.spec.record_history = value
         elif key == "arrivalTime":
-            self._arrival = str(value)
+            if not isinstance(value, str) or not value:
+                raise RuntimeJobError(
+                    f"option arrivalTime is the name of an input column of epoch seconds, "
+                    f"not {value!r}"
+                )
+            self._arrival = value
         else:
             raise RuntimeJobError(
                 f"unknown option {key!r}; choose one of: arrivalTime, idleBatches, merge, "

@@ -25,7 +25,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
-from txstream.spark.runtime.state import RuntimeStore, write_atomic
+from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -86,7 +86,7 @@ class LocalRunner:
         job.validate()
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
-        self.store = RuntimeStore(store)
+        self.store = RuntimeStore(usable_directory(Path(store), "store"))
         lock = _local_store(self.store, job, self.partitions)
         self.snapshot_every = snapshot_every
         committed = self.store.committed()

@@ -19,6 +19,7 @@ Spark's own failures reach the user as one line (:func:`one_line`).
 
 from __future__ import annotations
 
+import copy as copying
 import json
 import pickle
 import re
@@ -47,7 +48,12 @@ from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
 from txstream.spark.runtime.sinks import deliver
-from txstream.spark.runtime.state import PartitionState, RuntimeStore, write_atomic
+from txstream.spark.runtime.state import (
+    PartitionState,
+    RuntimeStore,
+    usable_directory,
+    write_atomic,
+)
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -76,6 +82,17 @@ _PYTHON_EXCEPTION = re.compile(
 )
 """A Python traceback's last line (``ModuleNotFoundError: No module named 'x'``)."""
 
+_SPARK_ERROR = re.compile(
+    r"(?:pyspark\.errors\.exceptions\.[\w.]+: |py4j\.[\w.]+: |[\w.]*(?:Error|Exception): )?"
+    r"(\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\] .+)"
+)
+"""A line naming a Spark error class (``...NumberFormatException: [CAST_INVALID_INPUT] ...``)."""
+
+_JVM_EXCEPTION = re.compile(r"(?::\s*)?((?:java|javax|scala|org)\.[\w.$]+(?:Error|Exception): .+)")
+"""A JVM exception's line in a Py4J error (``: java.lang.OutOfMemoryError: Java heap space``)."""
+
+_TRACEBACK = "Traceback (most recent call last):"
+
 
 def one_line(exc: BaseException) -> str:
     """A Spark or Python failure as one readable line (the innermost useful message)."""
@@ -86,17 +103,125 @@ def one_line(exc: BaseException) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     # A Python worker's or the foreachBatch function's failure: Spark's first line
     # ends with "Traceback (most recent call last):"; the cause is the innermost
-    # Python exception line of the traceback that follows.
-    if any(line.endswith("Traceback (most recent call last):") for line in lines):
+    # Python exception line of the traceback that follows or, when Spark itself
+    # failed under the function (a bad cast in a Spark job it started), the last
+    # line of the traceback that names a Spark error class (else a JVM exception).
+    if any(line.endswith(_TRACEBACK) for line in lines):
         end = next((i for i, line in enumerate(lines) if line.startswith("===")), None)
-        causes = [line for line in lines[:end] if _PYTHON_EXCEPTION.match(line)]
+        body = [line for line in lines[:end] if not line.endswith(_TRACEBACK)]
+        causes = [line for line in body if _PYTHON_EXCEPTION.match(line)]
+        for pattern in (_SPARK_ERROR, _JVM_EXCEPTION):
+            if not causes:
+                causes = [m[1] for m in map(pattern.fullmatch, body) if m]
         if causes:
-            return re.sub(r"(\s+SQLSTATE: \w+)+$", "", causes[-1])[:500]
+            return _without_sqlstate(causes[-1])[:500]
     for line in lines:
         if line.startswith(("pyspark.", "py4j.", "at ", "File ", "Traceback", "JVM stacktrace")):
             continue
         return line[:500]
     return type(exc).__name__
+
+
+def _without_sqlstate(line: str) -> str:
+    return re.sub(r"(\s+SQLSTATE: \w+)+$", "", line)
+
+
+_ORDER_TYPES = (
+    "ByteType",
+    "ShortType",
+    "IntegerType",
+    "LongType",
+    "FloatType",
+    "DoubleType",
+    "DecimalType",
+    "TimestampType",
+    "DateType",
+)
+"""Types of an order column: numbers, timestamps and dates (see :func:`order_value`)."""
+
+_ARRIVAL_TYPES = ("ByteType", "ShortType", "IntegerType", "LongType", "FloatType", "DoubleType")
+"""Types of the ``arrivalTime`` column: numbers of epoch seconds (read as Python numbers)."""
+
+
+def order_value(column: str, data_type: Any) -> str:
+    """The SQL of an event's order value (a double) from its order column of ``data_type``.
+
+    A timestamp is its epoch seconds (what a cast to double gives); a date is the
+    epoch seconds of its midnight UTC (Spark does not cast dates to double).
+    """
+    if type(data_type).__name__ == "DateType":
+        return f"cast(unix_date(`{column}`) as double) * 86400"
+    return f"cast(`{column}` as double)"
+
+
+def check_inputs(job: Job) -> None:
+    """Refuse, in one line, inputs whose DataFrames do not fit their declarations.
+
+    Reads only the DataFrames' schemas: it runs before Spark starts anything.
+    """
+    columns: dict[str, dict[str, str]] = {}
+    for spec in job.spec.inputs.values():
+        df = spec.source
+        if not hasattr(df, "isStreaming"):
+            raise RuntimeJobError(f"input {spec.name!r} must be a Spark DataFrame")
+        fields = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
+        columns[spec.name] = fields
+        for group in spec.keys:
+            for column in group:
+                if column not in fields:
+                    raise RuntimeJobError(
+                        f"input {spec.name!r}: key column {column!r} is not in its schema "
+                        f"({', '.join(fields)})"
+                    )
+                if fields[column] not in _KEY_TYPES:
+                    raise RuntimeJobError(
+                        f"input {spec.name!r}: key column {column!r} is {fields[column]}; "
+                        "a key is an integer, string or boolean column"
+                    )
+        if spec.broadcast is not None and fields.get(spec.broadcast) != "BooleanType":
+            raise RuntimeJobError(
+                f"input {spec.name!r}: broadcast column {spec.broadcast!r} must be a boolean "
+                f"column of its schema ({', '.join(fields)})"
+            )
+        if spec.order is not None:
+            if spec.order not in fields:
+                raise RuntimeJobError(
+                    f"input {spec.name!r}: order column {spec.order!r} is not in its schema "
+                    f"({', '.join(fields)})"
+                )
+            if fields[spec.order] not in _ORDER_TYPES:
+                raise RuntimeJobError(
+                    f"input {spec.name!r}: order column {spec.order!r} is "
+                    f"{fields[spec.order]}; an order column is a number, a timestamp or a "
+                    f"date: {_order_hint(spec.order, fields[spec.order])}"
+                )
+    arrival = job._arrival
+    if arrival is not None:
+        having = {name: fields[arrival] for name, fields in columns.items() if arrival in fields}
+        if not having:
+            listed = "; ".join(f"{name}: {', '.join(fields)}" for name, fields in columns.items())
+            raise RuntimeJobError(
+                f"option arrivalTime names column {arrival!r}, which no input has ({listed})"
+            )
+        for name, kind in having.items():
+            if kind not in _ARRIVAL_TYPES:
+                raise RuntimeJobError(
+                    f"option arrivalTime: column {arrival!r} of input {name!r} is {kind}; "
+                    "it must hold epoch seconds as a number (for a timestamp column, "
+                    f"add one: F.unix_micros({arrival!r}) / 1e6)"
+                )
+
+
+def _order_hint(column: str, kind: str) -> str:
+    """What to do about an order column of type ``kind``."""
+    if kind == "StringType":
+        return (
+            f"convert it first, e.g. df.withColumn({column!r}, F.to_timestamp({column!r})) "
+            f"for ISO-8601 times, or F.col({column!r}).cast('double') for numbers written as text"
+        )
+    if kind == "TimestampNTZType":
+        return f"convert it first, e.g. F.col({column!r}).cast('timestamp')"
+    return f"convert it first with df.withColumn({column!r}, ...)"
 
 
 class TxQuery:
@@ -117,6 +242,8 @@ class TxQuery:
         self._lock = self.store.lock()
         self._status = "starting"
         self._failure: str | None = None
+        self._error: TxStreamError | None = None
+        """What failed the last batch (re-raised, as its class, from the handle's methods)."""
         self._mutex = threading.Lock()
         committed = self.store.committed()
         self._prev = committed[-1] if committed else -1
@@ -196,12 +323,21 @@ class TxQuery:
         """Committed rows of output ``name``, in order."""
         from txstream.spark.runtime.results import read_output
 
+        if name not in self.spec.outputs:
+            raise RuntimeJobError(
+                f"job {self.name!r} declared no output {name!r}; "
+                f"outputs: {', '.join(self.spec.outputs) or '-'}"
+            )
+        if not self.store.committed():  # (the driver engine writes no job.json)
+            return []
         return read_output(self.store.root, name)
 
     def failures(self) -> list[dict[str, Any]]:
         """Transactions rolled back so far, with their input positions."""
         from txstream.spark.runtime.results import read_failures
 
+        if not self.store.committed():
+            return []
         return read_failures(self.store.root)
 
     def _wrap(self, call: Any) -> Any:
@@ -209,8 +345,20 @@ class TxQuery:
             return call()
         except Exception as exc:
             if self._failure:
-                raise TxStreamError(self._failure) from None
+                raise self._failed() from None
             raise TxStreamError(f"job {self.name!r} failed: {one_line(exc)}") from None
+
+    def _failed(self) -> TxStreamError:
+        """The error that failed a batch, as its own class (``GroupOrderError`` ...), one line."""
+        message = self._failure or ""
+        if self._error is not None:
+            try:
+                error = copying.copy(self._error)  # a fresh one: no traceback of Spark's thread
+            except Exception:  # an exception class that cannot be copied: its message
+                return TxStreamError(message)
+            if str(error) == message:
+                return error
+        return TxStreamError(message)
 
     # -- start --------------------------------------------------------------------------
     @classmethod
@@ -218,6 +366,8 @@ class TxQuery:
         cls, job: Job, root: Path, spark: Any, partitions: int | None, engine: str = "executors"
     ) -> TxQuery:
         """Check the inputs, load initial tables on first start, start the stream."""
+        if engine not in ENGINES:
+            raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
         meta_path = root / "txstream" / "job.json"
         if (root / "commits").is_dir() or (root / "job.json").exists():
             raise RuntimeJobError(
@@ -232,17 +382,16 @@ class TxQuery:
                     "restart with the same number or a new checkpoint"
                 )
             partitions = int(meta["partitions"])
+        check_inputs(job)
+        usable_directory(root, "checkpoint")
         if spark is None:
             from txstream.spark.session import local_session
 
             spark = local_session()
         root.mkdir(parents=True, exist_ok=True)
         partitions = partitions or int(spark.sparkContext.defaultParallelism)
-        if engine not in ENGINES:
-            raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
         self = cls(job, root, spark, partitions, engine)
         try:
-            self._check_inputs()
             self._routes()
             if engine == "driver":
                 self._start_driver()
@@ -268,34 +417,6 @@ class TxQuery:
             self._lock.release()
             raise TxStreamError(f"job {job.spec.name!r} could not start: {one_line(exc)}") from None
         return self
-
-    def _check_inputs(self) -> None:
-        for spec in self.spec.inputs.values():
-            df = spec.source
-            if not hasattr(df, "isStreaming"):
-                raise RuntimeJobError(f"input {spec.name!r} must be a Spark DataFrame")
-            fields = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
-            for group in spec.keys:
-                for column in group:
-                    if column not in fields:
-                        raise RuntimeJobError(
-                            f"input {spec.name!r}: key column {column!r} is not in its schema "
-                            f"({', '.join(fields)})"
-                        )
-                    if fields[column] not in _KEY_TYPES:
-                        raise RuntimeJobError(
-                            f"input {spec.name!r}: key column {column!r} is {fields[column]}; "
-                            "a key is an integer, string or boolean column"
-                        )
-            if spec.broadcast is not None and fields.get(spec.broadcast) != "BooleanType":
-                raise RuntimeJobError(
-                    f"input {spec.name!r}: broadcast column {spec.broadcast!r} must be a boolean "
-                    f"column of its schema ({', '.join(fields)})"
-                )
-            if spec.order is not None and spec.order not in fields:
-                raise RuntimeJobError(
-                    f"input {spec.name!r}: order column {spec.order!r} is not in its schema"
-                )
 
     def _routes(self) -> None:
         from pyspark.sql import functions as F
@@ -344,7 +465,11 @@ class TxQuery:
         for spec in specs:
             df = spec.source
             pids = [sql_partition(group, self.partitions) for group in spec.keys]
-            order = f"cast(`{spec.order}` as double)" if spec.order else "cast(0 as double)"
+            order = (
+                order_value(spec.order, df.schema[spec.order].dataType)
+                if spec.order
+                else "cast(0 as double)"
+            )
             payloads = [
                 (structs[j] if j == spec.index else F.lit(None).cast(types[j])).alias(f"__in{j}")
                 for j in sorted(types)
@@ -379,6 +504,7 @@ class TxQuery:
                 self._run(df, int(batch_id))
             except TxStreamError as exc:
                 self._failure = str(exc)
+                self._error = exc
                 self._status = "failed"
                 raise
 

@@ -18,6 +18,9 @@ from txstream.model.history import History
 from txstream.model.notation import parse_one
 from txstream.spark.runtime.state import RuntimeStore
 
+DRIVER_HISTORY = "driver-history.txt"
+"""The history the driver engine's transaction manager recorded, written when its query stops."""
+
 
 def is_runtime_store(path: str | Path, with_history: bool = False) -> bool:
     """Whether ``path`` is a runtime store (or a job checkpoint holding one).
@@ -31,10 +34,26 @@ def is_runtime_store(path: str | Path, with_history: bool = False) -> bool:
     return False
 
 
+def _holds_store(folder: Path) -> bool:
+    """Whether ``folder`` is a store: it committed a batch, or a job started on it."""
+    return (
+        (folder / "commits").is_dir()
+        or (folder / "job.json").is_file()
+        or (folder / DRIVER_HISTORY).is_file()
+    )
+
+
 def _store(path: str | Path) -> RuntimeStore:
+    """The store at ``path`` (a store, or a checkpoint holding one in ``txstream/``).
+
+    A path that holds neither is a one-line error: the readers never answer
+    "nothing" for a path that a typo made up.
+    """
     root = Path(path)
-    if not (root / "commits").is_dir() and (root / "txstream" / "commits").is_dir():
+    if not _holds_store(root) and _holds_store(root / "txstream"):
         root = root / "txstream"
+    if not _holds_store(root):
+        raise TxStreamError(f"{path}: not a txstream checkpoint or store (nothing committed there)")
     return RuntimeStore(root)
 
 
@@ -46,8 +65,6 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     """
     store = _store(path)
     job = store.root / "job.json"
-    if not (store.root / "commits").is_dir() and not job.exists():
-        raise TxStreamError(f"{path}: not a txstream checkpoint or store (nothing committed there)")
     declared = json.loads(job.read_text()).get("outputs") if job.exists() else None
     if declared is not None and name not in declared:
         raise TxStreamError(
@@ -84,6 +101,7 @@ def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[s
 def read_failures(path: str | Path) -> list[dict[str, Any]]:
     """Every transaction rolled back in a committed batch, with its input position and error.
 
+    A path that holds no job is an error (as for :func:`read_output`).
     One entry per transaction, in the declared order; a transaction with parts on
     several partitions that failed names the event whose function failed and its error.
     """
@@ -126,12 +144,11 @@ def one_per_transaction(failures: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return unique
 
 
-DRIVER_HISTORY = "driver-history.txt"
-"""The history the driver engine's transaction manager recorded, written when its query stops."""
-
-
 def history_text(path: str | Path, stream: str = "IN") -> str:
-    """The committed runs of a store as one history in the notation."""
+    """The committed runs of a store as one history in the notation.
+
+    A path that holds no job, or a job that recorded no history, is an error.
+    """
     store = _store(path)
     driver = store.root / DRIVER_HISTORY
     if driver.is_file() and not (store.root / "history").is_dir():

@@ -59,6 +59,28 @@ class StoreLockedError(StoreError):
     """Another process owns the store directory."""
 
 
+def usable_directory(path: Path, what: str) -> Path:
+    """Create directory ``path`` (and its parents) unless it exists.
+
+    A path that is a file, lies under a file, cannot be created or is not
+    writable is a :class:`StoreError` naming it (``what``: "checkpoint", "store").
+    """
+    for folder in (path, *path.parents):
+        if folder.exists() and not folder.is_dir():
+            where = "is a file" if folder == path else f"is under {folder}, which is a file"
+            raise StoreError(f"{what} {path} {where}; give a directory (a new one or the job's)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"{what} {path} cannot be created ({exc.strerror or exc}); "
+            "give a directory you can write to"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StoreError(f"{what} {path} is not writable; give a directory you can write to")
+    return path
+
+
 def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
     """Write ``payload`` to ``path`` via a temporary file, fsync and rename.
 
