@@ -296,8 +296,9 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
             time.sleep(rng.uniform(1, 8))  # during start-up or recovery
         else:
             # Once the run has committed something new, at a random moment of
-            # the batches that follow.
-            deadline = time.time() + 120
+            # the batches that follow (or, when the input is all committed, once
+            # it is surely running).
+            deadline = time.time() + 30
             while time.time() < deadline and proc.poll() is None:
                 if commits.exists() and len(list(commits.glob("*.json"))) > before:
                     break
