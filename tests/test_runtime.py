@@ -387,7 +387,7 @@ def test_timeslice_is_the_same_on_any_partitions_and_needs_a_keyless_input(
     # late; ts=33 joins the open slice 3 with ev 40-44, where k=2 aborts (6).
     assert [(f[0], f[1]) for f in answers["failures"]] == [
         ("b0_ts1", "error"),
-        (f"b1_late{1 << 40}", "late"),
+        (f"b1_late{1 << 64}", "late"),
         ("b1_ts3", "abort"),
     ]
     assert len(answers["seen"]) == 16 - 8 + 16 - 1 - 6
@@ -1353,3 +1353,20 @@ def test_the_spark_handle_raises_the_class_of_the_error_that_failed_a_batch(
         assert caught.value.__traceback__ is not None and caught.value.__cause__ is None
     assert query.status["failure"] == refused
     query.stop()
+
+
+def test_event_ids_stay_unique_past_128_spark_input_splits_and_positions_name_the_split() -> None:
+    # Spark's monotonically_increasing_id() is split index * 2**33 + row: with 40
+    # bits for the place in a batch, row r of split 128 of batch b had the id of
+    # row r of split 0 of batch b + 1 (a Kafka topic of 200 partitions does that).
+    from txstream.spark.runtime.boundaries import MID_BITS, position
+
+    def mid(batch: int, split: int, row: int) -> int:
+        return (batch << MID_BITS) + (split << 33) + row
+
+    ids = {mid(b, s, r) for b in range(3) for s in (0, 1, 127, 128, 2**30) for r in (0, 5)}
+    assert len(ids) == 3 * 5 * 2
+    assert position("readings", mid(0, 0, 17)) == "readings#17"
+    assert position("readings", mid(3, 0, 17)) == "readings#b3+17"
+    assert position("readings", mid(3, 1, 17)) == "readings#b3+p1.17"
+    assert position("readings", mid(0, 200, 4)) == "readings#p200.4"

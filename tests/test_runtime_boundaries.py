@@ -558,8 +558,9 @@ WRITES: list[Callable[[Any, Any], Any]] = [
 
 def on_the_driver(job: tx.Job, batches: list[list[Item]]) -> tuple[Any, list[Any]]:
     """The driver engine and its outcome per batch, for ``batches`` as ``run_local`` takes them."""
+    from txstream.spark.runtime.boundaries import MID_BITS
     from txstream.spark.runtime.driver import DriverEngine
-    from txstream.spark.runtime.local import MID_BITS, event_copies
+    from txstream.spark.runtime.local import event_copies
 
     engine = DriverEngine(job.spec)
     for name, table in job.spec.tables.items():

@@ -62,13 +62,26 @@ class Event:
         return position(self.input, self.order[2])
 
 
+MID_BITS = 64
+"""An event's source position is ``batch << MID_BITS`` plus its place in the batch,
+unique across batches (held events from earlier batches meet new ones).  On
+Spark the place is ``monotonically_increasing_id()``: the input split's index
+times 2**33 plus the row's place in the split, up to 2**63 (with 40 bits, as
+before, a batch of more than 128 input splits ran into the next batch's ids)."""
+_SPLIT_BITS = 33
+
+
 def position(input_name: str, mid: int) -> str:
     """An event's input position, for error messages.
 
-    ``input#position`` in batch 0, else ``input#b<batch>+<position>``.
+    ``input#<row>``, after ``b<batch>+`` from batch 1 on and ``p<split>.`` for a
+    row of a Spark input split other than the batch's first: e.g.
+    ``readings#b3+p1.17`` is row 17 of the second split of batch 3.
     """
-    batch, place = mid >> 40, mid & ((1 << 40) - 1)
-    return f"{input_name}#{place}" if batch == 0 else f"{input_name}#b{batch}+{place}"
+    batch, place = mid >> MID_BITS, mid & ((1 << MID_BITS) - 1)
+    split, row = place >> _SPLIT_BITS, place & ((1 << _SPLIT_BITS) - 1)
+    where = f"p{split}.{row}" if split else str(row)
+    return f"{input_name}#{where}" if batch == 0 else f"{input_name}#b{batch}+{where}"
 
 
 @dataclass(slots=True)

@@ -22,7 +22,7 @@ from txstream.spark.runtime.base import (
     initial_row,
     null_field,
 )
-from txstream.spark.runtime.boundaries import Event, position
+from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
@@ -70,11 +70,6 @@ def event_copies(
     for pid in dict.fromkeys(pids):
         copies.append((pid, Event(order, input_name, row, values, pids, copy=pid == pids[0])))
     return copies
-
-
-MID_BITS = 40
-"""An event's source position is ``batch << MID_BITS`` plus its place in the batch,
-unique across batches (held events from earlier batches meet new ones)."""
 
 
 class LocalRunner:

@@ -41,9 +41,8 @@ from txstream.spark.runtime.base import (
     initial_row,
     null_field,
 )
-from txstream.spark.runtime.boundaries import Event, position
+from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
-from txstream.spark.runtime.local import MID_BITS
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
@@ -683,7 +682,7 @@ class TxQuery:
 
 _MID_EXPR = "monotonically_increasing_id()"
 """An event's place in its micro-batch; Python adds ``batch << MID_BITS`` (see
-``local.MID_BITS``) to make it unique across batches.  The batch id stays out of
+``boundaries.MID_BITS``) to make it unique across batches.  The batch id stays out of
 the SQL on purpose: Spark inlines literals into the Java it generates, so a
 per-batch literal made every micro-batch compile new classes and JIT them again
 (measured: 13 s of compiler threads in 30 s of Linear Road at speedup 20)."""
