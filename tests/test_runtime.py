@@ -972,18 +972,24 @@ def test_a_worker_that_ran_phase1_applies_phase3s_patch_and_loads_nothing(
     st._CACHE.clear()
 
 
+STREAM_FAILED = (
+    "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
+    "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
+    "function in foreach batch sink. Reason: An exception was raised by the Python "
+    "Proxy. Return Message: Traceback (most recent call last):\n"
+    '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
+)
+"""How Spark's message of a failed foreachBatch function begins (abridged)."""
+
+
 def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
     from txstream.spark.runtime.query import one_line
 
     # What Spark raises when a Python worker cannot unpickle the job's functions
     # (their module is not on the executors' path), abridged.
     text = (
-        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
-        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
-        "function in foreach batch sink. Reason: An exception was raised by the Python "
-        "Proxy. Return Message: Traceback (most recent call last):\n"
-        '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
-        "pyspark.errors.exceptions.captured.PythonException: An exception was thrown "
+        STREAM_FAILED
+        + "pyspark.errors.exceptions.captured.PythonException: An exception was thrown "
         "from the Python worker:\n"
         "Traceback (most recent call last):\n"
         '  File "pyspark/serializers.py", line 483, in loads\n'
@@ -1153,12 +1159,7 @@ def test_a_spark_failure_under_the_foreach_batch_function_is_one_line_naming_its
     # first line ends in "Traceback (most recent call last):" and the cause is
     # the Spark error class of a job the function started (abridged).
     text = (
-        "[STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
-        "[FOREACH_BATCH_USER_FUNCTION_ERROR] An error occurred in the user provided "
-        "function in foreach batch sink. Reason: An exception was raised by the Python "
-        "Proxy. Return Message: Traceback (most recent call last):\n"
-        '  File "py4j/clientserver.py", line 644, in _call_proxy\n'
-        "    return_value = getattr(self.pool[obj_id], method)(*params)\n"
+        STREAM_FAILED + "    return_value = getattr(self.pool[obj_id], method)(*params)\n"
         '  File "txstream/spark/runtime/query.py", line 632, in phase1\n'
         "    stats = [pickle.loads(r[0]) for r in rows.collect()]\n"
         '  File "pyspark/errors/exceptions/captured.py", line 262, in deco\n'
