@@ -1371,3 +1371,13 @@ def test_event_ids_stay_unique_past_128_spark_input_splits_and_positions_name_th
     assert position("readings", mid(3, 0, 17)) == "readings#b3+17"
     assert position("readings", mid(3, 1, 17)) == "readings#b3+p1.17"
     assert position("readings", mid(0, 200, 4)) == "readings#p200.4"
+
+
+def test_start_refuses_a_batch_dataframe_in_one_line_before_spark_starts(tmp_path: Path) -> None:
+    # Spark would refuse it only when the stream starts (WRITE_STREAM_NOT_ALLOWED).
+    batch = FakeStream("k long, ts long")
+    batch.isStreaming = False
+    job = tx.Job("b").input("e", batch, keys="k", order="ts").on("e", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match=r"^input 'e' is a batch DataFrame; give a stre"):
+        job.start(tmp_path / "ck", spark=object())
+    assert not (tmp_path / "ck").exists()

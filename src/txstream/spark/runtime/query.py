@@ -163,6 +163,11 @@ def check_inputs(job: Job) -> None:
         df = spec.source
         if not hasattr(df, "isStreaming"):
             raise RuntimeJobError(f"input {spec.name!r} must be a Spark DataFrame")
+        if not df.isStreaming:
+            raise RuntimeJobError(
+                f"input {spec.name!r} is a batch DataFrame; give a streaming one "
+                "(spark.readStream...), or try the job on lists of rows with run_local"
+            )
         fields = {f.name: type(f.dataType).__name__ for f in df.schema.fields}
         columns[spec.name] = fields
         for group in spec.keys:
