@@ -333,7 +333,7 @@ class Outcome:
         ``late``; ``position`` and ``at``: the failing event's position and
         declared order (default: the transaction's first event).  Of the parts of
         a transaction that failed on several partitions, the one whose event
-        comes first is reported (see ``tasks.one_per_transaction``).
+        comes first is reported (see ``results.one_per_transaction``).
         """
         self.aborted += 1
         self.failures.append(
