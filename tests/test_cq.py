@@ -336,3 +336,22 @@ def test_time_column_must_come_from_the_source() -> None:
     bad = WindowAgg("w", RefJoin("j", src, TABLE, "part"), "avg", "price", 3, time_column="t")
     with pytest.raises(CQError, match="time column 't'"):
         CQEngine(bad, make_manager("snapshot"), "snapshot", {TABLE: COLUMNS})
+
+
+@pytest.mark.parametrize("strategy", TRANSACTIONAL)
+def test_a_window_is_not_judged_incomplete_on_reads_an_update_made_stale(strategy: str) -> None:
+    # window 0 (r=3, s=1) reads part 1 at price 100 (not selected) and hands that read
+    # on to window 1; the update between the windows makes it selected, so window 1 is
+    # complete.  Optimistic stopped the run there: "incomplete" was never validated.
+    tm = fresh(strategy, {0: {"price": 10, "cat": 0}, 1: {"price": 100, "cat": 0}})
+    engine = CQEngine(build_query(3, 1), tm, strategy, {TABLE: COLUMNS})
+
+    def after(n: int) -> None:
+        if n == 0:
+            with tm.begin() as t:
+                t.put(TABLE, 1, {"price": 20, "cat": 0})
+
+    events = [{"id": i, "part": p, "qty": 1} for i, p in enumerate([0, 0, 1, 0])]
+    results = engine.run(events, on_commit=after)
+    assert [res.value for res in results] == pytest.approx([10.0, 40 / 3])
+    assert all(res.consistent for res in results)

@@ -780,6 +780,14 @@ class CQEngine:
             try:
                 out = fill(txn)
                 if out is None:
+                    if self._optimistic:
+                        # "not complete yet" is a result of the reads too (a handed-on
+                        # read of a row updated since may have dropped an event): it
+                        # stands only if they validate, else the window is redone
+                        if self._late_items:
+                            self._note(txn, since)
+                        with self.tm.commit_mutex:
+                            self.tm.protocol.validate(txn)
                     txn.abort()
                 else:
                     if self._late_items:
