@@ -355,3 +355,21 @@ def test_a_window_is_not_judged_incomplete_on_reads_an_update_made_stale(strateg
     results = engine.run(events, on_commit=after)
     assert [res.value for res in results] == pytest.approx([10.0, 40 / 3])
     assert all(res.consistent for res in results)
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("record", [False, True])
+def test_an_error_in_the_query_leaves_no_transaction_open(strategy: str, record: bool) -> None:
+    tm = fresh(strategy, {k: {"price": 10, "cat": 0} for k in range(5)}, record=record)
+    boom = Select(
+        "boom",
+        RefJoin("j", Source("events", ("id", "part")), TABLE, "part"),
+        lambda v: 1 / (v["id"] - 4) != 0,
+    )  # event 4 fails, in window 2 (parts 2, 3, 4)
+    engine = CQEngine(WindowAgg("w", boom, "avg", "price", 3, 1), tm, strategy, {TABLE: COLUMNS})
+    with pytest.raises(ZeroDivisionError):
+        engine.run([{"id": i, "part": i} for i in range(5)])
+    assert not tm.locks.table and not tm.snapshots and not tm.active_since
+    tm.locks.timeout = 2.0  # s2pl: before the fix the writer waited for window 2's read lock
+    with tm.begin() as t:
+        t.put(TABLE, 3, {"price": 20, "cat": 0})

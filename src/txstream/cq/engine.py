@@ -751,7 +751,12 @@ class CQEngine:
         if not self._txn_per_unit:
             self._attempt += 1
             txn = self.tm.begin(read_only=True) if self._record_naive else None
-            out = fill(txn)
+            try:
+                out = fill(txn)
+            except BaseException:
+                if txn is not None:
+                    txn.abort()  # as below: no transaction stays open
+                raise
             if txn is not None:
                 if out is None:
                     txn.abort()
@@ -809,6 +814,14 @@ class CQEngine:
                 if txn.status == "active":
                     txn.abort()  # a lock request made without txn.read failed
                 self.stats.redos += 1
+            except BaseException:
+                # the query's own code failed (a predicate, a non-numeric value, ...):
+                # the error goes to the caller, but the transaction must not stay open
+                # with its read locks (updaters of those rows would wait forever), its
+                # snapshot or its place in the optimistic write map
+                if txn.status == "active":
+                    txn.abort()
+                raise
 
     def _note(self, txn: Transaction, since: int) -> None:
         """Optimistic: the attempt's reads join the read set, as read at clock ``since``.
