@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import sys
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +30,7 @@ from txstream.cq import (
     make_manager,
     setup_redo_queues,
 )
+from txstream.cq import WindowJoin as WindowJoin_
 from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, load_table, run
 from txstream.errors import UnknownNameError
 from txstream.model import check
@@ -373,3 +375,70 @@ def test_an_error_in_the_query_leaves_no_transaction_open(strategy: str, record:
     tm.locks.timeout = 2.0  # s2pl: before the fix the writer waited for window 2's read lock
     with tm.begin() as t:
         t.put(TABLE, 3, {"price": 20, "cat": 0})
+
+
+def _two_sources() -> Operator:
+    return WindowJoin_(
+        "m",
+        Source("a", ("k", "t")),
+        Source("b", ("k", "t")),
+        "k",
+        "k",
+        2,
+        prefix="b_",
+        time_column="t",
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "events", "message"),
+    [
+        (
+            None,
+            [{"id": 0, "part": 1, "qty": 1}, {"id": 1}],
+            "event 1 of source 'events' has no column 'part'",
+        ),
+        (None, [(0, 1, 1)], "must be a dict of its columns"),
+        (None, [("events", {"id": 0, "part": 1, "qty": 1})], "not (source, row) pairs"),
+        (None, {"id": 0, "part": 1, "qty": 1}, "a sequence of events, got one dict"),
+        (
+            time_query(3, 1),
+            [{"id": 0, "part": 1, "qty": 1, "t": t} for t in (5, 9, 3)],
+            "time column 't' goes back from 9 to 3",
+        ),
+        (
+            time_query(3, 1),
+            [{"id": 0, "part": 1, "qty": 1, "t": t} for t in (5, None)],
+            "time column 't' is None, not a number",
+        ),
+        (time_query(3, 1), [{"id": 0, "part": 1, "qty": 1, "t": "5"}], "is '5', not a number"),
+        (
+            _two_sources(),
+            [("a", {"k": 1, "t": 2}), ("b", {"k": 1})],
+            "event 1 of source 'b' has no column 't'",
+        ),
+        (_two_sources(), [("a", {"k": 1, "t": 2}), ("b", {"k": 1, "t": 1})], "goes back"),
+    ],
+)
+@pytest.mark.parametrize("feed", [False, True])
+def test_malformed_events_are_refused_before_any_runs(
+    query: Operator | None, events: Any, message: str, feed: bool
+) -> None:
+    # before: a KeyError or TypeError in the middle of a window (after earlier windows
+    # had committed), or silently wrong windows for times out of order
+    tm = fresh("s2pl", {1: {"price": 10, "cat": 0}})
+    engine = CQEngine(query or build_query(1), tm, "s2pl", {TABLE: COLUMNS})
+    seen: list[Result] = []
+    with pytest.raises(CQError, match=re.escape(message)):
+        engine.feed(events, seen.append) if feed else engine.run(events, on_result=seen.append)
+    assert seen == [] and engine.stats.windows == 0
+
+
+def test_times_go_on_from_the_previous_batch_and_start_afresh_with_run() -> None:
+    engine = CQEngine(time_query(2, 2), fresh("snapshot", {}), "snapshot", {TABLE: COLUMNS})
+    engine.feed([{"id": 0, "part": 1, "qty": 1, "t": 5}])
+    with pytest.raises(CQError, match="goes back from 5 to 4"):
+        engine.feed([{"id": 1, "part": 1, "qty": 1, "t": 4}])
+    again = CQEngine(time_query(2, 2), fresh("snapshot", {}), "snapshot", {TABLE: COLUMNS})
+    assert len(again.run([{"id": 0, "part": 1, "qty": 1, "t": t} for t in (5, 9)])) == 2
+    assert len(again.run([{"id": 0, "part": 1, "qty": 1, "t": t} for t in (1, 3)])) == 1

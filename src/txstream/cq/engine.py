@@ -37,11 +37,13 @@ which versions it saw and whether some instant had all of them current.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from abc import ABC
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, ClassVar
 
 from txstream.cq.base import (
@@ -75,6 +77,9 @@ VERSION_KEY = "__version__"
 The engine itself no longer reads it: versions are per row."""
 
 _ABSENT_ROW: Any = object()
+
+# keys >= columns: a row has all of its source's columns (see CQEngine._tag)
+_KEYS_GE: Callable[[Any, Any], bool] = type({}.keys()).__ge__
 
 
 class Strategy(ABC):
@@ -216,6 +221,7 @@ class CQEngine:
         self.commit_op = commit_operator(root)
         self.redo_queues = setup_redo_queues(root)
         self.sources = [src for src, _ in plan.branches]
+        self._need = [frozenset(src.columns) for src in self.sources]  # (see _tag)
         self.source = self.sources[0]
         self._names = {src.name: k for k, src in enumerate(self.sources)}
         time_column = self.window.time_column if self.window is not None else None
@@ -654,21 +660,90 @@ class CQEngine:
         return self._results[before:]
 
     def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
-        """The raw rows and, with several sources, the branch of each."""
+        """The raw rows and, with several sources, the branch of each.
+
+        Malformed events are refused here, before any of them runs (one
+        :class:`CQError` naming the first): a row that is not a dict with its
+        source's columns, and for a window on a time column a time that is
+        not a number or goes back.
+        """
+        if isinstance(events, Mapping | str):
+            raise CQError(
+                f"events must be a sequence of events, got one {type(events).__name__}; "
+                "pass a list (e.g. [row])"
+            )
         if len(self.sources) == 1:
-            return list(events), []
+            rows = list(events)
+            need = self._need[0]
+            try:  # all dicts with the source's columns (the usual case, checked at C speed)
+                ok = all(map(_KEYS_GE, map(dict.keys, rows), repeat(need)))
+            except TypeError:  # not a dict
+                ok = False
+            if not ok:
+                for i, row in enumerate(rows):
+                    self._check_row(row, 0, len(self._input) + i)
+            self._check_times(rows)
+            return rows, []
         rows, branches = [], []
-        for e in events:
+        for i, e in enumerate(events):
             if not (isinstance(e, tuple) and len(e) == 2 and e[0] in self._names):
                 raise CQError(
                     f"a query with several sources takes (source, row) pairs with a source in "
                     f"{sorted(self._names)}; got {e!r:.80}"
                 )
-            branches.append(self._names[e[0]])
-            rows.append(e[1])
+            branch = self._names[e[0]]
+            row = e[1]
+            if row.__class__ is not dict or not row.keys() >= self._need[branch]:
+                self._check_row(row, branch, len(self._input) + i)
+            branches.append(branch)
+            rows.append(row)
+        self._check_times(rows)
         return rows, branches
 
+    def _check_row(self, row: Any, branch: int, ts: int) -> None:
+        """:class:`CQError` unless ``row`` is a dict with the columns of its source."""
+        src = self.sources[branch]
+        if not isinstance(row, dict):
+            hint = (
+                "; a query with one source takes its rows, not (source, row) pairs"
+                if isinstance(row, tuple) and len(row) == 2 and row[0] == src.name
+                else ""
+            )
+            raise CQError(
+                f"event {ts} of source {src.name!r} must be a dict of its columns "
+                f"{src.columns}, got {type(row).__name__} {row!r:.60}{hint}"
+            )
+        missing = [c for c in src.columns if c not in row]
+        if missing:
+            raise CQError(
+                f"event {ts} of source {src.name!r} has no column {missing[0]!r}; give every "
+                f"event the source's columns {src.columns} (it has {tuple(row)})"
+            )
+
+    def _check_times(self, rows: list[Row]) -> None:
+        """A window on a time column: times are numbers that never go back."""
+        column = self._branches[0].time_column
+        if column is None or not rows:
+            return
+        prev = self._input[-1][column] if self._input else -math.inf
+        for i, row in enumerate(rows):
+            t = row[column]
+            # (not t >= prev: a NaN is refused too)
+            if not isinstance(t, int | float) or isinstance(t, bool) or not t >= prev:
+                what = (
+                    f"is {t!r}, not a number"
+                    if not isinstance(t, int | float) or isinstance(t, bool) or t != t
+                    else f"goes back from {prev!r} to {t!r}"
+                )
+                raise CQError(
+                    f"event {len(self._input) + i}: time column {column!r} {what}; a time-based "
+                    "window needs numeric times in non-decreasing order (sort the events)"
+                )
+            prev = t
+
     def _reset(self) -> None:
+        self._input = []
+        self._branch_of = []
         self._results: list[Result] = []
         self._queue: dict[int, _Entry] = {}
         self._base = 0  # the redo queues hold no event below this
