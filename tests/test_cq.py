@@ -442,3 +442,21 @@ def test_times_go_on_from_the_previous_batch_and_start_afresh_with_run() -> None
     again = CQEngine(time_query(2, 2), fresh("snapshot", {}), "snapshot", {TABLE: COLUMNS})
     assert len(again.run([{"id": 0, "part": 1, "qty": 1, "t": t} for t in (5, 9)])) == 2
     assert len(again.run([{"id": 0, "part": 1, "qty": 1, "t": t} for t in (1, 3)])) == 1
+
+
+def test_run_and_feed_do_not_mix_on_one_engine() -> None:
+    events = [{"id": i, "part": i % 3, "qty": 1} for i in range(6)]
+    rows = {k: {"price": 10, "cat": 0} for k in range(3)}
+    engine = CQEngine(build_query(2, 1), fresh("snapshot", rows), "snapshot", {TABLE: COLUMNS})
+    results = engine.run(events)
+    assert len(results) == 5
+    # before: feed went on after run's input and appended to the list run had returned
+    with pytest.raises(CQError, match="feed micro-batches to a new CQEngine"):
+        engine.feed(events)
+    assert len(results) == 5 and len(engine.run(events)) == 5  # run again: afresh
+    fed = CQEngine(build_query(2, 1), fresh("snapshot", rows), "snapshot", {TABLE: COLUMNS})
+    assert len(fed.feed(events[:3])) == 2
+    # before: run silently dropped the event fed and waiting for its window
+    with pytest.raises(CQError, match="run\\(\\) would drop the events waiting"):
+        fed.run(events)
+    assert len(fed.feed(events[3:])) == 3

@@ -288,6 +288,9 @@ class CQEngine:
         self._input: list[Row] = []
         self._branch_of: list[int] = []  # several sources: the branch of each input event
         self._base: int = 0
+        # "run" or "feed": an engine does one or the other (run's results are the list
+        # feed would append to, and run would drop the events feed left waiting)
+        self._used: str | None = None
         self._reset()
 
     # -- reading a referenced resource ----------------------------------------------------
@@ -636,9 +639,16 @@ class CQEngine:
         result; ``on_commit`` is called with the unit's index (window, or input
         event without a window) after each CQ-derived transaction commits and
         its results are out, e.g. to interleave other work deterministically.
+        Each call starts afresh; an engine that was fed micro-batches refuses it.
         """
+        if self._used == "feed":
+            raise CQError(
+                "this engine is fed micro-batches; run() would drop the events waiting for "
+                "their window: feed the rest, or build a new CQEngine to run another input"
+            )
         self._reset()
         self._input, self._branch_of = self._tag(events)
+        self._used = "run"
         self._on_commit = on_commit
         return self._advance(max_results, until, on_result)
 
@@ -649,9 +659,16 @@ class CQEngine:
 
         Events of a window that is not complete yet wait in the redo queue, so
         a window's CQ-derived transaction covers events of several micro-batches
-        and still reads one state of the tables.
+        and still reads one state of the tables.  An engine that ran a whole
+        input with :meth:`run` refuses it (its results would grow).
         """
+        if self._used == "run":
+            raise CQError(
+                "run() processed a whole input on this engine; feed micro-batches to a new "
+                "CQEngine (or call run() with the whole input)"
+            )
         rows, branches = self._tag(events)
+        self._used = "feed"
         self._input.extend(rows)
         self._branch_of.extend(branches)
         self._on_commit = None
