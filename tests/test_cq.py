@@ -460,3 +460,26 @@ def test_run_and_feed_do_not_mix_on_one_engine() -> None:
     with pytest.raises(CQError, match="run\\(\\) would drop the events waiting"):
         fed.run(events)
     assert len(fed.feed(events[3:])) == 3
+
+
+@pytest.mark.parametrize("time_column", [None, "t"])
+@pytest.mark.parametrize("column", ["cat", "gone"])
+def test_a_column_the_window_cannot_aggregate_is_one_line(
+    time_column: str | None, column: str
+) -> None:
+    # the tables name their columns but not their types: found at the first value
+    src = Source("events", ("id", "part", "t"))
+    joined = RefJoin("j", src, TABLE, "part")
+    drop = Project(
+        "p",
+        joined,
+        lambda v: {k: x for k, x in v.items() if k != "gone"},
+        ("id", "part", "t", "price", "cat", "gone"),
+    )  # a Project that lies
+    w = WindowAgg("w", drop, "avg", column, 2, time_column=time_column)
+    tm = fresh("s2pl", {1: {"price": 10, "cat": "c1"}})
+    engine = CQEngine(w, tm, "s2pl", {TABLE: COLUMNS})
+    message = "needs numbers, got 'c1'" if column == "cat" else "an event has no column 'gone'"
+    with pytest.raises(CQError, match=message):  # before: ValueError / KeyError
+        engine.run([{"id": i, "part": 1, "t": i} for i in range(4)])
+    assert not tm.locks.table

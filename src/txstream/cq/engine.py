@@ -1040,11 +1040,14 @@ class CQEngine:
                     i += 1
                     if entry.out is not None:
                         acc.append(entry)
-                values = (
-                    [float(e.out.value[w.column]) for e in acc if e.out is not None]
-                    if (w.aggregate != "count")
-                    else [0.0] * len(acc)
-                )
+                try:
+                    values = (
+                        [float(e.out.value[w.column]) for e in acc if e.out is not None]
+                        if (w.aggregate != "count")
+                        else [0.0] * len(acc)
+                    )
+                except (KeyError, TypeError, ValueError):
+                    raise _not_numeric(w, [e.out.value for e in acc if e.out]) from None
                 dep = [r for e in used for r in e.reads]
                 last = acc[-1].ts
                 pending = self._window_row(
@@ -1100,11 +1103,14 @@ class CQEngine:
                     i += 1
                 if isinstance(w, WindowAgg):
                     outs = [e.out for e in used if e.out is not None]
-                    values = (
-                        [float(o.value[w.column]) for o in outs]
-                        if w.aggregate != "count"
-                        else [0.0] * len(outs)
-                    )
+                    try:
+                        values = (
+                            [float(o.value[w.column]) for o in outs]
+                            if w.aggregate != "count"
+                            else [0.0] * len(outs)
+                        )
+                    except (KeyError, TypeError, ValueError):
+                        raise _not_numeric(w, [o.value for o in outs]) from None
                     dep = [r for e in used for r in e.reads]
                     last = used[-1].ts if used else i
                     return used, [
@@ -1154,6 +1160,28 @@ class CQEngine:
                 self._emit(pending, attempts)
             if self._on_commit is not None:
                 self._on_commit(n)
+
+
+def _not_numeric(w: WindowAgg, rows: list[Row]) -> CQError:
+    """The error for a window whose aggregated column is missing or not a number.
+
+    The tables give the engine column names, not types: this is found when the
+    first such value reaches the window (its transaction is aborted).
+    """
+    for row in rows:
+        if w.column not in row:
+            return CQError(
+                f"window {w.name!r}: an event has no column {w.column!r} (it has "
+                f"{tuple(row)}); a Project below the window must give the columns it declares"
+            )
+        try:
+            float(row[w.column])
+        except (TypeError, ValueError):
+            return CQError(
+                f"window {w.name!r}: {w.aggregate} of {w.column!r} needs numbers, got "
+                f"{row[w.column]!r:.40}; aggregate a numeric column (or use count)"
+            )
+    return CQError(f"window {w.name!r}: cannot aggregate {w.column!r}")  # (not reached)
 
 
 def _carry_count(out: Any) -> list[_Entry]:
