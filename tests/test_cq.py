@@ -483,3 +483,18 @@ def test_a_column_the_window_cannot_aggregate_is_one_line(
     with pytest.raises(CQError, match=message):  # before: ValueError / KeyError
         engine.run([{"id": i, "part": 1, "t": i} for i in range(4)])
     assert not tm.locks.table
+
+
+def test_cli_unwritable_record_path_fails_before_the_query_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import txstream.cq.workload
+
+    def must_not_run(p: CQRun) -> dict[str, Any]:
+        raise AssertionError("the query ran")  # before: it ran for --seconds, then failed
+
+    monkeypatch.setattr(txstream.cq.workload, "run", must_not_run)
+    for path in (tmp_path / "no" / "h.txt", tmp_path):
+        assert main(["cq", "run", "--record", str(path)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert f"cannot write {path}" in err and "\n" not in err

@@ -73,6 +73,14 @@ def _run(args: argparse.Namespace) -> int:
     from txstream.cq.workload import CQRun, run
 
     get_strategy(args.strategy)  # fail on a bad name before building anything
+    # open the history file now: an unwritable path must fail before the query runs,
+    # not after it (the run takes --seconds)
+    record = None
+    if args.record is not None:
+        try:
+            record = args.record.open("w")
+        except OSError as exc:
+            raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
     params = CQRun(
         strategy=args.strategy,
         update_rate=args.update_rate,
@@ -86,14 +94,18 @@ def _run(args: argparse.Namespace) -> int:
         record=args.record is not None,
         events=max(10_000, int(400_000 * args.seconds / 2)),
     )
-    metrics = run(params)
-    history = metrics.pop("history", None)
-    if args.record is not None and history is not None:
-        try:
-            args.record.write_text(format_history(history) + "\n")
-        except OSError as exc:
-            raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
-        metrics["history"] = str(args.record)
+    try:
+        metrics = run(params)
+        history = metrics.pop("history", None)
+        if record is not None and history is not None:
+            try:
+                record.write(format_history(history) + "\n")
+            except OSError as exc:
+                raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
+            metrics["history"] = str(args.record)
+    finally:
+        if record is not None:
+            record.close()
     print(json.dumps(json_safe({"strategy": args.strategy, **metrics}), allow_nan=False))
     return 0
 
