@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from txstream.cq import CQEngine, CQError, Updaters
 from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table, new_part
+from txstream.errors import TxStreamError
 from txstream.jobs.cq import EVENT_SCHEMA, MODES, SparkCQ, read_results
 
 STRATEGIES = ("snapshot", "s2pl", "optimistic")
@@ -285,6 +286,32 @@ def test_bad_queries_fail_in_one_line(spark: Any) -> None:
             make()
         assert message in str(err.value) and "\n" not in str(err.value)
     assert set(MODES) == {"plain", *STRATEGIES}
+
+
+def test_a_bad_selection_or_window_column_fails_in_one_line_before_spark_runs(
+    spark: Any, tmp_path: Path
+) -> None:
+    # before: the stream started and the first micro-batch failed with "An exception
+    # was raised by the Python Proxy. Return Message: Traceback (most recent call last):"
+    df = spark.createDataFrame([(1, 2, 3)], EVENT_SCHEMA)
+    tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})
+
+    def q(where: str | None, schema: str = "price long") -> SparkCQ:
+        cq = SparkCQ("q", tm).stream(df, "id").join(TABLE, "part", schema)
+        return (cq.where(where) if where else cq).window("avg", "price", r=2)
+
+    cases = [
+        (lambda: q("nope <= 50"), "where 'nope <= 50': [UNRESOLVED_COLUMN"),
+        (lambda: q("price <="), "where 'price <=': [PARSE_SYNTAX_ERROR]"),
+        (lambda: q(None, "price string"), "window column 'price' is string, not a number"),
+    ]
+    for make, message in cases:
+        with pytest.raises(CQError) as err:
+            make().start(tmp_path / "ckpt")
+        assert message in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(TxStreamError, match="not a schema: 'price lng'") as bad:
+        SparkCQ("q", tm).stream(df, "id").join(TABLE, "part", "price lng")
+    assert "\n" not in str(bad.value)  # before: Spark's multi-line ParseException
 
 
 def test_plain_baseline_reports_mixed_versions_per_row(spark: Any, tmp_path: Path) -> None:

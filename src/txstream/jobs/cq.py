@@ -53,6 +53,7 @@ from txstream.spark.reference import (
     Evaluated,
     Join,
     TimeWindow,
+    check_plan,
     ddl_names,
     evaluate,
     key_values,
@@ -225,6 +226,10 @@ class SparkCQ:
         """
         if self._stream is None or not self._joins or self._window is None:
             raise CQError("a query needs .stream(...), at least one .join(...) and .window(...)")
+        column = self._window.column if self._window.aggregate != "count" else None
+        problem = check_plan(self._stream, self._joins, self._condition, column)
+        if problem is not None:  # else it failed in the first micro-batch, in Spark's words
+            raise CQError(problem)
         out = None if output is None else Path(output)
         runner = _Runner(self, Path(checkpoint), out, on_result, after_batch)
         handle = foreach_batch(

@@ -145,10 +145,45 @@ def key_values(events: Any, columns: Sequence[str]) -> dict[str, list[Any]]:
     return {c: list(row[c] or []) for c in columns}
 
 
+def check_plan(
+    events: Any, joins: Sequence[Join], condition: str | None, column: str | None
+) -> str | None:
+    """Why ``condition`` or the aggregated ``column`` does not fit the joined columns.
+
+    None when they fit.  Spark analyses the condition on an empty DataFrame of
+    the stream's and the joins' columns (no Spark job runs), so a bad query
+    fails in one line before the stream starts instead of in a micro-batch.
+    """
+    from pyspark.sql.types import NumericType, StructType
+
+    fields = list(events.schema.fields)
+    for join in joins:
+        fields += _parsed(join.schema).fields
+    empty = events.sparkSession.createDataFrame([], StructType(fields))
+    if condition is not None:
+        try:
+            empty.where(condition)
+        except Exception as exc:  # Spark's parse or analysis error
+            first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+            return f"where {condition!r}: {first.strip()[:300]}"
+    if column is not None:
+        kind = empty.schema[column].dataType
+        if not isinstance(kind, NumericType):
+            return (
+                f"window column {column!r} is {kind.simpleString()}, not a number; "
+                "aggregate a numeric column (or use count)"
+            )
+    return None
+
+
 def _parsed(schema: str) -> Any:
     from pyspark.sql.types import StructType, _parse_datatype_string
 
-    parsed = _parse_datatype_string(schema)
+    try:
+        parsed = _parse_datatype_string(schema)
+    except Exception as exc:  # Spark's multi-line ParseException
+        first = next((ln for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
+        raise TxStreamError(f"not a schema: {schema!r} ({first.strip()[:200]})") from None
     if not isinstance(parsed, StructType):
         raise TxStreamError(f"not a schema: {schema!r} (expected e.g. 'price long, cat long')")
     return parsed
