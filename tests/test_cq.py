@@ -498,3 +498,31 @@ def test_cli_unwritable_record_path_fails_before_the_query_runs(
         assert main(["cq", "run", "--record", str(path)]) == 2
         err = capsys.readouterr().err.strip()
         assert f"cannot write {path}" in err and "\n" not in err
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda: Select("s", "events", lambda v: True), "its input must be an operator"),  # type: ignore[arg-type]
+        (lambda: Select("s", Source("e", ("a",)), "a > 1"), "predicate must be a function"),  # type: ignore[arg-type]
+        (lambda: Project("p", Source("e", ("a",)), None, ("a",)), "fn must be a function"),  # type: ignore[arg-type]
+        (lambda: Source("e", "part"), "columns must be a tuple of names"),
+        (lambda: WindowAgg("w", Source("e", ("a",)), "avg", "a", True), "positive integers"),
+        (
+            lambda: CQEngine("select *", make_manager("snapshot"), "snapshot", {}),
+            "takes an operator",
+        ),  # type: ignore[arg-type]
+        (lambda: CQEngine(build_query(2), "snapshot", "snapshot", {}), "TransactionManager"),  # type: ignore[arg-type]
+        (
+            lambda: CQEngine(
+                build_query(2), make_manager("snapshot"), "snapshot", {TABLE: "price"}
+            ),
+            "give its columns as a tuple",
+        ),  # type: ignore[dict-item]
+    ],
+)
+def test_wrong_argument_types_fail_in_one_line_when_built(build: Any, message: str) -> None:
+    # before: AttributeError/TypeError when the query ran, or (a str of columns, r=True)
+    # accepted and misread
+    with pytest.raises(CQError, match=message):
+        build()

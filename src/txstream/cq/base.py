@@ -65,6 +65,12 @@ class Operator:
     def __init__(self, name: str, *children: Operator) -> None:
         if not name:
             raise CQError("every operator needs a name")
+        for child in children:
+            if not isinstance(child, Operator):  # else an AttributeError when it runs
+                raise CQError(
+                    f"operator {name!r}: its input must be an operator (e.g. Source(name, "
+                    f"columns)), got {type(child).__name__} {child!r:.40}"
+                )
         self.name = name
         self.children = list(children)
 
@@ -79,6 +85,20 @@ class Operator:
         return f"{type(self).__name__}({self.name!r})"
 
 
+def _whole(x: Any) -> bool:
+    """An int and not a bool (``True`` would pass for a range of 1)."""
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _callable(name: str, what: str, fn: Any) -> None:
+    """:class:`CQError` unless ``fn`` can be called (a SQL string, say, cannot)."""
+    if not callable(fn):
+        raise CQError(
+            f"operator {name!r}: {what} must be a function of the event's value (e.g. "
+            f"lambda v: v['price'] <= 50), got {type(fn).__name__} {fn!r:.40}"
+        )
+
+
 class Source(Operator):
     """A leaf: a raw input stream of the query."""
 
@@ -86,7 +106,12 @@ class Source(Operator):
 
     def __init__(self, name: str, columns: tuple[str, ...]) -> None:
         super().__init__(name)
-        self.columns = columns
+        if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
+            raise CQError(
+                f"source {name!r}: columns must be a tuple of names, e.g. ('id', 'part'); "
+                f"got {columns!r:.60}"
+            )
+        self.columns = tuple(columns)
 
 
 class Select(Operator):
@@ -96,6 +121,7 @@ class Select(Operator):
 
     def __init__(self, name: str, child: Operator, predicate: Callable[[Row], bool]) -> None:
         super().__init__(name, child)
+        _callable(name, "predicate", predicate)
         self.predicate = predicate
 
 
@@ -108,6 +134,7 @@ class Project(Operator):
         self, name: str, child: Operator, fn: Callable[[Row], Row], columns: tuple[str, ...]
     ) -> None:
         super().__init__(name, child)
+        _callable(name, "fn", fn)
         self.fn = fn
         self.columns = columns
 
@@ -149,6 +176,7 @@ class Reference(Operator):
         columns: tuple[str, ...] = (),
     ) -> None:
         super().__init__(name, child)
+        _callable(name, "apply", apply)
         self.table = table
         self.key = key
         self.apply = apply
@@ -187,7 +215,7 @@ class WindowAgg(Operator):
                 f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
         s = r if s is None else s
-        if not isinstance(r, int) or not isinstance(s, int) or r < 1 or s < 1:
+        if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:
             raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
@@ -239,7 +267,7 @@ class WindowJoin(Operator):
     ) -> None:
         super().__init__(name, left, right)
         s = r if s is None else s
-        if not isinstance(r, int) or not isinstance(s, int) or r < 1 or s < 1:
+        if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:
             raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")

@@ -208,6 +208,12 @@ class CQEngine:
         tables: Mapping[str, tuple[str, ...]],
     ) -> None:
         self.strategy = get_strategy(strategy)
+        if not isinstance(root, Operator) or not isinstance(tm, TransactionManager):
+            raise CQError(
+                "CQEngine(root, tm, strategy, tables) takes an operator tree and a "
+                f"TransactionManager (make_manager(strategy)), got {type(root).__name__} and "
+                f"{type(tm).__name__}"
+            )
         if tm.protocol.name != self.strategy.protocol:
             raise CQError(
                 f"strategy {strategy!r} needs a transaction manager with protocol "

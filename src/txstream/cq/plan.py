@@ -84,6 +84,11 @@ def validate(root: Operator, tables: Mapping[str, tuple[str, ...]]) -> None:
 
     ``tables`` maps each table the query may reference to its columns.
     """
+    for table, cols in tables.items():
+        if isinstance(cols, str):  # else its letters pass for its columns
+            raise CQError(
+                f"table {table!r}: give its columns as a tuple of names, e.g. ({cols!r},)"
+            )
     names = [op.name for op in root.walk()]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
