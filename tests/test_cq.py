@@ -25,6 +25,7 @@ from txstream.cq import (
     Result,
     Select,
     Source,
+    Updaters,
     WindowAgg,
     commit_operator,
     make_manager,
@@ -526,3 +527,15 @@ def test_wrong_argument_types_fail_in_one_line_when_built(build: Any, message: s
     # accepted and misread
     with pytest.raises(CQError, match=message):
         build()
+
+
+@pytest.mark.parametrize(
+    ("keys", "threads", "message"),
+    [([], 2, "at least one key"), ([1], 0, "at least one thread")],
+)
+def test_updaters_refuse_no_keys_or_no_threads(keys: list[int], threads: int, message: str) -> None:
+    # before: no keys killed each thread at its first update (IndexError at stop());
+    # no threads ran nothing and reported 0 updates/s
+    tm = fresh("snapshot", {1: {"price": 1, "cat": 0}})
+    with pytest.raises(CQError, match=message):
+        Updaters(tm, TABLE, keys, 100, lambda rng: {"price": 1, "cat": 0}, threads=threads)

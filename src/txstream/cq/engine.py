@@ -1224,6 +1224,12 @@ class Updaters:
     ) -> None:
         if rate <= 0:
             raise CQError(f"update rate must be > 0 transactions per second, got {rate}")
+        # else a thread died on its first update and stop() raised it (no keys), or
+        # nothing ran at all and stop() reported 0/s (no threads)
+        if not keys:
+            raise CQError(f"updaters of {table!r} need at least one key to update")
+        if not isinstance(threads, int) or threads < 1:
+            raise CQError(f"updaters need at least one thread, got threads={threads!r}")
         self.tm = tm
         self.table = table
         self.keys = list(keys)
