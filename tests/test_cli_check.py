@@ -104,3 +104,85 @@ def test_table_with_expectations_over_the_bundled_examples(
     )
     assert "botan-edbt2012.txt" in out
     assert code == 0, out
+
+
+def serial_history(n: int) -> str:
+    """``n`` transactions writing one item one after the other: serial order 1..n."""
+    return " ".join(f"w{i}(x) c{i}" for i in range(1, n + 1)) + "\n"
+
+
+def test_text_cuts_a_long_serial_order_short_and_json_keeps_it_all(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    f = tmp_path / "h.txt"
+    f.write_text("# a long run\n" + serial_history(100))
+    code, out, err = run(["check", "--format", "text", str(f)], capsys)
+    assert code == 0 and err == ""
+    assert out.splitlines()[:3] == [
+        f"{f}, history 1: a long run",
+        "  cs: holds",
+        "    operations 200, transactions 100, committed 100",
+    ]
+    order = " ".join(line.strip() for line in out.splitlines()[3:-1])
+    assert order == "serial order (100): 1 2 3 4 5 6 7 8 9 10 ... 85 more ... 96 97 98 99 100"
+    assert all(len(line) <= 60 for line in out.splitlines()[3:-1])  # wrapped
+    assert any("... 85 more ..." in line for line in out.splitlines())  # not across lines
+    assert out.splitlines()[-1] == "1 history, 1 verdict: 1 holds, 0 fail"
+    _, out, _ = run(["check", "--format", "json", str(f)], capsys)
+    assert json.loads(out)["serial_order"] == [str(i) for i in range(1, 101)]
+
+
+def test_text_shows_a_cycle_edge_by_edge_and_cuts_a_long_one_short(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "200")  # lines of at most 120 characters: no wrapping here
+    f = tmp_path / "h.txt"
+    # 1 -> 2 -> ... -> 20 -> 1: each reads y_i that the next one then writes.
+    ops = [f"r{i}(y{i}) w{i % 20 + 1}(y{i})" for i in range(1, 21)]
+    f.write_text("r1(x) w2(x) c2 w1(x) c1\n---\n" + " ".join(ops + [f"c{i}" for i in range(1, 21)]))
+    code, out, _ = run(["check", "--format", "text", str(f)], capsys)
+    lines = out.splitlines()
+    assert code == 1
+    assert lines[1:6] == [
+        "  cs: FAILS",
+        "    operations 5, transactions 2, committed 2",
+        "    cycle (2 edges): 1 -> 2 -> 1",
+        "      1 -> 2: conflict on x (r1(x) then w2(x))",
+        "      2 -> 1: conflict on x (w2(x) then w1(x))",
+    ]
+    long = lines[lines.index(f"{f}, history 2") :]
+    assert long[3] == (
+        "    cycle (20 edges): 1 -> 2 -> 3 -> 4 -> 5 -> 6 -> 7 -> 8 -> 9 -> 10 -> ... 6 more ... "
+        "-> 17 -> 18 -> 19 -> 20 -> 1"
+    )
+    assert len([line for line in long if ": conflict on y" in line]) == 10
+    assert "      ... 10 more edges" in long
+    assert lines[-1] == "2 histories, 2 verdicts: 0 hold, 2 fail"
+
+
+def test_text_says_what_each_criterion_found_and_what_the_history_expects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "h.txt"
+    f.write_text("# expect: cs=false\nr1(x) c1\n")
+    code, out, _ = run(["check", "--format", "text", "-c", "all", "--expect", str(f)], capsys)
+    assert code == 1  # the cs verdict differs from the directive
+    assert "  cs: holds (expected: fails; DIFFERS)" in out.splitlines()
+    assert any(line.startswith("  ws: n/a, ") for line in out.splitlines())
+    assert out.splitlines()[-1] == "0 of 1 histories match their '# expect:' verdicts"
+
+
+def test_text_is_the_default_on_a_terminal_and_json_lines_in_a_pipe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "h.txt"
+    f.write_text(serial_history(3))
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    _, out, _ = run(["check", str(f)], capsys)
+    assert "  cs: holds" in out.splitlines()
+    # A pipe, as scripts read it: JSON lines, as before.
+    proc = subprocess.run(
+        [sys.executable, "-m", "txstream.cli", "check", str(f)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and json.loads(proc.stdout)["serial_order"] == ["1", "2", "3"]

@@ -376,3 +376,31 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     assert (tmp_path / "killed").exists()  # an executor really died mid-batch
     got = [tuple(x) for x in json.loads(result.stdout.strip().splitlines()[-1])]
     assert got == outcomes
+
+
+def test_run_local_computes_timestamp_and_date_order_values_as_spark_does(spark: Any) -> None:
+    import datetime as dt
+    from zoneinfo import ZoneInfo
+
+    from pyspark.sql import types as T
+
+    from txstream.spark.runtime.local import order_number
+    from txstream.spark.runtime.query import order_value
+
+    rng = random.Random(5)
+    zones = [dt.UTC, ZoneInfo("Europe/Paris"), ZoneInfo("America/St_Johns"), ZoneInfo("Asia/Tokyo")]
+    epoch = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+    stamps = [
+        (epoch + dt.timedelta(microseconds=rng.randrange(-(10**15), 10**17))).astimezone(
+            rng.choice(zones)
+        )
+        for _ in range(200)
+    ]
+    days = [dt.date(1970, 1, 1) + dt.timedelta(days=rng.randrange(-40_000, 40_000)) for _ in stamps]
+    df = spark.createDataFrame(list(zip(stamps, days, strict=True)), "ts timestamp, day date")
+    got = df.selectExpr(
+        f"{order_value('ts', T.TimestampType())} as ts",
+        f"{order_value('day', T.DateType())} as day",
+    ).collect()
+    assert [r["ts"] for r in got] == [order_number(s) for s in stamps]
+    assert [r["day"] for r in got] == [order_number(d) for d in days]

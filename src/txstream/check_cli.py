@@ -1,7 +1,9 @@
 """``txstream check``: judge recorded histories against a correctness criterion.
 
-One JSON object per history and criterion on stdout (or a table with
-``--format table``).  Exit 0 when every verdict holds (with ``--expect``: when
+On a terminal, each history's verdicts as text, long evidence cut short
+(``--format text``); otherwise (a pipe, a file) one JSON object per history and
+criterion with all the evidence (``--format json``); or a table of verdicts
+(``--format table``).  Exit 0 when every verdict holds (with ``--expect``: when
 every verdict matches the history's ``# expect:`` directive), 1 otherwise, 2 on
 malformed input.
 """
@@ -10,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,9 +79,9 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     p.add_argument(
         "--format",
-        choices=("json", "table"),
-        default="json",
-        help="JSON lines (default) or a readable table",
+        choices=("text", "json", "table"),
+        help="text (the default on a terminal), JSON lines with all the evidence (the "
+        "default otherwise) or a table of verdicts",
     )
     p.add_argument(
         "--expect",
@@ -102,6 +106,8 @@ def run(args: argparse.Namespace) -> int:
         raise TxStreamError(
             f"--subwindows must be at least 1 and at most {MAX_SUBWINDOWS:,}, not {args.subwindows}"
         )
+    if args.format is None:  # a person reads a terminal; a pipe or a file gets JSON lines
+        args.format = "text" if sys.stdout.isatty() else "json"
     many = len(chosen) > 1 or args.format == "table"
     rows: list[Row] = []
     for source, text in _read_inputs(args.inputs):
@@ -123,8 +129,12 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row)
             if args.format == "json":
                 _print_json(row)
+            elif args.format == "text":
+                _print_text(row)
     if args.format == "table":
         _print_table(rows, chosen, args.expect)
+    elif args.format == "text":
+        _print_text_summary(rows, args.expect)
     if args.expect:
         return 1 if any(row.mismatches() for row in rows) else 0
     holds = all(isinstance(v, Verdict) and v.holds for row in rows for v in row.verdicts.values())
@@ -189,6 +199,126 @@ def _print_json(row: Row) -> None:
             obj["expected"] = row.expected[name]
         print(json.dumps(obj), flush=False)
     sys.stdout.flush()
+
+
+HEAD, TAIL = 10, 5
+"""The transaction ids text output shows at each end of a long list (the rest is counted)."""
+
+MAX_LINES = 10
+"""Cycle edges or violations text output shows, of a longer list."""
+
+_NBSP = "\N{NO-BREAK SPACE}"
+
+
+def _print_text(row: Row) -> None:
+    """One history's verdicts for a person: counts, cut-short evidence, wrapped lines.
+
+    The JSON format (``--format json``) keeps all the evidence; this one shows
+    what to look at first (a run's serial order holds every committed
+    transaction: thousands of ids on one line were not readable).
+    """
+    width = max(60, min(shutil.get_terminal_size((100, 24)).columns, 120))
+    title = row.history.meta.get("title")
+    print(f"{row.source}, history {row.index}" + (f": {title}" if title else ""))
+    for name, verdict in row.verdicts.items():
+        expected = ""
+        if name in row.expected:
+            want = "holds" if row.expected[name] else "fails"
+            agree = isinstance(verdict, Verdict) and verdict.holds == row.expected[name]
+            expected = f" (expected: {want}{'' if agree else '; DIFFERS'})"
+        if not isinstance(verdict, Verdict):
+            print(f"  {name}: n/a, {verdict}{expected}")
+            continue
+        print(f"  {name}: {'holds' if verdict.holds else 'FAILS'}{expected}")
+        for line in _evidence_lines(verdict.evidence):
+            print(
+                textwrap.fill(
+                    line,
+                    width,
+                    initial_indent="    ",
+                    subsequent_indent="      ",
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                ).replace(_NBSP, " ")
+            )
+    sys.stdout.flush()
+
+
+def _evidence_lines(evidence: dict[str, Any]) -> list[str]:
+    """The evidence of one verdict as lines of text (long lists cut short)."""
+    counts = [f"{k.replace('_', ' ')} {v:,}" for k, v in evidence.items() if type(v) is int]
+    lines = [", ".join(counts)] if counts else []
+    rest = []
+    for key, value in evidence.items():
+        if type(value) is int or value in ({}, []):
+            continue
+        if key == "serial_order":
+            lines.append(f"serial order ({len(value):,}): {_ids(value)}")
+        elif key in ("cycle", "update_cycle"):
+            nodes = [edge["from"] for edge in value] + [value[0]["from"]]
+            lines.append(f"{key.replace('_', ' ')} ({len(value):,} edges): {_ids(nodes, ' -> ')}")
+            lines += [_edge(edge) for edge in value[:MAX_LINES]]
+            if len(value) > MAX_LINES:
+                lines.append(f"  ... {len(value) - MAX_LINES:,} more edges")
+        elif key == "violating_transactions":
+            lines.append(f"violating transactions ({len(value):,}): {_ids(value)}")
+        elif key == "violations":
+            lines.append(f"violations ({len(value):,}):")
+            lines += [_violation(v) for v in value[:MAX_LINES]]
+            if len(value) > MAX_LINES:
+                lines.append(f"  ... {len(value) - MAX_LINES:,} more violations")
+        else:
+            rest.append(key)
+    if rest:
+        lines.append(f"(also {', '.join(rest)}: see --format json)")
+    return lines
+
+
+def _ids(ids: list[str], sep: str = " ") -> str:
+    """``ids`` joined by ``sep``, the middle of a long list counted rather than listed."""
+    if len(ids) <= HEAD + TAIL + 1:
+        return sep.join(ids)
+    # No-break spaces keep the marker on one line when it is wrapped (see _print_text).
+    marker = _NBSP.join(["...", f"{len(ids) - HEAD - TAIL:,}", "more", "..."])
+    return sep.join([*ids[:HEAD], marker, *ids[-TAIL:]])
+
+
+def _edge(edge: dict[str, Any]) -> str:
+    """One edge of a cycle: the conflict (and its operations) or the arrival order behind it."""
+    if edge["reason"] == "conflict":
+        ops = " then ".join(edge["operations"])
+        return f"  {edge['from']} -> {edge['to']}: conflict on {edge['item']} ({ops})"
+    return f"  {edge['from']} -> {edge['to']}: arrival order of {edge['stream']}"
+
+
+def _violation(violation: Any) -> str:
+    """One violation of ``ws``, ``lws`` or ``uc`` in a line (anything else as JSON)."""
+    if isinstance(violation, dict) and "why" in violation:  # ws, lws
+        return f"  {violation['txn']}: {violation['why']}"
+    if isinstance(violation, dict) and violation.get("cycle"):  # uc: a cycle within LIVE(t)
+        nodes = [edge["from"] for edge in violation["cycle"]] + [violation["cycle"][0]["from"]]
+        return f"  {violation['txn']}: its LIVE set has the cycle {_ids(nodes, ' -> ')}"
+    return f"  {json.dumps(violation)}"
+
+
+def _print_text_summary(rows: list[Row], expect: bool) -> None:
+    """The last line of the text output: how many verdicts hold (or match ``# expect:``)."""
+    verdicts = [v for row in rows for v in row.verdicts.values()]
+    judged = [v for v in verdicts if isinstance(v, Verdict)]
+    held = sum(v.holds for v in judged)
+    parts = [_count(held, "holds", "hold"), _count(len(judged) - held, "fails", "fail")]
+    if len(judged) < len(verdicts):
+        parts.append(f"{len(verdicts) - len(judged):,} n/a")
+    counted = f"{_count(len(rows), 'history', 'histories')}, {_count(len(verdicts), 'verdict')}"
+    print(f"{counted}: {', '.join(parts)}")
+    if expect:
+        matched = sum(1 for row in rows if not row.mismatches())
+        print(f"{matched:,} of {len(rows):,} histories match their '# expect:' verdicts")
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun, singular or plural."""
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
 
 
 def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:

@@ -6,9 +6,9 @@ the driver.  Import this package only where Spark is really wanted: importing it
 does not start a JVM, :func:`local_session` does.
 """
 
-from txstream.spark.session import local_session
+from txstream.spark.session import local_session, quiet_spark_logs
 
-__all__ = ["local_session"]
+__all__ = ["local_session", "quiet_spark_logs"]
 
 # The engine-independent runtime pieces the engines' jobs (txstream.jobs) build on.
 from txstream.spark.batches import (

@@ -5,7 +5,9 @@ off, two shuffle partitions, Arrow for conversions to Python, Python workers on
 Unix sockets, no per-row size check of the Arrow batches sent to them, a
 checkpoint file manager that does not fork a ``chmod`` per checkpoint file
 (that alone cuts an empty micro-batch from ~135 ms to ~35 ms), and JVMs that
-compile with C1 only (see :data:`JVM_OPTIONS`).
+compile with C1 only (see :data:`JVM_OPTIONS`).  Spark logs errors only, and
+not the stack traces of failures that reach the caller anyway (see
+:data:`QUIET_LOGGERS`) unless ``spark.log.level`` is set.
 """
 
 from __future__ import annotations
@@ -53,6 +55,24 @@ DEFAULTS = {
 """Settings of :func:`local_session` that a caller's own settings override."""
 
 
+QUIET_LOGGERS = (
+    # Spark 4.1 and later; 4.0 had the class one package up.
+    "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution",
+    "org.apache.spark.sql.execution.streaming.MicroBatchExecution",
+    "org.apache.spark.scheduler.TaskSetManager",
+    "org.apache.spark.executor.Executor",
+)
+"""Spark loggers that :func:`quiet_spark_logs` turns off.
+
+Each logs, at ERROR and with a stack trace of 50 to 300 lines, a failure that
+also reaches the caller as an exception: a streaming query that terminated
+(raised again by ``awaitTermination`` and ``processAllAvailable``, which
+txstream's ``TxQuery`` turns into one line), a failed task and the job it
+aborts (raised by the action that ran the job).  Printed as well, they buried
+txstream's one-line error under Spark's copy of it.
+"""
+
+
 def local_session(
     app_name: str = "txstream", cores: int = 2, master: str | None = None, **conf: Any
 ) -> Any:
@@ -62,6 +82,12 @@ def local_session(
     after the ``spark_`` prefix is dropped, e.g. ``sql_shuffle_partitions=4``;
     or pass a dict of full keys as ``conf``.  ``master`` overrides ``local[cores]``
     (e.g. ``local-cluster[2,1,1024]``: two executor JVMs, or ``spark://host:7077``).
+
+    Spark then logs errors only, without the failures listed in
+    :data:`QUIET_LOGGERS`, unless Spark's own ``spark.log.level`` is set
+    (``log_level="WARN"``, or ``--conf spark.log.level=WARN`` in
+    ``PYSPARK_SUBMIT_ARGS`` or ``spark-submit``): Spark then logs at that level,
+    everything included.
     """
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
@@ -71,8 +97,25 @@ def local_session(
     for key, value in _settings(conf).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    if session.sparkContext.getConf().get("spark.log.level", None) is None:
+        quiet_spark_logs(session)
+    # else Spark has set the level the user asked for, for every logger.
     return session
+
+
+def quiet_spark_logs(spark: Any) -> None:
+    """Log Spark's errors only, and not those of :data:`QUIET_LOGGERS`, in this JVM.
+
+    :func:`local_session` calls it; call it on a session of your own for the
+    same quiet.  ``spark.sparkContext.setLogLevel(level)`` sets the level of
+    the other loggers afterwards; Spark's ``spark.log.level`` setting, given
+    when the session starts, makes :func:`local_session` leave logging alone.
+    """
+    spark.sparkContext.setLogLevel("ERROR")
+    jvm = spark.sparkContext._jvm
+    off = jvm.org.apache.logging.log4j.Level.OFF
+    for name in QUIET_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
 
 
 def _settings(conf: dict[str, Any]) -> dict[str, str]:

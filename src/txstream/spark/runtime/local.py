@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from txstream.spark.runtime.base import (
+    InputSpec,
     JobSpec,
     Row,
     RuntimeJobError,
@@ -37,6 +39,45 @@ from txstream.spark.runtime.tasks import (
     run_batch,
 )
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_EPOCH_DAY = _EPOCH.date().toordinal()
+
+
+def order_number(value: Any) -> float:
+    """The order value of a row's order column value, as Spark computes it (a double).
+
+    A number is itself (a finite one); a ``datetime`` (a pandas ``Timestamp``
+    too) is its epoch seconds to the microsecond, as Spark casts a timestamp to
+    a double, a naive one read as UTC (the session time zone of
+    ``local_session``, in which Spark reads times without a zone); a ``date``
+    is the epoch seconds of its midnight UTC, as ``unix_date(day) * 86400``
+    on Spark (see :func:`txstream.spark.runtime.query.order_value`).  Raises
+    :class:`ValueError` saying what else to give.
+    """
+    if isinstance(value, datetime):  # before date: a datetime is a date too
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        # Whole microseconds, as Spark keeps them (a pandas Timestamp's nanoseconds go).
+        delta: timedelta = value - _EPOCH
+        micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+        return micros / 1e6  # Spark: the microseconds as a double over 1e6
+    if isinstance(value, date):
+        return (value.toordinal() - _EPOCH_DAY) * 86400.0
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if math.isfinite(value):
+            return float(value)
+        raise ValueError(f"must be a finite number, got {value!r}")
+    kind = type(value).__name__
+    hint = "convert it first"
+    if isinstance(value, str):  # the hint of job.start for a string column, in Python
+        hint += (
+            ", e.g. datetime.fromisoformat(text) for ISO-8601 times, or float(text) for "
+            "numbers written as text"
+        )
+    raise ValueError(
+        f"is a {kind} ({value!r:.60}); an order column is a number, a timestamp or a date: {hint}"
+    )
+
 
 def event_copies(
     job: JobSpec, partitions: int, input_name: str, row: Row, mid: int
@@ -46,16 +87,7 @@ def event_copies(
     An input without keys is delivered to every partition (a CTI/punctuation).
     """
     spec = job.inputs[input_name]
-    order_value = 0.0
-    if spec.order is not None:
-        raw = row.get(spec.order)
-        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
-            raise RuntimeJobError(
-                f"{position(input_name, mid)}: order column {spec.order!r} must be a finite "
-                f"number, got {raw!r}"
-            )
-        order_value = float(raw)
-    order = (order_value, spec.index, mid)
+    order = (_order_of(spec, input_name, row, mid), spec.index, mid)
     try:
         values = spec.values_of(row)
         pids = [partition_of(v, partitions) for v in values]
@@ -70,6 +102,29 @@ def event_copies(
     for pid in dict.fromkeys(pids):
         copies.append((pid, Event(order, input_name, row, values, pids, copy=pid == pids[0])))
     return copies
+
+
+def _order_of(spec: InputSpec, input_name: str, row: Row, mid: int) -> float:
+    """The order value of ``row`` (0 without an order column); one line naming the row if bad."""
+    if spec.order is None:
+        return 0.0
+    where = position(input_name, mid)
+    if spec.order not in row:
+        raise RuntimeJobError(f"{where}: the row has no order column {spec.order!r}")
+    try:
+        return order_number(row[spec.order])
+    except ValueError as exc:
+        raise RuntimeJobError(f"{where}: order column {spec.order!r} {exc}") from None
+
+
+def _missing_time(spec: InputSpec, row: Row) -> str | None:
+    """``order value`` when ``row``'s order column holds pandas' missing time, NaT.
+
+    Spark reads NaT as null; only rows handed to ``run_local`` can hold one.  NaT
+    is a ``datetime`` that is not equal to itself.
+    """
+    value = row.get(spec.order) if spec.order is not None else None
+    return "order value" if isinstance(value, datetime) and value != value else None
 
 
 class LocalRunner:
@@ -171,10 +226,10 @@ class LocalRunner:
                     f"{type(row).__name__}: {row!r}"
                 )
             spec = self.job.inputs[name]
-            what = null_field(spec, row)
+            what = null_field(spec, row) or _missing_time(spec, row)
             if what is not None:  # as on Spark: reported, not run
-                value = row.get(spec.order) if spec.order is not None else None
-                order = [float(value) if isinstance(value, int | float) else 0.0, spec.index, mid]
+                known = what != "order value"  # a null order value counts as 0, as on Spark
+                order = [_order_of(spec, name, row, mid) if known else 0.0, spec.index, mid]
                 bad.append(bad_event(self.batch, position(name, mid), mid, order, what))
                 continue
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
