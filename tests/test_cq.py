@@ -461,6 +461,8 @@ def test_run_and_feed_do_not_mix_on_one_engine() -> None:
     with pytest.raises(CQError, match="run\\(\\) would drop the events waiting"):
         fed.run(events)
     assert len(fed.feed(events[3:])) == 3
+    with pytest.raises(CQError, match="max_results must be 0 or more, got -1"):
+        engine.run(events, max_results=-1)  # before: [] without a word
 
 
 @pytest.mark.parametrize("time_column", [None, "t"])

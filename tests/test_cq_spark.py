@@ -280,6 +280,20 @@ def test_bad_queries_fail_in_one_line(spark: Any) -> None:
             "unknown aggregate 'median'",
         ),
         (lambda: SparkCQ("q", tm).stream(df, "id").start("/nonexistent/cp"), "needs .stream"),
+        (
+            lambda: SparkCQ("q", tm).stream(df.selectExpr("cast(id as string) id", "part"), "id"),
+            "order column 'id' is string, which does not sort in arrival order",
+        ),
+        (  # a batch DataFrame: Spark's AnalysisException only once the query started
+            lambda: (
+                SparkCQ("q", tm)
+                .stream(df, "id")
+                .join(TABLE, "part", "price long")
+                .window("avg", "price", r=2)
+                .start("/nonexistent/cp")
+            ),
+            "SparkCQ reads a streaming DataFrame",
+        ),
     ]
     for make, message in cases:
         with pytest.raises(CQError) as err:
@@ -293,7 +307,8 @@ def test_a_bad_selection_or_window_column_fails_in_one_line_before_spark_runs(
 ) -> None:
     # before: the stream started and the first micro-batch failed with "An exception
     # was raised by the Python Proxy. Return Message: Traceback (most recent call last):"
-    df = spark.createDataFrame([(1, 2, 3)], EVENT_SCHEMA)
+    (tmp_path / "in").mkdir()
+    df = spark.readStream.schema(EVENT_SCHEMA).csv(str(tmp_path / "in"))
     tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})
 
     def q(where: str | None, schema: str = "price long") -> SparkCQ:
@@ -312,6 +327,25 @@ def test_a_bad_selection_or_window_column_fails_in_one_line_before_spark_runs(
     with pytest.raises(TxStreamError, match="not a schema: 'price lng'") as bad:
         SparkCQ("q", tm).stream(df, "id").join(TABLE, "part", "price lng")
     assert "\n" not in str(bad.value)  # before: Spark's multi-line ParseException
+
+
+def test_a_file_checkpoint_or_rows_without_the_schemas_columns_fail_before_spark_runs(
+    spark: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "in").mkdir()
+    stream = spark.readStream.schema(EVENT_SCHEMA).csv(str(tmp_path / "in"))
+    tm = load_table("snapshot", {1: {"price": 1, "cat": 0}, 2: {"cost": 3}})
+
+    def q(schema: str) -> SparkCQ:
+        cq = SparkCQ("q", tm).stream(stream, "id").join(TABLE, "part", schema)
+        return cq.window("avg", "price", r=2)
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(TxStreamError, match=r"checkpoint .*file is a file; give a directory"):
+        q("price long").start(tmp_path / "file")  # before: a raw NotADirectoryError
+    # before: row 2 joined with price null in every window, silently
+    with pytest.raises(CQError, match="table 'parts': row 2 has no column 'price'"):
+        q("price long").start(tmp_path / "ckpt")
 
 
 def test_plain_baseline_reports_mixed_versions_per_row(spark: Any, tmp_path: Path) -> None:

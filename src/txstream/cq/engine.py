@@ -647,6 +647,8 @@ class CQEngine:
         its results are out, e.g. to interleave other work deterministically.
         Each call starts afresh; an engine that was fed micro-batches refuses it.
         """
+        if max_results is not None and max_results < 0:
+            raise CQError(f"max_results must be 0 or more, got {max_results}")
         if self._used == "feed":
             raise CQError(
                 "this engine is fed micro-batches; run() would drop the events waiting for "

@@ -58,8 +58,10 @@ from txstream.spark.reference import (
     evaluate,
     key_values,
     numeric,
+    orderable,
     pin,
 )
+from txstream.spark.runtime.state import usable_directory
 from txstream.spark.sql import literal, where
 from txstream.storage.base import StorageError
 from txstream.txn import Transaction, TransactionManager
@@ -127,6 +129,12 @@ class SparkCQ:
         """The input: a streaming DataFrame and its arrival-order column (unique, increasing)."""
         if order not in df.columns:
             raise CQError(f"order column {order!r} is not in the stream ({', '.join(df.columns)})")
+        kind = orderable(df, order)
+        if kind is not None:  # e.g. strings: "10" would come before "9"
+            raise CQError(
+                f"order column {order!r} is {kind}, which does not sort in arrival order; "
+                "give a number, a timestamp or a date (cast it in the stream's select)"
+            )
         self._stream, self._order = df, order
         return self
 
@@ -203,6 +211,21 @@ class SparkCQ:
         self._window = TimeWindow(r, s, aggregate, column, time)
         return self
 
+    def _check_rows(self) -> None:
+        """Each joined table's rows have the columns its ``schema`` names (one pass at start).
+
+        A column missing from the rows would join as null in every window, silently.
+        """
+        for join in self._joins:
+            for key, row in self.tm.table(join.table).rows().items():
+                if isinstance(row, dict):
+                    missing = [n for n in join.names if n not in row]
+                    if missing:
+                        raise CQError(
+                            f"table {join.table!r}: row {key!r} has no column {missing[0]!r} "
+                            f"that the join's schema names (it has {', '.join(map(str, row))})"
+                        )
+
     def _columns(self) -> list[str]:
         cols = list(self._stream.columns) if self._stream is not None else []
         for j in self._joins:
@@ -226,6 +249,13 @@ class SparkCQ:
         """
         if self._stream is None or not self._joins or self._window is None:
             raise CQError("a query needs .stream(...), at least one .join(...) and .window(...)")
+        if not self._stream.isStreaming:
+            raise CQError(
+                "SparkCQ reads a streaming DataFrame (spark.readStream...); for rows at hand "
+                "run txstream.cq.CQEngine over them"
+            )
+        usable_directory(Path(checkpoint), "checkpoint")
+        self._check_rows()
         column = self._window.column if self._window.aggregate != "count" else None
         problem = check_plan(self._stream, self._joins, self._condition, column)
         if problem is not None:  # else it failed in the first micro-batch, in Spark's words

@@ -131,6 +131,16 @@ def numeric(events: Any, column: str) -> bool:
     return isinstance(events.schema[column].dataType, NumericType)
 
 
+def orderable(events: Any, column: str) -> str | None:
+    """None when ``column`` sorts in arrival order (a number, timestamp or date); else its type."""
+    from pyspark.sql.types import DateType, NumericType, TimestampNTZType, TimestampType
+
+    kind = events.schema[column].dataType
+    if isinstance(kind, NumericType | TimestampType | TimestampNTZType | DateType):
+        return None
+    return str(kind.simpleString())
+
+
 def key_values(events: Any, columns: Sequence[str]) -> dict[str, list[Any]]:
     """The distinct values of ``columns`` in the batch's events (one Spark job).
 
