@@ -278,7 +278,7 @@ def test_runtime_feed_writes_the_rendered_events_stamped_when_sent(tmp_path: Pat
 
 
 def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
-    from txstream.bench.runtime import FLOOD, LOAD, summarize
+    from txstream.bench.runtime import FLOOD, LOAD, SWEEP, summarize
 
     def row(
         engine: str, master: str, cross: int, rate: int, tps: int, p99: float
@@ -299,6 +299,7 @@ def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
             row("executors", "local[1]", 0, FLOOD, 40_000, 9.0),
             row("executors", "local[2]", 0, FLOOD, 60_000, 8.0),
             row("executors", "local[2]", 0, LOAD, 52_000, 1.5),
+            row("executors", "local[2]", 0, SWEEP[0], 38_000, 0.9),
             row("executors", "local[2]", 10, FLOOD, 30_000, 9.0),
             row("driver", "local[2]", 10, FLOOD, 15_000, 9.0),
         ]
@@ -306,4 +307,8 @@ def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
     assert "local[2] / local[1] at 0% cross: 1.50x" in text
     assert "executors / driver engine at 10% cross: 2.00x" in text
     assert "52,000 txn/s, p99 1.5 s" in text
+    # every offered-load point, the lower ones first
+    lower = text.index(f"at {SWEEP[0]:,} events/s offered, 0% cross: 38,000 txn/s, p99 0.9 s")
+    assert lower < text.index(f"at {LOAD:,} events/s offered")
+    assert f"at {FLOOD:,}" not in text
     assert "errors in all runs: 0" in text

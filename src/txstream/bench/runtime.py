@@ -7,9 +7,10 @@ job's cores almost nothing), each stamped with the time its file was written
 (``sent``); the job commits micro-batch after micro-batch until every event is
 in.  A warm-up of :data:`WARMUP` events runs first and is committed before the
 clock starts (the first batches compile Spark's code and load each worker's
-partition state); it is checked like every other event but not timed.  Two
-offered loads: :data:`LOAD` (the latency goal's) and :data:`FLOOD` (more than any
-engine here takes: the point measures capacity).  Measured, after the warm-up:
+partition state); it is checked like every other event but not timed.  Offered
+loads: :data:`LOAD` (the latency goal's), :data:`SWEEP` (lower ones, for latency
+against load) and :data:`FLOOD` (more than any engine here takes: the point
+measures capacity).  Measured, after the warm-up:
 
 * ``txn_per_s``: events / (last commit - first file written);
 * ``p99_latency_s``, ``max_latency_s``: batch commit time - ``sent``;
@@ -69,10 +70,14 @@ LOAD = 60_000
 """The offered load (events/s) of the latency goal: 50,000 txn/s with p99 under 2 s."""
 FLOOD = 250_000
 """An offered load above what any engine here can take: the point then measures capacity."""
+SWEEP = (40_000, 50_000)
+"""Lower offered loads (local[2], 0% cross) beside :data:`LOAD`: latency against load, where
+the knee lies (at :data:`LOAD` a batch queues behind the one before, about capacity here)."""
 
 GRID = [
     *(_point("executors", m, c, 600_000, FLOOD) for m in MASTERS for c in (0, 1, 10)),
     *(_point("executors", "local[2]", c, 600_000, LOAD) for c in (0, 10)),
+    *(_point("executors", "local[2]", 0, 600_000, rate) for rate in SWEEP),
     *(_point("driver", "local[2]", c, 200_000, FLOOD) for c in (0, 10)),
 ]
 QUICK = [
@@ -387,11 +392,11 @@ def summarize(rows: list[dict[str, Any]]) -> str:
         lines.append(
             f"- capacity, executors / driver engine at 10% cross: {exe / drv:.2f}x (goal 5x)"
         )
-    for r in rows:
-        if r["engine"] == "executors" and r["master"] == "local[2]" and r["rate"] == LOAD:
+    for r in sorted(rows, key=lambda r: (r["cross_partition_pct"], r["rate"])):
+        if r["engine"] == "executors" and r["master"] == "local[2]" and r["rate"] < FLOOD:
             lines.append(
-                f"- local[2] at {LOAD:,} events/s offered, {r['cross_partition_pct']}% cross: "
-                f"{r['txn_per_s']:,} txn/s, p99 {r['p99_latency_s']} s "
+                f"- local[2] at {r['rate']:,} events/s offered, {r['cross_partition_pct']}% "
+                f"cross: {r['txn_per_s']:,} txn/s, p99 {r['p99_latency_s']} s "
                 "(goal 50,000 txn/s with p99 under 2 s)"
             )
     lines.append(f"- errors in all runs: {sum(abs(r['errors']) for r in rows)} (goal 0)")
@@ -430,6 +435,17 @@ EXPERIMENT = Experiment(
             ylabel="seconds",
             hline=2.0,
             where=(("rate", LOAD),),
+        ),
+        Figure(
+            name="runtime_latency_load",
+            x="rate",
+            y="p99_latency_s",
+            series="master",
+            facet="engine",
+            title="p99 s against offered load, 0% cross (dashed: 2 s)",
+            ylabel="seconds",
+            hline=2.0,
+            where=(("engine", "executors"), ("master", "local[2]"), ("cross_partition_pct", 0)),
         ),
     ],
     summarize=summarize,
