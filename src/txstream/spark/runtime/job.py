@@ -258,7 +258,7 @@ class Job:
     ) -> LocalRunner:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
         self.validate()
-        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
+        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, self._merge)
         runner.arrival = self.arrival_fn()
         if self._merge == "event-time":
             runner.idle_batches = self._idle_batches
