@@ -1481,3 +1481,20 @@ def test_run_local_refuses_an_order_value_spark_cannot_order_by_in_one_line(
     assert str(caught.value) == message
     with pytest.raises(tx.RuntimeJobError, match=r"^e#0: the row has no order column 'ts'$"):
         ordered_job().run_local([[("e", {"k": 1, "n": 0})]], tmp_path / "other", 1)
+
+
+def test_the_spark_handle_counts_every_committed_batch_past_its_recent_progress(
+    tmp_path: Path,
+) -> None:
+    from txstream.spark.runtime.query import RECENT, TxQuery
+
+    query = TxQuery(counter_job(), tmp_path, None, 2, "executors")
+    try:
+        for batch in range(RECENT + 50):
+            query._progressed({"batchId": batch})
+        # committedBatches was len(recentProgress): stuck at 100 in a long run.
+        assert query.status["committedBatches"] == RECENT + 50
+        assert len(query.recentProgress) == RECENT
+        assert query.lastProgress == {"batchId": RECENT + 49}
+    finally:
+        query.stop()

@@ -452,3 +452,38 @@ def test_a_restart_on_spark_keeps_inputs_and_key_types_and_reads_new_outputs(
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     later = [e["id"] for n, e in stream[60:] if n == "transfers"]
     assert [r["id"] for r in tx.read_output(tmp_path / "ckpt", "audit")] == later
+
+
+def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_restart(
+    spark: Any, tmp_path: Path
+) -> None:
+    stream = list(events(90, 6, 20, seed=9))
+    write_ledger_input(tmp_path / "in", stream, files=2)
+    delivered: list[tuple[int, list[int]]] = []
+    down = [True]  # the database is down for the first call of batch 1
+
+    def sink(batch: int, rows: list[dict[str, Any]]) -> None:
+        if batch == 1 and down and down.pop():
+            raise ConnectionError("db down")
+        delivered.append((batch, [r["id"] for r in rows]))
+
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).sink("transfers_done", sink)
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
+    try:
+        with pytest.raises(
+            tx.TxStreamError,
+            match=r"sink of output 'transfers_done' failed on batch 1: ConnectionError: db down; "
+            "it is called again on restart$",
+        ):
+            query.awaitTermination()
+    finally:
+        query.stop()
+    # Batch 1 committed before its sink ran: its progress counts (it was missing
+    # from lastProgress and committedBatches), and read_output has its rows.
+    assert query.lastProgress is not None and query.lastProgress["batchId"] == 1
+    assert query.status["committedBatches"] == 2 and "db down" in query.status["failure"]
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
+    assert [b for b, _ in delivered] == [0]
+    run_available(job, tmp_path / "ckpt", spark)  # the restart delivers batch 1, once
+    assert [b for b, _ in delivered] == [0, 1]
+    assert [i for _, ids in delivered for i in ids] == [i for i, _ in serial_oracle(stream)[1]]

@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
 
 OUT_SCHEMA = "kind string, pid int, payload binary"
+RECENT = 100
+"""How many batches' progress ``TxQuery.recentProgress`` keeps (as Spark's default)."""
 ENGINES = ("executors", "driver")
 
 
@@ -247,6 +249,9 @@ class TxQuery:
         self.routes: list[int] = []
         self.query: Any = None
         self.recentProgress: list[dict[str, Any]] = []
+        """The last :data:`RECENT` batches' progress (a long run keeps no more)."""
+        self._committed = 0
+        """Batches this query committed (``recentProgress`` keeps only the last ones)."""
         self._lock = self.store.lock()
         self._status = "starting"
         self._failure: str | None = None
@@ -284,7 +289,7 @@ class TxQuery:
         return {
             "message": self._status,
             "isActive": self.isActive,
-            "committedBatches": len(self.recentProgress),
+            "committedBatches": self._committed,
             "failure": self._failure,
         }
 
@@ -591,7 +596,7 @@ class TxQuery:
             self.store.clear_uncommitted(batch_id)
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
-            self.recentProgress.append(_progress(batch_id, stats, time.time() - started, 1))
+            self._progressed(_progress(batch_id, stats, time.time() - started, 1))
             deliver(self.store, self.job._sinks)
             return
         P = self.partitions
@@ -644,13 +649,18 @@ class TxQuery:
         self._prev = batch_id
         self._frontier = ctx.frontier
         self._tokens = dict(ctx.tokens)
-        deliver(self.store, self.job._sinks)
         if ctx.snapshot:
             self._trim(batch_id)
-        progress = _progress(batch_id, stats, time.time() - started, P)
-        self.recentProgress.append(progress)
-        del self.recentProgress[:-100]
+        # The batch committed: its progress counts even if a sink then fails.
+        self._progressed(_progress(batch_id, stats, time.time() - started, P))
+        deliver(self.store, self.job._sinks)
         stop_on_error(stats, self.job._on_error)
+
+    def _progressed(self, progress: dict[str, Any]) -> None:
+        """Record a committed batch's progress (``recentProgress`` keeps the last ones)."""
+        self._committed += 1
+        self.recentProgress.append(progress)
+        del self.recentProgress[:-RECENT]
 
     def _gathers(self) -> bool:
         """Whether the phase-1 tasks find the event-time merge's frontier themselves.
