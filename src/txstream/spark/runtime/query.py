@@ -597,7 +597,7 @@ class TxQuery:
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
             self._progressed(_progress(batch_id, stats, time.time() - started, 1))
-            deliver(self.store, self.job._sinks)
+            deliver(self.store, self.job._sinks, [batch_id])
             return
         P = self.partitions
         prepared = (
@@ -653,7 +653,9 @@ class TxQuery:
             self._trim(batch_id)
         # The batch committed: its progress counts even if a sink then fails.
         self._progressed(_progress(batch_id, stats, time.time() - started, P))
-        deliver(self.store, self.job._sinks)
+        # The batches before were delivered when they committed, or at start:
+        # a query whose sink failed stops, and its restart delivers the rest.
+        deliver(self.store, self.job._sinks, [batch_id])
         stop_on_error(stats, self.job._on_error)
 
     def _progressed(self, progress: dict[str, Any]) -> None:
