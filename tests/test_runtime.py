@@ -522,6 +522,28 @@ def test_sinks_get_each_committed_batch_once_even_after_a_crash(
     assert total == len(tx.read_output(tmp_path, "transfers_done"))
 
 
+def test_a_running_job_delivers_a_new_batch_without_checking_every_batch_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each micro-batch looked at every batch ever committed (its commit marker
+    # and sink record): 0.13 s per micro-batch after 20,000 of them, growing.
+    # Now the start looks at them all (a crash may have left one undelivered),
+    # then each batch delivers itself.
+    listed: list[str] = []
+    committed = RuntimeStore.committed
+
+    def counted(store: RuntimeStore) -> list[int]:
+        listed.append(sys._getframe(1).f_code.co_name)
+        return committed(store)
+
+    monkeypatch.setattr(RuntimeStore, "committed", counted)
+    calls: list[int] = []
+    job = ledger_job().sink("transfers_done", lambda batch, rows: calls.append(batch))
+    job.run_local(split(list(events(120, 6, 50, seed=2)), [30, 30, 30]), tmp_path, 2)
+    assert calls == [0, 1, 2, 3]
+    assert listed.count("deliver") == 1
+
+
 def test_postgres_sink_is_exactly_once_per_batch(tmp_path: Path) -> None:
     from txstream.loading.pgserver import PostgresServer, find_bindir
 
@@ -1481,3 +1503,101 @@ def test_run_local_refuses_an_order_value_spark_cannot_order_by_in_one_line(
     assert str(caught.value) == message
     with pytest.raises(tx.RuntimeJobError, match=r"^e#0: the row has no order column 'ts'$"):
         ordered_job().run_local([[("e", {"k": 1, "n": 0})]], tmp_path / "other", 1)
+
+
+def test_the_spark_handle_counts_every_committed_batch_past_its_recent_progress(
+    tmp_path: Path,
+) -> None:
+    from txstream.spark.runtime.query import RECENT, TxQuery
+
+    query = TxQuery(counter_job(), tmp_path, None, 2, "executors")
+    try:
+        for batch in range(RECENT + 50):
+            query._progressed({"batchId": batch})
+        # committedBatches was len(recentProgress): stuck at 100 in a long run.
+        assert query.status["committedBatches"] == RECENT + 50
+        assert len(query.recentProgress) == RECENT
+        assert query.lastProgress == {"batchId": RECENT + 49}
+    finally:
+        query.stop()
+
+
+def keyed_moves(composite: bool) -> tx.Job:
+    """Counts per key (one event) and moves a count between two keys (two values)."""
+    columns = ["a", "b"] if composite else ["k"]
+
+    def bump(t: tx.Tx, e: dict[str, Any]) -> None:
+        key = tuple(e[c] for c in columns) if composite else e["k"]
+        if t.read("c", key) is None:
+            t.insert("c", {**{c: e[c] for c in columns}, "n": 0, "wide": e["wide"]})
+        t.emit("o", {"id": e["id"], "n": t.increment("c", key, "n", 1)})
+
+    def move(t: tx.Tx, e: dict[str, Any]) -> None:
+        src, dst = (tuple(e[c]) for c in ("src", "dst")) if composite else (e["src"], e["dst"])
+        ok = t.read("c", src) is not None and t.read("c", dst) is not None
+        if ok:
+            t.increment("c", src, "n", -1)
+            t.increment("c", dst, "n", 1)
+        t.emit("o", {"id": e["id"], "n": 0 if ok else -1})
+
+    keys: Any = [tuple(columns)] if composite else "k"
+    moves: Any = [("s0", "s1"), ("d0", "d1")] if composite else ["src", "dst"]
+    return (
+        tx.Job("keyed")
+        .table("c", key=columns)
+        .input("bump", None, keys=keys, order="ts")
+        .input("move", None, keys=moves, order="ts")
+        .output("o")
+        .on("bump", bump)
+        .on("move", move)
+    )
+
+
+@given(data=st.data(), partitions=st.integers(1, 4), composite=st.booleans())
+def test_string_composite_and_large_keys_with_tied_float_orders_run_as_serial_execution(
+    tmp_path_factory: pytest.TempPathFactory, data: st.DataObject, partitions: int, composite: bool
+) -> None:
+    # Keys beyond 64 bits, unicode text (the tuple separator U+001F too), 0 next
+    # to "0", tuples; order values that tie across inputs and batches; wide rows.
+    text = st.text(alphabet="a\x1f|é€ 😀0", max_size=3)
+    big = st.integers(-(2**70), 2**70)
+    key = st.tuples(text, big) if composite else st.one_of(big, text)
+    keys = data.draw(st.lists(key, min_size=1, max_size=5, unique=True))
+    ts = st.sampled_from([-2.25, 0.0, 1e-300, 0.5, 1.0, 1.5])
+    wide = {f"c{i}": "é" * i for i in range(300)}
+    rows: list[tuple[str, dict[str, Any]]] = []
+    for i in range(data.draw(st.integers(1, 25))):
+        if data.draw(st.booleans()):
+            k = data.draw(st.sampled_from(keys))
+            cols = {"a": k[0], "b": k[1]} if composite else {"k": k}
+            rows.append(("bump", {**cols, "id": i, "ts": data.draw(ts), "wide": wide}))
+        else:
+            s, d = data.draw(st.sampled_from(keys)), data.draw(st.sampled_from(keys))
+            move = {"src": s, "dst": d, "id": i, "ts": data.draw(ts)}
+            if composite:
+                move |= {"s0": s[0], "s1": s[1], "d0": d[0], "d1": d[1]}
+            rows.append(("move", move))
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(rows)), max_size=3)))
+    batches = [rows[i:j] for i, j in zip([0, *cuts], [*cuts, len(rows)], strict=True)]
+    # The serial oracle: batch, order value, input's declaration, position.
+    counts: dict[Any, int] = {}
+    expected = []
+    placed = [
+        ((b, e["ts"], n == "move", i), n, e)
+        for b, rs in enumerate(batches)
+        for i, (n, e) in enumerate(rs)
+    ]
+    for _, name, e in sorted(placed, key=lambda p: p[0]):
+        k = (e["a"], e["b"]) if composite and name == "bump" else e.get("k")
+        if name == "bump":
+            counts[k] = counts.get(k, 0) + 1
+            expected.append({"id": e["id"], "n": counts[k]})
+        else:
+            ok = e["src"] in counts and e["dst"] in counts
+            if ok:
+                counts[e["src"]] -= 1
+                counts[e["dst"]] += 1
+            expected.append({"id": e["id"], "n": 0 if ok else -1})
+    store = tmp_path_factory.mktemp("keys")
+    keyed_moves(composite).run_local([b for b in batches if b], store, partitions)
+    assert tx.read_output(store, "o") == expected

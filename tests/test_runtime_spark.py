@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import txstream as tx
-from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.bench.ledger import events, ledger_job, serial_oracle, transfer
 from txstream.model import check
 from txstream.spark.runtime.partitioning import partition_of, sql_partition
 
@@ -404,3 +404,86 @@ def test_run_local_computes_timestamp_and_date_order_values_as_spark_does(spark:
     ).collect()
     assert [r["ts"] for r in got] == [order_number(s) for s in stamps]
     assert [r["day"] for r in got] == [order_number(d) for d in days]
+
+
+def test_a_restart_on_spark_keeps_inputs_and_key_types_and_reads_new_outputs(
+    spark: Any, tmp_path: Path
+) -> None:
+    # test_runtime_restart.py checks each change with run_local; here what only
+    # Spark has: its sources resumed by place, and key columns' types.
+    stream = list(events(120, 8, 20, seed=5))
+    write_ledger_input(tmp_path / "in", stream[:60], files=1)
+    deposits, transfers = ledger_streams(spark, tmp_path / "in")
+    run_available(ledger_job(deposits, transfers), tmp_path / "ckpt", spark)
+    swapped = (
+        tx.Job("ledger")
+        .table("accounts", key="acct", schema="acct long, balance long")
+        .input("transfers", transfers, keys=["src", "dst"], order="id")
+        .input("deposits", deposits, keys="acct", order="id")
+        .output("transfers_done")
+        .on("deposits", lambda t, e: None)
+        .on("transfers", lambda t, e: None)
+    )
+    # Spark would resume each file source from the other's offsets (or, for a
+    # source without paths such as Kafka, read on silently): refused at start.
+    with pytest.raises(tx.RuntimeJobError, match=r"^checkpoint \S+ was started with inputs \['de"):
+        swapped.start(tmp_path / "ckpt", spark=spark)
+    texts = spark.readStream.schema("acct string, amount long, id long").json(
+        str(tmp_path / "in" / "deposits")
+    )
+    # Accounts 5 and '5' are different keys: every deposit would open a new account.
+    with pytest.raises(
+        tx.RuntimeJobError,
+        match=r"^input 'deposits': its key columns held integer values in checkpoint \S+, now "
+        r"string: rows stored under the old values would not be found",
+    ):
+        ledger_job(texts, transfers).start(tmp_path / "ckpt", spark=spark)
+    assert not spark.streams.active
+
+    def audited(t: tx.Tx, e: dict[str, Any]) -> None:
+        transfer(t, e)
+        t.emit("audit", {"id": e["id"]})
+
+    write_ledger_input(tmp_path / "in2", stream[60:], files=1)
+    for name in ("deposits", "transfers"):  # the second file of each input
+        (tmp_path / "in2" / name / "part-0000.json").rename(tmp_path / "in" / name / "p1.json")
+    job = ledger_job(deposits, transfers).output("audit").on("transfers", audited)
+    run_available(job, tmp_path / "ckpt", spark)
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
+    later = [e["id"] for n, e in stream[60:] if n == "transfers"]
+    assert [r["id"] for r in tx.read_output(tmp_path / "ckpt", "audit")] == later
+
+
+def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_restart(
+    spark: Any, tmp_path: Path
+) -> None:
+    stream = list(events(90, 6, 20, seed=9))
+    write_ledger_input(tmp_path / "in", stream, files=2)
+    delivered: list[tuple[int, list[int]]] = []
+    down = [True]  # the database is down for the first call of batch 1
+
+    def sink(batch: int, rows: list[dict[str, Any]]) -> None:
+        if batch == 1 and down and down.pop():
+            raise ConnectionError("db down")
+        delivered.append((batch, [r["id"] for r in rows]))
+
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).sink("transfers_done", sink)
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
+    try:
+        with pytest.raises(
+            tx.TxStreamError,
+            match=r"sink of output 'transfers_done' failed on batch 1: ConnectionError: db down; "
+            "it is called again on restart$",
+        ):
+            query.awaitTermination()
+    finally:
+        query.stop()
+    # Batch 1 committed before its sink ran: its progress counts (it was missing
+    # from lastProgress and committedBatches), and read_output has its rows.
+    assert query.lastProgress is not None and query.lastProgress["batchId"] == 1
+    assert query.status["committedBatches"] == 2 and "db down" in query.status["failure"]
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
+    assert [b for b, _ in delivered] == [0]
+    run_available(job, tmp_path / "ckpt", spark)  # the restart delivers batch 1, once
+    assert [b for b, _ in delivered] == [0, 1]
+    assert [i for _, ids in delivered for i in ids] == [i for i, _ in serial_oracle(stream)[1]]

@@ -258,13 +258,14 @@ class Job:
     ) -> LocalRunner:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
         self.validate()
-        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every)
+        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, self._merge)
         runner.arrival = self.arrival_fn()
         if self._merge == "event-time":
             runner.idle_batches = self._idle_batches
+        deliver(runner.store, self._sinks)  # as at a query's start: any a crash left
         for batch in batches:
             stats = runner.run_batch(batch)
-            deliver(runner.store, self._sinks)  # as on Spark: each batch once it commits
+            deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
             stop_on_error(stats, self._on_error)
         return runner
 

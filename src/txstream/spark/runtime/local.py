@@ -27,6 +27,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
+from txstream.spark.runtime.restart import job_shape, restarted_meta
 from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
@@ -131,13 +132,24 @@ class LocalRunner:
     """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
 
     def __init__(
-        self, job: JobSpec, store: str | Path, partitions: int = 2, snapshot_every: int = 10
+        self,
+        job: JobSpec,
+        store: str | Path,
+        partitions: int = 2,
+        snapshot_every: int = 10,
+        merge: str = "batch",
     ) -> None:
+        """Open (or create) the store for ``job``.
+
+        ``merge`` is recorded with the store (a restart may not leave
+        ``event-time`` while events are held); :meth:`Job.run_local` sets
+        ``idle_batches`` for it.
+        """
         job.validate()
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
         self.store = RuntimeStore(usable_directory(Path(store), "store"))
-        lock = _local_store(self.store, job, self.partitions)
+        lock = _local_store(self.store, job, self.partitions, job_shape(job, merge))
         self.snapshot_every = snapshot_every
         committed = self.store.committed()
         self.batch = committed[-1] + 1 if committed else 0
@@ -297,12 +309,13 @@ def _owner(job: JobSpec, value: Any, partitions: int) -> int:
     return partition_of(value, partitions)
 
 
-def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
+def _local_store(store: RuntimeStore, job: JobSpec, partitions: int, shape: dict[str, Any]) -> Any:
     """Take ``store``'s owner lock for a local run; refuse a Spark query's store.
 
     A Spark query's batches are Spark's micro-batches, numbered in its
     checkpoint: a local batch committed in its store would take the number of
-    the query's next one, which the query would then skip as done.  Returns the
+    the query's next one, which the query would then skip as done.  A store
+    run before must fit the job (``shape``, see :mod:`.restart`).  Returns the
     lock (the caller releases it).
     """
     root = store.root
@@ -329,8 +342,11 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int) -> Any:
                 "partitions": partitions,
                 "outputs": sorted(job.outputs),
                 "runner": "local",
+                **shape,
             }
-            write_atomic(root / "job.json", json.dumps(meta).encode())
+        else:
+            meta = restarted_meta(store, meta, shape, job, f"store {root}")
+        write_atomic(root / "job.json", json.dumps(meta).encode())
     except BaseException:
         lock.release()
         raise

@@ -45,6 +45,7 @@ from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
+from txstream.spark.runtime.restart import KEY_KINDS, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import (
@@ -72,8 +73,9 @@ if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
 
 OUT_SCHEMA = "kind string, pid int, payload binary"
+RECENT = 100
+"""How many batches' progress ``TxQuery.recentProgress`` keeps (as Spark's default)."""
 ENGINES = ("executors", "driver")
-_KEY_TYPES = ("IntegerType", "LongType", "ShortType", "ByteType", "StringType", "BooleanType")
 
 
 _PYTHON_EXCEPTION = re.compile(
@@ -153,12 +155,14 @@ def order_value(column: str, data_type: Any) -> str:
     return f"cast(`{column}` as double)"
 
 
-def check_inputs(job: Job) -> None:
+def check_inputs(job: Job) -> dict[str, list[str]]:
     """Refuse, in one line, inputs whose DataFrames do not fit their declarations.
 
     Reads only the DataFrames' schemas: it runs before Spark starts anything.
+    Returns the type of each input's key columns (see :func:`restart.job_shape`).
     """
     columns: dict[str, dict[str, str]] = {}
+    key_types: dict[str, list[str]] = {}
     for spec in job.spec.inputs.values():
         df = spec.source
         if not hasattr(df, "isStreaming"):
@@ -177,11 +181,12 @@ def check_inputs(job: Job) -> None:
                         f"input {spec.name!r}: key column {column!r} is not in its schema "
                         f"({', '.join(fields)})"
                     )
-                if fields[column] not in _KEY_TYPES:
+                if fields[column] not in KEY_KINDS:
                     raise RuntimeJobError(
                         f"input {spec.name!r}: key column {column!r} is {fields[column]}; "
                         "a key is an integer, string or boolean column"
                     )
+                key_types.setdefault(spec.name, []).append(KEY_KINDS[fields[column]])
         if spec.broadcast is not None and fields.get(spec.broadcast) != "BooleanType":
             raise RuntimeJobError(
                 f"input {spec.name!r}: broadcast column {spec.broadcast!r} must be a boolean "
@@ -214,6 +219,7 @@ def check_inputs(job: Job) -> None:
                     "it must hold epoch seconds as a number (for a timestamp column, "
                     f"add one: F.unix_micros({arrival!r}) / 1e6)"
                 )
+    return key_types
 
 
 def _order_hint(column: str, kind: str) -> str:
@@ -243,6 +249,9 @@ class TxQuery:
         self.routes: list[int] = []
         self.query: Any = None
         self.recentProgress: list[dict[str, Any]] = []
+        """The last :data:`RECENT` batches' progress (a long run keeps no more)."""
+        self._committed = 0
+        """Batches this query committed (``recentProgress`` keeps only the last ones)."""
         self._lock = self.store.lock()
         self._status = "starting"
         self._failure: str | None = None
@@ -280,7 +289,7 @@ class TxQuery:
         return {
             "message": self._status,
             "isActive": self.isActive,
-            "committedBatches": len(self.recentProgress),
+            "committedBatches": self._committed,
             "failure": self._failure,
         }
 
@@ -378,7 +387,8 @@ class TxQuery:
                 f"{root} is a store of run_local, not a Spark checkpoint; start the job on "
                 "a checkpoint of its own"
             )
-        meta = RuntimeStore(root / "txstream").job_meta("spark")
+        store = RuntimeStore(root / "txstream")
+        meta = store.job_meta("spark")
         if meta is not None:
             if partitions is not None and partitions != meta["partitions"]:
                 raise RuntimeJobError(
@@ -386,7 +396,10 @@ class TxQuery:
                     "restart with the same number or a new checkpoint"
                 )
             partitions = int(meta["partitions"])
-        check_inputs(job)
+        key_types = check_inputs(job)
+        shape = job_shape(job.spec, job._merge, key_types)
+        if meta is not None and engine != "driver":  # (the driver engine does not resume)
+            meta = restarted_meta(store, meta, shape, job.spec, f"checkpoint {root}")
         usable_directory(root, "checkpoint")
         if spark is None:
             from txstream.spark.session import local_session
@@ -399,19 +412,19 @@ class TxQuery:
             self._routes()
             if engine == "driver":
                 self._start_driver()
-            elif not meta_path.exists():
-                self._load_initial()
-                write_atomic(
-                    meta_path,
-                    json.dumps(
-                        {
-                            "job": self.spec.name,
-                            "partitions": partitions,
-                            "outputs": sorted(self.spec.outputs),
-                            "runner": "spark",
-                        }
-                    ).encode(),
-                )
+            else:
+                if not self.store.committed():  # (again after a start that committed nothing)
+                    self._load_initial()
+                if meta is None:
+                    meta = {
+                        "job": self.spec.name,
+                        "partitions": partitions,
+                        "outputs": sorted(self.spec.outputs),
+                        "runner": "spark",
+                        **shape,
+                    }
+                # Rewritten on every start: read_output knows the outputs added since.
+                write_atomic(meta_path, json.dumps(meta).encode())
             deliver(self.store, job._sinks)  # batches committed before a crash
             self._start_stream()
         except TxStreamError:
@@ -583,8 +596,8 @@ class TxQuery:
             self.store.clear_uncommitted(batch_id)
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
-            self.recentProgress.append(_progress(batch_id, stats, time.time() - started, 1))
-            deliver(self.store, self.job._sinks)
+            self._progressed(_progress(batch_id, stats, time.time() - started, 1))
+            deliver(self.store, self.job._sinks, [batch_id])
             return
         P = self.partitions
         prepared = (
@@ -636,13 +649,20 @@ class TxQuery:
         self._prev = batch_id
         self._frontier = ctx.frontier
         self._tokens = dict(ctx.tokens)
-        deliver(self.store, self.job._sinks)
         if ctx.snapshot:
             self._trim(batch_id)
-        progress = _progress(batch_id, stats, time.time() - started, P)
-        self.recentProgress.append(progress)
-        del self.recentProgress[:-100]
+        # The batch committed: its progress counts even if a sink then fails.
+        self._progressed(_progress(batch_id, stats, time.time() - started, P))
+        # The batches before were delivered when they committed, or at start:
+        # a query whose sink failed stops, and its restart delivers the rest.
+        deliver(self.store, self.job._sinks, [batch_id])
         stop_on_error(stats, self.job._on_error)
+
+    def _progressed(self, progress: dict[str, Any]) -> None:
+        """Record a committed batch's progress (``recentProgress`` keeps the last ones)."""
+        self._committed += 1
+        self.recentProgress.append(progress)
+        del self.recentProgress[:-RECENT]
 
     def _gathers(self) -> bool:
         """Whether the phase-1 tasks find the event-time merge's frontier themselves.

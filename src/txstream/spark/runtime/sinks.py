@@ -15,7 +15,7 @@ built-in ones are:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from txstream.errors import TxStreamError
@@ -27,12 +27,22 @@ Sink = Callable[[int, list[dict[str, Any]]], None]
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def deliver(store: RuntimeStore, sinks: dict[str, list[Sink]]) -> int:
-    """Hand every committed, not yet delivered batch to its output's sinks; returns how many."""
+def deliver(
+    store: RuntimeStore, sinks: dict[str, list[Sink]], batches: Iterable[int] | None = None
+) -> int:
+    """Hand every committed, not yet delivered batch to its output's sinks; returns how many.
+
+    ``batches``: only these committed batches (a running query's new batch).
+    Without it every committed batch is looked at (at start, for a batch a
+    crash left undelivered): a check per batch ever committed, which a query
+    that runs for days must not pay on every micro-batch (20,000 batches:
+    0.13 s each time).
+    """
     done = 0
+    todo = list(store.committed() if batches is None else batches) if sinks else []
     for output, targets in sinks.items():
         folder = store.root / "sinks" / output
-        for batch in store.committed():
+        for batch in todo:
             marker = folder / f"{batch:012d}.done"
             if marker.exists():
                 continue

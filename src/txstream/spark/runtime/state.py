@@ -3,7 +3,7 @@
 Layout of a job's store directory (on a file system every executor reaches)::
 
     LOCK                        the driver's lock: one running job per store
-    job.json                    partitions, job name (checked on restart)
+    job.json                    partitions, the job's shape (checked on restart, see restart.py)
     commits/<batch>.json        the batch's commit marker (written last, by the driver)
     state/p<pid>/snap-<b>.bin   a partition's whole state after batch b
     state/p<pid>/delta-<b>.bin  the rows batch b changed (written by the task)

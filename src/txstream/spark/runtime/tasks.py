@@ -325,6 +325,9 @@ def run_batch(
                 "aborted": stats["aborted"],
                 "tokens": {str(p): t for p, t in ctx.tokens.items()},
                 "frontier": ctx.frontier,
+                # Events the event-time merge holds: a restart may not leave the
+                # merge while there are any (see restart.restarted_meta).
+                "held": stats.get("held", 0),
             },
         )
         stats["latency"] = latencies(stats["latency"], time.time())

@@ -1,0 +1,167 @@
+"""What a job may change when it restarts on its checkpoint, checked before anything runs.
+
+The store keeps rows by their table's key, in the partition of their partition
+value; Spark's checkpoint resumes each input by its place in the query; and
+the partitions keep order values across batches (the event-time merge's
+frontier and held events, the timeslice clock).  A restart whose declarations
+read that state differently would run on silently wrong state, so
+``job.json`` records the job's *shape* (:func:`job_shape`) and every start
+compares the job with it (:func:`restarted_meta`):
+
+* **allowed**: other transaction functions (from the next batch that runs; a
+  batch that did not commit before a crash runs again with the new ones), a
+  new output, a new table without initial rows, a table left out (its rows
+  stay in the store and come back if it is declared again), another boundary
+  (except a timeslice of other seconds), another key column of an input with
+  values of the same type, another merge (except leaving the event-time merge
+  while it holds events), options such as ``snapshotEvery``, ``onError`` and
+  the trigger;
+* **refused** in one line naming the change: another number of partitions,
+  inputs added, removed, renamed or reordered, a table's ``key`` or
+  ``partition_by``, a new table with initial rows once a batch committed, an
+  input key column of another type (long to string), another order column
+  while order values are kept across batches (event-time merge, timeslice),
+  a timeslice of other seconds, ``merge='batch'`` while events are held.
+
+A store written before shapes were recorded is checked for what it records
+(partitions) and records the shape of the job that restarts it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError
+from txstream.spark.runtime.state import RuntimeStore
+
+KEY_KINDS = {
+    "IntegerType": "integer",
+    "LongType": "integer",
+    "ShortType": "integer",
+    "ByteType": "integer",
+    "StringType": "string",
+    "BooleanType": "boolean",
+}
+"""The Python type a Spark key column's values have (every integer type gives an int)."""
+
+
+def job_shape(
+    spec: JobSpec, merge: str, key_types: dict[str, list[str]] | None = None
+) -> dict[str, Any]:
+    """What of the job the store's contents depend on (recorded in ``job.json``).
+
+    ``key_types``: per input, the type of each key column (``integer``,
+    ``string``, ``boolean``) when known (Spark knows the DataFrames' schemas).
+    """
+    boundary = spec.boundary
+    shape: dict[str, Any] = {
+        "inputs": list(spec.inputs),
+        "tables": {
+            name: {"key": list(t.key), "partition_by": list(t.partition_by)}
+            for name, t in spec.tables.items()
+        },
+        "orders": {name: i.order for name, i in spec.inputs.items()},
+        "merge": merge,
+        "timeslice": boundary.seconds if getattr(boundary, "name", "") == "timeslice" else None,
+    }
+    if key_types is not None:
+        shape["key_types"] = key_types
+    return shape
+
+
+def restarted_meta(
+    store: RuntimeStore, meta: dict[str, Any], shape: dict[str, Any], spec: JobSpec, where: str
+) -> dict[str, Any]:
+    """``job.json`` for a restart of ``spec`` (of ``shape``) on ``store``, described by ``meta``.
+
+    Raises :class:`RuntimeJobError` naming the first change the store cannot
+    follow and what to do; ``where`` names the store (``checkpoint /x``,
+    ``store /x``) in the message.  The returned meta
+    adds what this start declares (new outputs and tables) to what the store
+    knew: removed tables keep their declaration, which a later restart that
+    declares them again must match.
+    """
+    fix = f"declare it as before, or start on a new {where.split()[0]}"
+    committed = store.committed()
+    # Events the event-time merge held after the last batch (commits before the
+    # count was recorded: none known).
+    held = store.commit_info(committed[-1]).get("held", 0) if committed else 0
+    inputs = meta.get("inputs")
+    if inputs is not None and inputs != shape["inputs"]:
+        raise RuntimeJobError(
+            f"{where} was started with inputs {inputs}; the job declares {shape['inputs']}: "
+            "a restart keeps the inputs, their names and their order (the checkpoint resumes "
+            "each source by its place, and held events and the merge's frontier name "
+            f"inputs); declare them as before, or start on a new {where.split()[0]}"
+        )
+    tables = dict(meta.get("tables", {}))
+    for name, table in shape["tables"].items():
+        old = tables.get(name)
+        if old is not None and old != table:
+            raise RuntimeJobError(
+                f"table {name!r} was declared in {where} with key {old['key']} "
+                f"(partition_by {old['partition_by']}); the job declares key {table['key']} "
+                f"(partition_by {table['partition_by']}): its rows are stored by that key and "
+                f"placed by that partition value; {fix}"
+            )
+        if old is None and "tables" in meta and committed and spec.tables[name].initial is not None:
+            raise RuntimeJobError(
+                f"table {name!r} is new in {where} and declares initial rows, which load only "
+                "before the first batch commits; leave initial out (and insert its rows in "
+                f"transactions), or start on a new {where.split()[0]}"
+            )
+        tables[name] = table
+    _check_key_types(meta.get("key_types"), shape.get("key_types"), where)
+    if meta.get("merge") == "event-time" and shape["merge"] != "event-time" and held:
+        raise RuntimeJobError(
+            f"{where} holds {held} event(s) for the event-time merge, which merge="
+            f"{shape['merge']!r} would never run; restart with merge='event-time' until they "
+            f"are released (lastProgress['held'] == 0), or start on a new {where.split()[0]}"
+        )
+    _check_order_values(meta, shape, where)
+    outputs = sorted(set(meta.get("outputs", [])) | set(spec.outputs))
+    timeslice = shape["timeslice"] if shape["timeslice"] is not None else meta.get("timeslice")
+    return {**meta, **shape, "tables": tables, "outputs": outputs, "timeslice": timeslice}
+
+
+def _check_key_types(
+    old: dict[str, list[str]] | None, new: dict[str, list[str]] | None, where: str
+) -> None:
+    """Refuse an input whose key columns hold values of another type than before."""
+    if old is None or new is None:
+        return
+    for name, kinds in new.items():
+        before = old.get(name)
+        if before is not None and len(before) == len(kinds) and before != kinds:
+            raise RuntimeJobError(
+                f"input {name!r}: its key columns held {', '.join(before)} values in {where}, "
+                f"now {', '.join(kinds)}: rows stored under the old values would not be found "
+                "(5 and '5' are different keys); cast the column back (F.col(...).cast(...)), "
+                f"or start on a new {where.split()[0]}"
+            )
+
+
+def _check_order_values(meta: dict[str, Any], shape: dict[str, Any], where: str) -> None:
+    """Refuse changes that would read order values the partitions kept in other terms."""
+    kept = meta.get("timeslice")
+    if kept is not None and shape["timeslice"] is not None and kept != shape["timeslice"]:
+        raise RuntimeJobError(
+            f"the partitions of {where} keep the timeslice clock in slices of {kept:g} s; the "
+            f"job declares slices of {shape['timeslice']:g} s, against which events would be "
+            f"judged late; keep seconds={kept:g}, or start on a new {where.split()[0]}"
+        )
+    if meta.get("merge") != "event-time" and kept is None:
+        return  # no order value outlives its batch
+    for name, order in meta.get("orders", {}).items():
+        now = shape["orders"].get(name, order)
+        if now != order:
+            raise RuntimeJobError(
+                f"input {name!r} was ordered by {order!r} in {where}, now by {now!r}, while "
+                "the partitions keep order values across batches (the event-time merge's "
+                "frontier and held events, the timeslice clock); if the values are on the "
+                f"same scale, name the column {order!r} again (df.withColumn), or start on a "
+                f"new {where.split()[0]}"
+            )
+
+
+__all__ = ["KEY_KINDS", "job_shape", "restarted_meta"]

@@ -1,0 +1,153 @@
+"""Restarting a job on its store with a changed declaration: it works, or it is refused.
+
+A restart that reads the store differently (another key, inputs in another
+place, order values in other terms) would run on silently wrong state, so it
+is refused in one line naming the change; the rest (functions, outputs, new
+tables) works.  Run with ``run_local``, which checks a store as ``start``
+checks a checkpoint (``test_a_restart_on_spark_...`` in test_runtime_spark.py
+runs the Spark side).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txstream as tx
+
+
+def add(t: tx.Tx, e: dict[str, Any]) -> None:
+    if t.read("counts", e["k"]) is None:
+        t.insert("counts", {"k": e["k"], "j": e.get("j", 0), "n": 0})
+    t.emit("seen", {"k": e["k"], "n": t.increment("counts", e["k"], "n", 1)})
+
+
+def counting(
+    key: Any = "k",
+    partition_by: Any = None,
+    inputs: tuple[str, ...] = ("ev", "tick"),
+    order: str = "ts",
+    merge: str = "batch",
+    boundary: tuple[str, dict[str, Any]] = ("event", {}),
+    outputs: tuple[str, ...] = ("seen",),
+    fn: Any = add,
+) -> tx.Job:
+    """Counts events per key; ``tick`` (no keys) is the timeslice's input."""
+    job = tx.Job("counting").table("counts", key=key, partition_by=partition_by)
+    for name in inputs:
+        keyed = name != "tick"
+        job.input(name, None, keys="k" if keyed else (), order=order if keyed else "ts")
+        job.on(name, fn if keyed else (lambda t, e: None))
+    for name in outputs:
+        job.output(name)
+    return job.boundary(boundary[0], **boundary[1]).option("merge", merge)
+
+
+def ev(k: int, ts: float, name: str = "ev") -> tuple[str, dict[str, Any]]:
+    return (name, {"k": k, "j": 0, "ts": ts, "at": ts})
+
+
+FIRST = [[ev(1, 1), ev(2, 2), ("tick", {"ts": 2.5})]]
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        (
+            counting(key=["k", "j"], partition_by="k"),
+            r"^table 'counts' was declared in store \S+ with key \['k'\] \(partition_by \['k'\]\);"
+            r" the job declares key \['k', 'j'\] \(partition_by \['k'\]\): its rows are stored "
+            r"by that key and placed by that partition value; declare it as before, or start "
+            r"on a new store$",
+        ),
+        (
+            counting(inputs=("tick", "ev")),
+            r"^store \S+ was started with inputs \['ev', 'tick'\]; the job declares \['tick', "
+            r"'ev'\]: a restart keeps the inputs, their names and their order",
+        ),
+        (counting(inputs=("events", "tick")), r"the job declares \['events', 'tick'\]"),
+        (counting(inputs=("ev", "tick", "more")), r"the job declares \['ev', 'tick', 'more'\]"),
+        (
+            counting().table("limits", key="k", initial=[{"k": 1, "max": 3}]),
+            r"^table 'limits' is new in store \S+ and declares initial rows, which load only "
+            r"before the first batch commits; leave initial out",
+        ),
+    ],
+    ids=["key", "inputs-reordered", "input-renamed", "input-added", "new-table-with-initial"],
+)
+def test_a_restart_that_reads_the_store_differently_is_refused_in_one_line(
+    tmp_path: Path, changed: tx.Job, message: str
+) -> None:
+    counting().run_local(FIRST, tmp_path)
+    with pytest.raises(tx.RuntimeJobError, match=message):
+        changed.run_local([[ev(1, 3)]], tmp_path)
+    counting().run_local([[ev(1, 3)]], tmp_path)  # the store is as it was
+    assert [r["n"] for r in tx.read_output(tmp_path, "seen")] == [1, 1, 2]
+
+
+def test_a_restart_with_other_functions_outputs_and_tables_works(tmp_path: Path) -> None:
+    counting().run_local(FIRST, tmp_path)
+
+    def twice(t: tx.Tx, e: dict[str, Any]) -> None:  # a new version of the function
+        add(t, e)
+        add(t, e)
+        t.emit("audit", {"k": e["k"]})
+        t.upsert("notes", {"k": e["k"], "text": "seen"})
+
+    upgraded = counting(fn=twice, outputs=("seen", "audit")).table("notes", key="k")
+    upgraded.run_local([[ev(1, 3)]], tmp_path)
+    assert [r["n"] for r in tx.read_output(tmp_path, "seen")] == [1, 1, 2, 3]
+    # The output added at the restart reads like the first ones (it was refused
+    # as "the job declared no output 'audit'").
+    assert tx.read_output(tmp_path, "audit") == [{"k": 1}]
+    counting().run_local([[ev(2, 4)]], tmp_path)  # "notes" and "audit" left out: fine
+    assert tx.read_output(tmp_path, "audit") == [{"k": 1}]
+    with pytest.raises(tx.RuntimeJobError, match=r"^table 'notes' was declared in store .* with"):
+        counting().table("notes", key="text").run_local([[ev(2, 5)]], tmp_path)
+
+
+def test_a_restart_may_not_leave_the_event_time_merge_while_it_holds_events(
+    tmp_path: Path,
+) -> None:
+    # "more" has reached 1 only: ev's event at 5 is held for it.  Under batch
+    # order nothing would ever release it: its count was silently lost.
+    two = ("ev", "more")
+    counting(inputs=two, merge="event-time").run_local([[ev(1, 5), ev(2, 1, "more")]], tmp_path)
+    with pytest.raises(
+        tx.RuntimeJobError,
+        match=r"^store \S+ holds 1 event\(s\) for the event-time merge, which merge='batch' "
+        r"would never run; restart with merge='event-time' until they are released",
+    ):
+        counting(inputs=two).run_local([[ev(1, 6)]], tmp_path)
+    counting(inputs=two, merge="event-time").run_local([[ev(2, 9, "more")]], tmp_path)
+    counting(inputs=two).run_local([[ev(1, 6)]], tmp_path)  # nothing held: fine
+    seen = [(r["k"], r["n"]) for r in tx.read_output(tmp_path, "seen")]
+    assert seen == [(2, 1), (1, 1), (2, 2), (1, 2)]
+
+
+def test_a_restart_may_not_read_kept_order_values_in_other_terms(tmp_path: Path) -> None:
+    # The timeslice clock is kept in slices of the first start's seconds: with
+    # slices of 1 s, every tick of slice 2 was aborted as late against slice 20.
+    ticks = [[("tick", {"ts": 25.0}), ev(1, 26)]]
+    tenths = counting(boundary=("timeslice", {"seconds": 10, "of": "tick"}))
+    tenths.run_local(ticks, tmp_path / "slices")
+    with pytest.raises(
+        tx.RuntimeJobError,
+        match=r"^the partitions of store \S+ keep the timeslice clock in slices of 10 s; the job "
+        r"declares slices of 1 s, against which events would be judged late; keep seconds=10",
+    ):
+        counting(boundary=("timeslice", {"seconds": 1, "of": "tick"})).run_local(
+            [[("tick", {"ts": 27.0})]], tmp_path / "slices"
+        )
+    tenths.run_local([[("tick", {"ts": 31.0})]], tmp_path / "slices")
+    assert tx.read_failures(tmp_path / "slices") == []
+    # The event-time merge keeps each input's order values (its frontier, held
+    # events): another order column is refused; under batch order it is fine.
+    counting(merge="event-time").run_local(FIRST, tmp_path / "merge")
+    with pytest.raises(tx.RuntimeJobError, match=r"^input 'ev' was ordered by 'ts' in store \S+, "):
+        counting(merge="event-time", order="at").run_local([[ev(1, 3)]], tmp_path / "merge")
+    counting().run_local(FIRST, tmp_path / "batch")
+    counting(order="at").run_local([[ev(1, 3)]], tmp_path / "batch")
+    assert [r["n"] for r in tx.read_output(tmp_path / "batch", "seen")] == [1, 1, 2]
