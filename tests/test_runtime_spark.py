@@ -213,6 +213,23 @@ def test_a_second_job_on_a_running_checkpoint_is_refused(spark: Any, tmp_path: P
         first.stop()
 
 
+def test_jobs_whose_names_differ_only_by_dash_and_underscore_run_side_by_side(
+    spark: Any, tmp_path: Path
+) -> None:
+    # before: both were Spark query "ledger_a", and the second start failed
+    stream = list(events(50, 5, 0, seed=1))
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    started = []
+    try:
+        for name in ("ledger-a", "ledger_a"):
+            job = ledger_job(*ledger_streams(spark, tmp_path / "in"), name=name)
+            started.append(job.start(tmp_path / name, spark))
+        assert all(q.isActive for q in started)
+    finally:
+        for query in started:
+            query.stop()
+
+
 def test_a_date_order_column_orders_by_day(spark: Any, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
     days = ["2024-01-03", "2024-01-01", "2024-01-02"]

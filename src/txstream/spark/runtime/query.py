@@ -506,7 +506,7 @@ class TxQuery:
         for part in parts[1:]:
             union = union.unionByName(part)
         writer = (
-            union.writeStream.queryName(self.spec.name.replace("-", "_"))
+            union.writeStream.queryName(self.spec.name)
             .option("checkpointLocation", str(self.root / "spark"))
             .foreachBatch(self._on_batch)
             .trigger(**self.job._trigger)
