@@ -1464,6 +1464,21 @@ def test_run_local_orders_timestamps_by_their_epoch_seconds_as_spark_does(tmp_pa
     assert [r["seq"] for r in got] == list(range(1, 7))
 
 
+def test_run_local_orders_decimal_values_as_spark_casts_them(tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    # before: refused ("is a Decimal"), while Spark orders a DecimalType column
+    values = [Decimal("2.50"), Decimal("-1"), Decimal("0.1")]
+    rows = [("e", {"k": 1, "n": n, "ts": v}) for n, v in enumerate(values)]
+    ordered_job().run_local([rows], tmp_path, 1)
+    got = tx.read_output(tmp_path, "o", with_order=True)
+    assert [(r["n"], r["__order"][1]) for r in got] == [(1, -1.0), (2, 0.1), (0, 2.5)]
+    with pytest.raises(tx.RuntimeJobError, match=r"must be a finite number, got Decimal\('NaN'\)"):
+        ordered_job().run_local(
+            [[("e", {"k": 1, "n": 0, "ts": Decimal("NaN")})]], tmp_path / "x", 1
+        )
+
+
 def test_run_local_reports_pandas_missing_time_as_a_null_order_value(tmp_path: Path) -> None:
     import pandas as pd
 

@@ -11,6 +11,7 @@ import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,10 @@ _EPOCH_DAY = _EPOCH.date().toordinal()
 def order_number(value: Any) -> float:
     """The order value of a row's order column value, as Spark computes it (a double).
 
-    A number is itself (a finite one); a ``datetime`` (a pandas ``Timestamp``
-    too) is its epoch seconds to the microsecond, as Spark casts a timestamp to
-    a double, a naive one read as UTC (the session time zone of
+    A number is itself (a finite one; a ``Decimal`` the nearest float); a
+    ``datetime`` (a pandas ``Timestamp`` too) is its epoch seconds to the
+    microsecond, as Spark casts a timestamp to a double, a naive one read as
+    UTC (the session time zone of
     ``local_session``, in which Spark reads times without a zone); a ``date``
     is the epoch seconds of its midnight UTC, as ``unix_date(day) * 86400``
     on Spark (see :func:`txstream.spark.runtime.query.order_value`).  Raises
@@ -64,8 +66,9 @@ def order_number(value: Any) -> float:
         return micros / 1e6  # Spark: the microseconds as a double over 1e6
     if isinstance(value, date):
         return (value.toordinal() - _EPOCH_DAY) * 86400.0
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if math.isfinite(value):
+    if isinstance(value, int | float | Decimal) and not isinstance(value, bool):
+        # (a Decimal as Spark casts a DecimalType to double: the nearest double)
+        if value.is_finite() if isinstance(value, Decimal) else math.isfinite(value):
             return float(value)
         raise ValueError(f"must be a finite number, got {value!r}")
     kind = type(value).__name__
