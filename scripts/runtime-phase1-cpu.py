@@ -7,7 +7,7 @@ Python worker would. Prints the CPU microseconds per event of each batch after
 the first (which loads the state), their mean and the best batch. Compare two
 checkouts by pointing ``PYTHONPATH`` at each, alternating runs.
 
-    PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-cpu.py [--per 30000] [--batches 8]
+    PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-cpu.py [--batches 8] [--no-history]
 """
 
 from __future__ import annotations
@@ -73,10 +73,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per", type=int, default=30_000, help="events per partition and batch")
     parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument(
+        "--no-history", action="store_true", help="without history recording (its cost)"
+    )
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="phase1-cpu-")
     try:
-        job = ledger_job(name="cpu").option("arrivalTime", "sent").option("recordHistory", True)
+        job = ledger_job(name="cpu").option("arrivalTime", "sent")
+        job.option("recordHistory", not args.no_history)
         spec = job.spec.for_tasks()
         store = RuntimeStore(root)
         rows: dict[int, dict[int, dict[int, dict[str, int]]]] = {}
