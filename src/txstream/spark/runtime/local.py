@@ -28,7 +28,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.merge import advance
 from txstream.spark.runtime.partitioning import partition_of
-from txstream.spark.runtime.restart import job_shape, restarted_meta
+from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
 from txstream.spark.runtime.tasks import (
     BatchContext,
@@ -51,10 +51,10 @@ def order_number(value: Any) -> float:
     A number is itself (a finite one; a ``Decimal`` the nearest float); a
     ``datetime`` (a pandas ``Timestamp`` too) is its epoch seconds to the
     microsecond, as Spark casts a timestamp to a double, a naive one read as
-    UTC (the session time zone of
-    ``local_session``, in which Spark reads times without a zone); a ``date``
-    is the epoch seconds of its midnight UTC, as ``unix_date(day) * 86400``
-    on Spark (see :func:`txstream.spark.runtime.query.order_value`).  Raises
+    UTC (the session time zone of ``local_session``, in which Spark reads
+    times without a zone); a ``date`` is the epoch seconds of its midnight
+    UTC, as ``unix_date(day) * 86400`` on Spark (see
+    :func:`txstream.spark.runtime.query.order_value`).  Raises
     :class:`ValueError` saying what else to give.
     """
     if isinstance(value, datetime):  # before date: a datetime is a date too
@@ -340,13 +340,7 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int, shape: dict
                 "run_local needs a store directory of its own"
             )
         if meta is None:
-            meta = {
-                "job": job.name,
-                "partitions": partitions,
-                "outputs": sorted(job.outputs),
-                "runner": "local",
-                **shape,
-            }
+            meta = first_meta(job, partitions, "local", shape)
         else:
             meta = restarted_meta(store, meta, shape, job, f"store {root}")
         write_atomic(root / "job.json", json.dumps(meta).encode())

@@ -45,7 +45,7 @@ from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
-from txstream.spark.runtime.restart import KEY_KINDS, job_shape, restarted_meta
+from txstream.spark.runtime.restart import KEY_KINDS, first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import (
@@ -416,13 +416,7 @@ class TxQuery:
                 if not self.store.committed():  # (again after a start that committed nothing)
                     self._load_initial()
                 if meta is None:
-                    meta = {
-                        "job": self.spec.name,
-                        "partitions": partitions,
-                        "outputs": sorted(self.spec.outputs),
-                        "runner": "spark",
-                        **shape,
-                    }
+                    meta = first_meta(self.spec, partitions, "spark", shape)
                 # Rewritten on every start: read_output knows the outputs added since.
                 write_atomic(meta_path, json.dumps(meta).encode())
             deliver(self.store, job._sinks)  # batches committed before a crash

@@ -69,6 +69,19 @@ def job_shape(
     return shape
 
 
+def first_meta(
+    spec: JobSpec, partitions: int, runner: str, shape: dict[str, Any]
+) -> dict[str, Any]:
+    """``job.json`` for the first start of ``spec`` on a store (``runner``: spark or local)."""
+    return {
+        "job": spec.name,
+        "partitions": partitions,
+        "outputs": sorted(spec.outputs),
+        "runner": runner,
+        **shape,
+    }
+
+
 def restarted_meta(
     store: RuntimeStore, meta: dict[str, Any], shape: dict[str, Any], spec: JobSpec, where: str
 ) -> dict[str, Any]:
@@ -164,4 +177,4 @@ def _check_order_values(meta: dict[str, Any], shape: dict[str, Any], where: str)
             )
 
 
-__all__ = ["KEY_KINDS", "job_shape", "restarted_meta"]
+__all__ = ["KEY_KINDS", "first_meta", "job_shape", "restarted_meta"]
