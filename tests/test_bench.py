@@ -277,6 +277,25 @@ def test_runtime_feed_writes_the_rendered_events_stamped_when_sent(tmp_path: Pat
         assert got[name] == [e for n, e in stream if n == name]
 
 
+def test_runtime_steady_rate_is_the_commit_rate_without_the_drain(tmp_path: Path) -> None:
+    import os
+
+    from txstream.bench.runtime import _marker, _steady
+
+    (tmp_path / "txstream" / "commits").mkdir(parents=True)
+    # 30,000 events every 0.5 s (60,000/s), then the drain: a batch 2 s later
+    timed = [{"batchId": b, "numInputRows": 30_000} for b in range(3, 13)]
+    timed.insert(4, {"batchId": 99, "numInputRows": 0})  # an empty batch counts for nothing
+    times = {b: 1000.0 + 0.5 * (b - 3) for b in range(3, 12)} | {12: 1006.5, 99: 1001.7}
+    for b, t in times.items():
+        _marker(tmp_path, b).write_text("{}")
+        os.utime(_marker(tmp_path, b), (t, t))
+    assert _steady(tmp_path, timed) == 60_000
+    assert _steady(tmp_path, timed[:3]) is None  # too few batches to tell a rate
+    _marker(tmp_path, 7).unlink()  # the driver engine writes no commit markers
+    assert _steady(tmp_path, timed) is None
+
+
 def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
     from txstream.bench.runtime import FLOOD, LOAD, SWEEP, summarize
 

@@ -70,7 +70,7 @@ FILES_PER_BATCH = 6
 so a backlog is worked off in steady batches rather than one giant one."""
 LOAD = 52_000
 """The offered load (events/s) of the latency goal, 50,000 txn/s with p99 under 2 s: just
-above 50,000 and below local[2]'s capacity at 0% cross (about 54,000 here), so the job
+above 50,000 and below local[2]'s capacity at 0% cross (54,000-61,000 here), so the job
 can keep up and its latency stays put however long the run (above capacity a backlog
 builds up and the p99 grows with the run's length)."""
 FLOOD = 250_000
