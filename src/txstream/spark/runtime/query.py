@@ -755,7 +755,12 @@ def _init_writer(store_root: str, spec: Any) -> Any:
                 if spec.columns is not None:  # to_json leaves null columns out
                     row = {**dict.fromkeys(spec.columns), **row}
                 key = spec.key_of(initial_row(spec, row))
-                by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
+                rows = by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})
+                if key in rows:  # as run_local refuses it (one key's rows meet in one task)
+                    raise RuntimeJobError(
+                        f"table {spec.name!r}: initial rows repeat the key {key!r}"
+                    )
+                rows[key] = row
         store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
             store.write_init(pid, spec.name, values)
