@@ -409,6 +409,15 @@ class TxQuery:
         partitions = partitions or int(spark.sparkContext.defaultParallelism)
         self = cls(job, root, spark, partitions, engine)
         try:
+            if any(q.name == job.spec.name for q in spark.streams.active):
+                # Spark would refuse it only after the routes and initial rows, and
+                # the refused start left the running query's thread to die of a
+                # StackOverflowError when it stopped.
+                raise RuntimeJobError(
+                    f"job {job.spec.name!r} is already running in this Spark session (a "
+                    "query of that name is active): stop it first, or give this job "
+                    "another name, tx.Job(name)"
+                )
             self._routes()
             if engine == "driver":
                 self._start_driver()
