@@ -543,7 +543,7 @@ class PartitionExecutor:
 
     def run(self, batch: int, events: list[Event], abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Run the batch's events of this partition (sorted by declared order)."""
-        self.outcome.events = sum(1 for e in events if e.copy)
+        self.outcome.events = sum(1 for e in events if e.counted)
         pid, run = self.pid, self.runner.run
         boundary = self.job.boundary
         groups: Iterable[Group] = boundary.groups(batch, events, self.state.meta)
