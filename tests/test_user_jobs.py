@@ -655,3 +655,89 @@ def test_user_mistakes_on_spark_give_one_line_each(spark: Any, tmp_path: Path) -
     with pytest.raises(tx.TxStreamError) as error:
         tx.read_output(tmp_path / "ckk", "seen")
     one_line(error, "not a txstream checkpoint or store")
+
+
+# -- job 5: pairs of seats booked together, 5-second transactions by event time ---------
+def book(t: Any, e: Row) -> None:
+    if e["a"] < 0 or e["b"] < 0:
+        raise ValueError(f"booking {e['id']}: no seat {min(e['a'], e['b'])}")
+    free = all(t.read("seats", s) is None for s in (e["a"], e["b"]))
+    if free:
+        for s in (e["a"], e["b"]):
+            t.insert("seats", {"seat": s, "booking": e["id"]})
+    t.emit("answers", {"id": e["id"], "ok": free})
+
+
+def cancel(t: Any, e: Row) -> None:
+    row = t.read("seats", e["seat"])
+    if row is not None:  # cancels the whole booking: its other seat is seat +- 1
+        for s in (e["seat"] - 1, e["seat"], e["seat"] + 1):
+            other = t.read("seats", s)
+            if other is not None and other["booking"] == row["booking"]:
+                t.delete("seats", s)
+        t.emit("cancelled", {"booking": row["booking"]})
+
+
+def seats_job(sources: dict[str, Any]) -> Any:
+    return (
+        tx.Job("seats")
+        .table("seats", key="seat", schema="seat long, booking long")
+        .input("bookings", sources["bookings"], keys=["a", "b"], order="ts")
+        .input("cancels", sources["cancels"], keys=[("seat",), ("left",), ("right",)], order="ts")
+        .output("answers", schema="id long, ok boolean")
+        .output("cancelled", schema="booking long")
+        .boundary("seconds", seconds=5)
+        .option("merge", "event-time")
+        .on("bookings", book)
+        .on("cancels", cancel)
+    )
+
+
+def test_seat_pairs_in_five_second_transactions_equal_serial_execution_by_time(
+    spark: Any, tmp_path: Path
+) -> None:
+    rng = random.Random(12)
+    bookings = []
+    for i, ts in enumerate(sorted(rng.choices(range(60), k=60))):
+        a = rng.randrange(12)
+        bookings.append({"id": i, "a": a, "b": a + 1, "ts": ts})
+    bookings[40]["b"] = -1  # a bad booking: its whole 5-second transaction rolls back
+    cancels = [
+        {"seat": s, "left": s - 1, "right": s + 1, "ts": ts}
+        for s, ts in zip(
+            rng.choices(range(13), k=15), sorted(rng.choices(range(60), k=15)), strict=True
+        )
+    ]
+    end = {"id": 99, "a": 50, "b": 51, "ts": 100}
+    batches: Batches = [
+        [("bookings", b) for b in bookings[:25]] + [("cancels", c) for c in cancels],
+        [("bookings", b) for b in bookings[25:]],
+        [("bookings", end)],
+    ]
+    inputs = ["bookings", "cancels"]
+    arrival = sorted(
+        (row["ts"], inputs.index(name), n, i, (name, row))
+        for n, batch in enumerate(batches)
+        for i, (name, row) in enumerate(batch)
+        if row is not end
+    )
+    slices: dict[int, list[tuple[str, Row]]] = {}
+    for ts, *_, event in arrival:
+        slices.setdefault(ts // 5, []).append(event)
+    outputs, tables, failed = serial(
+        list(slices.values()), {"bookings": book, "cancels": cancel}, {"seats": "seat"}
+    )
+    assert failed == 1 and outputs["cancelled"] and not all(r["ok"] for r in outputs["answers"])
+    schemas = {
+        "bookings": "id long, a long, b long, ts long",
+        "cancels": "seat long, left long, right long, ts long",
+    }
+    with pytest.warns(UserWarning, match="1 event"):
+        runs = run_both(spark, tmp_path, seats_job, schemas, batches)
+    for where in ("local", "spark"):
+        got = committed(runs[where], ["answers", "cancelled"], 2)
+        for name in ("answers", "cancelled"):  # a slice's parts' rows come by partition
+            assert sorted(map(str, got["outputs"][name])) == sorted(map(str, outputs[name]))
+        assert got["tables"]["seats"] == tables["seats"], where
+        assert got["failed"] == failed, where
+    assert sum(p["deferred"] for p in runs["spark_progress"]) > 0
