@@ -553,6 +553,7 @@ WRITES: list[Callable[[Any, Any], Any]] = [
     lambda t, e: t.upsert("acc", {"k": 5, "v": 5}),  # fine: commits
     lambda t, e: t.insert("acc", {"k": 1, "v": 2}),  # the key exists
     lambda t, e: t.delete("acc", 1) or t.delete("acc", 1),  # the second finds no row
+    lambda t, e: t.delete("acc", 1) or t.read("acc", 1.0),  # a miss by a key of another type
 ]
 
 

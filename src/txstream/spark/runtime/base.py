@@ -132,6 +132,20 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
         raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
+def check_key(what: str, spec: TableSpec, key: Key) -> None:
+    """Raise :class:`SchemaError` when ``key`` does not fit the types of ``spec``'s key columns.
+
+    For a read that found nothing: a key of another type (``5`` for a string
+    column) never finds a row, so without this a typed table would answer "no
+    row" for every such read.
+    """
+    if spec.columns is None:
+        return
+    values = key if len(spec.key) > 1 and type(key) is tuple else (key,)
+    for name, value in zip(spec.key, values, strict=False):
+        check_value(f"{what} by key", name, spec.columns[name], value)
+
+
 def table_spec(job: JobSpec, table: str) -> TableSpec:
     """The declared table ``table``; :class:`SchemaError` naming the tables when there is none."""
     spec = job.tables.get(table)

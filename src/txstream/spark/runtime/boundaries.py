@@ -61,6 +61,15 @@ class Event:
         """The input position, for error messages (see :func:`position`)."""
         return position(self.input, self.order[2])
 
+    @property
+    def counted(self) -> bool:
+        """Whether this copy counts the event in the progress (once over all partitions).
+
+        The owner's copy of an event with keys; partition 0's of one that reaches
+        every partition (each of its copies runs a fragment, so each is a ``copy``).
+        """
+        return self.copy and (bool(self.values) or self.pids[0] == 0)
+
 
 MID_BITS = 64
 """An event's source position is ``batch << MID_BITS`` plus its place in the batch,

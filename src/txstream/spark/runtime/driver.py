@@ -21,6 +21,7 @@ from txstream.spark.runtime.base import (
     Key,
     Row,
     TransactionAborted,
+    check_key,
     duplicate_key,
     emitted_row,
     incremented_row,
@@ -88,7 +89,10 @@ class DriverTx:
         """See ``Tx.read``."""
         self._value(table, key)
         row = self._txn.read(self._tm.table(table), key)
-        return default if row is None else dict(row)
+        if row is None:
+            check_key(f"read of {table}", table_spec(self._job, table), key)
+            return default
+        return dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """See ``Tx.scan``: every row of ``table`` in partition value ``value``, in key order."""

@@ -32,6 +32,7 @@ from txstream.spark.runtime.base import (
     Row,
     TransactionAborted,
     UndeclaredKeyError,
+    check_key,
     duplicate_key,
     emitted_row,
     incremented_row,
@@ -151,10 +152,14 @@ class Tx:
             self._history.append(f"r{self._gid}({item_name(table, key)})")
         rows = self._state.data.get(table)
         if rows is None:
+            check_key(f"read of {table}", spec, key)
             return default
         part = rows.get(value)
         row = part.get(key) if part is not None else None
-        return default if row is None else dict(row)
+        if row is None:
+            check_key(f"read of {table}", spec, key)
+            return default
+        return dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
@@ -538,7 +543,7 @@ class PartitionExecutor:
 
     def run(self, batch: int, events: list[Event], abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Run the batch's events of this partition (sorted by declared order)."""
-        self.outcome.events = sum(1 for e in events if e.copy)
+        self.outcome.events = sum(1 for e in events if e.counted)
         pid, run = self.pid, self.runner.run
         boundary = self.job.boundary
         groups: Iterable[Group] = boundary.groups(batch, events, self.state.meta)

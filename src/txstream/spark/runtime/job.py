@@ -286,7 +286,10 @@ class Job:
         self.validate()
         from txstream.spark.runtime.query import TxQuery
 
-        return TxQuery.start(self, Path(checkpoint), spark, partitions or self._partitions, engine)
+        if partitions is not None:  # (0 is refused, not taken for "the default")
+            partitions = check_partitions(partitions, "start partitions")
+        chosen = self._partitions if partitions is None else partitions
+        return TxQuery.start(self, Path(checkpoint), spark, chosen, engine)
 
 
 class ArrivalColumn:

@@ -409,6 +409,15 @@ class TxQuery:
         partitions = partitions or int(spark.sparkContext.defaultParallelism)
         self = cls(job, root, spark, partitions, engine)
         try:
+            if any(q.name == job.spec.name for q in spark.streams.active):
+                # Spark would refuse it only after the routes and initial rows, and
+                # the refused start left the running query's thread to die of a
+                # StackOverflowError when it stopped.
+                raise RuntimeJobError(
+                    f"job {job.spec.name!r} is already running in this Spark session (a "
+                    "query of that name is active): stop it first, or give this job "
+                    "another name, tx.Job(name)"
+                )
             self._routes()
             if engine == "driver":
                 self._start_driver()
@@ -755,7 +764,12 @@ def _init_writer(store_root: str, spec: Any) -> Any:
                 if spec.columns is not None:  # to_json leaves null columns out
                     row = {**dict.fromkeys(spec.columns), **row}
                 key = spec.key_of(initial_row(spec, row))
-                by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})[key] = row
+                rows = by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})
+                if key in rows:  # as run_local refuses it (one key's rows meet in one task)
+                    raise RuntimeJobError(
+                        f"table {spec.name!r}: initial rows repeat the key {key!r}"
+                    )
+                rows[key] = row
         store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
             store.write_init(pid, spec.name, values)

@@ -174,7 +174,7 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     token = store.save(pid, state, ctx.batch, ctx.snapshot)
     _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
     stats = executor.outcome.stats()
-    stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.copy)
+    stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.counted)
     if executor.runs is not None:
         stats["runs"] = executor.runs
     return {
