@@ -1021,7 +1021,12 @@ def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
         "=== Streaming Query ===\n"
         "Identifier: job [id = 1]\n"
     )
-    assert one_line(RuntimeError(text)) == "ModuleNotFoundError: No module named 'myjob'"
+    assert one_line(RuntimeError(text)) == (
+        "ModuleNotFoundError: No module named 'myjob' (Spark's Python workers unpickle "
+        "the job's functions and import the modules they name: define them in the driver's "
+        "script, ship their module with spark.sparkContext.addPyFile(path), or install it "
+        "where the workers run)"
+    )
     jvm = "[STREAM_FAILED] Query terminated: [FAILED_READ_FILE] x.json\n  at org.apache.Foo"
     assert one_line(RuntimeError(jvm)) == jvm.splitlines()[0]
 
@@ -1270,7 +1275,7 @@ def test_start_refuses_an_order_column_spark_cannot_order_by_before_anything_run
     assert order_value("ts", stamp) == "cast(`ts` as double)"
 
 
-def test_arrival_time_must_name_a_numeric_column_of_an_input() -> None:
+def test_arrival_time_must_name_a_numeric_column_of_an_input(tmp_path: Path) -> None:
     from txstream.spark.runtime.query import check_inputs
 
     for bad in (5, "", None):
@@ -1295,6 +1300,16 @@ def test_arrival_time_must_name_a_numeric_column_of_an_input() -> None:
     with pytest.raises(tx.RuntimeJobError, match="column 'at' of input 'd' is TimestampType"):
         check_inputs(job("at"))
     check_inputs(job("sent"))  # an input without the column: its events have no latency
+    # run_local has rows, no schemas: the first batch with rows stands for them
+    rows = [[], [("d", {"acct": 1, "sent": 5.0}), ("c", {"id": 2})]]
+    with pytest.raises(tx.RuntimeJobError) as caught:
+        job("snet").run_local(iter(rows), tmp_path / "typo", 1)
+    assert str(caught.value) == (
+        "option arrivalTime names column 'snet', which no row of the first batch has "
+        "(its columns: acct, id, sent)"
+    )
+    runner = job("sent").run_local((iter(b) for b in rows), tmp_path / "ok", 1)
+    assert runner.prev == 1  # both batches ran, the generators' rows included
 
 
 def test_a_checkpoint_or_store_that_is_a_file_or_cannot_be_made_is_one_line(

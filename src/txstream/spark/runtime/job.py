@@ -263,7 +263,15 @@ class Job:
         if self._merge == "event-time":
             runner.idle_batches = self._idle_batches
         deliver(runner.store, self._sinks)  # as at a query's start: any a crash left
+        unchecked = self._arrival is not None
         for batch in batches:
+            if unchecked:
+                # as start() checks the inputs' schemas: a column no row has is a typo
+                # (rows carry no schema: the first batch with rows stands for them)
+                batch = list(batch)
+                if batch:
+                    unchecked = False
+                    _check_arrival(str(self._arrival), batch)
             stats = runner.run_batch(batch)
             deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
             stop_on_error(stats, self._on_error)
@@ -304,6 +312,17 @@ class ArrivalColumn:
 
     def __call__(self, row: Row) -> float | None:
         return _seconds(row.get(self.column))
+
+
+def _check_arrival(column: str, batch: list[tuple[str, Row]]) -> None:
+    """Refuse option ``arrivalTime`` naming a column that no row of ``batch`` has."""
+    if any(isinstance(row, dict) and column in row for _, row in batch):
+        return
+    seen = sorted({c for _, row in batch if isinstance(row, dict) for c in row})
+    raise RuntimeJobError(
+        f"option arrivalTime names column {column!r}, which no row of the first batch has "
+        f"(its columns: {', '.join(map(str, seen)) or 'none'})"
+    )
 
 
 def _seconds(value: Any) -> float | None:

@@ -115,12 +115,22 @@ def one_line(exc: BaseException) -> str:
             if not causes:
                 causes = [m[1] for m in map(pattern.fullmatch, body) if m]
         if causes:
-            return _without_sqlstate(causes[-1])[:500]
+            cause = _without_sqlstate(causes[-1])[:500]
+            if cause.startswith("ModuleNotFoundError: "):
+                cause += _MODULE_HINT
+            return cause
     for line in lines:
         if line.startswith(("pyspark.", "py4j.", "at ", "File ", "Traceback", "JVM stacktrace")):
             continue
         return line[:500]
     return type(exc).__name__
+
+
+_MODULE_HINT = (
+    " (Spark's Python workers unpickle the job's functions and import the modules "
+    "they name: define them in the driver's script, ship their module with "
+    "spark.sparkContext.addPyFile(path), or install it where the workers run)"
+)
 
 
 def _without_sqlstate(line: str) -> str:
