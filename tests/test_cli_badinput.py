@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gzip
 import io
 import json
 import math
@@ -367,3 +368,27 @@ def test_json_safe_turns_non_finite_numbers_into_null() -> None:
     data = {"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": "nan"}
     assert json_safe(data) == {"a": None, "b": [1.5, None, {"c": None}], "d": "nan"}
     json.dumps(json_safe(data), allow_nan=False)
+
+
+# -- input files cut short, output folders reused ----------------------------------------
+
+
+def _error_line(argv: list[str]) -> str:
+    """Run ``argv``, expect exit 2 and a last stderr line ``txstream: ...``; return it.
+
+    (``linear-road run`` prints progress lines on stderr before the error.)
+    """
+    code, out, err = run_cli(argv)
+    assert code == 2, f"txstream {' '.join(argv)}: exit {code}, stderr {err!r}"
+    assert "Traceback" not in err + out
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("txstream: "), err
+    return last
+
+
+def test_linear_road_run_on_a_truncated_gz_input_is_one_line(work: Path) -> None:
+    raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_bytes()
+    whole = gzip.compress(raw)
+    (work / "cut.dat.gz").write_bytes(whole[: len(whole) // 2])
+    last = _error_line(["linear-road", "run", "--input", "cut.dat.gz", "--no-spark", "--out", "o"])
+    assert "cannot read cut.dat.gz: Compressed file ended" in last
