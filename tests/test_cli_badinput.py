@@ -392,3 +392,18 @@ def test_linear_road_run_on_a_truncated_gz_input_is_one_line(work: Path) -> None
     (work / "cut.dat.gz").write_bytes(whole[: len(whole) // 2])
     last = _error_line(["linear-road", "run", "--input", "cut.dat.gz", "--no-spark", "--out", "o"])
     assert "cannot read cut.dat.gz: Compressed file ended" in last
+
+
+def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) -> None:
+    # The second run replayed the whole input again: each balance query was
+    # answered twice, and validation failed with exit 1.
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli(argv)[0] == 0
+    answers = (work / "o" / "answers.txt").read_text()
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    assert "resuming from the checkpoint" in err
+    assert (work / "o" / "answers.txt").read_text() == answers
+    summary = json.loads((work / "o" / "summary.json").read_text())
+    assert summary["resumed"] is True and summary["valid"] is True

@@ -273,7 +273,8 @@ def _run_runtime(
     if not started_file.exists():
         started_file.write_text(json.dumps({"start_wall": time.time()}))
     start_wall = float(json.loads(started_file.read_text())["start_wall"])
-    resumed = (out / "ckpt" / "txstream" / "commits").is_dir()
+    store = out / "ckpt" / "txstream" if o.spark else out / "ckpt"  # run_local's is ckpt/
+    resumed = (store / "commits").is_dir()
     if resumed:
         say("resuming from the checkpoint in " + str(out / "ckpt"))
     started = time.time()
