@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from txstream.cli import build_parser, main
 from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
 from txstream.linearroad.generate import generate
+from txstream.spark.session import check_master
 
 LIMIT_S = 20.0
 
@@ -183,6 +184,9 @@ CASES: list[tuple[list[str], str]] = [
     (["linear-road", "run", "--speedup", "inf", "--out", "o"], FINITE),
     (["linear-road", "run", "--speedup", "0", "--out", "o"], "must be > 0"),
     (["linear-road", "run", "--inject-duplicates", "-1", "--out", "o"], ">= 0"),
+    # linear-road run --master: the JVM exited and PySpark raised a traceback
+    (["linear-road", "run", "--master", "bogus", "--out", "o"], "'bogus' is not a Spark master"),
+    (["linear-road", "run", "--master", "local[0]", "--out", "o"], "is not a Spark master"),
     # loading
     (["loading", "run", "--sessions", "0"], ">= 1"),
     (["loading", "run", "--sessions", "1e20"], "not an integer"),
@@ -407,3 +411,12 @@ def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) ->
     assert (work / "o" / "answers.txt").read_text() == answers
     summary = json.loads((work / "o" / "summary.json").read_text())
     assert summary["resumed"] is True and summary["valid"] is True
+
+
+@pytest.mark.parametrize(
+    "master",
+    ["local", "local[1]", "local[*]", "local[2,3]", "local-cluster[2,1,1024]",
+     "spark://h1:7077,h2:7077", "yarn", "k8s://https://h:443"],
+)  # fmt: skip
+def test_check_master_takes_the_masters_spark_takes(master: str) -> None:
+    assert check_master(master) == master

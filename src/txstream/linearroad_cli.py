@@ -217,6 +217,10 @@ def _run(args: argparse.Namespace) -> int:
     for path in (args.input, args.tolls):
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
+    if args.master is not None:
+        from txstream.spark.session import check_master
+
+        check_master(args.master)
     if args.input is None:
         from txstream.linearroad.generate import check_params, lanes_of
 
