@@ -65,7 +65,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="append",
         metavar="AGG:LENGTH[:ATTR]",
         help=f"a long-running query instead of random ones (repeatable); AGG one of: "
-        f"{', '.join(AGGREGATES)}; ATTR src (default) or dst",
+        f"{', '.join(AGGREGATES)}; ATTR (topk, percentile, count-distinct) src (default) or dst",
     )
     r.add_argument(
         "--m", type=positive_int(100_000), default=1, help="re-execute long queries every m slides"
@@ -107,6 +107,11 @@ def parse_query(text: str) -> Query:
         raise WindowError(f"query {text!r}: window length {length!r} is not an integer") from None
     attr = parts[2] if len(parts) == 3 else "src"
     if agg in ("count", "sum", "avg", "min", "max"):
+        if len(parts) == 3:  # it was ignored: sum:5:dst summed the sizes as sum:5 does
+            raise WindowError(
+                f"query {text!r}: {agg} is over the packet sizes and takes no ATTR; "
+                "ATTR is for topk, percentile and count-distinct"
+            )
         return Query(agg, n, value="size")
     return Query(agg, n, attr=attr)
 
