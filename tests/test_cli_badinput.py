@@ -339,6 +339,21 @@ def test_loading_input_with_some_lines_rejected_exits_1(work: Path) -> None:
     assert "nan is not an int" in err and "Traceback" not in err
 
 
+def test_loading_input_nested_too_deeply_is_a_rejected_line(work: Path) -> None:
+    # json.loads raised RecursionError (a traceback) on 100,000 nested brackets.
+    (work / "deep.jsonl").write_text("[" * 100_000 + "\n")
+    assert_rejected(["loading", "run", "--input", "deep.jsonl"], "line 1: not JSON that can be")
+    good = {
+        "relation": "demand",
+        "op": "insert",
+        "values": {"custkey": 5, "partkey": 3, "date": 20060911, "quantity": 2, "comment": "x"},
+    }
+    (work / "in.jsonl").write_text(json.dumps(good) + "\n" + '{"a": ' * 50_000 + "\n")
+    code, out, err = run_cli(["loading", "run", "--input", "in.jsonl", "--target", "embedded"])
+    assert code == 1 and json.loads(out)["rejected"] == 1
+    assert "nested too deeply" in err and "Traceback" not in err
+
+
 def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path) -> None:
     raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_text().splitlines()
     (work / "clean.dat").write_text("\n".join(raw) + "\n")
