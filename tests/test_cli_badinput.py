@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from txstream.cli import build_parser, main
 from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
 from txstream.linearroad.generate import generate
+from txstream.spark.runtime import StoreError, read_output
 from txstream.spark.session import check_master
 
 LIMIT_S = 20.0
@@ -435,3 +436,34 @@ def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) ->
 )  # fmt: skip
 def test_check_master_takes_the_masters_spark_takes(master: str) -> None:
     assert check_master(master) == master
+
+
+@pytest.mark.parametrize(
+    ("damaged", "text", "needle"),
+    [
+        ("run.json", "{bad", "o/run.json is damaged (Expecting"),
+        ("run.json", "[1]", "o/run.json is damaged (not a JSON object)"),
+        ("started.json", "{}", "o/started.json is damaged (no start time)"),
+        ("ckpt/job.json", "{bad", "o/ckpt/job.json: damaged job record"),
+        ("ckpt/job.json", "[]", "o/ckpt/job.json: damaged job record (not a JSON object)"),
+    ],
+)
+def test_linear_road_run_on_a_damaged_out_is_one_line(
+    work: Path, damaged: str, text: str, needle: str
+) -> None:
+    # Each of these raised json's (or AttributeError's) traceback.
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli([*argv, "--no-validate"])[0] == 0
+    (work / "o" / damaged).write_text(text)
+    assert needle in _error_line(argv)
+
+
+def test_read_output_of_a_damaged_output_file_names_it(work: Path) -> None:
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli([*argv, "--no-validate"])[0] == 0
+    part = sorted((work / "o" / "ckpt" / "outputs" / "answers").glob("*/*.jsonl"))[0]
+    part.write_text(part.read_text()[:10])
+    with pytest.raises(StoreError, match=rf"{part.name}: damaged output row"):
+        read_output(work / "o" / "ckpt", "answers")

@@ -87,7 +87,7 @@ def _check_resume(out: Path, o: RunOptions) -> None:
     mine["engine"] = engine_of(o)
     record = out / "run.json"
     if record.exists():
-        before = json.loads(record.read_text())
+        before = _record(record)
         diff = [k for k in _FIXED if before.get(k) != mine[k]]
         if diff:
             raise TxStreamError(
@@ -96,6 +96,17 @@ def _check_resume(out: Path, o: RunOptions) -> None:
             )
     else:
         record.write_text(json.dumps(mine, indent=2) + "\n")
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """The JSON object a run left in ``path``; damaged, one line naming it (not a traceback)."""
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as exc:
+        raise TxStreamError(f"{path} is damaged ({exc}); use another --out") from None
+    if not isinstance(record, dict):
+        raise TxStreamError(f"{path} is damaged (not a JSON object); use another --out")
+    return record
 
 
 def _replay(
@@ -272,7 +283,12 @@ def _run_runtime(
     started_file = out / "started.json"
     if not started_file.exists():
         started_file.write_text(json.dumps({"start_wall": time.time()}))
-    start_wall = float(json.loads(started_file.read_text())["start_wall"])
+    try:
+        start_wall = float(_record(started_file)["start_wall"])
+    except (KeyError, TypeError, ValueError):
+        raise TxStreamError(
+            f"{started_file} is damaged (no start time); use another --out"
+        ) from None
     store = out / "ckpt" / "txstream" if o.spark else out / "ckpt"  # run_local's is ckpt/
     resumed = (store / "commits").is_dir()
     if resumed:
