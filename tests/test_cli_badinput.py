@@ -467,3 +467,15 @@ def test_read_output_of_a_damaged_output_file_names_it(work: Path) -> None:
     part.write_text(part.read_text()[:10])
     with pytest.raises(StoreError, match=rf"{part.name}: damaged output row"):
         read_output(work / "o" / "ckpt", "answers")
+
+
+@pytest.mark.parametrize("name", ["empty.dat", "blank.dat", "empty.dat.gz"])
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_linear_road_input_without_a_tuple_is_refused(work: Path, name: str, command: str) -> None:
+    # validate printed a table of zeros and run wrote no answers, both exit 0.
+    (work / "empty.dat").write_text("")
+    (work / "blank.dat").write_text("\n   \n")
+    (work / "empty.dat.gz").write_bytes(gzip.compress(b""))
+    extra = ["--no-spark", "--out", "o"] if command == "run" else []
+    assert_rejected(["linear-road", command, "--input", name, *extra], f"{name} holds no input")
+    assert not (work / "o").exists()
