@@ -325,6 +325,7 @@ def run_spark(
     job.option("partitions", partitions)
     query = job.start(checkpoint=work / "ckpt", spark=spark)
     run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)
+    interrupted = False
     try:
         feeder.warm_up(lambda: len(query.recentProgress), lambda: not query.isActive)
         feeder.start()
@@ -344,9 +345,14 @@ def run_spark(
                 )
         _check(query, feeder)
         query.processAllAvailable()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         feeder.stopping.set()
-        query.stop()
+        feeder.join(timeout=5.0)
+        # Ctrl-C: let Spark read the chunks already handed over, then stop (see TxQuery.stop).
+        query.stop(settle_s=10.0 if interrupted else 0.0)
     return run
 
 
