@@ -479,3 +479,24 @@ def test_linear_road_input_without_a_tuple_is_refused(work: Path, name: str, com
     extra = ["--no-spark", "--out", "o"] if command == "run" else []
     assert_rejected(["linear-road", command, "--input", name, *extra], f"{name} holds no input")
     assert not (work / "o").exists()
+
+
+@pytest.mark.parametrize("engine", ["runtime", "driver"])
+def test_linear_road_run_starts_spark_on_the_master_given(
+    work: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    # --engine driver started local[2] whatever --master said.
+    import txstream.spark.session as session
+
+    asked: list[str | None] = []
+
+    def no_jvm(*_args: object, master: str | None = None, **_kw: object) -> None:
+        asked.append(master)
+        raise KeyboardInterrupt  # stops the run before anything needs the session
+
+    monkeypatch.setattr(session, "local_session", no_jvm)
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    variant = "serializable" if engine == "runtime" else "not-serializable"
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--engine", engine]
+    code, _, _ = run_cli([*argv, "--variant", variant, "--master", "local[1]", "--out", "o"])
+    assert code == 130 and asked == ["local[1]"]

@@ -122,7 +122,8 @@ def _replay(
         from txstream.spark.session import local_session
 
         feeder = run(
-            spark or local_session("txstream-linear-road"), engine, input_path, o.out,
+            spark or local_session("txstream-linear-road", master=o.master), engine, input_path,
+            o.out,
             speedup=o.speedup, duplicate_every=o.inject_duplicates, progress=say,
             give_up_after_s=o.give_up_after_s,
         )  # fmt: skip
