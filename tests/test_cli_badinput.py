@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gzip
 import io
 import json
@@ -500,3 +501,28 @@ def test_linear_road_run_starts_spark_on_the_master_given(
     argv = ["linear-road", "run", "--input", "gen/input.dat", "--engine", engine]
     code, _, _ = run_cli([*argv, "--variant", variant, "--master", "local[1]", "--out", "o"])
     assert code == 130 and asked == ["local[1]"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stress", "--transactions", "200", "--history", "h.txt"],
+        ["windows", "run", "--duration", "10", "--record", "h.txt"],
+        ["broadcast", "simulate", "--transactions", "50", "--measured", "10", "--history", "h.txt"],
+    ],
+    ids=["stress", "windows", "broadcast"],
+)
+def test_a_full_disk_leaves_no_history_cut_short(
+    work: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # The history was written in place: a full disk left its first part, which
+    # `txstream check` could read as the whole.
+    real = Path.write_text
+
+    def disk_full(self: Path, text: str, *args: object, **kw: object) -> int:
+        real(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    assert_rejected(argv, "cannot write")
+    assert not any(p.name.endswith("h.txt") or ".tmp" in p.name for p in work.iterdir())

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import write_whole
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import HistoricalTolls, LinearRoadEngine
 from txstream.linearroad.formats import open_text
@@ -141,10 +142,7 @@ def _write_history(engine: LinearRoadEngine, path: Path) -> dict[str, Any]:
     from txstream.model import check, format_history
 
     history = engine.history()
-    try:
-        path.write_text(format_history(history))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    write_whole(path, format_history(history), "history file ")
     out: dict[str, Any] = {"history": str(path), "history_operations": len(history)}
     out["history_cs"] = check(history, "cs").holds
     out["history_csao"] = check(history, "csao").holds
@@ -374,10 +372,7 @@ def _write_runtime_history(ckpt: Path, path: Path) -> dict[str, Any]:
     from txstream.spark.runtime import read_history
 
     history = read_history(ckpt)
-    try:
-        path.write_text(format_history(history))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    write_whole(path, format_history(history), "history file ")
     return {
         "history": str(path),
         "history_operations": len(history),

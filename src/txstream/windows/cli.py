@@ -21,8 +21,8 @@ from txstream.cli_types import (
     positive_float,
     positive_int,
     seed,
+    write_whole,
 )
-from txstream.errors import TxStreamError
 from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
@@ -160,10 +160,7 @@ def _run(args: argparse.Namespace) -> int:
                 last[r.group.name] = r.answers
         out["answers"] = last
     if args.record is not None and result.history is not None:
-        try:
-            args.record.write_text(result.history)
-        except OSError as exc:
-            raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
+        write_whole(args.record, result.history)
         out["history"] = str(args.record)
     print(json.dumps(json_safe(out), default=str, allow_nan=False))
     return 0
