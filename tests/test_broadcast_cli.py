@@ -28,6 +28,9 @@ def test_cmatrix_example_4(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
         ("w1(x) c1@3 w2(y) c2@2\n", [], "cycle numbers go backwards"),
         ("r1(z) w1(x) c1@1\n", ["--objects", "x,y"], "'z' does not exist"),
         ("", [], "no history"),
+        # the matrix's 64-bit entries overflowed: a traceback
+        ("w1(x) c1@99999999999999999999999\n", [], "c1@99999999999999999999999 is too large"),
+        ("w1(x) c1@9223372036854775808\n", [], "the largest is 9223372036854775807"),
     ],
 )
 def test_cmatrix_bad_input(

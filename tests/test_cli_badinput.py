@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
+import gzip
 import io
 import json
 import math
@@ -29,6 +31,8 @@ from hypothesis import strategies as st
 from txstream.cli import build_parser, main
 from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
 from txstream.linearroad.generate import generate
+from txstream.spark.runtime import StoreError, read_output
+from txstream.spark.session import check_master
 
 LIMIT_S = 20.0
 
@@ -182,6 +186,9 @@ CASES: list[tuple[list[str], str]] = [
     (["linear-road", "run", "--speedup", "inf", "--out", "o"], FINITE),
     (["linear-road", "run", "--speedup", "0", "--out", "o"], "must be > 0"),
     (["linear-road", "run", "--inject-duplicates", "-1", "--out", "o"], ">= 0"),
+    # linear-road run --master: the JVM exited and PySpark raised a traceback
+    (["linear-road", "run", "--master", "bogus", "--out", "o"], "'bogus' is not a Spark master"),
+    (["linear-road", "run", "--master", "local[0]", "--out", "o"], "is not a Spark master"),
     # loading
     (["loading", "run", "--sessions", "0"], ">= 1"),
     (["loading", "run", "--sessions", "1e20"], "not an integer"),
@@ -334,6 +341,21 @@ def test_loading_input_with_some_lines_rejected_exits_1(work: Path) -> None:
     assert "nan is not an int" in err and "Traceback" not in err
 
 
+def test_loading_input_nested_too_deeply_is_a_rejected_line(work: Path) -> None:
+    # json.loads raised RecursionError (a traceback) on 100,000 nested brackets.
+    (work / "deep.jsonl").write_text("[" * 100_000 + "\n")
+    assert_rejected(["loading", "run", "--input", "deep.jsonl"], "line 1: not JSON that can be")
+    good = {
+        "relation": "demand",
+        "op": "insert",
+        "values": {"custkey": 5, "partkey": 3, "date": 20060911, "quantity": 2, "comment": "x"},
+    }
+    (work / "in.jsonl").write_text(json.dumps(good) + "\n" + '{"a": ' * 50_000 + "\n")
+    code, out, err = run_cli(["loading", "run", "--input", "in.jsonl", "--target", "embedded"])
+    assert code == 1 and json.loads(out)["rejected"] == 1
+    assert "nested too deeply" in err and "Traceback" not in err
+
+
 def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path) -> None:
     raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_text().splitlines()
     (work / "clean.dat").write_text("\n".join(raw) + "\n")
@@ -367,3 +389,140 @@ def test_json_safe_turns_non_finite_numbers_into_null() -> None:
     data = {"a": float("nan"), "b": [1.5, float("inf"), {"c": -float("inf")}], "d": "nan"}
     assert json_safe(data) == {"a": None, "b": [1.5, None, {"c": None}], "d": "nan"}
     json.dumps(json_safe(data), allow_nan=False)
+
+
+# -- input files cut short, output folders reused ----------------------------------------
+
+
+def _error_line(argv: list[str]) -> str:
+    """Run ``argv``, expect exit 2 and a last stderr line ``txstream: ...``; return it.
+
+    (``linear-road run`` prints progress lines on stderr before the error.)
+    """
+    code, out, err = run_cli(argv)
+    assert code == 2, f"txstream {' '.join(argv)}: exit {code}, stderr {err!r}"
+    assert "Traceback" not in err + out
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("txstream: "), err
+    return last
+
+
+def test_linear_road_run_on_a_truncated_gz_input_is_one_line(work: Path) -> None:
+    raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_bytes()
+    whole = gzip.compress(raw)
+    (work / "cut.dat.gz").write_bytes(whole[: len(whole) // 2])
+    last = _error_line(["linear-road", "run", "--input", "cut.dat.gz", "--no-spark", "--out", "o"])
+    assert "cannot read cut.dat.gz: Compressed file ended" in last
+
+
+def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) -> None:
+    # The second run replayed the whole input again: each balance query was
+    # answered twice, and validation failed with exit 1.
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli(argv)[0] == 0
+    answers = (work / "o" / "answers.txt").read_text()
+    code, _, err = run_cli(argv)
+    assert code == 0, err
+    assert "resuming from the checkpoint" in err
+    assert (work / "o" / "answers.txt").read_text() == answers
+    summary = json.loads((work / "o" / "summary.json").read_text())
+    assert summary["resumed"] is True and summary["valid"] is True
+
+
+@pytest.mark.parametrize(
+    "master",
+    ["local", "local[1]", "local[*]", "local[2,3]", "local-cluster[2,1,1024]",
+     "spark://h1:7077,h2:7077", "yarn", "k8s://https://h:443"],
+)  # fmt: skip
+def test_check_master_takes_the_masters_spark_takes(master: str) -> None:
+    assert check_master(master) == master
+
+
+@pytest.mark.parametrize(
+    ("damaged", "text", "needle"),
+    [
+        ("run.json", "{bad", "o/run.json is damaged (Expecting"),
+        ("run.json", "[1]", "o/run.json is damaged (not a JSON object)"),
+        ("started.json", "{}", "o/started.json is damaged (no start time)"),
+        ("ckpt/job.json", "{bad", "o/ckpt/job.json: damaged job record"),
+        ("ckpt/job.json", "[]", "o/ckpt/job.json: damaged job record (not a JSON object)"),
+    ],
+)
+def test_linear_road_run_on_a_damaged_out_is_one_line(
+    work: Path, damaged: str, text: str, needle: str
+) -> None:
+    # Each of these raised json's (or AttributeError's) traceback.
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli([*argv, "--no-validate"])[0] == 0
+    (work / "o" / damaged).write_text(text)
+    assert needle in _error_line(argv)
+
+
+def test_read_output_of_a_damaged_output_file_names_it(work: Path) -> None:
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    assert run_cli([*argv, "--no-validate"])[0] == 0
+    part = sorted((work / "o" / "ckpt" / "outputs" / "answers").glob("*/*.jsonl"))[0]
+    part.write_text(part.read_text()[:10])
+    with pytest.raises(StoreError, match=rf"{part.name}: damaged output row"):
+        read_output(work / "o" / "ckpt", "answers")
+
+
+@pytest.mark.parametrize("name", ["empty.dat", "blank.dat", "empty.dat.gz"])
+@pytest.mark.parametrize("command", ["validate", "run"])
+def test_linear_road_input_without_a_tuple_is_refused(work: Path, name: str, command: str) -> None:
+    # validate printed a table of zeros and run wrote no answers, both exit 0.
+    (work / "empty.dat").write_text("")
+    (work / "blank.dat").write_text("\n   \n")
+    (work / "empty.dat.gz").write_bytes(gzip.compress(b""))
+    extra = ["--no-spark", "--out", "o"] if command == "run" else []
+    assert_rejected(["linear-road", command, "--input", name, *extra], f"{name} holds no input")
+    assert not (work / "o").exists()
+
+
+@pytest.mark.parametrize("engine", ["runtime", "driver"])
+def test_linear_road_run_starts_spark_on_the_master_given(
+    work: Path, monkeypatch: pytest.MonkeyPatch, engine: str
+) -> None:
+    # --engine driver started local[2] whatever --master said.
+    import txstream.spark.session as session
+
+    asked: list[str | None] = []
+
+    def no_jvm(*_args: object, master: str | None = None, **_kw: object) -> None:
+        asked.append(master)
+        raise KeyboardInterrupt  # stops the run before anything needs the session
+
+    monkeypatch.setattr(session, "local_session", no_jvm)
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    variant = "serializable" if engine == "runtime" else "not-serializable"
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--engine", engine]
+    code, _, _ = run_cli([*argv, "--variant", variant, "--master", "local[1]", "--out", "o"])
+    assert code == 130 and asked == ["local[1]"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["stress", "--transactions", "200", "--history", "h.txt"],
+        ["windows", "run", "--duration", "10", "--record", "h.txt"],
+        ["broadcast", "simulate", "--transactions", "50", "--measured", "10", "--history", "h.txt"],
+    ],
+    ids=["stress", "windows", "broadcast"],
+)
+def test_a_full_disk_leaves_no_history_cut_short(
+    work: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # The history was written in place: a full disk left its first part, which
+    # `txstream check` could read as the whole.
+    real = Path.write_text
+
+    def disk_full(self: Path, text: str, *args: object, **kw: object) -> int:
+        real(self, text[: len(text) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", disk_full)
+    assert_rejected(argv, "cannot write")
+    assert not any(p.name.endswith("h.txt") or ".tmp" in p.name for p in work.iterdir())

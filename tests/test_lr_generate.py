@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -181,6 +182,29 @@ def test_cli_generate_prints_density(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "tuples per expressway-second" in out
     assert (tmp_path / "input.dat").is_file() and (tmp_path / "tolls.dat").is_file()
+
+
+def test_interrupted_generate_leaves_no_input_beside_truncated_tolls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # linear-road run without --input takes an existing DIR/input.dat as finished:
+    # Ctrl-C while the tolls were written left a whole input.dat and half a tolls.dat.
+    import txstream.linearroad.generate as gen
+
+    whole = gen.historical_tolls
+
+    def interrupted(vids: list[int], *, seed: int) -> Iterator[str]:
+        yield from itertools.islice(whole(vids, seed=seed), 100)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gen, "historical_tolls", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        generate(tmp_path, L=0.5, minutes=1, seed=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    monkeypatch.setattr(gen, "historical_tolls", whole)
+    paths = generate(tmp_path, L=0.5, minutes=1, seed=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["input.dat", "tolls.dat"]
+    assert paths.tolls.read_text().count("\n") > 100
 
 
 def test_unreadable_file_is_a_txstream_error(tmp_path: Path) -> None:

@@ -72,6 +72,28 @@ def test_every_answer_is_right_on_a_generated_input(
     assert report.by_type["accident"].expected > 0
 
 
+def test_a_rerun_on_the_same_out_resumes_after_the_committed_batches(
+    lr_input: Path, tmp_path: Path
+) -> None:
+    # `linear-road run --no-spark` run again into the same --out (after a crash, or
+    # after it finished) replayed the whole input as new batches: every balance
+    # query was answered again.  A run over the first 3 batches' lines stands for
+    # one that crashed after committing them.
+    lines = (lr_input / "input.dat").read_text().splitlines(keepends=True)
+    part = tmp_path / "part"
+    part.mkdir()
+    (part / "input.dat").write_text("".join(lines[:3000]))
+    (part / "tolls.dat").write_text((lr_input / "tolls.dat").read_text())
+    out = tmp_path / "out"
+    _run(part, out, batch_lines=1000)
+    report, _ = _run(lr_input, out, batch_lines=1000)
+    _clean(report)
+    answers = (out / "answers.txt").read_text()
+    report, sink = _run(lr_input, out, batch_lines=1000)  # a finished run, again
+    _clean(report)
+    assert (out / "answers.txt").read_text() == answers and sink.answers == 0
+
+
 def test_duplicated_reports_have_no_effect_and_the_history_is_csao(
     lr_input: Path, tmp_path: Path
 ) -> None:

@@ -73,7 +73,7 @@ def _replay(source: Path) -> FileReplay:
 def test_file_replay_writes_tagged_chunks_and_resumes(tmp_path: Path) -> None:
     source = tmp_path / "source"
     replay = _replay(source)
-    files = sorted(p.name for p in source.iterdir())
+    files = sorted(p.name for p in source.iterdir() if not p.name.startswith("."))
     assert files == ["chunk-0000000.txt", "chunk-0000001.txt", "chunk-0000002.txt"]
     body = [line.split(TAG) for line in (source / "chunk-0000001.txt").read_text().splitlines()]
     assert [(no, raw) for no, _, raw in body] == [("3", "2,c"), ("3", "2,c"), ("4", "bad")]
@@ -84,6 +84,26 @@ def test_file_replay_writes_tagged_chunks_and_resumes(tmp_path: Path) -> None:
     (source / "chunk-0000002.txt").unlink()
     again = _replay(source)
     assert again.handed == 1 and (source / "chunk-0000002.txt").exists()
+
+
+def test_file_replay_resumed_with_another_chunk_length_keeps_the_first(tmp_path: Path) -> None:
+    # linear-road run derives the chunk length from --speedup: resumed at another
+    # speedup, the chunks still to write had the names of chunks written before
+    # the restart, were skipped as written, and their lines were lost.
+    source = tmp_path / "source"
+    lines = [(no, f"{no - 1},x{no}") for no in range(1, 21)]  # one line per second 0..19
+    for chunk_seconds, given in ((1, lines[:10]), (2, lines)):  # crash after second 9
+        replay = FileReplay(
+            lambda given=given: given, source, 1e6, _time_of, chunk_seconds=chunk_seconds
+        )
+        replay.start()
+        replay.join(timeout=10)
+        assert replay.error is None
+    handed = [
+        line.split(TAG)[2] for p in sorted(source.glob("chunk-*.txt"))
+        for line in p.read_text().splitlines()
+    ]  # fmt: skip
+    assert handed == [raw for _, raw in lines]
 
 
 def test_file_replay_reports_an_input_error(tmp_path: Path) -> None:

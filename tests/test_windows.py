@@ -435,6 +435,9 @@ def test_cli_run_records_a_history_that_check_accepts(
         (["--scheduler", "fifo"], "unknown scheduler 'fifo'"),
         (["--query", "topk:21"], "longer than the window"),
         (["--query", "median:3"], "unknown aggregate 'median'"),
+        # accepted and ignored: sum:5:dst ran sum:5
+        (["--query", "sum:5:dst"], "sum is over the packet sizes and takes no ATTR"),
+        (["--query", "count:5:zzz"], "takes no ATTR"),
     ],
 )
 def test_cli_bad_input_is_one_line(

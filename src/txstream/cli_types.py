@@ -15,8 +15,11 @@ The upper bounds are deliberately generous: they exist so that a typo such as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
@@ -42,6 +45,24 @@ def _range_text(lo: float | None, hi: float | None, lo_open: bool, hi_open: bool
     if hi is not None:
         return f"{'<' if hi_open else '<='} {show(hi)}"
     return "a finite number"
+
+
+def write_whole(path: Path, text: str, what: str = "") -> None:
+    """Write ``text`` to ``path`` whole or not at all (a temporary file beside it, renamed).
+
+    A full disk or Ctrl-C leaves no file cut short: a history cut between two
+    operations still parses, and ``txstream check`` would judge the prefix.  A
+    failure is one line, ``cannot write {what}{path}: reason``.
+    """
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):  # (a folder we cannot write into holds none)
+            tmp.unlink(missing_ok=True)
 
 
 def parse_int(text: str, lo: int | None = None, hi: int | None = None) -> int:

@@ -199,6 +199,19 @@ def _generate(args: argparse.Namespace) -> int:
 SYNC_MODES = ("off", "group", "commit")
 
 
+def _check_not_empty(path: Path) -> None:
+    """Refuse an input without a tuple: validating or running it checked nothing (exit 0)."""
+    from txstream.linearroad.formats import open_text
+
+    with open_text(path) as f:
+        try:
+            if any(line.strip() for line in f):
+                return
+        except (UnicodeDecodeError, OSError) as exc:
+            raise TxStreamError(f"cannot read {path}: {exc}") from None
+    raise TxStreamError(f"{path} holds no input tuples")
+
+
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size, check_variant
     from txstream.linearroad.reference import check_accident_end, check_lav
@@ -217,6 +230,12 @@ def _run(args: argparse.Namespace) -> int:
     for path in (args.input, args.tolls):
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
+    if args.input is not None:
+        _check_not_empty(args.input)
+    if args.master is not None:
+        from txstream.spark.session import check_master
+
+        check_master(args.master)
     if args.input is None:
         from txstream.linearroad.generate import check_params, lanes_of
 
@@ -275,6 +294,7 @@ def _validate(args: argparse.Namespace) -> int:
     for path in (args.input, args.answers, args.tolls, args.expected):
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
+    _check_not_empty(args.input)
     with tempfile.TemporaryDirectory() as tmp:
         answers = args.answers
         if answers is None:

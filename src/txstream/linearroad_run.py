@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import write_whole
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import HistoricalTolls, LinearRoadEngine
 from txstream.linearroad.formats import open_text
@@ -87,7 +88,7 @@ def _check_resume(out: Path, o: RunOptions) -> None:
     mine["engine"] = engine_of(o)
     record = out / "run.json"
     if record.exists():
-        before = json.loads(record.read_text())
+        before = _record(record)
         diff = [k for k in _FIXED if before.get(k) != mine[k]]
         if diff:
             raise TxStreamError(
@@ -96,6 +97,17 @@ def _check_resume(out: Path, o: RunOptions) -> None:
             )
     else:
         record.write_text(json.dumps(mine, indent=2) + "\n")
+
+
+def _record(path: Path) -> dict[str, Any]:
+    """The JSON object a run left in ``path``; damaged, one line naming it (not a traceback)."""
+    try:
+        record = json.loads(path.read_text())
+    except ValueError as exc:
+        raise TxStreamError(f"{path} is damaged ({exc}); use another --out") from None
+    if not isinstance(record, dict):
+        raise TxStreamError(f"{path} is damaged (not a JSON object); use another --out")
+    return record
 
 
 def _replay(
@@ -111,7 +123,8 @@ def _replay(
         from txstream.spark.session import local_session
 
         feeder = run(
-            spark or local_session("txstream-linear-road"), engine, input_path, o.out,
+            spark or local_session("txstream-linear-road", master=o.master), engine, input_path,
+            o.out,
             speedup=o.speedup, duplicate_every=o.inject_duplicates, progress=say,
             give_up_after_s=o.give_up_after_s,
         )  # fmt: skip
@@ -129,10 +142,7 @@ def _write_history(engine: LinearRoadEngine, path: Path) -> dict[str, Any]:
     from txstream.model import check, format_history
 
     history = engine.history()
-    try:
-        path.write_text(format_history(history))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    write_whole(path, format_history(history), "history file ")
     out: dict[str, Any] = {"history": str(path), "history_operations": len(history)}
     out["history_cs"] = check(history, "cs").holds
     out["history_csao"] = check(history, "csao").holds
@@ -272,8 +282,14 @@ def _run_runtime(
     started_file = out / "started.json"
     if not started_file.exists():
         started_file.write_text(json.dumps({"start_wall": time.time()}))
-    start_wall = float(json.loads(started_file.read_text())["start_wall"])
-    resumed = (out / "ckpt" / "txstream" / "commits").is_dir()
+    try:
+        start_wall = float(_record(started_file)["start_wall"])
+    except (KeyError, TypeError, ValueError):
+        raise TxStreamError(
+            f"{started_file} is damaged (no start time); use another --out"
+        ) from None
+    store = out / "ckpt" / "txstream" if o.spark else out / "ckpt"  # run_local's is ckpt/
+    resumed = (store / "commits").is_dir()
     if resumed:
         say("resuming from the checkpoint in " + str(out / "ckpt"))
     started = time.time()
@@ -356,10 +372,7 @@ def _write_runtime_history(ckpt: Path, path: Path) -> dict[str, Any]:
     from txstream.spark.runtime import read_history
 
     history = read_history(ckpt)
-    try:
-        path.write_text(format_history(history))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    write_whole(path, format_history(history), "history file ")
     return {
         "history": str(path),
         "history_operations": len(history),

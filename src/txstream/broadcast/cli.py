@@ -23,6 +23,7 @@ from txstream.cli_types import (
     positive_int,
     probability,
     seed,
+    write_whole,
 )
 from txstream.model import format_history, parse_one
 
@@ -157,6 +158,6 @@ def run_simulate(args: argparse.Namespace) -> int:
     )
     result = simulate(params, args.seed)
     if args.history is not None and result.history is not None:
-        args.history.write_text(format_history(result.history, per_line=20) + "\n")
+        write_whole(args.history, format_history(result.history, per_line=20) + "\n")
     print(json.dumps(json_safe(result.summary()), allow_nan=False))
     return 0

@@ -45,6 +45,10 @@ def update_transactions(history: History) -> list[str]:
     return [t for t in history.transactions() if t in committed and t in writers]
 
 
+MAX_CYCLE = 2**63 - 1
+"""The largest commit cycle a C matrix holds (its entries are 64-bit integers)."""
+
+
 def check_cycles(history: History) -> dict[str, int]:
     """Commit cycles of the update transactions; errors when missing or decreasing."""
     updates = set(update_transactions(history))
@@ -60,6 +64,10 @@ def check_cycles(history: History) -> dict[str, int]:
                     "K being the broadcast cycle it committed in"
                 )
             continue
+        if op.cycle > MAX_CYCLE:  # the matrix holds cycles as 64-bit integers
+            raise BroadcastError(
+                f"cycle number of c{op.txn}@{op.cycle} is too large; the largest is {MAX_CYCLE}"
+            )
         if last is not None and op.cycle < last[1]:
             raise BroadcastError(
                 f"cycle numbers go backwards: c{op.txn}@{op.cycle} follows c{last[0]}@{last[1]}; "

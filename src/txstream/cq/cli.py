@@ -13,7 +13,14 @@ import argparse
 import json
 from pathlib import Path
 
-from txstream.cli_types import json_safe, nonnegative_float, positive_float, positive_int, seed
+from txstream.cli_types import (
+    json_safe,
+    nonnegative_float,
+    positive_float,
+    positive_int,
+    seed,
+    write_whole,
+)
 from txstream.cq.engine import STRATEGIES
 from txstream.errors import TxStreamError
 from txstream.model import format_history
@@ -97,15 +104,12 @@ def _run(args: argparse.Namespace) -> int:
     try:
         metrics = run(params)
         history = metrics.pop("history", None)
-        if record is not None and history is not None:
-            try:
-                record.write(format_history(history) + "\n")
-            except OSError as exc:
-                raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
-            metrics["history"] = str(args.record)
     finally:
         if record is not None:
             record.close()
+    if record is not None and history is not None:
+        write_whole(args.record, format_history(history) + "\n")
+        metrics["history"] = str(args.record)
     print(json.dumps(json_safe({"strategy": args.strategy, **metrics}), allow_nan=False))
     return 0
 

@@ -30,6 +30,7 @@ from txstream.linearroad.formats import open_text
 from txstream.linearroad.replay import duplicate_entries, numbered_lines
 from txstream.linearroad.txns import PARTITION_BY, TABLES, LinearRoadTxns, combine_balance
 from txstream.spark.runtime import Job, read_output
+from txstream.spark.runtime.state import RuntimeStore
 
 
 def linear_road_job(
@@ -207,13 +208,21 @@ def run_local(
     duplicate_every: int = 0,
     record: bool = False,
 ) -> tuple[Path, AnswersFile]:
-    """Run the job over ``input_path`` in this process; returns (answers file, its sink)."""
+    """Run the job over ``input_path`` in this process; returns (answers file, its sink).
+
+    Run again on the same ``out`` (after a crash, or after it finished) it
+    resumes: the batches are cut from the input the same way each time, and
+    those the store in ``out/ckpt`` has committed are not run again (they would
+    be new batches to the runner, and their balance queries answered twice).
+    """
     out.mkdir(parents=True, exist_ok=True)
     answers = AnswersFile(out / "answers.txt", time.time())
     job = linear_road_job(txns, txn_size, record=record).sink("answers", answers)
     with open_text(input_path) as f:
         events = list(input_events(duplicate_entries(numbered_lines(f), duplicate_every)))
-    batches = [_handed(events[i : i + batch_lines]) for i in range(0, len(events), batch_lines)]
+    done = len(RuntimeStore(out / "ckpt").committed())
+    starts = range(done * batch_lines, len(events), batch_lines)
+    batches = [_handed(events[i : i + batch_lines]) for i in starts]
     job.run_local(batches, out / "ckpt", partitions=partitions)
     return out / "answers.txt", answers
 
@@ -316,6 +325,7 @@ def run_spark(
     job.option("partitions", partitions)
     query = job.start(checkpoint=work / "ckpt", spark=spark)
     run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)
+    interrupted = False
     try:
         feeder.warm_up(lambda: len(query.recentProgress), lambda: not query.isActive)
         feeder.start()
@@ -335,9 +345,14 @@ def run_spark(
                 )
         _check(query, feeder)
         query.processAllAvailable()
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         feeder.stopping.set()
-        query.stop()
+        feeder.join(timeout=5.0)
+        # Ctrl-C: let Spark read the chunks already handed over, then stop (see TxQuery.stop).
+        query.stop(settle_s=10.0 if interrupted else 0.0)
     return run
 
 

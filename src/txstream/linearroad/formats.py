@@ -79,12 +79,32 @@ class MalformedTupleError(TxStreamError, ValueError):
     """An input or answer line could not be read; the message says why."""
 
 
+class _Gzip(gzip.GzipFile):
+    """A ``.gz`` reader whose early end (a truncated file) is a one-line :class:`TxStreamError`.
+
+    gzip raises :class:`EOFError` there, which is no :class:`OSError`: every
+    reader of an input would have to catch it, and the run's replay did not.
+    """
+
+    def read(self, size: int | None = -1) -> bytes:
+        try:
+            return super().read(size)
+        except EOFError as exc:
+            raise TxStreamError(f"cannot read {self.name}: {exc}") from None
+
+    def read1(self, size: int = -1) -> bytes:
+        try:
+            return super().read1(size)
+        except EOFError as exc:
+            raise TxStreamError(f"cannot read {self.name}: {exc}") from None
+
+
 def open_text(path: str | Path) -> TextIO:
     """Open ``path`` for reading text, decompressing it when it ends in ``.gz``."""
     p = Path(path)
     try:
         if p.suffix == ".gz":
-            return io.TextIOWrapper(gzip.open(p, "rb"), encoding="ascii", newline=None)
+            return io.TextIOWrapper(_Gzip(p, "rb"), encoding="ascii", newline=None)
         return p.open(encoding="ascii", newline=None)
     except OSError as exc:
         raise TxStreamError(f"cannot read {p}: {exc.strerror or exc}") from None

@@ -191,23 +191,36 @@ def historical_tolls(vids: Iterable[int], *, seed: int) -> Iterator[str]:
 def write_files(
     out_dir: Path, streams: list[list[tuple[int, ...]]], *, L: float, minutes: int, seed: int
 ) -> GeneratedPaths:
-    """Merge per-direction tuple lists by time and write the input and tolls files."""
+    """Merge per-direction tuple lists by time and write the input and tolls files.
+
+    Both are written under temporary names and renamed when complete, the tolls
+    first: an interrupted run leaves no ``input.dat`` (which ``linear-road run``
+    takes as a finished input) beside a truncated ``tolls.dat``, nor a truncated
+    ``input.dat``.
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     input_path = out_dir / "input.dat"
     tolls_path = out_dir / "tolls.dat"
+    input_tmp = out_dir / ".input.dat.tmp"
+    tolls_tmp = out_dir / ".tolls.dat.tmp"
     vids: set[int] = set()
     n = 0
     try:
-        with input_path.open("w") as f:
+        with input_tmp.open("w") as f:
             for tup in heapq.merge(*streams, key=lambda tup: tup[1]):
                 f.write(format_input(tup) + "\n")
                 vids.add(tup[2])
                 n += 1
-        with tolls_path.open("w") as f:
+        with tolls_tmp.open("w") as f:
             for line in historical_tolls(sorted(vids), seed=seed):
                 f.write(line + "\n")
+        tolls_tmp.replace(tolls_path)
+        input_tmp.replace(input_path)
     except OSError as exc:
         raise TxStreamError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
+    finally:
+        input_tmp.unlink(missing_ok=True)
+        tolls_tmp.unlink(missing_ok=True)
     return GeneratedPaths(input_path, tolls_path, n, n / (L * minutes * 60))
 
 

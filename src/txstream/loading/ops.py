@@ -161,6 +161,8 @@ def validate(schema: Schema, raw: Any) -> Modification:
             raw = json.loads(raw)
         except ValueError as exc:
             raise InvalidOperation(f"not JSON: {exc}") from None
+        except RecursionError:  # json's decoder recurses once per nested [ or {
+            raise InvalidOperation("not JSON that can be read: nested too deeply") from None
     if not isinstance(raw, Mapping):
         raise InvalidOperation(f"an operation is an object, not {type(raw).__name__}")
     relation = raw.get("relation")

@@ -13,7 +13,10 @@ not the stack traces of failures that reach the caller anyway (see
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
+
+from txstream.errors import TxStreamError
 
 _FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -73,6 +76,27 @@ txstream's one-line error under Spark's copy of it.
 """
 
 
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9][0-9]*)(\s*,\s*[0-9]+)?\])?"
+    r"|local-cluster\[\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*,\s*[1-9][0-9]*\s*\]"
+    r"|(spark|k8s)://\S+|yarn"
+)
+
+
+def check_master(master: str) -> str:
+    """``master`` if Spark can start on it (the forms its SparkSubmit and SparkContext take).
+
+    A master Spark refuses is a :class:`~txstream.errors.TxStreamError` here, in
+    one line, instead of the JVM's exit and PySpark's traceback about its gateway.
+    """
+    if not _MASTER.fullmatch(master):
+        raise TxStreamError(
+            f"{master!r} is not a Spark master; e.g. local[2], local[*], "
+            "local-cluster[2,1,1024], spark://HOST:7077, yarn or k8s://HOST:PORT"
+        )
+    return master
+
+
 def local_session(
     app_name: str = "txstream", cores: int = 2, master: str | None = None, **conf: Any
 ) -> Any:
@@ -89,6 +113,8 @@ def local_session(
     ``PYSPARK_SUBMIT_ARGS`` or ``spark-submit``): Spark then logs at that level,
     everything included.
     """
+    if master is not None:
+        check_master(master)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession

@@ -59,6 +59,24 @@ def untag(lines: Any) -> Any:
     )
 
 
+def _kept_chunk_seconds(source_dir: Path, chunk_seconds: int) -> int:
+    """The chunk length ``source_dir``'s files were cut by, recorded on first use.
+
+    A restart skips the chunks whose files exist, by name (the chunk's index):
+    cut by another length (a caller that derives it from the speedup, resumed at
+    another speedup), the indices of the chunks still to write were those of
+    chunks already written, and their lines never reached Spark.  The record is
+    a hidden file, which Spark's file source does not read.
+    """
+    record = source_dir / ".chunk-seconds"
+    if record.exists():
+        return int(record.read_text())
+    tmp = source_dir / ".chunk-seconds.tmp"
+    tmp.write_text(str(chunk_seconds))
+    os.replace(tmp, record)
+    return chunk_seconds
+
+
 class FileReplay(threading.Thread):
     """Writes ``lines()`` into ``source_dir`` at ``speedup``, one file per ``chunk_seconds``.
 
@@ -84,8 +102,8 @@ class FileReplay(threading.Thread):
         self.source_dir = Path(source_dir)
         self.speedup = speedup
         self.time_of = time_of
-        self.chunk_seconds = chunk_seconds
         self.source_dir.mkdir(parents=True, exist_ok=True)
+        self.chunk_seconds = _kept_chunk_seconds(self.source_dir, chunk_seconds)
         self.stopping = threading.Event()
         self.error: BaseException | None = None
         self.handed = 0

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import json_safe, positive_float, positive_int, seed
+from txstream.cli_types import json_safe, positive_float, positive_int, seed, write_whole
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
 from txstream.txn.manager import Transaction, TransactionManager
@@ -183,10 +183,7 @@ def command(args: argparse.Namespace) -> int:
     verdict = check(history, criterion)
     text = format_history(history)
     path = Path(args.history)
-    try:
-        path.write_text(text + ("\n" if not text.endswith("\n") else ""))
-    except OSError as exc:
-        raise TxStreamError(f"cannot write history file {path}: {exc.strerror}") from None
+    write_whole(path, text + ("\n" if not text.endswith("\n") else ""), "history file ")
     summary["history"] = str(path)
     summary["operations"] = len(history)
     summary["check"] = {"criterion": criterion, "holds": verdict.holds}

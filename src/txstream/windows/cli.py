@@ -21,8 +21,8 @@ from txstream.cli_types import (
     positive_float,
     positive_int,
     seed,
+    write_whole,
 )
-from txstream.errors import TxStreamError
 from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
@@ -65,7 +65,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         action="append",
         metavar="AGG:LENGTH[:ATTR]",
         help=f"a long-running query instead of random ones (repeatable); AGG one of: "
-        f"{', '.join(AGGREGATES)}; ATTR src (default) or dst",
+        f"{', '.join(AGGREGATES)}; ATTR (topk, percentile, count-distinct) src (default) or dst",
     )
     r.add_argument(
         "--m", type=positive_int(100_000), default=1, help="re-execute long queries every m slides"
@@ -107,6 +107,11 @@ def parse_query(text: str) -> Query:
         raise WindowError(f"query {text!r}: window length {length!r} is not an integer") from None
     attr = parts[2] if len(parts) == 3 else "src"
     if agg in ("count", "sum", "avg", "min", "max"):
+        if len(parts) == 3:  # it was ignored: sum:5:dst summed the sizes as sum:5 does
+            raise WindowError(
+                f"query {text!r}: {agg} is over the packet sizes and takes no ATTR; "
+                "ATTR is for topk, percentile and count-distinct"
+            )
         return Query(agg, n, value="size")
     return Query(agg, n, attr=attr)
 
@@ -155,10 +160,7 @@ def _run(args: argparse.Namespace) -> int:
                 last[r.group.name] = r.answers
         out["answers"] = last
     if args.record is not None and result.history is not None:
-        try:
-            args.record.write_text(result.history)
-        except OSError as exc:
-            raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
+        write_whole(args.record, result.history)
         out["history"] = str(args.record)
     print(json.dumps(json_safe(out), default=str, allow_nan=False))
     return 0

@@ -94,6 +94,9 @@ _JVM_EXCEPTION = re.compile(r"(?::\s*)?((?:java|javax|scala|org)\.[\w.$]+(?:Erro
 
 _TRACEBACK = "Traceback (most recent call last):"
 
+STOP_WAIT_S = 30.0
+"""How long :meth:`TxQuery.stop` waits for the micro-batch in flight before stopping anyway."""
+
 
 def one_line(exc: BaseException) -> str:
     """A Spark or Python failure as one readable line (the innermost useful message)."""
@@ -318,10 +321,24 @@ class TxQuery:
             return self._wrap(self.query.awaitTermination)  # type: ignore[no-any-return]
         return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
 
-    def stop(self) -> None:
-        """Stop the job and give the store up (the driver engine writes its history first)."""
+    def stop(self, settle_s: float = 0.0) -> None:
+        """Stop the job and give the store up (the driver engine writes its history first).
+
+        The micro-batch in flight finishes first (for at most :data:`STOP_WAIT_S`):
+        stopped under it, Spark cancels the jobs it started, and its check of
+        the long error that comes back overflows the JVM's stack (a thousand
+        lines on stderr after Ctrl-C).  ``settle_s``: wait up to that long for
+        the job to read what its input holds, when that input has stopped
+        growing (a batch could otherwise start just before the stop).  Either
+        way an unfinished batch re-runs on restart; this spares the noise.
+        """
         try:
             if self.query is not None:
+                deadline = time.time() + settle_s
+                while time.time() < deadline and self._busy():
+                    time.sleep(0.05)
+                if self._mutex.acquire(timeout=STOP_WAIT_S):
+                    self._mutex.release()
                 self.query.stop()
             if self.driver is not None and self.spec.record_history:
                 from txstream.model import format_history
@@ -341,6 +358,13 @@ class TxQuery:
                 "(see docs/spark.md, merge)",
                 stacklevel=2,
             )
+
+    def _busy(self) -> bool:
+        """Whether Spark runs a batch of the job or has input for one."""
+        if not self.query.isActive:
+            return False
+        status = self.query.status
+        return bool(status["isTriggerActive"] or status["isDataAvailable"])
 
     def output(self, name: str) -> list[dict[str, Any]]:
         """Committed rows of output ``name``, in order."""

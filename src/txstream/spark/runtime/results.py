@@ -9,14 +9,13 @@ in which transactions committed or the files were written.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.model.history import History
 from txstream.model.notation import parse_one
-from txstream.spark.runtime.state import RuntimeStore
+from txstream.spark.runtime.state import RuntimeStore, StoreError, json_record
 
 DRIVER_HISTORY = "driver-history.txt"
 """The history the driver engine's transaction manager recorded, written when its query stops."""
@@ -65,7 +64,7 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     """
     store = _store(path)
     job = store.root / "job.json"
-    declared = json.loads(job.read_text()).get("outputs") if job.exists() else None
+    declared = json_record(job, "job record").get("outputs") if job.exists() else None
     if declared is not None and name not in declared:
         raise TxStreamError(
             f"{path}: the job declared no output {name!r}; outputs: {', '.join(declared) or '-'}"
@@ -76,9 +75,7 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
         if not folder.is_dir():
             continue
         for part in sorted(folder.glob("*.jsonl")):
-            for line in part.read_text().splitlines():
-                row = json.loads(line)
-                order = row.pop("__order")
+            for order, row in _output_rows(part):
                 rows.append(((batch, *order), row))
     rows.sort(key=lambda item: item[0])
     if with_order:
@@ -91,11 +88,20 @@ def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[s
     folder = store.batch_dir("outputs", name, batch)
     rows: list[tuple[Any, dict[str, Any]]] = []
     for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
-        for line in part.read_text().splitlines():
-            row = json.loads(line)
-            rows.append((row.pop("__order"), row))
+        rows += _output_rows(part)
     rows.sort(key=lambda item: item[0])
     return [row for _, row in rows]
+
+
+def _output_rows(part: Path) -> list[tuple[Any, dict[str, Any]]]:
+    """(order, row) of each line of an output part file; a damaged line is a StoreError."""
+    rows = []
+    for line in part.read_text().splitlines():
+        row = json_record(part, "output row", line)
+        if "__order" not in row:
+            raise StoreError(f"{part}: damaged output row (no __order)")
+        rows.append((row.pop("__order"), row))
+    return rows
 
 
 def read_failures(path: str | Path) -> list[dict[str, Any]]:
@@ -111,7 +117,7 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
         folder = store.batch_dir("errors", "", batch)
         for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
             for line in part.read_text().splitlines():
-                failure = json.loads(line)
+                failure = json_record(part, "failure record", line)
                 failure["batch"] = batch
                 failures.append(failure)
     by_batch: dict[int, list[dict[str, Any]]] = {}

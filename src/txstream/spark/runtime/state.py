@@ -55,6 +55,17 @@ class StoreError(TxStreamError):
     """A runtime store file is damaged or the store is in use; the message names it."""
 
 
+def json_record(path: Path, what: str, line: str | None = None) -> dict[str, Any]:
+    """The JSON object in ``path`` (or its ``line``); damaged, a :class:`StoreError` naming it."""
+    try:
+        record = json.loads(path.read_text() if line is None else line)
+    except ValueError as exc:
+        raise StoreError(f"{path}: damaged {what} ({exc})") from None
+    if not isinstance(record, dict):
+        raise StoreError(f"{path}: damaged {what} (not a JSON object)")
+    return record
+
+
 class StoreLockedError(StoreError):
     """Another process owns the store directory."""
 
@@ -370,7 +381,7 @@ class RuntimeStore:
         path = self.root / "job.json"
         if not path.exists():
             return None
-        meta: dict[str, Any] = json.loads(path.read_text())
+        meta = json_record(path, "job record")
         found = meta.get("runner", "spark")  # stores from before the key were Spark's
         if found != runner:
             names = {"spark": "a Spark query", "local": "run_local"}
