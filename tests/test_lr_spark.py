@@ -66,19 +66,25 @@ def _run_cli(out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Path) -> None:
-    out = tmp_path / "run"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def _started(cmd: list[str], out: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``cmd`` running, once it has committed answers to ``out``'s answers file."""
     victim = subprocess.Popen(
-        _run_cli(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     deadline = time.time() + 180
     answers = out / "answers.txt"
-    # Kill once the run is well under way: answers have been committed to the file.
     while time.time() < deadline and victim.poll() is None:
         if answers.exists() and answers.stat().st_size > 0:
             break
         time.sleep(0.2)
+    return victim
+
+
+def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # Kill once the run is well under way: answers have been committed to the file.
+    victim = _started(_run_cli(out), out, env)
     time.sleep(1.0)
     assert victim.poll() is None, victim.stderr.read() if victim.stderr else ""
     victim.send_signal(signal.SIGKILL)
@@ -102,16 +108,7 @@ def test_ctrl_c_mid_run_is_one_line_and_a_rerun_at_another_speedup_loses_nothing
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     slow = [*_run_cli(out)[:3], "linear-road", "run", "--L", "0.5", "--minutes", "3"]
-    victim = subprocess.Popen(
-        [*slow, "--speedup", "4", "--out", str(out)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    deadline = time.time() + 180
-    answers = out / "answers.txt"
-    while time.time() < deadline and victim.poll() is None:
-        if answers.exists() and answers.stat().st_size > 0:
-            break
-        time.sleep(0.2)
+    victim = _started([*slow, "--speedup", "4", "--out", str(out)], out, env)
     # Well into the run (its 3 minutes of input take 45 s at speedup 4): the
     # overflow came after some 25 s of batches (in 4 of 4 trials), not in the first few.
     time.sleep(28.0)
