@@ -23,13 +23,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txstream.cli import build_parser, main
-from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int
+from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int, path_arg
 from txstream.linearroad.generate import generate
 from txstream.spark.runtime import StoreError, read_output
 from txstream.spark.session import check_master
@@ -224,13 +225,14 @@ BASE: dict[str, list[str]] = {
     "cq run": [],
     "linear-road generate": ["--out", "o"],
     "linear-road run": ["--out", "o"],
+    "linear-road validate": ["--input", "x"],
 }
 
-NON_NUMERIC = (Path, str)
+NON_NUMERIC = (path_arg, str)
 
 
-def typed_options() -> list[tuple[str, str]]:
-    """(subcommand path, option) for every option that parses a number."""
+def typed_options(*types: Any) -> list[tuple[str, str]]:
+    """(subcommand path, option) for every option that parses a number (or one of ``types``)."""
     found: list[tuple[str, str]] = []
 
     def walk(parser: argparse.ArgumentParser, path: list[str]) -> None:
@@ -238,7 +240,9 @@ def typed_options() -> list[tuple[str, str]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, child in action.choices.items():
                     walk(child, [*path, name])
-            elif action.option_strings and action.type not in (None, *NON_NUMERIC):
+            elif not action.option_strings:
+                continue
+            elif action.type in types or (not types and action.type not in (None, *NON_NUMERIC)):
                 found.append((" ".join(path), action.option_strings[-1]))
 
     walk(build_parser(), [])
@@ -246,6 +250,18 @@ def typed_options() -> list[tuple[str, str]]:
 
 
 OPTIONS = typed_options()
+PATH_OPTIONS = typed_options(path_arg, Path)
+
+
+@pytest.mark.parametrize(("command", "option"), PATH_OPTIONS, ids=map(" ".join, PATH_OPTIONS))
+def test_no_path_option_takes_an_empty_path(work: Path, command: str, option: str) -> None:
+    # Path("") is the current folder: an unset shell variable wrote results there
+    argv = [*command.split(), *BASE[command], option, ""]
+    assert_rejected(argv, "an empty path; name a file or folder")
+
+
+def test_the_path_sweep_sees_the_path_options() -> None:
+    assert ("linear-road run", "--out") in PATH_OPTIONS and ("bench", "--out") in PATH_OPTIONS
 
 
 def test_the_sweep_sees_every_command() -> None:

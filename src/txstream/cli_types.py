@@ -116,6 +116,17 @@ def _argparse_type(fn: Callable[[str], Any], name: str) -> Callable[[str], Any]:
     return parse
 
 
+def _path(text: str) -> Path:
+    if not text.strip():
+        # Path("") is ".": an empty value (an unset shell variable) would write here
+        raise BadValueError("an empty path; name a file or folder")
+    return Path(text)
+
+
+path_arg: Callable[[str], Path] = _argparse_type(_path, "path")
+"""An argparse ``type=`` for a path, refusing an empty one."""
+
+
 def int_range(lo: int | None = None, hi: int | None = None) -> Callable[[str], int]:
     """An argparse ``type=`` for an integer within ``[lo, hi]``."""
     return _argparse_type(lambda t: parse_int(t, lo, hi), "integer")

@@ -39,6 +39,7 @@ from txstream.cli_types import (
     int_range,
     json_safe,
     nonnegative_int,
+    path_arg,
     positive_float,
     seed,
 )
@@ -61,7 +62,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(func=lambda args: _usage(p))
 
     g = group.add_parser("generate", help="write a deterministic input and historical tolls")
-    g.add_argument("--out", type=Path, required=True, metavar="DIR")
+    g.add_argument("--out", type=path_arg, required=True, metavar="DIR")
     g.add_argument(
         "--L",
         dest="L",
@@ -94,7 +95,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     src = r.add_mutually_exclusive_group()
-    src.add_argument("--input", type=Path, metavar="FILE", help="an input file (.gz allowed)")
+    src.add_argument("--input", type=path_arg, metavar="FILE", help="an input file (.gz allowed)")
     src.add_argument(
         "--L",
         dest="L",
@@ -105,7 +106,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--minutes", type=int_range(1, 180), default=3, help="simulated minutes to generate"
     )
     r.add_argument("--seed", type=seed, default=0)
-    r.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls for --input")
+    r.add_argument("--tolls", type=path_arg, metavar="FILE", help="historical tolls for --input")
     r.add_argument(
         "--speedup", type=positive_float(1e6), default=1.0, help="simulated seconds per wall second"
     )
@@ -152,22 +153,24 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     )
     r.add_argument(
         "--record",
-        type=Path,
+        type=path_arg,
         metavar="FILE",
         help="write the committed history of operations (for txstream check)",
     )
-    r.add_argument("--out", type=Path, required=True, metavar="DIR")
+    r.add_argument("--out", type=path_arg, required=True, metavar="DIR")
     r.set_defaults(func=_run)
 
     v = group.add_parser("validate", help="check an answers file against the input")
-    v.add_argument("--input", type=Path, required=True, metavar="FILE")
-    v.add_argument("--answers", type=Path, metavar="FILE", help="default: the validator's own")
+    v.add_argument("--input", type=path_arg, required=True, metavar="FILE")
+    v.add_argument("--answers", type=path_arg, metavar="FILE", help="default: the validator's own")
     v.add_argument("--lav", default="spec", help="LAV definition: spec or raw-mean")
     v.add_argument(
         "--accident-end", default="spec", help="when an accident stops counting: spec, clear-minute"
     )
-    v.add_argument("--tolls", type=Path, metavar="FILE", help="historical tolls VID,Day,XWay,Toll")
-    v.add_argument("--expected", type=Path, metavar="FILE", help="reference answers to compare")
+    v.add_argument(
+        "--tolls", type=path_arg, metavar="FILE", help="historical tolls VID,Day,XWay,Toll"
+    )
+    v.add_argument("--expected", type=path_arg, metavar="FILE", help="reference answers to compare")
     v.add_argument("--format", default="table", help="table or json")
     v.set_defaults(func=_validate)
 

@@ -39,6 +39,7 @@ from txstream.bench.harness import Experiment, Figure, Param
 from txstream.broadcast.base import ALGORITHM_NAMES
 from txstream.broadcast.params import step_budget
 from txstream.broadcast.sim import SimParams, simulate
+from txstream.cli_types import path_arg
 from txstream.cli_types import seed as seed_type
 from txstream.errors import TxStreamError
 
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m txstream.bench.broadcast")
     parser.add_argument("--spark", action="store_true", help="one Spark task per point")
     parser.add_argument("--quick", action="store_true", help="the small grid used in CI")
-    parser.add_argument("--out", type=Path, default=Path("bench-out"))
+    parser.add_argument("--out", type=path_arg, default=Path("bench-out"))
     parser.add_argument("--seed", type=seed_type, default=0)
     args = parser.parse_args(argv)
     started = time.perf_counter()

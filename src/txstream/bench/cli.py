@@ -8,7 +8,7 @@ from typing import Any
 
 from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
-from txstream.cli_types import seed
+from txstream.cli_types import path_arg, seed
 from txstream.errors import TxStreamError
 
 
@@ -24,7 +24,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "name", metavar="NAME", help=f"experiment: {', '.join(names)}, or all (one after another)"
     )
     p.add_argument("--quick", action="store_true", help="the small grid used in CI")
-    p.add_argument("--out", type=Path, default=Path("bench-out"), help="output folder")
+    p.add_argument("--out", type=path_arg, default=Path("bench-out"), help="output folder")
     p.add_argument("--seed", type=seed, default=0, help="base seed of the repetitions")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
     p.add_argument(

@@ -19,6 +19,7 @@ from txstream.cli_types import (
     json_safe,
     nonnegative_float,
     nonnegative_int,
+    path_arg,
     positive_float,
     positive_int,
     probability,
@@ -102,7 +103,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "(default: 1000 per transaction + 100,000)",
     )
     s.add_argument("--seed", type=seed, default=0)
-    s.add_argument("--history", type=Path, metavar="FILE", help="write the recorded history")
+    s.add_argument("--history", type=path_arg, metavar="FILE", help="write the recorded history")
     s.set_defaults(func=run_simulate)
 
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from txstream.cli_types import (
     json_safe,
     nonnegative_float,
+    path_arg,
     positive_float,
     positive_int,
     seed,
@@ -63,7 +63,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     r.add_argument("--table", default="parts", help="the table the join references")
     r.add_argument("--column", default="price", help="the column the window averages")
     r.add_argument("--seed", type=seed, default=0)
-    r.add_argument("--record", type=Path, metavar="FILE", help="write the history here")
+    r.add_argument("--record", type=path_arg, metavar="FILE", help="write the history here")
     r.set_defaults(func=_run)
 
     s = group.add_parser("strategies", help="list the strategies")

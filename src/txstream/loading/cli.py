@@ -20,6 +20,7 @@ from typing import Any
 from txstream.cli_types import (
     json_safe,
     nonnegative_int,
+    path_arg,
     positive_float,
     positive_int,
     probability,
@@ -59,7 +60,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     run.add_argument(
         "--workload", default="demand", help="demand (Section 5.1) or increments (repeated)"
     )
-    run.add_argument("--input", type=Path, help="JSON-lines operations on demand/inventory")
+    run.add_argument("--input", type=path_arg, help="JSON-lines operations on demand/inventory")
     run.add_argument("--seed", type=seed, default=0)
     run.add_argument(
         "--starvation-ts", type=positive_float(86_400), default=1.0, help="threshold TS, seconds"

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from txstream.cli_types import (
     int_range,
     json_safe,
     nonnegative_float,
     nonnegative_int,
+    path_arg,
     positive_float,
     positive_int,
     seed,
@@ -80,7 +80,7 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--duration", type=positive_float(10_000_000), default=None, help="simulated seconds (n*t)"
     )
     r.add_argument("--seed", type=seed, default=0)
-    r.add_argument("--record", type=Path, metavar="FILE", help="write the history here")
+    r.add_argument("--record", type=path_arg, metavar="FILE", help="write the history here")
     r.add_argument("--answers", action="store_true", help="print the last answer of each group")
     r.set_defaults(func=_run)
 
