@@ -104,6 +104,9 @@ def test_file_replay_resumed_with_another_chunk_length_keeps_the_first(tmp_path:
         for line in p.read_text().splitlines()
     ]  # fmt: skip
     assert handed == [raw for _, raw in lines]
+    (source / ".chunk-seconds").write_text("2x")  # damaged: one line, not a ValueError
+    with pytest.raises(TxStreamError, match=r"damaged chunk-length record '2x'"):
+        FileReplay(lambda: lines, source, 1e6, _time_of, chunk_seconds=1)
 
 
 def test_file_replay_reports_an_input_error(tmp_path: Path) -> None:

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from txstream.errors import TxStreamError
+
 TAG = "|"
 """Separates a replayed line's number and handoff time from its raw text."""
 
@@ -70,7 +72,13 @@ def _kept_chunk_seconds(source_dir: Path, chunk_seconds: int) -> int:
     """
     record = source_dir / ".chunk-seconds"
     if record.exists():
-        return int(record.read_text())
+        text = record.read_text().strip()
+        if not text.isdigit() or int(text) < 1:
+            raise TxStreamError(
+                f"{record}: damaged chunk-length record {text[:20]!r}; write the chunk "
+                "length the folder's files were cut by into it, or replay into a new folder"
+            )
+        return int(text)
     tmp = source_dir / ".chunk-seconds.tmp"
     tmp.write_text(str(chunk_seconds))
     os.replace(tmp, record)
