@@ -5,10 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install run test lint bench bench-quick clean
+.PHONY: help install run test lint bench bench-quick cluster-start cluster-stop clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 install: $(STAMP) ## create .venv and install txstream (editable) with its dev tools
 
@@ -41,6 +41,14 @@ bench: install ## run every benchmark (full grids, about an hour) into bench-out
 bench-quick: install ## every benchmark on its small grid (a few minutes) into bench-out/
 	@scripts/pg-install.sh
 	$(BIN)/txstream bench all --quick --out bench-out
+
+CLUSTER ?= run-out/spark-cluster
+cluster-start: install ## a Spark standalone cluster on loopback (2 workers); prints its master URL
+	@scripts/check-java.sh
+	@PYSPARK_PYTHON=$(abspath $(BIN))/python scripts/spark-cluster.sh start $(CLUSTER) 2 1
+
+cluster-stop: ## stop the cluster cluster-start started
+	@scripts/spark-cluster.sh stop $(CLUSTER)
 
 clean: ## remove the virtual environment and caches
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis bench-out

@@ -12,8 +12,10 @@ not the stack traces of failures that reach the caller anyway (see
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
+import shlex
 from typing import Any
 
 from txstream.errors import TxStreamError
@@ -106,6 +108,9 @@ def local_session(
     after the ``spark_`` prefix is dropped, e.g. ``sql_shuffle_partitions=4``;
     or pass a dict of full keys as ``conf``.  ``master`` overrides ``local[cores]``
     (e.g. ``local-cluster[2,1,1024]``: two executor JVMs, or ``spark://host:7077``).
+    Without ``master``, a master given at launch (``spark-submit --master ...``
+    or ``PYSPARK_SUBMIT_ARGS``) is used, and ``local[cores]`` otherwise; settings
+    given at launch (``--conf``) win over this module's :data:`DEFAULTS`.
 
     Spark then logs errors only, without the failures listed in
     :data:`QUIET_LOGGERS`, unless Spark's own ``spark.log.level`` is set
@@ -119,8 +124,12 @@ def local_session(
     os.environ.setdefault("PYSPARK_PYTHON", _python())
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master or f"local[{cores}]").appName(app_name)
-    for key, value in _settings(conf).items():
+    launched = _launch_settings()
+    if master is None:
+        given = launched.get("spark.master", _DEFAULT_MASTER)
+        master = f"local[{cores}]" if given == _DEFAULT_MASTER else given
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in _settings(conf, launched).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     if session.sparkContext.getConf().get("spark.log.level", None) is None:
@@ -144,9 +153,45 @@ def quiet_spark_logs(spark: Any) -> None:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
 
 
-def _settings(conf: dict[str, Any]) -> dict[str, str]:
-    """The caller's Spark settings (see :func:`local_session`) over this module's defaults."""
-    settings = dict(DEFAULTS)
+_DEFAULT_MASTER = "local[*]"
+"""The master Spark's launcher sets when it is given none (and ``spark-submit`` too)."""
+
+
+def _launch_settings() -> dict[str, str]:
+    """The Spark settings given at launch: ``spark-submit``'s or ``PYSPARK_SUBMIT_ARGS``'.
+
+    A job started with ``spark-submit --master spark://HOST:7077 job.py`` must
+    run on that cluster, with the ``--conf`` settings given there, although
+    :func:`local_session` names a master and settings of its own.  Under
+    ``spark-submit`` the JVM runs already (its gateway's port is in the
+    environment): its settings are read from it.  Otherwise the session
+    launches the JVM itself, with this module's settings (driver memory and
+    Java options only take effect then), and ``--master``/``--conf`` of
+    ``PYSPARK_SUBMIT_ARGS`` are what it adds.
+    """
+    if os.environ.get("PYSPARK_GATEWAY_PORT"):
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        return dict(SparkConf().getAll())
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", ""))
+    found: dict[str, str] = {}
+    for flag, value in itertools.pairwise(args):
+        if flag == "--master":
+            found["spark.master"] = value
+        elif flag == "--conf" and "=" in value:
+            key, _, setting = value.partition("=")
+            found[key] = setting
+    return found
+
+
+def _settings(conf: dict[str, Any], launched: dict[str, str] | None = None) -> dict[str, str]:
+    """The settings to start with: this module's defaults under the launch's and the caller's.
+
+    ``launched``: those the JVM was started with (:func:`_launch_settings`);
+    the caller's keyword arguments win over both.
+    """
+    settings = {k: v for k, v in DEFAULTS.items() if k not in (launched or {})}
     settings.update(
         ("spark." + k.replace("_", "."), str(v)) for k, v in conf.items() if k != "conf"
     )
