@@ -525,8 +525,9 @@ def test_linear_road_run_starts_spark_on_the_master_given(
         ["stress", "--transactions", "200", "--history", "h.txt"],
         ["windows", "run", "--duration", "10", "--record", "h.txt"],
         ["broadcast", "simulate", "--transactions", "50", "--measured", "10", "--history", "h.txt"],
+        ["cq", "run", "--seconds", "0.2", "--update-rate", "100", "--record", "h.txt"],
     ],
-    ids=["stress", "windows", "broadcast"],
+    ids=["stress", "windows", "broadcast", "cq"],
 )
 def test_a_full_disk_leaves_no_history_cut_short(
     work: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]

@@ -54,7 +54,7 @@ def write_whole(path: Path, text: str, what: str = "") -> None:
     operations still parses, and ``txstream check`` would judge the prefix.  A
     failure is one line, ``cannot write {what}{path}: reason``.
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temp_beside(path)
     try:
         tmp.write_text(text)
         os.replace(tmp, path)
@@ -63,6 +63,31 @@ def write_whole(path: Path, text: str, what: str = "") -> None:
     finally:
         with contextlib.suppress(OSError):  # (a folder we cannot write into holds none)
             tmp.unlink(missing_ok=True)
+
+
+def check_writable(path: Path, what: str = "") -> None:
+    """Fail now, in one line, where :func:`write_whole` would fail later on ``path``.
+
+    For a file written at the end of a long run: a missing folder, a folder we
+    cannot write into, or a folder at ``path`` is refused before the run.  It
+    creates and removes the temporary file :func:`write_whole` uses and leaves
+    ``path`` alone: opening ``path`` itself to check would create an empty file
+    (left behind if the run or the final write fails) or empty an earlier one.
+    """
+    if path.is_dir():
+        raise TxStreamError(f"cannot write {what}{path}: it is a folder")
+    tmp = _temp_beside(path)
+    try:
+        tmp.open("w").close()
+    except OSError as exc:
+        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
 def parse_int(text: str, lo: int | None = None, hi: int | None = None) -> int:
