@@ -18,7 +18,7 @@ import argparse
 import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +56,27 @@ def write_whole(path: Path, text: str, what: str = "") -> None:
     """
     tmp = _temp_beside(path)
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+        with writing(path, what):
+            tmp.write_text(text)
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):  # (a folder we cannot write into holds none)
             tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing(path: Path, what: str = "") -> Iterator[None]:
+    """Inside, an OSError becomes one line naming ``path``: ``cannot write {what}{path}: reason``.
+
+    A write on a full disk raises an OSError that names no file (``write()``
+    knows none), so the command line's last resort could only print ``cannot
+    access: No space left on device``; wrap the writing of every file a command
+    leaves for the user.
+    """
+    try:
+        yield
+    except OSError as exc:
+        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
 
 
 def check_writable(path: Path, what: str = "") -> None:
@@ -78,9 +92,8 @@ def check_writable(path: Path, what: str = "") -> None:
         raise TxStreamError(f"cannot write {what}{path}: it is a folder")
     tmp = _temp_beside(path)
     try:
-        tmp.open("w").close()
-    except OSError as exc:
-        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+        with writing(path, what):
+            tmp.open("w").close()
     finally:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
