@@ -618,3 +618,39 @@ def test_a_full_disk_names_the_file_it_could_not_write(
     last = _error_line(argv)
     shown = name.removesuffix(".tmp")
     assert re.search(rf"cannot write \S*{re.escape(shown)}: No space left on device", last), last
+
+
+_TOLLS_GZ = gzip.compress(b"".join(b"%d,1,0,5\n" % vid for vid in range(2000)))
+
+
+@pytest.mark.parametrize("engine", ["runtime", "driver"])
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("t.dat", b"1,2,0,4\n1,2,x,4\n", "t.dat:2: historical toll: field 'x' is not an integer"),
+        ("t.dat", b"1,2,0,4\n\n1,2,0\n", "t.dat:3: historical toll: expected 4 fields, got 3"),
+        ("t.dat", b"1,2,0,4,5\n6,7,0,9,10\n", "t.dat:1: historical toll: expected 4 fields, got 5"),
+        ("t.dat", b"1,2,0,4\n1,2,0,4\n1,2,0,4,5\n", "t.dat:3: historical toll: expected 4 fields"),
+        ("t.dat", b"1,2,0,4\n1,\xff,0,4\n", "t.dat:2: not ASCII text"),
+        ("t.dat.gz", _TOLLS_GZ[: len(_TOLLS_GZ) // 2], "cannot read historical tolls t.dat.gz"),
+    ],
+    ids=["not-an-integer", "3-fields", "5-fields-everywhere", "5-fields", "not-ascii", "cut-gz"],
+)
+def test_linear_road_run_checks_the_tolls_before_spark_starts(
+    work: Path, monkeypatch: pytest.MonkeyPatch, engine: str, name: str, content: bytes, needle: str
+) -> None:
+    # The runtime read --tolls on the executors at the first query that needs it
+    # (Spark up, the run under way); the driver engine read it with pandas, whose
+    # errors named no line (or, five fields on every line, took the first as an index).
+    import txstream.spark.session as session
+
+    def no_spark(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark started before the tolls file was checked")
+
+    monkeypatch.setattr(session, "local_session", no_spark)
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    (work / name).write_bytes(content)
+    variant = "serializable" if engine == "runtime" else "not-serializable"
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--tolls", name]
+    assert_rejected([*argv, "--engine", engine, "--variant", variant, "--out", "o"], needle)
+    assert not (work / "o").exists()
