@@ -12,12 +12,14 @@ arbitrary text at the numeric options and at the shared type helpers.
 from __future__ import annotations
 
 import argparse
+import builtins
 import contextlib
 import errno
 import gzip
 import io
 import json
 import math
+import re
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -525,8 +527,9 @@ def test_linear_road_run_starts_spark_on_the_master_given(
         ["stress", "--transactions", "200", "--history", "h.txt"],
         ["windows", "run", "--duration", "10", "--record", "h.txt"],
         ["broadcast", "simulate", "--transactions", "50", "--measured", "10", "--history", "h.txt"],
+        ["cq", "run", "--seconds", "0.2", "--update-rate", "100", "--record", "h.txt"],
     ],
-    ids=["stress", "windows", "broadcast"],
+    ids=["stress", "windows", "broadcast", "cq"],
 )
 def test_a_full_disk_leaves_no_history_cut_short(
     work: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
@@ -542,3 +545,112 @@ def test_a_full_disk_leaves_no_history_cut_short(
     monkeypatch.setattr(Path, "write_text", disk_full)
     assert_rejected(argv, "cannot write")
     assert not any(p.name.endswith("h.txt") or ".tmp" in p.name for p in work.iterdir())
+
+
+class _FullDisk:
+    """A file whose writes fail as on a full disk: ENOSPC, and no file name in the error."""
+
+    def __init__(self, f: Any) -> None:
+        self._f = f
+
+    def write(self, data: Any) -> int:
+        if not data:
+            return 0
+        raise OSError(errno.ENOSPC, "No space left on device")  # (write() names no file)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> _FullDisk:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._f.close()
+
+
+def _fill_disk_at(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Every file opened for writing whose name holds ``name`` is on a full disk (its
+    temporary files too: ``.run.json.tmp-PID``)."""
+    real = io.open
+
+    def full_open(file: Any, mode: str = "r", *args: Any, **kw: Any) -> Any:
+        f = real(file, mode, *args, **kw)
+        if isinstance(file, (str, Path)) and name in Path(file).name and set(mode) & set("wax+"):
+            return _FullDisk(f)
+        return f
+
+    monkeypatch.setattr(io, "open", full_open)
+    monkeypatch.setattr(builtins, "open", full_open)
+
+
+LR_GENERATE = ["linear-road", "generate", "--L", "0.5", "--minutes", "1", "--out", "g"]
+LR_RUN = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+LR_DRIVER = [*LR_RUN, "--engine", "driver", "--variant", "not-serializable"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "name"),
+    [
+        (LR_GENERATE, "input.dat.tmp"),
+        (LR_GENERATE, "tolls.dat.tmp"),
+        (LR_RUN, "run.json"),
+        (LR_RUN, "started.json"),
+        (LR_RUN, "answers.txt"),
+        (LR_RUN, "answers.txt.batches.json.tmp"),
+        (LR_RUN, "rejected.txt"),
+        (LR_RUN, "summary.json"),
+        (LR_RUN, "latency.png"),
+        (LR_DRIVER, "answers.txt"),
+        (LR_DRIVER, "rejected.txt"),
+        (["bench", "checker", "--quick", "--no-spark", "--out", "b"], "checker.csv"),
+        (["bench", "checker", "--quick", "--no-spark", "--out", "b"], "checker_time.png"),
+    ],
+)
+def test_a_full_disk_names_the_file_it_could_not_write(
+    work: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], name: str
+) -> None:
+    # A write on a full disk raises an OSError without a file name, which the
+    # command line's last resort printed as "cannot access: No space left on device".
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    with (work / "gen" / "input.dat").open("a") as f:
+        f.write("not a tuple\n")  # a rejected line, so rejected.txt is not empty
+    _fill_disk_at(monkeypatch, name)
+    last = _error_line(argv)
+    shown = name.removesuffix(".tmp")
+    assert re.search(rf"cannot write \S*{re.escape(shown)}: No space left on device", last), last
+
+
+_TOLLS_GZ = gzip.compress(b"".join(b"%d,1,0,5\n" % vid for vid in range(2000)))
+
+
+@pytest.mark.parametrize("engine", ["runtime", "driver"])
+@pytest.mark.parametrize(
+    ("name", "content", "needle"),
+    [
+        ("t.dat", b"1,2,0,4\n1,2,x,4\n", "t.dat:2: historical toll: field 'x' is not an integer"),
+        ("t.dat", b"1,2,0,4\n\n1,2,0\n", "t.dat:3: historical toll: expected 4 fields, got 3"),
+        ("t.dat", b"1,2,0,4,5\n6,7,0,9,10\n", "t.dat:1: historical toll: expected 4 fields, got 5"),
+        ("t.dat", b"1,2,0,4\n1,2,0,4\n1,2,0,4,5\n", "t.dat:3: historical toll: expected 4 fields"),
+        ("t.dat", b"1,2,0,4\n1,\xff,0,4\n", "t.dat:2: not ASCII text"),
+        ("t.dat.gz", _TOLLS_GZ[: len(_TOLLS_GZ) // 2], "cannot read historical tolls t.dat.gz"),
+    ],
+    ids=["not-an-integer", "3-fields", "5-fields-everywhere", "5-fields", "not-ascii", "cut-gz"],
+)
+def test_linear_road_run_checks_the_tolls_before_spark_starts(
+    work: Path, monkeypatch: pytest.MonkeyPatch, engine: str, name: str, content: bytes, needle: str
+) -> None:
+    # The runtime read --tolls on the executors at the first query that needs it
+    # (Spark up, the run under way); the driver engine read it with pandas, whose
+    # errors named no line (or, five fields on every line, took the first as an index).
+    import txstream.spark.session as session
+
+    def no_spark(*_args: object, **_kw: object) -> None:
+        raise AssertionError("Spark started before the tolls file was checked")
+
+    monkeypatch.setattr(session, "local_session", no_spark)
+    generate(work / "gen", L=0.5, minutes=1, seed=3)
+    (work / name).write_bytes(content)
+    variant = "serializable" if engine == "runtime" else "not-serializable"
+    argv = ["linear-road", "run", "--input", "gen/input.dat", "--tolls", name]
+    assert_rejected([*argv, "--engine", engine, "--variant", variant, "--out", "o"], needle)
+    assert not (work / "o").exists()

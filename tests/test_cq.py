@@ -503,6 +503,25 @@ def test_cli_unwritable_record_path_fails_before_the_query_runs(
         assert f"cannot write {path}" in err and "\n" not in err
 
 
+def test_cli_record_keeps_an_earlier_history_when_the_run_fails(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The early check opened --record with "w": it emptied the file at once, so a
+    # run that then failed (or a full disk at the end) left an empty history there.
+    import txstream.cq.workload
+
+    def fails(p: CQRun) -> dict[str, Any]:
+        raise CQError("the query failed")
+
+    monkeypatch.setattr(txstream.cq.workload, "run", fails)
+    path = tmp_path / "h.txt"
+    path.write_text("w1(x) c1\n")
+    assert main(["cq", "run", "--record", str(path)]) == 2
+    assert "the query failed" in capsys.readouterr().err
+    assert path.read_text() == "w1(x) c1\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["h.txt"]
+
+
 @pytest.mark.parametrize(
     ("build", "message"),
     [

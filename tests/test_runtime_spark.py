@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -504,3 +505,35 @@ def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_r
     run_available(job, tmp_path / "ckpt", spark)  # the restart delivers batch 1, once
     assert [b for b, _ in delivered] == [0, 1]
     assert [i for _, ids in delivered for i in ids] == [i for i, _ in serial_oracle(stream)[1]]
+
+
+def test_stop_from_a_sink_does_not_wait_for_its_own_batch(spark: Any, tmp_path: Path) -> None:
+    # stop() waited STOP_WAIT_S (30 s) for the batch in flight, which was the very
+    # batch whose sink called it (its thread held the batch), then stopped Spark's
+    # query from the query's own thread: an InterruptedException failed the job.
+    # One input file, one batch; the default trigger keeps the query running
+    # after it, so only the sink's stop() ends it.
+    stream = list(events(40, 6, 20, seed=5))
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    started = threading.Event()
+    handle: list[Any] = []
+    stops: list[tuple[int, float]] = []
+
+    def sink(batch: int, rows: list[dict[str, Any]]) -> None:
+        started.wait(30)
+        t0 = time.monotonic()
+        handle[0].stop()
+        stops.append((batch, time.monotonic() - t0))
+
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in")).sink("transfers_done", sink)
+    query = job.start(tmp_path / "ckpt", spark=spark)
+    handle.append(query)
+    started.set()
+    try:
+        assert query.awaitTermination(timeout=60) is True  # the sink's stop() ended it
+    finally:
+        query.stop()
+    assert len(stops) == 1 and stops[0][0] == 0 and stops[0][1] < 5, stops
+    assert not query.isActive and query.status["failure"] is None
+    assert query.status["message"] == "stopped" and query.status["committedBatches"] == 1
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]

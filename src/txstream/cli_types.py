@@ -18,7 +18,7 @@ import argparse
 import contextlib
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,15 +54,53 @@ def write_whole(path: Path, text: str, what: str = "") -> None:
     operations still parses, and ``txstream check`` would judge the prefix.  A
     failure is one line, ``cannot write {what}{path}: reason``.
     """
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp = _temp_beside(path)
     try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+        with writing(path, what):
+            tmp.write_text(text)
+            os.replace(tmp, path)
     finally:
         with contextlib.suppress(OSError):  # (a folder we cannot write into holds none)
             tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def writing(path: Path, what: str = "") -> Iterator[None]:
+    """Inside, an OSError becomes one line naming ``path``: ``cannot write {what}{path}: reason``.
+
+    A write on a full disk raises an OSError that names no file (``write()``
+    knows none), so the command line's last resort could only print ``cannot
+    access: No space left on device``; wrap the writing of every file a command
+    leaves for the user.
+    """
+    try:
+        yield
+    except OSError as exc:
+        raise TxStreamError(f"cannot write {what}{path}: {exc.strerror or exc}") from None
+
+
+def check_writable(path: Path, what: str = "") -> None:
+    """Fail now, in one line, where :func:`write_whole` would fail later on ``path``.
+
+    For a file written at the end of a long run: a missing folder, a folder we
+    cannot write into, or a folder at ``path`` is refused before the run.  It
+    creates and removes the temporary file :func:`write_whole` uses and leaves
+    ``path`` alone: opening ``path`` itself to check would create an empty file
+    (left behind if the run or the final write fails) or empty an earlier one.
+    """
+    if path.is_dir():
+        raise TxStreamError(f"cannot write {what}{path}: it is a folder")
+    tmp = _temp_beside(path)
+    try:
+        with writing(path, what):
+            tmp.open("w").close()
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+
+
+def _temp_beside(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
 def parse_int(text: str, lo: int | None = None, hi: int | None = None) -> int:

@@ -235,6 +235,13 @@ def _run(args: argparse.Namespace) -> int:
             raise TxStreamError(f"no such file: {path}")
     if args.input is not None:
         _check_not_empty(args.input)
+    if args.tolls is not None:
+        from txstream.linearroad.reference import read_tolls
+
+        # a bad line fails now, in one line, not on the executors once Spark runs
+        # the first query that reads the tolls (the driver engine read it after
+        # the output folder was made)
+        read_tolls(args.tolls)
     if args.master is not None:
         from txstream.spark.session import check_master
 

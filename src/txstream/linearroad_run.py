@@ -96,7 +96,7 @@ def _check_resume(out: Path, o: RunOptions) -> None:
                 "use another --out, or delete it to start over"
             )
     else:
-        record.write_text(json.dumps(mine, indent=2) + "\n")
+        write_whole(record, json.dumps(mine, indent=2) + "\n")
 
 
 def _record(path: Path) -> dict[str, Any]:
@@ -203,7 +203,7 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
     if o.record is not None:
         extra.update(_write_history(engine, o.record))
     rejected = engine.rejected_lines()
-    (out / "rejected.txt").write_text("".join(line + "\n" for line in rejected))
+    write_whole(out / "rejected.txt", "".join(line + "\n" for line in rejected))
     report = (
         validate(
             input_path,
@@ -281,7 +281,7 @@ def _run_runtime(
     txns = LinearRoadTxns(lav=o.lav, accident_end=o.accident_end, tolls_path=tolls_path(tolls))
     started_file = out / "started.json"
     if not started_file.exists():
-        started_file.write_text(json.dumps({"start_wall": time.time()}))
+        write_whole(started_file, json.dumps({"start_wall": time.time()}))
     try:
         start_wall = float(_record(started_file)["start_wall"])
     except (KeyError, TypeError, ValueError):
@@ -329,7 +329,7 @@ def _run_runtime(
     if o.record is not None:
         extra.update(_write_runtime_history(ckpt, o.record))
     rejected = rejected_lines(ckpt)
-    (out / "rejected.txt").write_text("".join(line + "\n" for line in rejected))
+    write_whole(out / "rejected.txt", "".join(line + "\n" for line in rejected))
     dropped = len(read_output(ckpt, "duplicates"))
     report = (
         validate(input_path, out / "answers.txt", lav=o.lav, tolls_path=tolls,

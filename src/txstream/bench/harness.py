@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import BadValueError, parse_float, parse_int
+from txstream.cli_types import BadValueError, parse_float, parse_int, writing
 from txstream.errors import TxStreamError
 
 Point = dict[str, Any]
@@ -252,7 +252,9 @@ def run_experiment(
         plot(rows, fig, out / f"{fig.name}.png")
     if exp.summarize is not None:
         text = exp.summarize(rows)
-        (out / f"{exp.name}-summary.md").write_text(text + "\n")
+        summary = out / f"{exp.name}-summary.md"
+        with writing(summary):
+            summary.write_text(text + "\n")
         if progress:
             print(text, flush=True)
     return rows
@@ -261,7 +263,7 @@ def run_experiment(
 def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
     """Write rows with the union of their keys as columns, in first-seen order."""
     columns = list(dict.fromkeys(k for row in rows for k in row))
-    with path.open("w", newline="") as fh:
+    with writing(path), path.open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
@@ -329,8 +331,11 @@ def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
         if fig.series or not isinstance(fig.y, str):
             ax.legend(title=fig.series)
     figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
+    try:
+        with writing(path):
+            figure.savefig(path, dpi=110)
+    finally:
+        plt.close(figure)
 
 
 def _describe(point: Point, metrics: Metrics) -> str:

@@ -13,6 +13,7 @@ import argparse
 import json
 
 from txstream.cli_types import (
+    check_writable,
     json_safe,
     nonnegative_float,
     path_arg,
@@ -22,7 +23,6 @@ from txstream.cli_types import (
     write_whole,
 )
 from txstream.cq.engine import STRATEGIES
-from txstream.errors import TxStreamError
 from txstream.model import format_history
 
 
@@ -80,14 +80,10 @@ def _run(args: argparse.Namespace) -> int:
     from txstream.cq.workload import CQRun, run
 
     get_strategy(args.strategy)  # fail on a bad name before building anything
-    # open the history file now: an unwritable path must fail before the query runs,
-    # not after it (the run takes --seconds)
-    record = None
+    # an unwritable history path must fail before the query runs, not after it (the
+    # run takes --seconds); the check leaves the path alone (write_whole writes it)
     if args.record is not None:
-        try:
-            record = args.record.open("w")
-        except OSError as exc:
-            raise TxStreamError(f"cannot write {args.record}: {exc.strerror}") from None
+        check_writable(args.record)
     params = CQRun(
         strategy=args.strategy,
         update_rate=args.update_rate,
@@ -101,13 +97,9 @@ def _run(args: argparse.Namespace) -> int:
         record=args.record is not None,
         events=max(10_000, int(400_000 * args.seconds / 2)),
     )
-    try:
-        metrics = run(params)
-        history = metrics.pop("history", None)
-    finally:
-        if record is not None:
-            record.close()
-    if record is not None and history is not None:
+    metrics = run(params)
+    history = metrics.pop("history", None)
+    if args.record is not None and history is not None:
         write_whole(args.record, format_history(history) + "\n")
         metrics["history"] = str(args.record)
     print(json.dumps(json_safe({"strategy": args.strategy, **metrics}), allow_nan=False))

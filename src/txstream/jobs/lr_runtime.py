@@ -143,16 +143,21 @@ class AnswersFile:
         now = self.clock()
         emit = f"{now - self.start_wall:.3f}"
         lines, parts = format_answers(rows, emit)
-        with self.path.open("r+b") as f:
-            f.truncate(done["bytes"])
-            f.seek(done["bytes"])
-            f.write("".join(line + "\n" for line in lines).encode("ascii"))
-            f.flush()
-            os.fsync(f.fileno())
-            size = f.tell()
-        tmp = self.state.with_name(self.state.name + ".tmp")
-        tmp.write_text(json.dumps({"batch": batch, "bytes": size}))
-        os.replace(tmp, self.state)
+        writing = self.path  # a failed write (a full disk) names no file: say which
+        try:
+            with self.path.open("r+b") as f:
+                f.truncate(done["bytes"])
+                f.seek(done["bytes"])
+                f.write("".join(line + "\n" for line in lines).encode("ascii"))
+                f.flush()
+                os.fsync(f.fileno())
+                size = f.tell()
+            writing = self.state
+            tmp = self.state.with_name(self.state.name + ".tmp")
+            tmp.write_text(json.dumps({"batch": batch, "bytes": size}))
+            os.replace(tmp, self.state)
+        except OSError as exc:
+            raise TxStreamError(f"cannot write {writing}: {exc.strerror or exc}") from None
         self.answers += len(lines)
         for kind, handoff in parts:
             self.latencies.append(Latency(kind, handoff, now))

@@ -91,6 +91,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import writing
 from txstream.errors import TransientError, TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
     ACCIDENT_END_DEFINITIONS,
@@ -937,7 +938,7 @@ class LinearRoadEngine:
             if self.answers_path is None:
                 self.answer_lines.extend(lines)
                 return len(self.answer_lines)
-            with self.answers_path.open("ab") as f:
+            with writing(self.answers_path), self.answers_path.open("ab") as f:
                 f.write(text.encode("ascii"))
                 f.flush()
                 if self.tm.store.durable:

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from txstream.cli_types import writing
 from txstream.errors import TxStreamError
 from txstream.linearroad.formats import (
     ACCOUNT_BALANCE,
@@ -206,18 +207,18 @@ def write_files(
     vids: set[int] = set()
     n = 0
     try:
-        with input_tmp.open("w") as f:
+        with writing(input_path), input_tmp.open("w") as f:
             for tup in heapq.merge(*streams, key=lambda tup: tup[1]):
                 f.write(format_input(tup) + "\n")
                 vids.add(tup[2])
                 n += 1
-        with tolls_tmp.open("w") as f:
-            for line in historical_tolls(sorted(vids), seed=seed):
-                f.write(line + "\n")
-        tolls_tmp.replace(tolls_path)
-        input_tmp.replace(input_path)
-    except OSError as exc:
-        raise TxStreamError(f"cannot write to {out_dir}: {exc.strerror or exc}") from None
+        with writing(tolls_path):
+            with tolls_tmp.open("w") as f:
+                for line in historical_tolls(sorted(vids), seed=seed):
+                    f.write(line + "\n")
+            tolls_tmp.replace(tolls_path)
+        with writing(input_path):
+            input_tmp.replace(input_path)
     finally:
         input_tmp.unlink(missing_ok=True)
         tolls_tmp.unlink(missing_ok=True)

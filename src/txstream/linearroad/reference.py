@@ -31,6 +31,7 @@ in ``../shared/linearroad/``, see ``docs/linear-road-data.md``):
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,8 +46,11 @@ from txstream.linearroad.formats import (
     INPUT_FIELDS,
     LAV_DEFINITIONS,
     TIME,
+    MalformedTupleError,
+    open_text,
     out_of_order,
     parse_input_line,
+    parse_toll_line,
     read_lines,
 )
 
@@ -123,12 +127,44 @@ def read_input(path: str | Path) -> tuple[Any, list[tuple[int, str, str]]]:
 
 
 def read_tolls(path: str | Path) -> Any:
-    """Historical tolls ``VID,Day,XWay,Toll`` as a DataFrame."""
+    """Historical tolls ``VID,Day,XWay,Toll`` as a DataFrame.
+
+    A file that is not one (unreadable, a line without four integers) is one
+    :class:`TxStreamError` naming the file and the first bad line.  pandas
+    reads it (a few times faster than Python); only when it fails is the file
+    read again line by line to say where.  ``index_col=False`` and the warning
+    turned into an error keep pandas from taking a first fifth field for an
+    index, or dropping it, on a file with five fields on every line.
+    """
+    names = ["VID", "Day", "XWay", "Toll"]
     try:
-        df = pd.read_csv(path, header=None, names=["VID", "Day", "XWay", "Toll"], dtype=np.int64)
-    except (OSError, ValueError) as exc:
-        raise TxStreamError(f"cannot read historical tolls {path}: {exc}") from None
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            df = pd.read_csv(path, header=None, names=names, dtype=np.int64, index_col=False)
+    except (OSError, ValueError, EOFError, pd.errors.ParserWarning) as exc:
+        raise TxStreamError(
+            _bad_toll_line(path) or f"cannot read historical tolls {path}: {exc}"
+        ) from None
     return df
+
+
+def _bad_toll_line(path: str | Path) -> str | None:
+    """Where and why ``path`` is not a historical-tolls file, or None if every line is one."""
+    try:
+        with open_text(path) as f:
+            for no, raw in enumerate(f.buffer, 1):  # bytes: a bad byte has a line number
+                try:
+                    line = raw.decode("ascii")
+                except UnicodeDecodeError:
+                    return f"{path}:{no}: not ASCII text"
+                if line.strip():
+                    try:
+                        parse_toll_line(line)
+                    except MalformedTupleError as exc:
+                        return f"{path}:{no}: {exc}"
+    except (OSError, EOFError) as exc:
+        return f"cannot read historical tolls {path}: {exc}"
+    return None
 
 
 def _lav(p: Any, lav: str) -> Any:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from txstream.cli_types import write_whole, writing
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Latency
 
@@ -88,8 +89,8 @@ def summary(
 
 
 def write_summary(path: str | Path, data: dict[str, Any]) -> None:
-    """Write ``data`` as indented JSON."""
-    Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    """Write ``data`` as indented JSON (whole or not at all; a failure names the file)."""
+    write_whole(Path(path), json.dumps(data, indent=2) + "\n")
 
 
 def table(data: dict[str, Any]) -> str:
@@ -158,5 +159,8 @@ def plot_latency(path: str | Path, latencies: Sequence[Latency], title: str) -> 
     right.set_xscale("symlog", linthresh=0.01)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:
+        with writing(Path(path)):
+            fig.savefig(path, dpi=110)
+    finally:
+        plt.close(fig)

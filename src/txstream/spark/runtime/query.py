@@ -271,6 +271,12 @@ class TxQuery:
         self._error: TxStreamError | None = None
         """What failed the last batch (re-raised, as its class, from the handle's methods)."""
         self._mutex = threading.Lock()
+        """Held by the thread that runs a micro-batch (Spark's foreachBatch call), for all of it."""
+        self._batch_thread: int | None = None
+        """That thread's id while it runs a batch: sinks (and the driver engine's
+        transaction functions) run in it, and a :meth:`stop` from there must not wait for it."""
+        self._stopping = threading.Lock()
+        """Taken by :meth:`stop`: two stops at once (one of them from a sink) stop once."""
         committed = self.store.committed()
         self._prev = committed[-1] if committed else -1
         self._tokens = committed_tokens(self.store)
@@ -331,7 +337,22 @@ class TxQuery:
         the job to read what its input holds, when that input has stopped
         growing (a batch could otherwise start just before the stop).  Either
         way an unfinished batch re-runs on restart; this spares the noise.
+
+        Called from the batch itself (a sink, which runs in the batch's thread),
+        it cannot wait for that batch, nor stop Spark's query from the query's
+        own thread (Spark would wait for the thread to end, which is waiting for
+        it): it returns at once, and the job stops in a thread of its own as soon
+        as the batch has finished (``awaitTermination()`` returns then).
         """
+        if self._batch_thread == threading.get_ident():
+            threading.Thread(
+                target=self.stop, args=(settle_s,), name=f"stop {self.name}", daemon=True
+            ).start()
+            return
+        with self._stopping:
+            self._stop(settle_s)
+
+    def _stop(self, settle_s: float) -> None:
         try:
             if self.query is not None:
                 deadline = time.time() + settle_s
@@ -356,7 +377,7 @@ class TxQuery:
                 f"job {self.spec.name!r} stopped with {held} event(s) held by the event-time "
                 "merge: they run when a later event arrives on every input still delivering "
                 "(see docs/spark.md, merge)",
-                stacklevel=2,
+                stacklevel=3,  # (the caller of stop())
             )
 
     def _busy(self) -> bool:
@@ -554,6 +575,7 @@ class TxQuery:
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
         with self._mutex:
+            self._batch_thread = threading.get_ident()
             try:
                 self._run(df, int(batch_id))
             except TxStreamError as exc:
@@ -561,6 +583,8 @@ class TxQuery:
                 self._error = exc
                 self._status = "failed"
                 raise
+            finally:
+                self._batch_thread = None
 
     def _start_driver(self) -> None:
         from txstream.spark.runtime.driver import DriverEngine
