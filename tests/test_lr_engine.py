@@ -229,7 +229,10 @@ def test_recorded_history_with_wrong_answers_is_not_csao(small: Path, tmp_path: 
     assert report.by_type["toll"].wrong > 0
     verdict = check(history, "csao")
     assert not verdict.holds
-    assert any(e["reason"] == "arrival" for e in verdict.evidence["cycle"]), verdict.evidence
+    if check(history, "cs").holds:
+        # conflict-serializable, so only the arrival order can close the cycle
+        assert any(e["reason"] == "arrival" for e in verdict.evidence["cycle"]), verdict.evidence
+    # (else, about 1 run in 25 here, the cycle found may be of conflicts alone)
 
 
 @settings(max_examples=12)
