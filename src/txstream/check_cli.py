@@ -46,7 +46,7 @@ class Row:
 
 
 MAX_SUBWINDOWS = 1_000_000
-"""More sub-windows than this is a typo (the checker would build that many windows)."""
+"""More sub-windows than this is taken for a typo (the checker itself takes any n)."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -170,7 +170,9 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
         slide_ids[txn] = j
 
     initial = (min(seen) if seen else n) - 1
-    current = [initial - (initial - i) % n for i in range(n)]
+    # Sub-window -> its current version, filled in on first access: a list of all n
+    # sub-windows cost memory in n, and n can be anything (an index 10^12 ran out).
+    current: dict[int, int] = {}
     replaced_by: dict[int, int] = {}
     committed = history.committed()
     queries: dict[str, _Query] = {}
@@ -191,7 +193,8 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
                     )
                 last_write = j
                 index = j % n
-                replaced_by[current[index]] = j
+                old = current.get(index)
+                replaced_by[initial - (initial - index) % n if old is None else old] = j
                 current[index] = j
             elif op.kind == "c":
                 slides += 1
@@ -203,7 +206,8 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
         if op.kind == "r":
             assert op.item is not None
             index = int(op.item)
-            query.reads.append((index, current[index]))
+            v = current.get(index)
+            query.reads.append((index, initial - (initial - index) % n if v is None else v))
         elif op.kind == "c":
             query.latest = latest
     return _Window(n, initial, replaced_by, list(queries.values()), slides)
