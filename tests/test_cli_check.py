@@ -57,6 +57,12 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         (["check", "{f}missing"], "", "no such file or folder"),
         (["check", "{f}"], "# expect: cs=maybe\nr1(x) c1", "must look like cs=true"),
         (["check", "{f}"], "", "holds no history"),
+        # isdigit() took '²' for a digit, and int() of it raised ValueError's traceback.
+        (["check", "{f}"], "# subwindows: ²\nrQ1[0] cQ1", "must be a whole number"),
+        (["check", "{f}"], "# subwindows: 0\nrQ1[0] cQ1", "must be a whole number"),
+        # int() refuses more than 4,300 digits with a ValueError: a traceback.
+        (["check", "{f}"], f"# subwindows: {'9' * 5000}\nrQ1[0] cQ1", "at most 1,000,000"),
+        (["check", "{f}"], "# subwindows: 1000001\nrQ1[0] cQ1", "at most 1,000,000"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -178,11 +179,18 @@ def _read(path: Path) -> str:
 
 
 def _subwindows(history: History, source: str) -> int | None:
+    """The ``# subwindows:`` directive, checked as ``--subwindows`` is."""
     value = history.meta.get("subwindows")
     if value is None:
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise TxStreamError(f"{source}: '# subwindows: {value}' must be a positive whole number")
+    # ASCII digits only: isdigit() takes '²' for one (int() then raised), and int()
+    # refuses more than 4,300 digits; a value that long is out of range anyway.
+    if re.fullmatch("[0-9]{1,20}", value) is None or not 1 <= int(value) <= MAX_SUBWINDOWS:
+        shown = value if len(value) <= 20 else f"{value[:20]}..."
+        raise TxStreamError(
+            f"{source}: '# subwindows: {shown}' must be a whole number, at least 1 and at "
+            f"most {MAX_SUBWINDOWS:,}"
+        )
     return int(value)
 
 
