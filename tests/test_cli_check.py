@@ -63,6 +63,9 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         # int() refuses more than 4,300 digits with a ValueError: a traceback.
         (["check", "{f}"], f"# subwindows: {'9' * 5000}\nrQ1[0] cQ1", "at most 1,000,000"),
         (["check", "{f}"], "# subwindows: 1000001\nrQ1[0] cQ1", "at most 1,000,000"),
+        (["check", "{f}"], f"c1@{'9' * 5000}", "cycle"),
+        (["check", "-c", "ws", "{f}"], f"rQ1[{'9' * 5000}] cQ1", "sub-window"),
+        (["check", "-c", "ws", "{f}"], f"w{'9' * 5000}[0] c{'9' * 5000}", "slide"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(

@@ -56,6 +56,8 @@ def test_commas_separate_operations_too() -> None:
         ("r1(x y)", 1, 1, "r1(x"),
         ("w1(x) c1\narrival S 1 2", 2, 1, "arrival S 1 2"),
         ("w1(x) c1\narrival S: 1 ?", 2, 14, "?"),
+        # int() refuses more than 4,300 digits: its ValueError was not a NotationError.
+        (f"r1(x) c1@{'9' * 5000}", 1, 7, f"c1@{'9' * 5000}"),
     ],
 )
 def test_malformed_input_names_line_column_and_token(

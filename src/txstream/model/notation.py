@@ -43,9 +43,14 @@ def parse_operation(token: str) -> Operation | None:
     m = _END.fullmatch(token)
     if m is not None:
         kind, txn, cycle = m.groups()
-        if cycle is not None and kind == "a":
+        if cycle is None:
+            return Operation(kind, txn)
+        if kind == "a":
             return None
-        return Operation(kind, txn, None, int(cycle) if cycle is not None else None)
+        try:
+            return Operation(kind, txn, None, int(cycle))
+        except ValueError:  # more digits than int() converts (4,300 by default)
+            return None
     return None
 
 
@@ -57,6 +62,8 @@ def _why_not(token: str) -> str:
         return "a read or write looks like r1(x) or w1[x]"
     if "@" in token and token[0] == "a":
         return "only a commit carries a cycle (c1@3)"
+    if _END.fullmatch(token) is not None:
+        return f"a cycle number of {len(token.partition('@')[2]):,} digits is too long"
     return "a commit or abort looks like c1, a1 or c1@3"
 
 

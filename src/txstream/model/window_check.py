@@ -94,6 +94,14 @@ def _is_slide(txn: str) -> bool:
     return _NUMBER.fullmatch(txn) is not None
 
 
+def _number(digits: str, what: str) -> int:
+    """``int(digits)``, or a :class:`WindowHistoryError` past int()'s 4,300-digit limit."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise WindowHistoryError(f"a {what} of {len(digits):,} digits is too large") from None
+
+
 def _analyse(history: History, options: CheckOptions) -> _Window:
     """Validate ``history`` against the window model and compute every read version.
 
@@ -119,7 +127,7 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
             raise WindowHistoryError(
                 f"{op} accesses item {op.item!r}, which is not a sub-window index (a number 0..n-1)"
             )
-        index = int(op.item)
+        index = _number(op.item, "sub-window index")
         if slide:
             if op.txn in slide_item:
                 raise WindowHistoryError(
@@ -146,7 +154,7 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
     for txn in history.transactions():
         if not _is_slide(txn):
             continue
-        j = int(txn)
+        j = _number(txn, "window slide id")
         if j in seen:
             raise WindowHistoryError(
                 f"transactions {seen[j]} and {txn} both name window slide {j}; use one spelling"
