@@ -133,3 +133,15 @@ def test_invariant_errors_point_at_the_operation(
         parse(text, source="f.txt")
     err = info.value
     assert (err.line, err.column, err.token) == (line, column, token)
+
+
+def test_a_huge_token_is_cut_short_in_the_message() -> None:
+    # A line of garbage without a space (a binary file, a pasted blob) was quoted
+    # whole: a one-line error of megabytes.
+    token = "y" * 1_000_000
+    with pytest.raises(NotationError) as info:
+        parse(f"r1(x)\nr1(x) {token} c1")
+    err = info.value
+    assert (err.line, err.column, err.token) == (2, 7, token)
+    assert len(str(err)) < 200
+    assert str(err).startswith("line 2:7: not an operation") and "yyy..." in str(err)
