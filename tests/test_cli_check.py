@@ -56,6 +56,7 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         (["check", "--subwindows", "1000000001", "{f}"], "r1(x) c1", "at most 1,000,000"),
         (["check", "{f}missing"], "", "no such file or folder"),
         (["check", "{f}"], "# expect: cs=maybe\nr1(x) c1", "must look like cs=true"),
+        (["check", "{f}"], "# expect: xs=true\nr1(x) c1", "unknown criterion 'xs'"),
         (["check", "{f}"], "", "holds no history"),
         # isdigit() took '²' for a digit, and int() of it raised ValueError's traceback.
         (["check", "{f}"], "# subwindows: ²\nrQ1[0] cQ1", "must be a whole number"),
@@ -195,3 +196,24 @@ def test_text_is_the_default_on_a_terminal_and_json_lines_in_a_pipe(
         [sys.executable, "-m", "txstream.cli", "check", str(f)], capture_output=True, text=True
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["serial_order"] == ["1", "2", "3"]
+
+
+def test_expect_compares_only_the_criteria_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The directive gives cs and csao; a check of cs alone counted csao, which it
+    # never judged, as a mismatch: exit 1 and "0 of 1 histories match".
+    f = tmp_path / "h.txt"
+    f.write_text("# expect: cs=true csao=false\narrival S: 2 1\nw1(x) c1 w2(x) c2\n")
+    for criterion in ("cs", "csao", "all"):
+        code, out, _ = run(
+            ["check", "-c", criterion, "--expect", "--format", "text", str(f)], capsys
+        )
+        assert code == 0, out
+        assert out.splitlines()[-1] == "1 of 1 histories match their '# expect:' verdicts"
+    code, out, _ = run(["check", "--expect", "--format", "table", str(f)], capsys)
+    assert code == 0 and "1 of 1 histories match" in out
+    # A criterion that was checked and differs still counts.
+    f.write_text("# expect: cs=false csao=false\narrival S: 2 1\nw1(x) c1 w2(x) c2\n")
+    code, out, _ = run(["check", "--expect", "--format", "text", str(f)], capsys)
+    assert code == 1 and "  cs: holds (expected: fails; DIFFERS)" in out.splitlines()

@@ -37,10 +37,16 @@ class Row:
     expected: dict[str, bool]
 
     def mismatches(self) -> list[str]:
-        """Criteria whose verdict differs from the ``# expect:`` directive."""
+        """Checked criteria whose verdict differs from the ``# expect:`` directive.
+
+        A criterion the directive gives but the command did not check (``-c cs``
+        on a history expecting ``cs`` and ``csao``) is not compared.
+        """
         bad = []
         for name, want in self.expected.items():
-            got = self.verdicts.get(name)
+            if name not in self.verdicts:
+                continue
+            got = self.verdicts[name]
             if not isinstance(got, Verdict) or got.holds != want:
                 bad.append(name)
         return bad
@@ -117,6 +123,12 @@ def run(args: argparse.Namespace) -> int:
                 expected = expected_verdicts(history)
             except ValueError as exc:
                 raise TxStreamError(f"{source}: history {index}: {exc}") from None
+            for name in expected:
+                if name not in known:
+                    raise TxStreamError(
+                        f"{source}: history {index}: '# expect:' names unknown criterion "
+                        f"{name!r}; choose from: {', '.join(known)}"
+                    )
             options = CheckOptions(subwindows=args.subwindows or _subwindows(history, source))
             verdicts: dict[str, Verdict | str] = {}
             for name in chosen:
