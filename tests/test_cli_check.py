@@ -55,6 +55,9 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         (["check", "--subwindows", "0", "{f}"], "r1(x) c1", "--subwindows must be at least 1"),
         (["check", "--subwindows", "1000000001", "{f}"], "r1(x) c1", "at most 1,000,000"),
         (["check", "{f}missing"], "", "no such file or folder"),
+        # Path("") is the current folder: an unset shell variable checked its *.txt files.
+        (["check", ""], "", "an empty input name"),
+        (["check", "{f}", " "], "r1(x) c1", "an empty input name"),
         (["check", "{f}"], "# expect: cs=maybe\nr1(x) c1", "must look like cs=true"),
         (["check", "{f}"], "# expect: xs=true\nr1(x) c1", "unknown criterion 'xs'"),
         (["check", "{f}"], "", "holds no history"),

@@ -157,6 +157,9 @@ def run(args: argparse.Namespace) -> int:
 def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
     texts: list[tuple[str, str]] = []
     for name in inputs:
+        if not name.strip():
+            # Path("") is the current folder: an unset shell variable would check it.
+            raise TxStreamError("an empty input name; name a file, a folder or - for stdin")
         if name == "-":
             texts.append(("<stdin>", sys.stdin.read()))
             continue
