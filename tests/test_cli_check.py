@@ -220,3 +220,12 @@ def test_expect_compares_only_the_criteria_checked(
     f.write_text("# expect: cs=false csao=false\narrival S: 2 1\nw1(x) c1 w2(x) c2\n")
     code, out, _ = run(["check", "--expect", "--format", "text", str(f)], capsys)
     assert code == 1 and "  cs: holds (expected: fails; DIFFERS)" in out.splitlines()
+
+
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "h.txt"
+    f.write_bytes("\ufeffr1(x) w2(x) c2\r\nw1(x) c1\r\n".encode())
+    code, out, err = run(["check", str(f)], capsys)
+    assert code == 1 and err == "" and json.loads(out)["holds"] is False

@@ -145,3 +145,13 @@ def test_a_huge_token_is_cut_short_in_the_message() -> None:
     assert (err.line, err.column, err.token) == (2, 7, token)
     assert len(str(err)) < 200
     assert str(err).startswith("line 2:7: not an operation") and "yyy..." in str(err)
+
+
+def test_a_byte_order_mark_before_the_history_is_not_part_of_it() -> None:
+    # Windows editors save UTF-8 with a BOM; it was read as part of the first token.
+    h = parse_one("\ufeffr1(x) c1\r\nw2(x) c2\r\n")
+    assert [str(op) for op in h] == ["r1(x)", "c1", "w2(x)", "c2"]
+    assert parse_one("\ufeff# title\r\nr1(x) c1").meta["title"] == "title"
+    with pytest.raises(NotationError) as info:
+        parse("\ufeffr1(x) q2")
+    assert (info.value.line, info.value.column) == (1, 7)

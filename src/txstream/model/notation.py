@@ -84,7 +84,9 @@ def _parse(text: str, source: str) -> list[History]:
     Raises :class:`NotationError` (line, column, token) on the first malformed
     token or invalid history.  Empty chunks around ``---`` are skipped; text with
     no history at all is an error, so that an empty file is not silently "correct".
+    A byte order mark at the start (UTF-8 as some editors save it) is skipped.
     """
+    text = text.removeprefix("\ufeff")
     histories: list[History] = []
     ops: list[Operation] = []
     arrivals: dict[str, list[str]] = {}
