@@ -229,3 +229,26 @@ def test_a_file_saved_with_a_byte_order_mark_and_crlf_is_read(
     f.write_bytes("\ufeffr1(x) w2(x) c2\r\nw1(x) c1\r\n".encode())
     code, out, err = run(["check", str(f)], capsys)
     assert code == 1 and err == "" and json.loads(out)["holds"] is False
+
+
+def test_stdin_is_read_once_and_must_be_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    def stdin(data: bytes) -> None:
+        monkeypatch.setattr(
+            sys, "stdin", io.TextIOWrapper(io.BytesIO(data), errors="surrogateescape")
+        )
+
+    # A second '-' found stdin drained: "<stdin>:1:1: the input holds no history".
+    stdin(b"r1(x) c1\n")
+    code, out, err = run(["check", "-", "-"], capsys)
+    assert code == 0 and err == ""
+    assert [json.loads(line)["source"] for line in out.splitlines()] == ["<stdin>", "<stdin>"]
+    # Bytes that are not UTF-8 were decoded with surrogate escapes, as Python's
+    # stdin does in a C locale, and came back as "not an operation ... '\udcff'".
+    stdin(b"\xff\xfe r1(x) c1\n")
+    code, out, err = run(["check", "-"], capsys)
+    assert code == 2 and out == ""
+    assert err == "txstream: <stdin> is not UTF-8 text; a history file is plain text\n"

@@ -156,12 +156,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
     texts: list[tuple[str, str]] = []
+    stdin: str | None = None
     for name in inputs:
         if not name.strip():
             # Path("") is the current folder: an unset shell variable would check it.
             raise TxStreamError("an empty input name; name a file, a folder or - for stdin")
         if name == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
+            if stdin is None:  # read once: a second '-' is the same text, not an empty one
+                stdin = _read_stdin()
+            texts.append(("<stdin>", stdin))
             continue
         path = Path(name)
         if path.is_dir() and is_runtime_store(path):
@@ -184,6 +187,21 @@ def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
         else:
             raise TxStreamError(f"no such file or folder: {name}")
     return texts
+
+
+def _read_stdin() -> str:
+    """Standard input, decoded as UTF-8 as files are.
+
+    Python's own decoding of ``sys.stdin`` depends on the locale (in a C locale it
+    turns bad bytes into surrogate escapes, which then read as odd tokens).
+    """
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # stdin replaced by a text stream (tests, embedding)
+        return sys.stdin.read()
+    try:
+        return bytes(buffer.read()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise TxStreamError("<stdin> is not UTF-8 text; a history file is plain text") from None
 
 
 def _read(path: Path) -> str:
