@@ -155,3 +155,15 @@ def test_a_byte_order_mark_before_the_history_is_not_part_of_it() -> None:
     with pytest.raises(NotationError) as info:
         parse("\ufeffr1(x) q2")
     assert (info.value.line, info.value.column) == (1, 7)
+
+
+def test_letters_and_digits_of_any_script_name_transactions_items_and_streams() -> None:
+    # "letters, digits": r1(é) was refused as "a read or write looks like r1(x)".
+    h = parse_one("arrival Поток: Δ1 ٣\nrΔ1(é) w٣[東京:v1] cΔ1 r٣(é) c٣")
+    assert [(op.kind, op.txn, op.item) for op in h][:2] == [("r", "Δ1", "é"), ("w", "٣", "東京:v1")]
+    assert h.arrivals == {"Поток": ["Δ1", "٣"]}
+    assert format_history(h) == "arrival Поток: Δ1 ٣\nrΔ1(é) w٣[東京:v1] cΔ1 r٣(é) c٣"
+    # Still not an operation: a symbol, or a space inside the parentheses.
+    for text in ("r1(x€)", "r1(é y)", "r€(x)"):
+        with pytest.raises(NotationError):
+            parse(text)

@@ -10,8 +10,10 @@ Grammar, one history per chunk::
     # subwindows: 3                         directive: n for ws/lws
     ---                                     (a line of its own) ends one history, starts the next
 
-Transaction ids are letters, digits and ``_``; items are letters, digits and
-``_.:-``.  ``@k`` after a commit records the broadcast cycle it committed in.
+Transaction ids are letters, digits and ``_``; items and stream names are
+letters, digits and ``_.:-``; letters and digits of any script count
+(``r1(é)``, ``wΔ[東京]``), as ``str.isalnum`` has them.  ``@k`` after a commit
+records the broadcast cycle it committed in (ASCII digits).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from txstream.errors import NotationError
 from txstream.model.conflict import no_gc
 from txstream.model.history import History, HistoryInvariantError, Operation
 
-_ACCESS = re.compile(r"([rw])([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_.:\-]+)\)|\[([A-Za-z0-9_.:\-]+)\])")
-_END = re.compile(r"([ca])([A-Za-z0-9_]+)(?:@([0-9]+))?")
-_ARRIVAL = re.compile(r"\s*arrival\s+([A-Za-z0-9_.:\-]+)\s*:(.*)")
-_TXN_ID = re.compile(r"[A-Za-z0-9_]+")
+# \w: letters and digits of any script, and _ (str.isalnum() or "_").
+_ACCESS = re.compile(r"([rw])(\w+)(?:\(([\w.:\-]+)\)|\[([\w.:\-]+)\])")
+_END = re.compile(r"([ca])(\w+)(?:@([0-9]+))?")
+_ARRIVAL = re.compile(r"\s*arrival\s+([\w.:\-]+)\s*:(.*)")
+_TXN_ID = re.compile(r"\w+")
 _TOKEN = re.compile(r"[^\s,]+")
 _DIRECTIVE = re.compile(r"#\s*(expect|subwindows)\s*:\s*(.*?)\s*")
 DIRECTIVES = ("expect", "subwindows")
