@@ -252,3 +252,15 @@ def test_stdin_is_read_once_and_must_be_utf8(
     code, out, err = run(["check", "-"], capsys)
     assert code == 2 and out == ""
     assert err == "txstream: <stdin> is not UTF-8 text; a history file is plain text\n"
+
+
+def test_table_prints_names_and_titles_as_they_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rich read them as markup: "[/]" in a title raised MarkupError's traceback,
+    # and "[b]h[i].txt" showed as "h.txt".
+    f = tmp_path / "[b]h[i].txt"
+    f.write_text("# [/] and [red]x[/red]\nr1(x) c1\n")
+    code, out, err = run(["check", "--format", "table", str(f)], capsys)
+    assert code == 0 and err == ""
+    assert "[b]h[i].txt" in out and "[/] and [red]x[/red]" in out

@@ -365,6 +365,7 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="txstream check", show_lines=False)
     # The verdicts are the point of the table: they keep their width and the
@@ -393,7 +394,9 @@ def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:
         if expect:
             bad = row.mismatches()
             extra = ["[green]yes[/]" if not bad else f"[red]no: {', '.join(bad)}[/]"]
-        table.add_row(Path(row.source).name, str(row.index), title, txns, *cells, *extra)
+        # Text, not str: rich reads brackets in a str as markup ("[/]" raised MarkupError).
+        source = Text(Path(row.source).name)
+        table.add_row(source, str(row.index), Text(title), txns, *cells, *extra)
     console = Console(width=max(120, Console().width))
     console.print(table)
     if expect:
