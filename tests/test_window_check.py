@@ -159,6 +159,17 @@ def test_out_of_order_aborted_slide_is_fine() -> None:
     assert run("w6[1] c6 w5[0] a5 rQ1[0] rQ1[1] cQ1", "lws", 5)["holds"]
 
 
+def test_a_slide_aborted_before_its_write_is_fine() -> None:
+    # It did not move the window, as an aborted slide that wrote did not; it was
+    # refused as "window slide 5 writes no sub-window".
+    for criterion in ("ws", "lws"):
+        got = run("rQ1[0] a5 w6[1] c6 rQ1[1] cQ1", criterion, 5)
+        assert got["holds"] and got["slides"] == 1 and got["initial_state"] == 4
+    # A committed slide must still write its sub-window.
+    with pytest.raises(TxStreamError, match="writes no sub-window"):
+        check(parse_one("rQ1[0] c5 w6[1] c6 rQ1[1] cQ1"), "ws", CheckOptions(5))
+
+
 # --- brute force from the definitions -------------------------------------------------
 
 

@@ -22,8 +22,9 @@ wrote it (negative when the window was not full yet).  The window state after
 with ``j mod n = i``.
 
 Only the committed projection counts: an aborted slide did not move the window
-and an aborted or unfinished query returned nothing.  Committed slides must write
-in subscript order, as the paper's streams generate them (Section 2.3).
+(whether or not it wrote first) and an aborted or unfinished query returned
+nothing.  A committed slide writes its sub-window once, and committed slides must
+write in subscript order, as the paper's streams generate them (Section 2.3).
 
 Definition 1 (ws): every committed query reads a true state of the window as of
 some point in the past or present, i.e. the versions it read are those of the
@@ -149,6 +150,7 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
     else:
         n = top + 1 if top >= 0 else 1
 
+    committed = history.committed()
     slide_ids: dict[str, int] = {}
     seen: dict[int, str] = {}
     for txn in history.transactions():
@@ -161,6 +163,8 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
             )
         seen[j] = txn
         if txn not in slide_item:
+            if txn not in committed:  # aborted before its write: it did nothing
+                continue
             raise WindowHistoryError(
                 f"window slide {txn} writes no sub-window; a slide T_j writes sub-window j mod n"
             )
@@ -182,7 +186,6 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
     # sub-windows cost memory in n, and n can be anything (an index 10^12 ran out).
     current: dict[int, int] = {}
     replaced_by: dict[int, int] = {}
-    committed = history.committed()
     queries: dict[str, _Query] = {}
     last_write: int | None = None
     latest = initial
