@@ -55,8 +55,21 @@ def test_reads_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixt
         (["check", "--subwindows", "0", "{f}"], "r1(x) c1", "--subwindows must be at least 1"),
         (["check", "--subwindows", "1000000001", "{f}"], "r1(x) c1", "at most 1,000,000"),
         (["check", "{f}missing"], "", "no such file or folder"),
+        # Path("") is the current folder: an unset shell variable checked its *.txt files.
+        (["check", ""], "", "an empty input name"),
+        (["check", "{f}", " "], "r1(x) c1", "an empty input name"),
         (["check", "{f}"], "# expect: cs=maybe\nr1(x) c1", "must look like cs=true"),
+        (["check", "{f}"], "# expect: xs=true\nr1(x) c1", "unknown criterion 'xs'"),
         (["check", "{f}"], "", "holds no history"),
+        # isdigit() took '²' for a digit, and int() of it raised ValueError's traceback.
+        (["check", "{f}"], "# subwindows: ²\nrQ1[0] cQ1", "must be a whole number"),
+        (["check", "{f}"], "# subwindows: 0\nrQ1[0] cQ1", "must be a whole number"),
+        # int() refuses more than 4,300 digits with a ValueError: a traceback.
+        (["check", "{f}"], f"# subwindows: {'9' * 5000}\nrQ1[0] cQ1", "at most 1,000,000"),
+        (["check", "{f}"], "# subwindows: 1000001\nrQ1[0] cQ1", "at most 1,000,000"),
+        (["check", "{f}"], f"c1@{'9' * 5000}", "cycle"),
+        (["check", "-c", "ws", "{f}"], f"rQ1[{'9' * 5000}] cQ1", "sub-window"),
+        (["check", "-c", "ws", "{f}"], f"w{'9' * 5000}[0] c{'9' * 5000}", "slide"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(
@@ -186,3 +199,68 @@ def test_text_is_the_default_on_a_terminal_and_json_lines_in_a_pipe(
         [sys.executable, "-m", "txstream.cli", "check", str(f)], capture_output=True, text=True
     )
     assert proc.returncode == 0 and json.loads(proc.stdout)["serial_order"] == ["1", "2", "3"]
+
+
+def test_expect_compares_only_the_criteria_checked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The directive gives cs and csao; a check of cs alone counted csao, which it
+    # never judged, as a mismatch: exit 1 and "0 of 1 histories match".
+    f = tmp_path / "h.txt"
+    f.write_text("# expect: cs=true csao=false\narrival S: 2 1\nw1(x) c1 w2(x) c2\n")
+    for criterion in ("cs", "csao", "all"):
+        code, out, _ = run(
+            ["check", "-c", criterion, "--expect", "--format", "text", str(f)], capsys
+        )
+        assert code == 0, out
+        assert out.splitlines()[-1] == "1 of 1 histories match their '# expect:' verdicts"
+    code, out, _ = run(["check", "--expect", "--format", "table", str(f)], capsys)
+    assert code == 0 and "1 of 1 histories match" in out
+    # A criterion that was checked and differs still counts.
+    f.write_text("# expect: cs=false csao=false\narrival S: 2 1\nw1(x) c1 w2(x) c2\n")
+    code, out, _ = run(["check", "--expect", "--format", "text", str(f)], capsys)
+    assert code == 1 and "  cs: holds (expected: fails; DIFFERS)" in out.splitlines()
+
+
+def test_a_file_saved_with_a_byte_order_mark_and_crlf_is_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    f = tmp_path / "h.txt"
+    f.write_bytes("\ufeffr1(x) w2(x) c2\r\nw1(x) c1\r\n".encode())
+    code, out, err = run(["check", str(f)], capsys)
+    assert code == 1 and err == "" and json.loads(out)["holds"] is False
+
+
+def test_stdin_is_read_once_and_must_be_utf8(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    def stdin(data: bytes) -> None:
+        monkeypatch.setattr(
+            sys, "stdin", io.TextIOWrapper(io.BytesIO(data), errors="surrogateescape")
+        )
+
+    # A second '-' found stdin drained: "<stdin>:1:1: the input holds no history".
+    stdin(b"r1(x) c1\n")
+    code, out, err = run(["check", "-", "-"], capsys)
+    assert code == 0 and err == ""
+    assert [json.loads(line)["source"] for line in out.splitlines()] == ["<stdin>", "<stdin>"]
+    # Bytes that are not UTF-8 were decoded with surrogate escapes, as Python's
+    # stdin does in a C locale, and came back as "not an operation ... '\udcff'".
+    stdin(b"\xff\xfe r1(x) c1\n")
+    code, out, err = run(["check", "-"], capsys)
+    assert code == 2 and out == ""
+    assert err == "txstream: <stdin> is not UTF-8 text; a history file is plain text\n"
+
+
+def test_table_prints_names_and_titles_as_they_are(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # rich read them as markup: "[/]" in a title raised MarkupError's traceback,
+    # and "[b]h[i].txt" showed as "h.txt".
+    f = tmp_path / "[b]h[i].txt"
+    f.write_text("# [/] and [red]x[/red]\nr1(x) c1\n")
+    code, out, err = run(["check", "--format", "table", str(f)], capsys)
+    assert code == 0 and err == ""
+    assert "[b]h[i].txt" in out and "[/] and [red]x[/red]" in out

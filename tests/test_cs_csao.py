@@ -153,3 +153,10 @@ def test_deep_graph_does_not_hit_the_recursion_limit() -> None:
     verdict = check(parse_one(cyclic), "cs")
     assert not verdict.holds
     assert len(verdict.evidence["cycle"]) == n
+
+
+def test_unicode_names_are_judged_like_ascii_ones() -> None:
+    text = "arrival Σ: β α\nrα(ü) wβ(ü) cβ wα(ü) cα"
+    assert not check(parse_one(text), "cs").holds
+    assert not check(parse_one(text), "csao").holds
+    assert check(parse_one(text.replace("wα(ü)", "wα(ö)")), "cs").holds

@@ -56,6 +56,8 @@ def test_commas_separate_operations_too() -> None:
         ("r1(x y)", 1, 1, "r1(x"),
         ("w1(x) c1\narrival S 1 2", 2, 1, "arrival S 1 2"),
         ("w1(x) c1\narrival S: 1 ?", 2, 14, "?"),
+        # int() refuses more than 4,300 digits: its ValueError was not a NotationError.
+        (f"r1(x) c1@{'9' * 5000}", 1, 7, f"c1@{'9' * 5000}"),
     ],
 )
 def test_malformed_input_names_line_column_and_token(
@@ -131,3 +133,37 @@ def test_invariant_errors_point_at_the_operation(
         parse(text, source="f.txt")
     err = info.value
     assert (err.line, err.column, err.token) == (line, column, token)
+
+
+def test_a_huge_token_is_cut_short_in_the_message() -> None:
+    # A line of garbage without a space (a binary file, a pasted blob) was quoted
+    # whole: a one-line error of megabytes.
+    token = "y" * 1_000_000
+    with pytest.raises(NotationError) as info:
+        parse(f"r1(x)\nr1(x) {token} c1")
+    err = info.value
+    assert (err.line, err.column, err.token) == (2, 7, token)
+    assert len(str(err)) < 200
+    assert str(err).startswith("line 2:7: not an operation") and "yyy..." in str(err)
+
+
+def test_a_byte_order_mark_before_the_history_is_not_part_of_it() -> None:
+    # Windows editors save UTF-8 with a BOM; it was read as part of the first token.
+    h = parse_one("\ufeffr1(x) c1\r\nw2(x) c2\r\n")
+    assert [str(op) for op in h] == ["r1(x)", "c1", "w2(x)", "c2"]
+    assert parse_one("\ufeff# title\r\nr1(x) c1").meta["title"] == "title"
+    with pytest.raises(NotationError) as info:
+        parse("\ufeffr1(x) q2")
+    assert (info.value.line, info.value.column) == (1, 7)
+
+
+def test_letters_and_digits_of_any_script_name_transactions_items_and_streams() -> None:
+    # "letters, digits": r1(é) was refused as "a read or write looks like r1(x)".
+    h = parse_one("arrival Поток: Δ1 ٣\nrΔ1(é) w٣[東京:v1] cΔ1 r٣(é) c٣")
+    assert [(op.kind, op.txn, op.item) for op in h][:2] == [("r", "Δ1", "é"), ("w", "٣", "東京:v1")]
+    assert h.arrivals == {"Поток": ["Δ1", "٣"]}
+    assert format_history(h) == "arrival Поток: Δ1 ٣\nrΔ1(é) w٣[東京:v1] cΔ1 r٣(é) c٣"
+    # Still not an operation: a symbol, or a space inside the parentheses.
+    for text in ("r1(x€)", "r1(é y)", "r€(x)"):
+        with pytest.raises(NotationError):
+            parse(text)

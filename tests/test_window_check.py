@@ -159,6 +159,17 @@ def test_out_of_order_aborted_slide_is_fine() -> None:
     assert run("w6[1] c6 w5[0] a5 rQ1[0] rQ1[1] cQ1", "lws", 5)["holds"]
 
 
+def test_a_slide_aborted_before_its_write_is_fine() -> None:
+    # It did not move the window, as an aborted slide that wrote did not; it was
+    # refused as "window slide 5 writes no sub-window".
+    for criterion in ("ws", "lws"):
+        got = run("rQ1[0] a5 w6[1] c6 rQ1[1] cQ1", criterion, 5)
+        assert got["holds"] and got["slides"] == 1 and got["initial_state"] == 4
+    # A committed slide must still write its sub-window.
+    with pytest.raises(TxStreamError, match="writes no sub-window"):
+        check(parse_one("rQ1[0] c5 w6[1] c6 rQ1[1] cQ1"), "ws", CheckOptions(5))
+
+
 # --- brute force from the definitions -------------------------------------------------
 
 
@@ -305,3 +316,14 @@ def test_inferred_subwindows_give_the_same_verdict(case: tuple[History, int]) ->
         return
     for criterion in ("ws", "lws"):
         assert check(h, criterion).to_json() == check(h, criterion, CheckOptions(n)).to_json()
+
+
+def test_a_huge_sub_window_index_or_count_costs_nothing() -> None:
+    # The window was a list of n sub-windows: n = 10^12 (an index in the history,
+    # or --subwindows / '# subwindows:') ran out of memory with a traceback.
+    verdict = run("rQ1[999999999999] cQ1", "ws")
+    assert verdict["holds"] and verdict["subwindows"] == 10**12
+    text = "rQ1[0] w5[5] c5 rQ1[5] cQ1 rQ2[5] w1000000000005[5] c1000000000005 rQ2[0] cQ2"
+    assert run(text, "ws", 10**12)["reads_state_after"] == {"Q1": 5, "Q2": 5}
+    lws = run(text, "lws", 10**12)
+    assert [v["txn"] for v in lws["violations"]] == ["Q2"]  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -36,17 +37,23 @@ class Row:
     expected: dict[str, bool]
 
     def mismatches(self) -> list[str]:
-        """Criteria whose verdict differs from the ``# expect:`` directive."""
+        """Checked criteria whose verdict differs from the ``# expect:`` directive.
+
+        A criterion the directive gives but the command did not check (``-c cs``
+        on a history expecting ``cs`` and ``csao``) is not compared.
+        """
         bad = []
         for name, want in self.expected.items():
-            got = self.verdicts.get(name)
+            if name not in self.verdicts:
+                continue
+            got = self.verdicts[name]
             if not isinstance(got, Verdict) or got.holds != want:
                 bad.append(name)
         return bad
 
 
 MAX_SUBWINDOWS = 1_000_000
-"""More sub-windows than this is a typo (the checker would build that many windows)."""
+"""More sub-windows than this is taken for a typo (the checker itself takes any n)."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,6 +123,12 @@ def run(args: argparse.Namespace) -> int:
                 expected = expected_verdicts(history)
             except ValueError as exc:
                 raise TxStreamError(f"{source}: history {index}: {exc}") from None
+            for name in expected:
+                if name not in known:
+                    raise TxStreamError(
+                        f"{source}: history {index}: '# expect:' names unknown criterion "
+                        f"{name!r}; choose from: {', '.join(known)}"
+                    )
             options = CheckOptions(subwindows=args.subwindows or _subwindows(history, source))
             verdicts: dict[str, Verdict | str] = {}
             for name in chosen:
@@ -143,9 +156,15 @@ def run(args: argparse.Namespace) -> int:
 
 def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
     texts: list[tuple[str, str]] = []
+    stdin: str | None = None
     for name in inputs:
+        if not name.strip():
+            # Path("") is the current folder: an unset shell variable would check it.
+            raise TxStreamError("an empty input name; name a file, a folder or - for stdin")
         if name == "-":
-            texts.append(("<stdin>", sys.stdin.read()))
+            if stdin is None:  # read once: a second '-' is the same text, not an empty one
+                stdin = _read_stdin()
+            texts.append(("<stdin>", stdin))
             continue
         path = Path(name)
         if path.is_dir() and is_runtime_store(path):
@@ -170,6 +189,21 @@ def _read_inputs(inputs: list[str]) -> list[tuple[str, str]]:
     return texts
 
 
+def _read_stdin() -> str:
+    """Standard input, decoded as UTF-8 as files are.
+
+    Python's own decoding of ``sys.stdin`` depends on the locale (in a C locale it
+    turns bad bytes into surrogate escapes, which then read as odd tokens).
+    """
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # stdin replaced by a text stream (tests, embedding)
+        return sys.stdin.read()
+    try:
+        return bytes(buffer.read()).decode("utf-8")
+    except UnicodeDecodeError:
+        raise TxStreamError("<stdin> is not UTF-8 text; a history file is plain text") from None
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -178,11 +212,18 @@ def _read(path: Path) -> str:
 
 
 def _subwindows(history: History, source: str) -> int | None:
+    """The ``# subwindows:`` directive, checked as ``--subwindows`` is."""
     value = history.meta.get("subwindows")
     if value is None:
         return None
-    if not value.isdigit() or int(value) < 1:
-        raise TxStreamError(f"{source}: '# subwindows: {value}' must be a positive whole number")
+    # ASCII digits only: isdigit() takes '²' for one (int() then raised), and int()
+    # refuses more than 4,300 digits; a value that long is out of range anyway.
+    if re.fullmatch("[0-9]{1,20}", value) is None or not 1 <= int(value) <= MAX_SUBWINDOWS:
+        shown = value if len(value) <= 20 else f"{value[:20]}..."
+        raise TxStreamError(
+            f"{source}: '# subwindows: {shown}' must be a whole number, at least 1 and at "
+            f"most {MAX_SUBWINDOWS:,}"
+        )
     return int(value)
 
 
@@ -324,6 +365,7 @@ def _count(n: int, one: str, many: str | None = None) -> str:
 def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="txstream check", show_lines=False)
     # The verdicts are the point of the table: they keep their width and the
@@ -352,7 +394,9 @@ def _print_table(rows: list[Row], chosen: list[str], expect: bool) -> None:
         if expect:
             bad = row.mismatches()
             extra = ["[green]yes[/]" if not bad else f"[red]no: {', '.join(bad)}[/]"]
-        table.add_row(Path(row.source).name, str(row.index), title, txns, *cells, *extra)
+        # Text, not str: rich reads brackets in a str as markup ("[/]" raised MarkupError).
+        source = Text(Path(row.source).name)
+        table.add_row(source, str(row.index), Text(title), txns, *cells, *extra)
     console = Console(width=max(120, Console().width))
     console.print(table)
     if expect:

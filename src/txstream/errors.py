@@ -42,8 +42,12 @@ class UnknownNameError(TxStreamError, KeyError):
 class NotationError(TxStreamError, ValueError):
     """Text in the history notation could not be read.
 
-    ``line`` and ``column`` are 1-based; ``token`` is the offending text.
+    ``line`` and ``column`` are 1-based; ``token`` is the offending text, which
+    the message quotes cut to :attr:`MAX_SHOWN` characters (a megabyte of
+    garbage without a space is one token).
     """
+
+    MAX_SHOWN = 60
 
     def __init__(self, message: str, line: int, column: int, token: str, source: str = "") -> None:
         self.line = line
@@ -51,4 +55,5 @@ class NotationError(TxStreamError, ValueError):
         self.token = token
         self.source = source
         where = f"{source}:" if source else "line "
-        super().__init__(f"{where}{line}:{column}: {message} (at {token!r})")
+        shown = token if len(token) <= self.MAX_SHOWN else token[: self.MAX_SHOWN - 3] + "..."
+        super().__init__(f"{where}{line}:{column}: {message} (at {shown!r})")

@@ -10,8 +10,10 @@ Grammar, one history per chunk::
     # subwindows: 3                         directive: n for ws/lws
     ---                                     (a line of its own) ends one history, starts the next
 
-Transaction ids are letters, digits and ``_``; items are letters, digits and
-``_.:-``.  ``@k`` after a commit records the broadcast cycle it committed in.
+Transaction ids are letters, digits and ``_``; items and stream names are
+letters, digits and ``_.:-``; letters and digits of any script count
+(``r1(é)``, ``wΔ[東京]``), as ``str.isalnum`` has them.  ``@k`` after a commit
+records the broadcast cycle it committed in (ASCII digits).
 """
 
 from __future__ import annotations
@@ -23,10 +25,11 @@ from txstream.errors import NotationError
 from txstream.model.conflict import no_gc
 from txstream.model.history import History, HistoryInvariantError, Operation
 
-_ACCESS = re.compile(r"([rw])([A-Za-z0-9_]+)(?:\(([A-Za-z0-9_.:\-]+)\)|\[([A-Za-z0-9_.:\-]+)\])")
-_END = re.compile(r"([ca])([A-Za-z0-9_]+)(?:@([0-9]+))?")
-_ARRIVAL = re.compile(r"\s*arrival\s+([A-Za-z0-9_.:\-]+)\s*:(.*)")
-_TXN_ID = re.compile(r"[A-Za-z0-9_]+")
+# \w: letters and digits of any script, and _ (str.isalnum() or "_").
+_ACCESS = re.compile(r"([rw])(\w+)(?:\(([\w.:\-]+)\)|\[([\w.:\-]+)\])")
+_END = re.compile(r"([ca])(\w+)(?:@([0-9]+))?")
+_ARRIVAL = re.compile(r"\s*arrival\s+([\w.:\-]+)\s*:(.*)")
+_TXN_ID = re.compile(r"\w+")
 _TOKEN = re.compile(r"[^\s,]+")
 _DIRECTIVE = re.compile(r"#\s*(expect|subwindows)\s*:\s*(.*?)\s*")
 DIRECTIVES = ("expect", "subwindows")
@@ -43,9 +46,14 @@ def parse_operation(token: str) -> Operation | None:
     m = _END.fullmatch(token)
     if m is not None:
         kind, txn, cycle = m.groups()
-        if cycle is not None and kind == "a":
+        if cycle is None:
+            return Operation(kind, txn)
+        if kind == "a":
             return None
-        return Operation(kind, txn, None, int(cycle) if cycle is not None else None)
+        try:
+            return Operation(kind, txn, None, int(cycle))
+        except ValueError:  # more digits than int() converts (4,300 by default)
+            return None
     return None
 
 
@@ -57,6 +65,8 @@ def _why_not(token: str) -> str:
         return "a read or write looks like r1(x) or w1[x]"
     if "@" in token and token[0] == "a":
         return "only a commit carries a cycle (c1@3)"
+    if _END.fullmatch(token) is not None:
+        return f"a cycle number of {len(token.partition('@')[2]):,} digits is too long"
     return "a commit or abort looks like c1, a1 or c1@3"
 
 
@@ -77,7 +87,9 @@ def _parse(text: str, source: str) -> list[History]:
     Raises :class:`NotationError` (line, column, token) on the first malformed
     token or invalid history.  Empty chunks around ``---`` are skipped; text with
     no history at all is an error, so that an empty file is not silently "correct".
+    A byte order mark at the start (UTF-8 as some editors save it) is skipped.
     """
+    text = text.removeprefix("\ufeff")
     histories: list[History] = []
     ops: list[Operation] = []
     arrivals: dict[str, list[str]] = {}

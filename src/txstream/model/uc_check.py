@@ -51,7 +51,11 @@ each update transaction's set is built once, from those of the transactions
 it reads from, which come earlier in ``S``, and dropped once its last reader
 has used it.  The writers of an item then also follow ``S`` in the order of
 their writes, so for each item a read-only transaction read only the writers
-after that read and up to its highest ``LIVE`` member need a look.
+after that read and up to its highest ``LIVE`` member need a look.  When
+there are more than :data:`WALK_LIMIT` of those, they are not looked at one by
+one (a history where many read-only transactions read an item before many
+overwrites was quadratic): the item keeps a bitset of its writers, built on
+first need, and one ``and`` with the ``LIVE`` set answers.
 
 Evidence, besides the counts: when condition 1 fails, ``update_cycle`` (a cycle
 of update transactions; condition 2 is then not examined).  Otherwise
@@ -67,7 +71,7 @@ overwritten read) and ``violating_transactions`` counts them all.
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from txstream.model.check import CheckOptions, Verdict, edge_evidence, register
@@ -80,32 +84,49 @@ MAX_LIVE_LISTED = 50
 """Members of a violating transaction's ``LIVE`` set listed in its evidence."""
 MAX_ORDER_ENTRIES = 10_000
 """Total length of the per-read-only-transaction orders before they are left out."""
+WALK_LIMIT = 32
+"""Writers of an item looked at one by one for a read; more are tested as a bitset."""
 
 
 class _Writers:
     """The committed writes of one item, grouped by writer in history order.
 
     Under condition 1 each writer's writes of an item are contiguous among the
-    writers (interleaving them would be a cycle), so the groups follow ``S``.
+    writers (interleaving them would be a cycle), so the groups follow ``S``:
+    ``indexes`` increases.
     """
 
-    __slots__ = ("ops", "positions", "txns")
+    __slots__ = ("_mask", "indexes", "ops", "positions", "txns")
 
     def __init__(self) -> None:
         self.positions: list[int] = []
         """Position of each group's last write."""
         self.txns: list[str] = []
+        self.indexes: list[int] = []
+        """Each group's writer's position in ``S``."""
         self.ops: list[Operation] = []
         """Each group's last write."""
+        self._mask: int | None = None
 
-    def add(self, position: int, op: Operation) -> None:
+    def add(self, position: int, op: Operation, index: int) -> None:
         if self.txns and self.txns[-1] == op.txn:
             self.positions[-1] = position
             self.ops[-1] = op
         else:
             self.positions.append(position)
             self.txns.append(op.txn)
+            self.indexes.append(index)
             self.ops.append(op)
+
+    def mask(self) -> int:
+        """The writers as a bitset over ``S`` (built once, on first need)."""
+        if self._mask is None:
+            # Set in a byte array: or-ing one bit at a time into an int copies it each time.
+            buf = bytearray(self.indexes[-1] // 8 + 1)
+            for j in self.indexes:
+                buf[j >> 3] |= 1 << (j & 7)
+            self._mask = int.from_bytes(buf, "little")
+        return self._mask
 
 
 def _members(bits: int, order: list[str], limit: int | None = None) -> list[str]:
@@ -147,6 +168,7 @@ def check_uc(history: History, options: CheckOptions) -> Verdict:
         ]
         return Verdict("uc", False, {**evidence, "update_cycle": edges})
 
+    index = {u: i for i, u in enumerate(order)}
     # Reads-from, first reads of read-only transactions, writers per item.
     sources: dict[str, dict[str, Witness]] = {}
     first_reads: dict[str, dict[str, tuple[int, Operation]]] = {}
@@ -175,9 +197,8 @@ def check_uc(history: History, options: CheckOptions) -> Verdict:
             group = writers.get(item)
             if group is None:
                 group = writers[item] = _Writers()
-            group.add(position, op)
+            group.add(position, op, index[txn])
 
-    index = {u: i for i, u in enumerate(order)}
     readers_left: dict[str, int] = dict.fromkeys(order, 0)
     for srcs in sources.values():
         for s in srcs:
@@ -229,14 +250,18 @@ def check_uc(history: History, options: CheckOptions) -> Verdict:
             group = writers.get(item)
             if group is None:
                 continue
+            # Groups k .. end-1 overwrote the read and are not after LIVE's last member.
             k = bisect_right(group.positions, position)
-            while k < len(group.txns):
-                j = index[group.txns[k]]
-                if j > top:
-                    break
-                if live >> j & 1:
-                    return rop, group.ops[k]
-                k += 1
+            end = bisect_right(group.indexes, top, k)
+            if end - k > WALK_LIMIT:
+                hits = (live & group.mask()) >> group.indexes[k]
+                if hits:
+                    j = group.indexes[k] + (hits & -hits).bit_length() - 1
+                    return rop, group.ops[bisect_left(group.indexes, j, k, end)]
+                continue
+            for m in range(k, end):
+                if live >> group.indexes[m] & 1:
+                    return rop, group.ops[m]
         return None
 
     def _violation(t: str, live: int, found: tuple[Operation, Operation]) -> dict[str, Any]:

@@ -22,8 +22,9 @@ wrote it (negative when the window was not full yet).  The window state after
 with ``j mod n = i``.
 
 Only the committed projection counts: an aborted slide did not move the window
-and an aborted or unfinished query returned nothing.  Committed slides must write
-in subscript order, as the paper's streams generate them (Section 2.3).
+(whether or not it wrote first) and an aborted or unfinished query returned
+nothing.  A committed slide writes its sub-window once, and committed slides must
+write in subscript order, as the paper's streams generate them (Section 2.3).
 
 Definition 1 (ws): every committed query reads a true state of the window as of
 some point in the past or present, i.e. the versions it read are those of the
@@ -94,6 +95,14 @@ def _is_slide(txn: str) -> bool:
     return _NUMBER.fullmatch(txn) is not None
 
 
+def _number(digits: str, what: str) -> int:
+    """``int(digits)``, or a :class:`WindowHistoryError` past int()'s 4,300-digit limit."""
+    try:
+        return int(digits)
+    except ValueError:
+        raise WindowHistoryError(f"a {what} of {len(digits):,} digits is too large") from None
+
+
 def _analyse(history: History, options: CheckOptions) -> _Window:
     """Validate ``history`` against the window model and compute every read version.
 
@@ -119,7 +128,7 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
             raise WindowHistoryError(
                 f"{op} accesses item {op.item!r}, which is not a sub-window index (a number 0..n-1)"
             )
-        index = int(op.item)
+        index = _number(op.item, "sub-window index")
         if slide:
             if op.txn in slide_item:
                 raise WindowHistoryError(
@@ -141,18 +150,21 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
     else:
         n = top + 1 if top >= 0 else 1
 
+    committed = history.committed()
     slide_ids: dict[str, int] = {}
     seen: dict[int, str] = {}
     for txn in history.transactions():
         if not _is_slide(txn):
             continue
-        j = int(txn)
+        j = _number(txn, "window slide id")
         if j in seen:
             raise WindowHistoryError(
                 f"transactions {seen[j]} and {txn} both name window slide {j}; use one spelling"
             )
         seen[j] = txn
         if txn not in slide_item:
+            if txn not in committed:  # aborted before its write: it did nothing
+                continue
             raise WindowHistoryError(
                 f"window slide {txn} writes no sub-window; a slide T_j writes sub-window j mod n"
             )
@@ -170,9 +182,10 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
         slide_ids[txn] = j
 
     initial = (min(seen) if seen else n) - 1
-    current = [initial - (initial - i) % n for i in range(n)]
+    # Sub-window -> its current version, filled in on first access: a list of all n
+    # sub-windows cost memory in n, and n can be anything (an index 10^12 ran out).
+    current: dict[int, int] = {}
     replaced_by: dict[int, int] = {}
-    committed = history.committed()
     queries: dict[str, _Query] = {}
     last_write: int | None = None
     latest = initial
@@ -191,7 +204,8 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
                     )
                 last_write = j
                 index = j % n
-                replaced_by[current[index]] = j
+                old = current.get(index)
+                replaced_by[initial - (initial - index) % n if old is None else old] = j
                 current[index] = j
             elif op.kind == "c":
                 slides += 1
@@ -203,7 +217,8 @@ def _analyse(history: History, options: CheckOptions) -> _Window:
         if op.kind == "r":
             assert op.item is not None
             index = int(op.item)
-            query.reads.append((index, current[index]))
+            v = current.get(index)
+            query.reads.append((index, initial - (initial - index) % n if v is None else v))
         elif op.kind == "c":
             query.latest = latest
     return _Window(n, initial, replaced_by, list(queries.values()), slides)
