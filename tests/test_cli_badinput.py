@@ -16,6 +16,7 @@ import builtins
 import contextlib
 import errno
 import gzip
+import importlib
 import io
 import json
 import math
@@ -545,6 +546,50 @@ def test_a_full_disk_leaves_no_history_cut_short(
     monkeypatch.setattr(Path, "write_text", disk_full)
     assert_rejected(argv, "cannot write")
     assert not any(p.name.endswith("h.txt") or ".tmp" in p.name for p in work.iterdir())
+
+
+def _must_not_run(*args: object, **kw: object) -> Any:
+    raise AssertionError("the run started")
+
+
+def _impossible_paths(work: Path) -> dict[str, Path]:
+    """Output paths no command can write, by kind (a regular file stands in for a
+    read-only folder: the tests may run as root, whom chmod does not stop)."""
+    (work / "afile").write_text("a file\n")
+    (work / "adir").mkdir()
+    return {
+        "under a file": work / "afile" / "out",
+        "a folder": work / "adir",
+        "a missing folder": work / "no" / "out",
+    }
+
+
+# (argv without the path, the module and name of what runs before the history is written)
+HISTORY_OPTIONS: dict[str, tuple[list[str], str, str]] = {
+    "stress --history": (["stress", "--history"], "txstream.txn.stress", "run_stress"),
+    "windows run --record": (["windows", "run", "--record"], "txstream.windows.sim", "run"),
+    "broadcast simulate --history": (
+        ["broadcast", "simulate", "--history"],
+        "txstream.broadcast.sim",
+        "simulate",
+    ),
+    "cq run --record": (["cq", "run", "--record"], "txstream.cq.workload", "run"),
+}
+
+
+@pytest.mark.parametrize("kind", ["under a file", "a folder", "a missing folder"])
+@pytest.mark.parametrize("option", list(HISTORY_OPTIONS))
+def test_an_unwritable_history_file_fails_before_the_run(
+    work: Path, monkeypatch: pytest.MonkeyPatch, option: str, kind: str
+) -> None:
+    # The history is written at the end: an impossible path failed after the
+    # whole run (its --duration, --transactions, ...), and the run was lost.
+    argv, module, name = HISTORY_OPTIONS[option]
+    monkeypatch.setattr(importlib.import_module(module), name, _must_not_run)
+    path = _impossible_paths(work)[kind]
+    err = assert_rejected([*argv, str(path)], "cannot write ")
+    assert str(path) in err, err
+    assert (work / "afile").read_text() == "a file\n" and not any((work / "adir").iterdir())
 
 
 class _FullDisk:
