@@ -574,6 +574,11 @@ HISTORY_OPTIONS: dict[str, tuple[list[str], str, str]] = {
         "simulate",
     ),
     "cq run --record": (["cq", "run", "--record"], "txstream.cq.workload", "run"),
+    "linear-road run --record": (
+        ["linear-road", "run", "--input", "in.dat", "--no-spark", "--out", "o", "--record"],
+        "txstream.linearroad_run",
+        "_run_runtime",
+    ),
 }
 
 
@@ -586,6 +591,7 @@ def test_an_unwritable_history_file_fails_before_the_run(
     # whole run (its --duration, --transactions, ...), and the run was lost.
     argv, module, name = HISTORY_OPTIONS[option]
     monkeypatch.setattr(importlib.import_module(module), name, _must_not_run)
+    (work / "in.dat").write_text("0,0,10,1,0,0,0,0,0,0,-1,-1,-1,-1,-1\n")  # (linear-road)
     path = _impossible_paths(work)[kind]
     err = assert_rejected([*argv, str(path)], "cannot write ")
     assert str(path) in err, err
