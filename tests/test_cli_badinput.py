@@ -686,6 +686,8 @@ def test_an_impossible_output_path_fails_before_the_work(
     path = paths[kind]
     err = assert_rejected([*argv, str(path)])
     assert str(path) in err, err
+    if kind in ("a file", "under a file"):  # (not "File exists" or "Not a directory")
+        assert f"{work / 'afile'} is a file" in err or "it is a file" in err, err
     assert (work / "afile").read_text() == "a file\n" and not any((work / "adir").iterdir())
 
 
