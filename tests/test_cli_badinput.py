@@ -16,9 +16,11 @@ import builtins
 import contextlib
 import errno
 import gzip
+import importlib
 import io
 import json
 import math
+import os
 import re
 import tempfile
 import threading
@@ -545,6 +547,148 @@ def test_a_full_disk_leaves_no_history_cut_short(
     monkeypatch.setattr(Path, "write_text", disk_full)
     assert_rejected(argv, "cannot write")
     assert not any(p.name.endswith("h.txt") or ".tmp" in p.name for p in work.iterdir())
+
+
+def _must_not_run(*args: object, **kw: object) -> Any:
+    raise AssertionError("the run started")
+
+
+def _impossible_paths(work: Path) -> dict[str, Path]:
+    """Output paths no command can write, by kind (beside :func:`_read_only`)."""
+    (work / "afile").write_text("a file\n")
+    (work / "adir").mkdir()
+    return {
+        "under a file": work / "afile" / "out",
+        "a folder": work / "adir",
+        "a missing folder": work / "no" / "out",
+    }
+
+
+def _read_only(work: Path) -> Path:
+    """An existing folder this user cannot write into: one made read-only with
+    chmod, or, as root (whom chmod does not stop), a kernel folder nobody can
+    create files in."""
+    ro = work / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    for folder in (ro, Path("/sys/kernel"), Path("/proc/self")):
+        try:
+            (folder / f"probe-{os.getpid()}").open("w").close()
+        except OSError:
+            if folder.is_dir():
+                return folder
+        else:
+            (folder / f"probe-{os.getpid()}").unlink()
+    pytest.skip("no folder this user cannot write into")
+
+
+# The impossible paths for a file option and for a folder option (a folder option
+# makes a missing folder, and takes an existing one).
+KINDS = {
+    "file": ["under a file", "a folder", "a missing folder", "read-only"],
+    "folder": ["under a file", "a file", "read-only"],
+}
+# (argv without the path, the module and name of what runs before the history is written)
+HISTORY_OPTIONS: dict[str, tuple[list[str], str, str]] = {
+    "stress --history": (["stress", "--history"], "txstream.txn.stress", "run_stress"),
+    "windows run --record": (["windows", "run", "--record"], "txstream.windows.sim", "run"),
+    "broadcast simulate --history": (
+        ["broadcast", "simulate", "--history"],
+        "txstream.broadcast.sim",
+        "simulate",
+    ),
+    "cq run --record": (["cq", "run", "--record"], "txstream.cq.workload", "run"),
+    "linear-road run --record": (
+        ["linear-road", "run", "--input", "in.dat", "--no-spark", "--out", "o", "--record"],
+        "txstream.linearroad_run",
+        "_run_runtime",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS["file"])
+@pytest.mark.parametrize("option", list(HISTORY_OPTIONS))
+def test_an_unwritable_history_file_fails_before_the_run(
+    work: Path, monkeypatch: pytest.MonkeyPatch, option: str, kind: str
+) -> None:
+    # The history is written at the end: an impossible path failed after the
+    # whole run (its --duration, --transactions, ...), and the run was lost.
+    argv, module, name = HISTORY_OPTIONS[option]
+    monkeypatch.setattr(importlib.import_module(module), name, _must_not_run)
+    (work / "in.dat").write_text("0,0,10,1,0,0,0,0,0,0,-1,-1,-1,-1,-1\n")  # (linear-road)
+    paths = _impossible_paths(work)
+    path = _read_only(work) / "out" if kind == "read-only" else paths[kind]
+    err = assert_rejected([*argv, str(path)], "cannot write ")
+    assert str(path) in err, err
+    assert (work / "afile").read_text() == "a file\n" and not any((work / "adir").iterdir())
+
+
+# Every other option that names an output: (argv up to the path, the module and
+# name of the work that must not start before the path is known good; whether
+# the path is a "file" or a "folder").
+LR_RUN_IN = ["linear-road", "run", "--input", "in.dat", "--no-spark"]
+OUTPUT_OPTIONS: dict[str, tuple[list[str], str, str, str]] = {
+    "linear-road run --out": (
+        [*LR_RUN_IN, "--out"],
+        "txstream.linearroad_run",
+        "_run_runtime",
+        "folder",
+    ),
+    "linear-road generate --out": (
+        ["linear-road", "generate", "--L", "0.5", "--minutes", "1", "--out"],
+        "txstream.linearroad.generate",
+        "generate",
+        "folder",
+    ),
+    "bench --out": (
+        ["bench", "checker", "--quick", "--no-spark", "--no-progress", "--out"],
+        "txstream.bench.checker",
+        "EXPERIMENT.run",
+        "folder",
+    ),
+}
+INPUT_OPTIONS = {
+    ("loading run", "--input"),
+    ("linear-road run", "--input"),
+    ("linear-road run", "--tolls"),
+    ("linear-road validate", "--input"),
+    ("linear-road validate", "--answers"),
+    ("linear-road validate", "--tolls"),
+    ("linear-road validate", "--expected"),
+}
+
+
+def test_the_output_sweep_sees_every_output_path_option() -> None:
+    outputs = {f"{c} {o}" for c, o in PATH_OPTIONS if (c, o) not in INPUT_OPTIONS}
+    assert outputs == set(HISTORY_OPTIONS) | set(OUTPUT_OPTIONS), "add it to OUTPUT_OPTIONS"
+
+
+OUTPUT_CASES = [(o, k) for o, (*_, wants) in OUTPUT_OPTIONS.items() for k in KINDS[wants]]
+
+
+@pytest.mark.parametrize(("option", "kind"), OUTPUT_CASES, ids=map(" - ".join, OUTPUT_CASES))
+def test_an_impossible_output_path_fails_before_the_work(
+    work: Path, monkeypatch: pytest.MonkeyPatch, option: str, kind: str
+) -> None:
+    # linear-road generate computed the whole input before it found it could not
+    # write it, and bench --out into a read-only folder ran every point before it
+    # wrote the CSV.
+    argv, module, name, wants = OUTPUT_OPTIONS[option]
+    target: Any = importlib.import_module(module)
+    *owners, attr = name.split(".")
+    for owner in owners:
+        target = getattr(target, owner)
+    monkeypatch.setattr(target, attr, _must_not_run)
+    (work / "in.dat").write_text("0,0,10,1,0,0,0,0,0,0,-1,-1,-1,-1,-1\n")
+    paths = {**_impossible_paths(work), "a file": work / "afile"}
+    if kind == "read-only":
+        paths[kind] = _read_only(work) / ("out" if wants == "file" else "")
+    path = paths[kind]
+    err = assert_rejected([*argv, str(path)])
+    assert str(path) in err, err
+    if kind in ("a file", "under a file"):  # (not "File exists" or "Not a directory")
+        assert f"{work / 'afile'} is a file" in err or "it is a file" in err, err
+    assert (work / "afile").read_text() == "a file\n" and not any((work / "adir").iterdir())
 
 
 class _FullDisk:

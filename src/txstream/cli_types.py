@@ -99,6 +99,37 @@ def check_writable(path: Path, what: str = "") -> None:
             tmp.unlink(missing_ok=True)
 
 
+def check_folder(path: Path, what: str = "output folder ") -> None:
+    """Make the output folder ``path`` now, and fail in one line if it cannot be written into.
+
+    For a folder filled during or at the end of a long run: a regular file at
+    ``path`` or above it, or a folder the user cannot write into, is refused
+    before the run (``cannot create output folder P: P is a file``).
+    It creates and removes a file in the folder to make sure.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        reason = (
+            exc.strerror or str(exc)
+            if blocker is None
+            else "it is a file"
+            if blocker == path
+            else f"{blocker} is a file"
+        )
+        raise TxStreamError(f"cannot create {what}{path}: {reason}") from None
+    probe = path / f".txstream-probe-{os.getpid()}"
+    try:
+        try:
+            probe.open("w").close()
+        except OSError as exc:
+            raise TxStreamError(f"cannot write into {what}{path}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+
+
 def _temp_beside(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 

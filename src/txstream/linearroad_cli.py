@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from txstream.cli_types import (
+    check_folder,
     float_range,
     int_range,
     json_safe,
@@ -185,6 +186,7 @@ def _generate(args: argparse.Namespace) -> int:
 
     lanes_of(args.L)
     check_params(args.minutes, args.rate)
+    check_folder(args.out)  # the files are written once the whole input is computed
     if args.spark or args.L >= SPARK_FROM_L:
         from txstream.jobs.lrgen import generate_spark
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import write_whole
+from txstream.cli_types import check_folder, check_writable, write_whole
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import HistoricalTolls, LinearRoadEngine
 from txstream.linearroad.formats import open_text
@@ -157,7 +157,11 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
     """
     say: Callable[[str], None] = (lambda _m: None) if o.quiet else log
     out = o.out
-    out.mkdir(parents=True, exist_ok=True)
+    check_folder(out)
+    if o.record is not None:
+        # written at the end: an impossible path must fail now, not after the run
+        # (checked once --out exists, which may hold it, and before run.json is made)
+        check_writable(o.record, "history file ")
     _check_resume(out, o)
     input_path: Path
     tolls: Path | None

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import BadValueError, parse_float, parse_int, writing
+from txstream.cli_types import BadValueError, check_folder, parse_float, parse_int, writing
 from txstream.errors import TxStreamError
 
 Point = dict[str, Any]
@@ -224,10 +224,7 @@ def run_experiment(
     reps = exp.quick_repetitions if quick else exp.repetitions
     if not grid or reps < 1:
         raise TxStreamError(f"experiment {exp.name} has nothing to run")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise TxStreamError(f"cannot create output folder {out}: {exc.strerror}") from None
+    check_folder(out)  # the CSV and figures are written after every point ran
     tasks = [(point, rep) for point in grid for rep in range(reps)]
     seeded = [
         (dict(point), seed * 1_000_003 + rep * 7919 + i) for i, (point, rep) in enumerate(tasks)

@@ -16,6 +16,7 @@ from pathlib import Path
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import MAX_OBJECTS, SimParams, step_budget
 from txstream.cli_types import (
+    check_writable,
     json_safe,
     nonnegative_float,
     nonnegative_int,
@@ -157,6 +158,8 @@ def run_simulate(args: argparse.Namespace) -> int:
         max_steps=args.max_steps if args.max_steps else step_budget(args.transactions),
         record=args.history is not None,
     )
+    if args.history is not None:
+        check_writable(args.history)  # before the run, not after it
     result = simulate(params, args.seed)
     if args.history is not None and result.history is not None:
         write_whole(args.history, format_history(result.history, per_line=20) + "\n")

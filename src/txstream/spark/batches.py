@@ -19,7 +19,9 @@ Importing this module does not import pyspark.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 Columns = dict[str, list[Any]]
@@ -81,6 +83,69 @@ class MicroBatch:
         return [dict(zip(keys, vals, strict=True)) for vals in zip(*cols.values(), strict=True)]
 
 
+STOP_WAIT_S = 30.0
+"""How long a stop waits for the micro-batch in flight before it stops the query anyway."""
+
+
+class BatchThread:
+    """Which thread runs a micro-batch, so that a ``stop()`` called from inside it can wait.
+
+    Spark calls a ``foreachBatch`` function in the query's own thread, and
+    whatever the function calls (a handler, a job's sinks) runs there too.  A
+    ``stop()`` from there must neither wait for the batch (it is that batch) nor
+    stop Spark's query (Spark interrupts the query's thread and waits for it
+    to end: the ``stop`` call fails with an ``InterruptedException`` and so
+    does the batch).  :meth:`stop` runs such a stop in a thread of its own,
+    after the batch.
+    """
+
+    def __init__(self) -> None:
+        self.mutex = threading.Lock()
+        """Held by the thread that runs a micro-batch, for all of it."""
+        self._ident: int | None = None
+        self._stopping = threading.Lock()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """Around one micro-batch (in Spark's ``foreachBatch`` call)."""
+        with self.mutex:
+            self._ident = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._ident = None
+
+    def inside(self) -> bool:
+        """Whether the calling thread is running a micro-batch."""
+        return self._ident == threading.get_ident()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for no micro-batch to be running; whether none is."""
+        if self.mutex.acquire(timeout=timeout):
+            self.mutex.release()
+            return True
+        return False
+
+    def stop(self, stop: Callable[[], None], name: str, wait_s: float = STOP_WAIT_S) -> None:
+        """Call ``stop`` (one call at a time): now, or, from inside a micro-batch, after it.
+
+        From inside a batch it returns at once; a daemon thread named ``name``
+        waits up to ``wait_s`` for the batch to end, then calls ``stop``.
+        """
+        if self.inside():
+            threading.Thread(
+                target=self._after_batch, args=(stop, wait_s), name=name, daemon=True
+            ).start()
+            return
+        with self._stopping:
+            stop()
+
+    def _after_batch(self, stop: Callable[[], None], wait_s: float) -> None:
+        self.wait_idle(wait_s)
+        with self._stopping:
+            stop()
+
+
 class ExactlyOnce:
     """A ``foreachBatch`` function that hands each batch id to ``handler`` at most once.
 
@@ -100,17 +165,20 @@ class ExactlyOnce:
         self.handled: list[int] = []
         self.skipped: list[int] = []
         self._seen: set[int] = set()
+        self.thread = BatchThread()
+        """The thread running a batch (see :meth:`StreamHandle.stop`)."""
 
     def __call__(self, df: Any, batch_id: int) -> None:
         """Spark's ``foreachBatch`` entry point."""
         batch_id = int(batch_id)
-        already = self.done(batch_id) if self.done is not None else batch_id in self._seen
-        if already:
-            self.skipped.append(batch_id)
-            return
-        self.handler(MicroBatch(batch_id, df))
-        self._seen.add(batch_id)
-        self.handled.append(batch_id)
+        with self.thread.running():
+            already = self.done(batch_id) if self.done is not None else batch_id in self._seen
+            if already:
+                self.skipped.append(batch_id)
+                return
+            self.handler(MicroBatch(batch_id, df))
+            self._seen.add(batch_id)
+            self.handled.append(batch_id)
 
 
 class StreamHandle:
@@ -159,8 +227,14 @@ class StreamHandle:
         return self.query.awaitTermination(timeout)  # type: ignore[no-any-return]
 
     def stop(self) -> None:
-        """Stop the query."""
-        self.query.stop()
+        """Stop the query.
+
+        Called from the handler (which runs in the query's own thread), it
+        returns at once, and the query stops in a thread of its own as soon as
+        the batch has finished (``awaitTermination()`` returns then): stopping
+        Spark's query from its own thread failed the batch and the query.
+        """
+        self.batches.thread.stop(self.query.stop, name="stop foreach_batch query")
 
     def exception(self) -> Any:
         """The exception that ended the query, or None."""

@@ -31,7 +31,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import json_safe, positive_float, positive_int, seed, write_whole
+from txstream.cli_types import (
+    check_writable,
+    json_safe,
+    path_arg,
+    positive_float,
+    positive_int,
+    seed,
+    write_whole,
+)
 from txstream.errors import TransientError, TxStreamError
 from txstream.model import check, format_history
 from txstream.txn.manager import Transaction, TransactionManager
@@ -168,6 +176,8 @@ def run_stress(
 
 def command(args: argparse.Namespace) -> int:
     """Execute ``txstream stress``."""
+    path = Path(args.history)
+    check_writable(path, "history file ")  # before the run, not after it
     summary, tm = run_stress(
         args.protocol,
         args.threads,
@@ -182,7 +192,6 @@ def command(args: argparse.Namespace) -> int:
     criterion = "csao" if args.ordered else "cs"
     verdict = check(history, criterion)
     text = format_history(history)
-    path = Path(args.history)
     write_whole(path, text + ("\n" if not text.endswith("\n") else ""), "history file ")
     summary["history"] = str(path)
     summary["operations"] = len(history)
@@ -236,5 +245,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
         default=None,
         help="lock-wait timeout, seconds",
     )
-    p.add_argument("--history", required=True, metavar="FILE", help="write the history here")
+    p.add_argument(
+        "--history", type=path_arg, required=True, metavar="FILE", help="write the history here"
+    )
     p.set_defaults(func=command)

@@ -13,6 +13,7 @@ import argparse
 import json
 
 from txstream.cli_types import (
+    check_writable,
     int_range,
     json_safe,
     nonnegative_float,
@@ -139,6 +140,8 @@ def _run(args: argparse.Namespace) -> int:
             f"{MAX_SNAPSHOTS:,} per run (a larger interval or a shorter run)"
         )
     queries = [parse_query(q) for q in args.query] if args.query else None
+    if args.record is not None:
+        check_writable(args.record)  # before the run, not after it
     params = WindowParams(
         scheduler=args.scheduler,
         n=args.n,

@@ -24,16 +24,17 @@ import json
 import pickle
 import re
 import shutil
-import threading
 import time
 import uuid
 import warnings
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
+from txstream.spark import batches
 from txstream.spark.runtime.base import (
     JobSpec,
     RuntimeJobError,
@@ -94,7 +95,7 @@ _JVM_EXCEPTION = re.compile(r"(?::\s*)?((?:java|javax|scala|org)\.[\w.$]+(?:Erro
 
 _TRACEBACK = "Traceback (most recent call last):"
 
-STOP_WAIT_S = 30.0
+STOP_WAIT_S = batches.STOP_WAIT_S
 """How long :meth:`TxQuery.stop` waits for the micro-batch in flight before stopping anyway."""
 
 
@@ -270,13 +271,10 @@ class TxQuery:
         self._failure: str | None = None
         self._error: TxStreamError | None = None
         """What failed the last batch (re-raised, as its class, from the handle's methods)."""
-        self._mutex = threading.Lock()
-        """Held by the thread that runs a micro-batch (Spark's foreachBatch call), for all of it."""
-        self._batch_thread: int | None = None
-        """That thread's id while it runs a batch: sinks (and the driver engine's
-        transaction functions) run in it, and a :meth:`stop` from there must not wait for it."""
-        self._stopping = threading.Lock()
-        """Taken by :meth:`stop`: two stops at once (one of them from a sink) stop once."""
+        self._thread = batches.BatchThread()
+        """The thread running a micro-batch (Spark's foreachBatch call): sinks (and the
+        driver engine's transaction functions) run in it, and a :meth:`stop` from
+        there must not wait for it; two stops at once (one from a sink) stop once."""
         committed = self.store.committed()
         self._prev = committed[-1] if committed else -1
         self._tokens = committed_tokens(self.store)
@@ -344,13 +342,7 @@ class TxQuery:
         it): it returns at once, and the job stops in a thread of its own as soon
         as the batch has finished (``awaitTermination()`` returns then).
         """
-        if self._batch_thread == threading.get_ident():
-            threading.Thread(
-                target=self.stop, args=(settle_s,), name=f"stop {self.name}", daemon=True
-            ).start()
-            return
-        with self._stopping:
-            self._stop(settle_s)
+        self._thread.stop(partial(self._stop, settle_s), name=f"stop {self.name}")
 
     def _stop(self, settle_s: float) -> None:
         try:
@@ -358,8 +350,7 @@ class TxQuery:
                 deadline = time.time() + settle_s
                 while time.time() < deadline and self._busy():
                     time.sleep(0.05)
-                if self._mutex.acquire(timeout=STOP_WAIT_S):
-                    self._mutex.release()
+                self._thread.wait_idle(STOP_WAIT_S)
                 self.query.stop()
             if self.driver is not None and self.spec.record_history:
                 from txstream.model import format_history
@@ -377,7 +368,7 @@ class TxQuery:
                 f"job {self.spec.name!r} stopped with {held} event(s) held by the event-time "
                 "merge: they run when a later event arrives on every input still delivering "
                 "(see docs/spark.md, merge)",
-                stacklevel=3,  # (the caller of stop())
+                stacklevel=4,  # (the caller of stop(), through BatchThread.stop)
             )
 
     def _busy(self) -> bool:
@@ -574,8 +565,7 @@ class TxQuery:
 
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
-        with self._mutex:
-            self._batch_thread = threading.get_ident()
+        with self._thread.running():
             try:
                 self._run(df, int(batch_id))
             except TxStreamError as exc:
@@ -583,8 +573,6 @@ class TxQuery:
                 self._error = exc
                 self._status = "failed"
                 raise
-            finally:
-                self._batch_thread = None
 
     def _start_driver(self) -> None:
         from txstream.spark.runtime.driver import DriverEngine
