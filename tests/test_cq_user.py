@@ -17,6 +17,7 @@ by ``feed``, a join that silently overwrote a stream column.
 from __future__ import annotations
 
 import random
+import re
 import sys
 import threading
 from bisect import bisect_left
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 from txstream.cq import (
     STRATEGIES,
     CQEngine,
+    CQError,
     Operator,
     Project,
     Reference,
@@ -568,3 +570,52 @@ def test_an_updater_thread_during_my_queries_leaves_every_result_explained(strat
             thread.join()
             sys.setswitchinterval(interval)
         check_under_reported_versions(root, events, results, world)
+
+
+# -- what went wrong -------------------------------------------------------------------------
+
+
+def _engine(root: Operator, strategy: str, record: bool = False) -> tuple[CQEngine, World]:
+    world = World(strategy, initial(random.Random(0)), record)
+    return CQEngine(root, world.tm, strategy, TABLES), world
+
+
+@pytest.mark.parametrize(
+    ("root", "message"),
+    [
+        (
+            # the events carry the price offered, the table the list price
+            RefJoin("j", Source("ev", ("id", "part", "price")), "parts", "part"),
+            "join 'j': columns ['price'] on both sides",
+        ),
+        (
+            # two tables with a column of the same name, no prefix
+            RefJoin(
+                "j2",
+                RefJoin("j1", Source("ev", ("id", "part", "sku")), "parts", "part"),
+                "prices",
+                "sku",
+            ),
+            "join 'j2': columns ['price'] on both sides",
+        ),
+        (
+            RefJoin("j", Source("ev", ("id", "part", "p_sup")), "parts", "part", prefix="p_"),
+            "join 'j': columns ['p_sup'] on both sides",
+        ),
+    ],
+)
+def test_a_table_column_that_a_join_would_write_over_is_refused_when_built(
+    root: Operator, message: str
+) -> None:
+    # before: the table's column silently replaced the stream's in every event
+    with pytest.raises(CQError, match=re.escape(message)):
+        _engine(root, "snapshot")
+
+
+def test_a_prefix_keeps_both_columns_of_a_join() -> None:
+    root = RefJoin("j", Source("ev", ("id", "part", "price")), "parts", "part", prefix="list_")
+    engine, _ = _engine(root, "snapshot")
+    (res,) = engine.run([{"id": 0, "part": 1, "price": -5}])
+    assert res.row is not None
+    listed = initial(random.Random(0))["parts"][1]["price"]
+    assert res.row["price"] == -5 and res.row["list_price"] == listed

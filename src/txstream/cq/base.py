@@ -142,8 +142,10 @@ class Project(Operator):
 class RefJoin(Operator):
     """Equi-join each event with the row of ``table`` whose key is ``value[key]``.
 
-    The row's columns are added to the event (prefixed by ``prefix``); an
-    event without a matching row is dropped (inner join).
+    The row's columns are added to the event (prefixed by ``prefix``; a
+    table column that would replace a column of the stream is refused when
+    the engine is built); an event without a matching row is dropped (inner
+    join).
     """
 
     kind = "refjoin"

@@ -135,7 +135,14 @@ def _columns(op: Operator, tables: Mapping[str, tuple[str, ...]]) -> tuple[str, 
     if isinstance(op, RefJoin):
         if op.key not in cols:
             raise CQError(f"join {op.name!r}: unknown column {op.key!r}; the stream has {cols}")
-        return cols + tuple(op.prefix + c for c in tables[op.table])
+        added = tuple(op.prefix + c for c in tables[op.table])
+        clash = sorted(set(cols) & set(added))
+        if clash:  # else the row's value silently replaced the event's in every event
+            raise CQError(
+                f"join {op.name!r}: columns {clash} on both sides (the stream and table "
+                f"{op.table!r}); give a prefix= that makes the table's columns distinct"
+            )
+        return cols + added
     if isinstance(op, Reference):
         return cols + op.columns
     if isinstance(op, Project):
