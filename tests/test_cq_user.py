@@ -619,3 +619,31 @@ def test_a_prefix_keeps_both_columns_of_a_join() -> None:
     assert res.row is not None
     listed = initial(random.Random(0))["parts"][1]["price"]
     assert res.row["price"] == -5 and res.row["list_price"] == listed
+
+
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("windowed", [True, False])
+def test_feed_returns_the_results_a_failed_call_committed_with_the_next_call(
+    strategy: str, windowed: bool
+) -> None:
+    # A model service that times out once, in the middle of a micro-batch.
+    calls = {"n": 0, "fail": 7}
+
+    def flaky(v: dict[str, Any], m: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == calls["fail"]:
+            raise TimeoutError("model service timed out")
+        return {**v, "y": v["x"] * m["k"]}
+
+    ref = Reference("model", Source("ev", ("id", "x")), "models", "m", flaky, ("y",))
+    root = WindowAgg("w", ref, "sum", "y", 2, 1) if windowed else ref
+    events = [{"id": i, "x": i} for i in range(12)]
+    engine, _ = _engine(root, strategy)
+    with pytest.raises(TimeoutError):
+        engine.feed(events)
+    # before: the windows committed before the error were never returned to the caller
+    got = engine.feed([])
+    calls["fail"] = -1
+    want = _engine(root, strategy)[0].run(events)
+    assert [(x.window, x.lwm, x.row) for x in got] == [(x.window, x.lwm, x.row) for x in want]
+    assert engine.feed([]) == []

@@ -297,6 +297,7 @@ class CQEngine:
         # "run" or "feed": an engine does one or the other (run's results are the list
         # feed would append to, and run would drop the events feed left waiting)
         self._used: str | None = None
+        self._delivered = 0  # feed: the results returned so far
         self._reset()
 
     # -- reading a referenced resource ----------------------------------------------------
@@ -667,8 +668,10 @@ class CQEngine:
 
         Events of a window that is not complete yet wait in the redo queue, so
         a window's CQ-derived transaction covers events of several micro-batches
-        and still reads one state of the tables.  An engine that ran a whole
-        input with :meth:`run` refuses it (its results would grow).
+        and still reads one state of the tables.  Results that a call which
+        raised had committed before the error are returned by the next call.
+        An engine that ran a whole input with :meth:`run` refuses it (its
+        results would grow).
         """
         if self._used == "run":
             raise CQError(
@@ -680,9 +683,12 @@ class CQEngine:
         self._input.extend(rows)
         self._branch_of.extend(branches)
         self._on_commit = None
-        before = len(self._results)
         self._advance(None, None, on_result)
-        return self._results[before:]
+        # from the first result not returned yet: a call that raised (an error of the
+        # query's own code, say) may have committed windows before it did
+        out = self._results[self._delivered :]
+        self._delivered = len(self._results)
+        return out
 
     def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
         """The raw rows and, with several sources, the branch of each.
@@ -770,6 +776,7 @@ class CQEngine:
         self._input = []
         self._branch_of = []
         self._results: list[Result] = []
+        self._delivered = 0  # feed: the results returned so far
         self._queue: dict[int, _Entry] = {}
         self._base = 0  # the redo queues hold no event below this
         self._pos = 0  # per-event mode: next raw event
