@@ -647,3 +647,137 @@ def test_feed_returns_the_results_a_failed_call_committed_with_the_next_call(
     want = _engine(root, strategy)[0].run(events)
     assert [(x.window, x.lwm, x.row) for x in got] == [(x.window, x.lwm, x.row) for x in want]
     assert engine.feed([]) == []
+
+
+def _no_key(v: dict[str, Any]) -> dict[str, Any]:
+    return {"id": v["id"]}  # declares ("id", "part") but forgets "part"
+
+
+BAD_DATA: dict[str, tuple[Operator, Any, Any, str]] = {
+    # name: (query, change to the parts table or None, events, message)
+    "project returns None": (
+        WindowAgg(
+            "w",
+            Project(
+                "p",
+                RefJoin("j", Source("ev", ("id", "part")), "parts", "part"),
+                lambda v: None,
+                ("price",),
+            ),
+            "sum",
+            "price",
+            1,
+        ),
+        None,
+        [{"id": 0, "part": 1}],
+        "operator 'p': its fn must return a dict of the event's columns, got NoneType None",
+    ),
+    "project forgets the join key": (
+        RefJoin(
+            "j",
+            Project("p", Source("ev", ("id", "part")), _no_key, ("id", "part")),
+            "parts",
+            "part",
+        ),
+        None,
+        [{"id": 0, "part": 1}],
+        "join 'j': an event has no column 'part' (it has ('id',))",
+    ),
+    "row lacks the next join's key": (
+        WindowAgg(
+            "w",
+            RefJoin(
+                "js",
+                RefJoin("jp", Source("ev", ("id", "part")), "parts", "part"),
+                "suppliers",
+                "sup",
+            ),
+            "count",
+            "sup",
+            2,
+        ),
+        (0, {"price": 5}),
+        [{"id": 0, "part": 1}, {"id": 1, "part": 0}, {"id": 2, "part": 1}],
+        "join 'js': an event has no column 'sup' (it has ('id', 'part', 'price'))",
+    ),
+    "unhashable key": (
+        WindowAgg(
+            "w", RefJoin("j", Source("ev", ("id", "part")), "parts", "part"), "sum", "price", 1
+        ),
+        None,
+        [{"id": 0, "part": 1}, {"id": 1, "part": [0]}],
+        "join 'j': the key 'part' of an event is list [0], which cannot key a row",
+    ),
+    "row not a dict": (
+        WindowAgg(
+            "w", RefJoin("j", Source("ev", ("id", "part")), "parts", "part"), "sum", "price", 1
+        ),
+        (0, 5),
+        [{"id": 0, "part": 1}, {"id": 1, "part": 0}],
+        "join 'j': row 0 of table 'parts' is int 5, not a dict of its columns",
+    ),
+    "prefixed row not a dict": (
+        RefJoin("j", Source("ev", ("id", "part")), "parts", "part", prefix="p_"),
+        (0, "cheap"),
+        [{"id": 1, "part": 0}],
+        "join 'j': row 0 of table 'parts' is str 'cheap', not a dict of its columns",
+    ),
+    "window join key missing": (
+        WindowJoin(
+            "m",
+            Project(
+                "p", Source("orders", ("oid", "part")), lambda v: {"oid": v["oid"]}, ("oid", "part")
+            ),
+            RefJoin("j", Source("ships", ("sid", "part")), "parts", "part"),
+            "part",
+            "part",
+            2,
+            prefix="s_",
+        ),
+        None,
+        [("orders", {"oid": 0, "part": 1}), ("ships", {"sid": 1, "part": 1})] * 2,
+        "window join 'm': an event of its left input has no column 'part' (it has ('oid',))",
+    ),
+    "reference returns a list": (
+        WindowAgg(
+            "w",
+            Reference(
+                "model", Source("ev", ("id", "x")), "models", "m", lambda v, m: [v["x"]], ("y",)
+            ),
+            "count",
+            "y",
+            1,
+        ),
+        None,
+        [{"id": 0, "x": 1}],
+        "operator 'model': its apply must return a dict of the event's columns or None, got "
+        "list [1]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_DATA))
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize("record", [False, True])
+def test_bad_data_met_while_running_is_one_line_and_leaves_no_transaction_open(
+    case: str, strategy: str, record: bool
+) -> None:
+    # before: KeyError or TypeError tracebacks from inside the engine (and a TypeError
+    # raised while building the error message for a Project that returned None)
+    root, change, events, message = BAD_DATA[case]
+    engine, world = _engine(root, strategy, record)
+    if change is not None:
+        with world.tm.begin() as t:
+            t.put("parts", *change)
+    with pytest.raises(CQError, match=re.escape(message)):
+        engine.run(events)
+    tm = world.tm
+    assert not tm.locks.table and not tm.snapshots and not tm.active_since
+    tm.locks.timeout = 2.0
+    with tm.begin() as t:
+        t.put("parts", 1, {"price": 20, "sup": "s1"})
+
+
+def test_a_reference_key_that_cannot_key_a_row_is_refused_when_built() -> None:
+    with pytest.raises(CQError, match=re.escape("operator 'm': key ['m'] cannot key a row")):
+        Reference("m", Source("ev", ("id",)), "models", ["m"], lambda v, m: v)

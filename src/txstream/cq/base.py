@@ -179,6 +179,13 @@ class Reference(Operator):
     ) -> None:
         super().__init__(name, child)
         _callable(name, "apply", apply)
+        try:
+            hash(key)
+        except TypeError:  # else a TypeError from inside the engine when it ran
+            raise CQError(
+                f"operator {name!r}: key {key!r:.40} cannot key a row (give a number, a "
+                "string or a tuple)"
+            ) from None
         self.table = table
         self.key = key
         self.apply = apply

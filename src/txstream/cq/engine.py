@@ -384,23 +384,38 @@ class CQEngine:
                 if not op.predicate(e.value):
                     return None
             elif isinstance(op, Project):
-                e = Event(op.fn(e.value), e.ts, e.lwm, e.refs)
+                value = op.fn(e.value)
+                if not isinstance(value, dict):
+                    raise _not_a_dict(op, "fn", value)
+                e = Event(value, e.ts, e.lwm, e.refs)
             elif isinstance(op, RefJoin):
-                key = e.value[op.key]
-                row, read = self._read(txn, op.table, key, slots, names)
+                try:
+                    key = e.value[op.key]
+                except KeyError:
+                    raise _no_column(f"join {op.name!r}", op.key, e.value) from None
+                try:
+                    row, read = self._read(txn, op.table, key, slots, names)
+                except TypeError:
+                    _check_key(op, key)
+                    raise
                 reads.append(read)
                 if row is None:
                     return None
-                if op.prefix:
-                    row = {op.prefix + k: v for k, v in row.items()}
-                e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+                try:
+                    if op.prefix:
+                        row = {op.prefix + k: v for k, v in row.items()}
+                    e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+                except (TypeError, AttributeError):
+                    raise _not_a_row(op, key, row) from None
             elif isinstance(op, Reference):
                 resource, read = self._read(txn, op.table, op.key, slots, names)
                 reads.append(read)
-                value = op.apply(e.value, resource)
-                if value is None:
+                applied = op.apply(e.value, resource)
+                if applied is None:
                     return None
-                e = Event(value, e.ts, e.lwm, (*e.refs, read))
+                if not isinstance(applied, dict):
+                    raise _not_a_dict(op, "apply", applied)
+                e = Event(applied, e.ts, e.lwm, (*e.refs, read))
         return e
 
     def _apply_direct(
@@ -436,13 +451,20 @@ class CQEngine:
                     continue
                 return self._apply(ops[k:], e, txn, reads, None, names)
             assert isinstance(op, RefJoin)
-            key = e.value[op.key]
+            try:
+                key = e.value[op.key]
+            except KeyError:
+                raise _no_column(f"join {op.name!r}", op.key, e.value) from None
             table = op.table
             tbl = self._tables[table]
             self.stats.reads += 1
             if snap is not None:
                 value: Any
-                chain = tbl._versions.get(key)
+                try:
+                    chain = tbl._versions.get(key)
+                except TypeError:
+                    _check_key(op, key)
+                    raise
                 if not chain:
                     value, version = None, 0
                 else:
@@ -460,13 +482,20 @@ class CQEngine:
                 reads.append(read)
                 if value is None:
                     return None
-                if op.prefix:
-                    value = {op.prefix + c: v for c, v in value.items()}
-                e = Event({**e.value, **value}, e.ts, e.lwm, (*e.refs, read))
+                try:
+                    if op.prefix:
+                        value = {op.prefix + c: v for c, v in value.items()}
+                    e = Event({**e.value, **value}, e.ts, e.lwm, (*e.refs, read))
+                except (TypeError, AttributeError):
+                    raise _not_a_row(op, key, value) from None
                 continue
             assert names is not None
             clock = self.tm.clock
-            item = tbl._items.get(key) or tbl.item(key)
+            try:
+                item = tbl._items.get(key) or tbl.item(key)
+            except TypeError:
+                _check_key(op, key)
+                raise
             names.append(item)
             if self._late:
                 self._late_items.append(item)
@@ -495,9 +524,12 @@ class CQEngine:
             if value is None:
                 return None
             row = value
-            if op.prefix:
-                row = {op.prefix + c: v for c, v in row.items()}
-            e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+            try:
+                if op.prefix:
+                    row = {op.prefix + c: v for c, v in row.items()}
+                e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+            except (TypeError, AttributeError):
+                raise _not_a_row(op, key, value) from None
         return e
 
     def _state(self, txn: Transaction | None, reads: list[Read]) -> tuple[int, int]:
@@ -1137,12 +1169,13 @@ class CQEngine:
                 window_reads = [r for e in used for r in e.reads]
                 left = [e for e in used if e.branch == 0 and e.out is not None]
                 right = [e for e in used if e.branch == 1 and e.out is not None]
+                right_keys = [_join_key(w, "right", w.right_key, e) for e in right]
                 for le in left:
                     assert le.out is not None
-                    key = le.out.value[w.left_key]
-                    for re_ in right:
+                    key = _join_key(w, "left", w.left_key, le)
+                    for re_, right_key in zip(right, right_keys, strict=True):
                         assert re_.out is not None
-                        if re_.out.value[w.right_key] == key:
+                        if right_key == key:
                             row = {
                                 **le.out.value,
                                 **{w.prefix + c: v for c, v in re_.out.value.items()},
@@ -1197,6 +1230,53 @@ def _not_numeric(w: WindowAgg, rows: list[Row]) -> CQError:
                 f"{row[w.column]!r:.40}; aggregate a numeric column (or use count)"
             )
     return CQError(f"window {w.name!r}: cannot aggregate {w.column!r}")  # (not reached)
+
+
+def _no_column(what: str, column: str, value: Row) -> CQError:
+    """An event reached ``what`` without the ``column`` it needs."""
+    return CQError(
+        f"{what}: an event has no column {column!r} (it has {tuple(value)}); a Project below "
+        "must give the columns it declares, and each row of a joined table the columns of "
+        "its table"
+    )
+
+
+def _join_key(w: WindowJoin, side: str, column: str, entry: _Entry) -> Any:
+    """The key of a window join's input event; :class:`CQError` if it has none."""
+    assert entry.out is not None
+    try:
+        return entry.out.value[column]
+    except KeyError:
+        err = _no_column(f"window join {w.name!r}", column, entry.out.value)
+        raise CQError(str(err).replace("an event", f"an event of its {side} input", 1)) from None
+
+
+def _check_key(op: RefJoin, key: Any) -> None:
+    """:class:`CQError` when ``key`` cannot key a table row (a list, a dict)."""
+    try:
+        hash(key)
+    except TypeError:
+        raise CQError(
+            f"join {op.name!r}: the key {op.key!r} of an event is {type(key).__name__} "
+            f"{key!r:.40}, which cannot key a row (give a number, a string or a tuple)"
+        ) from None
+
+
+def _not_a_row(op: RefJoin, key: Any, row: Any) -> CQError:
+    """A row of a joined table is not a dict of its columns (another system wrote it)."""
+    return CQError(
+        f"join {op.name!r}: row {key!r} of table {op.table!r} is {type(row).__name__} "
+        f"{row!r:.40}, not a dict of its columns"
+    )
+
+
+def _not_a_dict(op: Project | Reference, what: str, value: Any) -> CQError:
+    """A user's function gave an event value that is not a dict."""
+    none = " or None" if isinstance(op, Reference) else ""
+    return CQError(
+        f"operator {op.name!r}: its {what} must return a dict of the event's columns{none}, "
+        f"got {type(value).__name__} {value!r:.40}"
+    )
 
 
 def _carry_count(out: Any) -> list[_Entry]:
