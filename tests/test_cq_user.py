@@ -781,3 +781,36 @@ def test_bad_data_met_while_running_is_one_line_and_leaves_no_transaction_open(
 def test_a_reference_key_that_cannot_key_a_row_is_refused_when_built() -> None:
     with pytest.raises(CQError, match=re.escape("operator 'm': key ['m'] cannot key a row")):
         Reference("m", Source("ev", ("id",)), "models", ["m"], lambda v, m: v)
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        (["parts"], "tables must map each table's name to its columns"),
+        ({"parts": None}, "table 'parts': give its columns as a tuple of names"),
+        ({"parts": ("price", 3)}, "table 'parts': give its columns as a tuple of names"),
+    ],
+)
+def test_a_malformed_tables_argument_is_one_line(tables: Any, message: str) -> None:
+    # before: AttributeError 'list' object has no attribute 'items', or TypeError
+    tm = make_manager("snapshot")
+    with pytest.raises(CQError, match=re.escape(message)):
+        CQEngine(per_event(1, 1, ""), tm, "snapshot", tables)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda e: e.run(None), "events must be a sequence of events, got NoneType"),
+        (lambda e: e.feed(None), "events must be a sequence of events, got NoneType"),
+        (lambda e: e.run(5), "events must be a sequence of events, got int"),
+        (lambda e: e.run([], max_results="3"), "max_results must be a whole number"),
+        (lambda e: e.run([], max_results=2.5), "max_results must be a whole number"),
+        (lambda e: e.run([], until="soon"), "until must be a time.monotonic() instant"),
+    ],
+)
+def test_malformed_run_arguments_are_one_line(call: Any, message: str) -> None:
+    # before: TypeError tracebacks ('NoneType' object is not iterable, '<' not supported)
+    engine, _ = _engine(per_event(1, 1, ""), "snapshot")
+    with pytest.raises(CQError, match=re.escape(message)):
+        call(engine)

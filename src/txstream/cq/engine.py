@@ -41,7 +41,7 @@ import math
 import threading
 import time
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, ClassVar
@@ -680,8 +680,14 @@ class CQEngine:
         its results are out, e.g. to interleave other work deterministically.
         Each call starts afresh; an engine that was fed micro-batches refuses it.
         """
+        if max_results is not None and (
+            not isinstance(max_results, int) or isinstance(max_results, bool)
+        ):
+            raise CQError(f"max_results must be a whole number, got {max_results!r:.40}")
         if max_results is not None and max_results < 0:
             raise CQError(f"max_results must be 0 or more, got {max_results}")
+        if until is not None and (not isinstance(until, int | float) or isinstance(until, bool)):
+            raise CQError(f"until must be a time.monotonic() instant (a number), got {until!r:.40}")
         if self._used == "feed":
             raise CQError(
                 "this engine is fed micro-batches; run() would drop the events waiting for "
@@ -734,6 +740,11 @@ class CQEngine:
             raise CQError(
                 f"events must be a sequence of events, got one {type(events).__name__}; "
                 "pass a list (e.g. [row])"
+            )
+        if not isinstance(events, Iterable):
+            raise CQError(
+                f"events must be a sequence of events, got {type(events).__name__} "
+                f"{events!r:.40}; pass a list (e.g. [row])"
             )
         if len(self.sources) == 1:
             rows = list(events)

@@ -84,10 +84,20 @@ def validate(root: Operator, tables: Mapping[str, tuple[str, ...]]) -> None:
 
     ``tables`` maps each table the query may reference to its columns.
     """
+    if not isinstance(tables, Mapping):
+        raise CQError(
+            f"tables must map each table's name to its columns, e.g. {{'parts': ('price',)}}; "
+            f"got {type(tables).__name__} {tables!r:.40}"
+        )
     for table, cols in tables.items():
         if isinstance(cols, str):  # else its letters pass for its columns
             raise CQError(
                 f"table {table!r}: give its columns as a tuple of names, e.g. ({cols!r},)"
+            )
+        if not isinstance(cols, tuple | list) or not all(isinstance(c, str) for c in cols):
+            raise CQError(
+                f"table {table!r}: give its columns as a tuple of names, e.g. ('price',); "
+                f"got {cols!r:.40}"
             )
     names = [op.name for op in root.walk()]
     dupes = sorted({n for n in names if names.count(n) > 1})
