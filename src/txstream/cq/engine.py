@@ -200,6 +200,9 @@ class CQEngine:
     ``tm``'s store.  A tree the engine cannot run is refused here.
     """
 
+    forget_at: int = 1024
+    """Feed drops the raw events no window needs once at least this many are."""
+
     def __init__(
         self,
         root: Operator,
@@ -297,7 +300,8 @@ class CQEngine:
         # "run" or "feed": an engine does one or the other (run's results are the list
         # feed would append to, and run would drop the events feed left waiting)
         self._used: str | None = None
-        self._delivered = 0  # feed: the results returned so far
+        self._off = 0
+        self._results: list[Result] = []
         self._reset()
 
     # -- reading a referenced resource ----------------------------------------------------
@@ -575,8 +579,8 @@ class CQEngine:
 
     def _evaluate(self, ts: int, txn: Transaction | None) -> _Entry:
         """Input one raw event: run its branch below the queue once, then the rest."""
-        row = self._input[ts]
-        branch = self._branch_of[ts] if self._branch_of else 0
+        row = self._input[ts - self._off]
+        branch = self._branch_of[ts - self._off] if self._branch_of else 0
         b = self._branches[branch]
         entry = _Entry(ts, branch)
         event = Event(row, ts, ts)
@@ -722,11 +726,26 @@ class CQEngine:
         self._branch_of.extend(branches)
         self._on_commit = None
         self._advance(None, None, on_result)
-        # from the first result not returned yet: a call that raised (an error of the
-        # query's own code, say) may have committed windows before it did
-        out = self._results[self._delivered :]
-        self._delivered = len(self._results)
+        # every result not returned yet: a call that raised (an error of the query's
+        # own code, say) may have committed windows before it did
+        out, self._results = self._results, []
+        self._forget()
         return out
+
+    def _forget(self) -> None:
+        """Feed: drop the raw events no window needs any more (all below the next one's).
+
+        The events from the redo queues' base on (per event: from the next one)
+        stay, and the last one (the next batch's times go on from its time);
+        amortized: a cut happens when it drops at least half of what is kept.
+        """
+        low = self._pos if self.window is None else self._base
+        cut = min(low - self._off, len(self._input) - 1)
+        if cut >= self.forget_at and 2 * cut >= len(self._input):
+            del self._input[:cut]
+            if self._branch_of:
+                del self._branch_of[:cut]
+            self._off += cut
 
     def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
         """The raw rows and, with several sources, the branch of each.
@@ -755,7 +774,7 @@ class CQEngine:
                 ok = False
             if not ok:
                 for i, row in enumerate(rows):
-                    self._check_row(row, 0, len(self._input) + i)
+                    self._check_row(row, 0, self._off + len(self._input) + i)
             self._check_times(rows)
             return rows, []
         rows, branches = [], []
@@ -768,7 +787,7 @@ class CQEngine:
             branch = self._names[e[0]]
             row = e[1]
             if row.__class__ is not dict or not row.keys() >= self._need[branch]:
-                self._check_row(row, branch, len(self._input) + i)
+                self._check_row(row, branch, self._off + len(self._input) + i)
             branches.append(branch)
             rows.append(row)
         self._check_times(rows)
@@ -810,16 +829,17 @@ class CQEngine:
                     else f"goes back from {prev!r} to {t!r}"
                 )
                 raise CQError(
-                    f"event {len(self._input) + i}: time column {column!r} {what}; a time-based "
-                    "window needs numeric times in non-decreasing order (sort the events)"
+                    f"event {self._off + len(self._input) + i}: time column {column!r} {what}; "
+                    "a time-based window needs numeric times in non-decreasing order (sort "
+                    "the events)"
                 )
             prev = t
 
     def _reset(self) -> None:
         self._input = []
         self._branch_of = []
-        self._results: list[Result] = []
-        self._delivered = 0  # feed: the results returned so far
+        self._results = []  # feed: those not returned yet
+        self._off = 0  # the index (timestamp) of the raw event _input[0]
         self._queue: dict[int, _Entry] = {}
         self._base = 0  # the redo queues hold no event below this
         self._pos = 0  # per-event mode: next raw event
@@ -1026,7 +1046,7 @@ class CQEngine:
     def _run_per_event(self) -> None:
         # Without a window, the commit operator is a reference operator (or there
         # is none): one CQ-derived transaction per input event.
-        while self._pos < len(self._input) and not self._stopped():
+        while self._pos < self._off + len(self._input) and not self._stopped():
             ts = self._pos
 
             def fill(txn: Transaction | None, ts: int = ts) -> Any:
@@ -1072,7 +1092,7 @@ class CQEngine:
                 used: list[_Entry] = []
                 acc: list[_Entry] = []
                 i = start
-                end, r = len(self._input), w.r
+                end, r = self._off + len(self._input), w.r
                 queue, get_entry = self._queue, self._entry
                 naive = not self.strategy.transactional
                 # an entry checked by the transaction that handed all its reads on to
@@ -1127,7 +1147,7 @@ class CQEngine:
                 self._on_commit(n)
 
     def _time(self, ts: int) -> float:
-        row = self._input[ts]
+        row = self._input[ts - self._off]
         column = self._branches[0].time_column
         return float(ts if column is None else row[column])
 
@@ -1138,7 +1158,7 @@ class CQEngine:
             if self._wstart is None:
                 if not self._input:
                     return
-                self._wstart = self._time(0)
+                self._wstart = self._time(self._off)
             end = self._wstart + w.r
             base, n = self._base, self._windows
             nxt_start = self._wstart + w.s
@@ -1153,7 +1173,9 @@ class CQEngine:
                 used: list[_Entry] = []
                 i = base
                 while True:
-                    if i >= len(self._input) or ((i - base) % 4096 == 4095 and self._stopped()):
+                    if i >= self._off + len(self._input) or (
+                        (i - base) % 4096 == 4095 and self._stopped()
+                    ):
                         return None  # wait for an event past the window's end
                     if self._time(i) >= end:
                         break
@@ -1212,7 +1234,7 @@ class CQEngine:
             self._wstart += w.s
             start = self._wstart
             j = self._base
-            while j < len(self._input) and self._time(j) < start:
+            while j < self._off + len(self._input) and self._time(j) < start:
                 j += 1
             self._prune(j)
             for pending in done[1]:
