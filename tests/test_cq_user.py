@@ -16,11 +16,13 @@ by ``feed``, a join that silently overwrote a stream column.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import sys
 import threading
 from bisect import bisect_left
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -846,3 +848,54 @@ def test_feed_keeps_no_event_or_result_that_no_window_needs_any_more(name: str) 
     gc.collect()
     assert sum(ref() is not None for ref in refs) == 0
     assert sum(ref() is not None for ref in result_refs) == 0
+
+
+# -- on Spark -------------------------------------------------------------------------------
+
+
+def _spark_events(folder: Path, batches: list[list[dict[str, Any]]]) -> None:
+    """One CSV file per micro-batch (id, part, ts), in order of modification time."""
+    folder.mkdir()
+    for b, batch in enumerate(batches):
+        path = folder / f"e{b:03d}.csv"
+        path.write_text("".join(f"{e['id']},{e['part']},{e['ts']}\n" for e in batch))
+        os.utime(path, (1_000_000 + b, 1_000_000 + b))
+
+
+@pytest.mark.parametrize(
+    ("on", "row", "message"),
+    [
+        # the stream's column is a string, the table's keys are numbers
+        ("tag", {"price": 5}, "table 'parts': key 1 is int, not string like column 'tag'"),
+        # a row's value is not of the type the join's schema names
+        ("part", {"price": "cheap"}, "table 'parts': column 'price' of row 1 is str 'cheap'"),
+    ],
+)
+def test_spark_rows_or_keys_of_another_type_than_the_join_are_one_line(
+    spark: Any, tmp_path: Path, on: str, row: dict[str, Any], message: str
+) -> None:
+    # before: "An exception was raised by the Python Proxy. Return Message: Traceback
+    # (most recent call last):" (pyarrow's ArrowTypeError, cut to its first line)
+    from txstream.errors import TxStreamError
+    from txstream.jobs.cq import SparkCQ
+    from txstream.spark.sources import csv_files
+
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "a.csv").write_text("0,1,0.5,x\n1,1,1.5,y\n")
+    tm = make_manager("snapshot")
+    tm.table("parts")
+    with tm.begin() as t:
+        t.put("parts", 1, row)
+    stream = csv_files(spark, tmp_path / "ev", "id long, part long, ts double, tag string")
+    query = (
+        SparkCQ("typed", tm, "snapshot")
+        .stream(stream, order="id")
+        .join("parts", on=on, schema="price long")
+        .window("count", r=1)
+        .start(tmp_path / "ck")
+    )
+    try:
+        with pytest.raises(TxStreamError, match=re.escape(message)):
+            query.processAllAvailable()
+    finally:
+        query.stop()

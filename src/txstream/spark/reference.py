@@ -115,13 +115,46 @@ def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
     the key's type is that of the column it is joined on.  Built over Arrow, so
     shipping a 10,000-row table costs milliseconds.
     """
+    import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
     join = joins[i]
     fields = [StructField("__k", _type_of(events, joins[:i], join.on))]
     fields += _parsed(join.schema).fields
     fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
-    return _frame(events, StructType(fields), rows)
+    try:
+        return _frame(events, StructType(fields), rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        # else pyarrow's error reached the query cut to "Traceback (most recent call last):"
+        raise TxStreamError(
+            _mistyped(join, fields, rows) or f"table {join.table!r}: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def _mistyped(join: Join, fields: Sequence[Any], rows: Columns) -> str | None:
+    """The first key or value of the pinned rows that is not of its column's Spark type."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    for f in fields:
+        kind = to_arrow_type(f.dataType)
+        for n, value in enumerate(rows[f.name]):
+            try:
+                pa.array([value], type=kind)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                what = f"{type(value).__name__} {value!r:.40}"
+                want = f.dataType.simpleString()
+                if f.name == "__k":
+                    return (
+                        f"table {join.table!r}: key {value!r:.40} is {type(value).__name__}, not "
+                        f"{want} like column {join.on!r} it is joined on; give the table keys "
+                        f"of that type (or cast the column)"
+                    )
+                return (
+                    f"table {join.table!r}: column {f.name!r} of row {rows['__k'][n]!r:.40} is "
+                    f"{what}, not {want} as the join's schema says"
+                )
+    return None
 
 
 def numeric(events: Any, column: str) -> bool:
