@@ -899,3 +899,120 @@ def test_spark_rows_or_keys_of_another_type_than_the_join_are_one_line(
             query.processAllAvailable()
     finally:
         query.stop()
+
+
+@pytest.mark.parametrize("strategy", TRANSACTIONAL)
+def test_spark_two_joins_and_a_float_time_window_under_updates_equal_the_oracle(
+    spark: Any, tmp_path: Path, strategy: str
+) -> None:
+    """Parts by number, then suppliers by a string of the part row; a where over both; the
+    min price over windows of 4 time units sliding by 1.5 on float times; another input
+    rewrites parts and suppliers between micro-batches (deletes one)."""
+    from txstream.jobs.cq import SparkCQ
+    from txstream.spark.sources import csv_files
+
+    rng = random.Random(8)
+    batches: list[list[dict[str, Any]]] = []
+    t, n = 0.5, 0
+    for size in (3, 0, 6, 4, 5, 2):
+        batch = []
+        for _ in range(size):
+            t += rng.choice([0, 0.5, 1, 2.5])
+            batch.append({"id": n, "part": rng.randrange(6), "ts": t})
+            n += 1
+        batches.append(batch)
+    _spark_events(tmp_path / "ev", batches)
+    state: dict[str, dict[Any, Any]] = {
+        "parts": {
+            k: {"price": rng.randint(1, 100), "sup": rng.choice(["s1", "s2"])} for k in range(5)
+        },
+        "sups": {"s1": {"rating": 3}, "s2": {"rating": 2}},  # no s3; no part 5
+    }
+    updates = [
+        [("parts", 0, {"price": 7, "sup": "s1"}), ("sups", "s2", {"rating": 0})],
+        [("parts", 5, {"price": 9, "sup": "s3"})],
+        [("sups", "s3", {"rating": 5}), ("parts", 1, None)],
+        [("parts", 2, {"price": 60, "sup": "s2"}), ("sups", "s2", {"rating": 4})],
+        [],
+        [],
+    ]
+    tm = make_manager(strategy)
+    for name in state:
+        tm.table(name)
+    with tm.begin() as t_:
+        for name, rows in state.items():
+            for key, row in rows.items():
+                t_.put(name, key, row)
+    versions = {
+        (name, k): {tm.clock: row} for name, rows in state.items() for k, row in rows.items()
+    }
+    states = [{name: dict(rows) for name, rows in state.items()}]
+
+    def after(batch_id: int) -> None:
+        now = {name: dict(rows) for name, rows in states[-1].items()}
+        for name, key, row in updates[batch_id]:
+            with tm.begin() as t_:
+                if row is None:
+                    t_.delete(name, key)
+                else:
+                    t_.put(name, key, row)
+            versions.setdefault((name, key), {})[tm.table(name).latest(key)[0]] = row
+            if row is None:
+                now[name].pop(key, None)
+            else:
+                now[name][key] = row
+        states.append(now)
+
+    stream = csv_files(
+        spark, tmp_path / "ev", "id long, part long, ts double", max_files_per_trigger=1
+    )
+    query = (
+        SparkCQ("mine", tm, strategy)
+        .stream(stream, order="id")
+        .join("parts", on="part", schema="price long, sup string")
+        .join("sups", on="sup", schema="rating long")
+        .where("rating >= 2 AND price <= 70")
+        .window("min", "price", r=4, s=1.5, time="ts")
+        .start(tmp_path / "ck", after_batch=after)
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+
+    def value(events: list[dict[str, Any]], look: Any) -> float | None:
+        prices = []
+        for e in events:
+            part = look("parts", e["part"])
+            sup = None if part is None else look("sups", part["sup"])
+            if sup is not None and sup["rating"] >= 2 and part["price"] <= 70:
+                prices.append(float(part["price"]))
+        return min(prices, default=None)
+
+    # window k completes in the batch of the first event at or after its end, and is
+    # evaluated under the tables as that batch's transaction reads them
+    seen = [(b, e) for b, batch in enumerate(batches) for e in batch]
+    want = []
+    for k in range(100):
+        lo = seen[0][1]["ts"] + k * 1.5
+        done = next((b for b, e in seen if e["ts"] >= lo + 4), None)
+        if done is None:
+            break
+        inside = [e for _, e in seen if lo <= e["ts"] < lo + 4]
+        lwm = inside[0]["id"] if inside else next(e["id"] for _, e in seen if e["ts"] >= lo)
+        st_ = states[done]
+        want.append(
+            (k, lwm, value(inside, lambda table, key, st_=st_: st_[table].get(key)), inside)
+        )
+    got = query.results
+    assert [(r.window, r.lwm, r.value) for r in got] == [w[:3] for w in want]
+    assert len(got) > 8 and len({w[2] for w in want}) > 2
+    for res, (_, _, _, inside) in zip(got, want, strict=True):
+        assert res.consistent
+        rows = res.rows()
+
+        def look(table: str, key: Any, rows: Any = rows) -> Any:
+            (version,) = rows[(table, key)]
+            return None if version == 0 else versions[(table, key)][version]
+
+        assert value(inside, look) == res.value  # under the versions it reports
