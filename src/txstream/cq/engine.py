@@ -845,6 +845,7 @@ class CQEngine:
         self._pos = 0  # per-event mode: next raw event
         self._start = 0  # count-based windows: raw index where the next window starts
         self._wstart: float | None = None  # time-based windows: the next window's start
+        self._t0 = 0.0  # time-based windows: the first event's time
         self._windows = 0  # windows completed
         self._attempt = 0
         # the clock at which the previous unit's reads were all found current (-1: no),
@@ -1158,10 +1159,12 @@ class CQEngine:
             if self._wstart is None:
                 if not self._input:
                     return
-                self._wstart = self._time(self._off)
+                self._t0 = self._wstart = self._time(self._off)
             end = self._wstart + w.r
             base, n = self._base, self._windows
-            nxt_start = self._wstart + w.s
+            # window k starts at t0 + k*s, computed so (adding s to the previous start
+            # would round at every window and drift off the definition)
+            nxt_start = self._t0 + (n + 1) * w.s
 
             def carry(out: Any, nxt_start: float = nxt_start) -> list[_Entry]:
                 """The entries of the next window: from its start on."""
@@ -1231,8 +1234,7 @@ class CQEngine:
                 return
             self._windows += 1
             self.stats.windows += 1
-            self._wstart += w.s
-            start = self._wstart
+            self._wstart = start = nxt_start
             j = self._base
             while j < self._off + len(self._input) and self._time(j) < start:
                 j += 1
