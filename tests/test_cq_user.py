@@ -1041,3 +1041,47 @@ def test_spark_two_joins_and_a_float_time_window_under_updates_equal_the_oracle(
             return None if version == 0 else versions[(table, key)][version]
 
         assert value(inside, look) == res.value  # under the versions it reports
+
+
+def test_spark_time_windows_put_an_event_at_a_window_start_in_that_window(
+    spark: Any, tmp_path: Path
+) -> None:
+    # Times from a CSV with one decimal; window 1 is [0.9 + 1, 0.9 + 2) = [1.9, 2.9).
+    # before: (1.9 - 0.9) / 1 is 0.999..., so Spark put the event at 1.9 in window 0
+    # [0.9, 1.9) instead (3 events there, 1 in window 1), unlike CQEngine and the docs
+    from txstream.jobs.cq import SparkCQ
+    from txstream.spark.sources import csv_files
+
+    times = [0.9, 1.4, 1.9, 2.4, 2.9, 3.9]
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "a.csv").write_text("".join(f"{i},1,{t}\n" for i, t in enumerate(times)))
+    tm = make_manager("snapshot")
+    tm.table("parts")
+    with tm.begin() as t:
+        t.put("parts", 1, {"price": 10})
+    stream = csv_files(spark, tmp_path / "ev", "id long, part long, ts double")
+    query = (
+        SparkCQ("decimal", tm, "snapshot")
+        .stream(stream, order="id")
+        .join("parts", on="part", schema="price long")
+        .window("count", r=1, s=1, time="ts")
+        .start(tmp_path / "ck")
+    )
+    try:
+        query.processAllAvailable()
+    finally:
+        query.stop()
+    root = WindowAgg(
+        "w",
+        RefJoin("j", Source("ev", ("id", "part", "ts")), "parts", "part"),
+        "count",
+        "price",
+        1,
+        1,
+        time_column="ts",
+    )
+    events = [{"id": i, "part": 1, "ts": t} for i, t in enumerate(times)]
+    engine = CQEngine(root, tm, "snapshot", {"parts": ("price",)})
+    want = [(0, 0, 2.0), (1, 2, 2.0), (2, 4, 1.0)]
+    assert [(x.window, x.lwm, x.value) for x in engine.run(events)] == want
+    assert [(x.window, x.lwm, x.value) for x in query.results] == want

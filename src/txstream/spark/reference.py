@@ -406,20 +406,45 @@ def _evaluate_time(
         if row["t0"] is None:
             return out
         t0 = out.t0 = row["t0"]
-    r, s = window.r, window.s
-    start = f"CAST({t0!r} AS DOUBLE)"
-    d = f"(CAST({time} AS DOUBLE) - {start})"
-    p = joined.selectExpr(
-        "*",
-        f"coalesce({selected}, FALSE) AS __sel",
-        f"max(CAST({time} AS DOUBLE)) OVER () AS __last",
-    ).selectExpr(
-        "*",
-        # complete windows: 0 .. __K - 1 (an event at or after the end of each has arrived)
-        f"if(__last - {start} >= {r}, CAST(floor((__last - {start} - {r}) / {s}) AS BIGINT) + 1, "
-        "CAST(0 AS BIGINT)) AS __K",
-        f"CAST(floor({d} / {s}) AS BIGINT) AS __hi",
-        f"greatest(CAST({first} AS BIGINT), CAST(floor(({d} - {r}) / {s}) AS BIGINT) + 1) AS __lo",
+    # Window k is [t0 + k*s, t0 + k*s + r) computed in doubles as written (as CQEngine
+    # does): a quotient's floor gives k up to one, the bounds themselves decide (else an
+    # event at 1.3 from t0 = 0.3 fell in [0.3, 1.3), (1.3 - 0.3) / 1 being 0.999...).
+    start, r, s = (f"CAST({x!r} AS DOUBLE)" for x in (float(t0), window.r, window.s))
+
+    def begin(k: str) -> str:  # where window k starts
+        return f"({start} + CAST({k} AS DOUBLE) * {s})"
+
+    def end(k: str) -> str:  # where window k ends
+        return f"({begin(k)} + {r})"
+
+    t = "__t"
+    p = (
+        joined.selectExpr(
+            "*",
+            f"coalesce({selected}, FALSE) AS __sel",
+            f"CAST({time} AS DOUBLE) AS {t}",
+            f"max(CAST({time} AS DOUBLE)) OVER () AS __last",
+        )
+        .selectExpr(
+            "*",
+            f"if(__last - {start} >= {r}, CAST(floor((__last - {start} - {r}) / {s}) AS BIGINT) "
+            "+ 1, CAST(0 AS BIGINT)) AS __K0",
+            f"CAST(floor(({t} - {start}) / {s}) AS BIGINT) AS __h0",
+            f"CAST(floor(({t} - {start} - {r}) / {s}) AS BIGINT) + 1 AS __l0",
+        )
+        .selectExpr(
+            "*",
+            # complete windows: 0 .. __K - 1 (an event at or after the end of each has arrived)
+            f"__K0 - if(__K0 > 0 AND {end('__K0 - 1')} > __last, 1, 0) "
+            f"+ if({end('__K0')} <= __last, 1, 0) AS __K",
+            # the last window the event is in: the last that starts at or before it
+            f"__h0 - if({begin('__h0')} > {t}, 1, 0) + if({begin('__h0 + 1')} <= {t}, 1, 0) "
+            "AS __hi",
+            # the first: the first that ends after it
+            f"greatest(CAST({first} AS BIGINT), __l0 - if({end('__l0 - 1')} > {t}, 1, 0) "
+            f"+ if({end('__l0')} <= {t}, 1, 0)) AS __lo",
+        )
+        .drop("__K0", "__h0", "__l0", t)
     )
     w = p.selectExpr(
         "*",
