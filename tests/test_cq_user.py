@@ -1085,3 +1085,13 @@ def test_spark_time_windows_put_an_event_at_a_window_start_in_that_window(
     want = [(0, 0, 2.0), (1, 2, 2.0), (2, 4, 1.0)]
     assert [(x.window, x.lwm, x.value) for x in engine.run(events)] == want
     assert [(x.window, x.lwm, x.value) for x in query.results] == want
+
+
+@pytest.mark.parametrize("name", ["2pl", "Snapshot", None])
+def test_an_unknown_strategy_is_a_cq_error_like_every_other_bad_query(name: Any) -> None:
+    # before: UnknownNameError only, which an `except CQError` around building a query
+    # (SparkCQ raises CQError for the same mistake) did not catch
+    with pytest.raises(CQError, match="unknown strategy"):
+        make_manager(name)
+    with pytest.raises(CQError, match="unknown strategy"):
+        CQEngine(per_event(1, 1, ""), make_manager("snapshot"), name, TABLES)

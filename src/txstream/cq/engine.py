@@ -129,12 +129,16 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+class UnknownStrategyError(UnknownNameError, CQError):
+    """An unknown strategy name: a bad query like the others (a :class:`CQError`)."""
+
+
 def get_strategy(name: str) -> type[Strategy]:
-    """The strategy class called ``name``; :class:`UnknownNameError` otherwise."""
+    """The strategy class called ``name``; :class:`UnknownStrategyError` otherwise."""
     try:
         return STRATEGIES[name]
-    except KeyError:
-        raise UnknownNameError("strategy", name, list(STRATEGIES)) from None
+    except (KeyError, TypeError):  # (TypeError: an unhashable name, e.g. a list)
+        raise UnknownStrategyError("strategy", name, list(STRATEGIES)) from None
 
 
 def make_manager(strategy: str, *, record: bool = False) -> TransactionManager:
