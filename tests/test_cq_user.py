@@ -1095,3 +1095,16 @@ def test_an_unknown_strategy_is_a_cq_error_like_every_other_bad_query(name: Any)
         make_manager(name)
     with pytest.raises(CQError, match="unknown strategy"):
         CQEngine(per_event(1, 1, ""), make_manager("snapshot"), name, TABLES)
+
+
+def test_a_window_size_from_numpy_or_pandas_is_a_whole_number() -> None:
+    # before: "window range and slide must be positive integers, got r=3, s=3"
+    np = pytest.importorskip("numpy")
+    win = WindowAgg("w", Source("ev", ("id",)), "count", "id", np.int64(3), np.int32(1))
+    assert (win.r, win.s) == (3, 1) and type(win.r) is int
+    join = WindowJoin(
+        "m", Source("a", ("k",)), Source("b", ("k",)), "k", "k", np.int64(2), prefix="b_"
+    )
+    assert (join.r, join.s) == (2, 2)
+    with pytest.raises(CQError, match="positive integers"):
+        WindowAgg("w", Source("ev", ("id",)), "count", "id", np.float64(3.0))

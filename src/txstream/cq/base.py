@@ -24,6 +24,7 @@ committed one.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -86,8 +87,13 @@ class Operator:
 
 
 def _whole(x: Any) -> bool:
-    """An int and not a bool (``True`` would pass for a range of 1)."""
-    return isinstance(x, int) and not isinstance(x, bool)
+    """A whole number (numpy's too) and not a bool (``True`` would pass for a range of 1)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _ints(r: Any, s: Any) -> tuple[Any, Any]:
+    """``r`` and ``s`` as Python ints when they are whole numbers (numpy's, pandas')."""
+    return (int(r) if _whole(r) else r), (int(s) if _whole(s) else s)
 
 
 def _callable(name: str, what: str, fn: Any) -> None:
@@ -223,7 +229,7 @@ class WindowAgg(Operator):
             raise CQError(
                 f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
-        s = r if s is None else s
+        r, s = _ints(r, r if s is None else s)
         if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:
@@ -275,7 +281,7 @@ class WindowJoin(Operator):
         time_column: str | None = None,
     ) -> None:
         super().__init__(name, left, right)
-        s = r if s is None else s
+        r, s = _ints(r, r if s is None else s)
         if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:
