@@ -24,6 +24,7 @@ committed one.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
@@ -86,8 +87,13 @@ class Operator:
 
 
 def _whole(x: Any) -> bool:
-    """An int and not a bool (``True`` would pass for a range of 1)."""
-    return isinstance(x, int) and not isinstance(x, bool)
+    """A whole number (numpy's too) and not a bool (``True`` would pass for a range of 1)."""
+    return isinstance(x, numbers.Integral) and not isinstance(x, bool)
+
+
+def _ints(r: Any, s: Any) -> tuple[Any, Any]:
+    """``r`` and ``s`` as Python ints when they are whole numbers (numpy's, pandas')."""
+    return (int(r) if _whole(r) else r), (int(s) if _whole(s) else s)
 
 
 def _callable(name: str, what: str, fn: Any) -> None:
@@ -142,8 +148,10 @@ class Project(Operator):
 class RefJoin(Operator):
     """Equi-join each event with the row of ``table`` whose key is ``value[key]``.
 
-    The row's columns are added to the event (prefixed by ``prefix``); an
-    event without a matching row is dropped (inner join).
+    The row's columns are added to the event (prefixed by ``prefix``; a
+    table column that would replace a column of the stream is refused when
+    the engine is built); an event without a matching row is dropped (inner
+    join).
     """
 
     kind = "refjoin"
@@ -177,6 +185,13 @@ class Reference(Operator):
     ) -> None:
         super().__init__(name, child)
         _callable(name, "apply", apply)
+        try:
+            hash(key)
+        except TypeError:  # else a TypeError from inside the engine when it ran
+            raise CQError(
+                f"operator {name!r}: key {key!r:.40} cannot key a row (give a number, a "
+                "string or a tuple)"
+            ) from None
         self.table = table
         self.key = key
         self.apply = apply
@@ -214,7 +229,7 @@ class WindowAgg(Operator):
             raise CQError(
                 f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
-        s = r if s is None else s
+        r, s = _ints(r, r if s is None else s)
         if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:
@@ -266,7 +281,7 @@ class WindowJoin(Operator):
         time_column: str | None = None,
     ) -> None:
         super().__init__(name, left, right)
-        s = r if s is None else s
+        r, s = _ints(r, r if s is None else s)
         if not _whole(r) or not _whole(s) or r < 1 or s < 1:
             raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
         if s > r:

@@ -41,7 +41,7 @@ import math
 import threading
 import time
 from abc import ABC
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from typing import Any, ClassVar
@@ -129,12 +129,16 @@ STRATEGIES: dict[str, type[Strategy]] = {
 }
 
 
+class UnknownStrategyError(UnknownNameError, CQError):
+    """An unknown strategy name: a bad query like the others (a :class:`CQError`)."""
+
+
 def get_strategy(name: str) -> type[Strategy]:
-    """The strategy class called ``name``; :class:`UnknownNameError` otherwise."""
+    """The strategy class called ``name``; :class:`UnknownStrategyError` otherwise."""
     try:
         return STRATEGIES[name]
-    except KeyError:
-        raise UnknownNameError("strategy", name, list(STRATEGIES)) from None
+    except (KeyError, TypeError):  # (TypeError: an unhashable name, e.g. a list)
+        raise UnknownStrategyError("strategy", name, list(STRATEGIES)) from None
 
 
 def make_manager(strategy: str, *, record: bool = False) -> TransactionManager:
@@ -199,6 +203,9 @@ class CQEngine:
     referenced table to its columns (for validation); the tables live in
     ``tm``'s store.  A tree the engine cannot run is refused here.
     """
+
+    forget_at: int = 1024
+    """Feed drops the raw events no window needs once at least this many are."""
 
     def __init__(
         self,
@@ -297,6 +304,8 @@ class CQEngine:
         # "run" or "feed": an engine does one or the other (run's results are the list
         # feed would append to, and run would drop the events feed left waiting)
         self._used: str | None = None
+        self._off = 0
+        self._results: list[Result] = []
         self._reset()
 
     # -- reading a referenced resource ----------------------------------------------------
@@ -383,23 +392,38 @@ class CQEngine:
                 if not op.predicate(e.value):
                     return None
             elif isinstance(op, Project):
-                e = Event(op.fn(e.value), e.ts, e.lwm, e.refs)
+                value = op.fn(e.value)
+                if not isinstance(value, dict):
+                    raise _not_a_dict(op, "fn", value)
+                e = Event(value, e.ts, e.lwm, e.refs)
             elif isinstance(op, RefJoin):
-                key = e.value[op.key]
-                row, read = self._read(txn, op.table, key, slots, names)
+                try:
+                    key = e.value[op.key]
+                except KeyError:
+                    raise _no_column(f"join {op.name!r}", op.key, e.value) from None
+                try:
+                    row, read = self._read(txn, op.table, key, slots, names)
+                except TypeError:
+                    _check_key(op, key)
+                    raise
                 reads.append(read)
                 if row is None:
                     return None
-                if op.prefix:
-                    row = {op.prefix + k: v for k, v in row.items()}
-                e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+                try:
+                    if op.prefix:
+                        row = {op.prefix + k: v for k, v in row.items()}
+                    e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+                except (TypeError, AttributeError):
+                    raise _not_a_row(op, key, row) from None
             elif isinstance(op, Reference):
                 resource, read = self._read(txn, op.table, op.key, slots, names)
                 reads.append(read)
-                value = op.apply(e.value, resource)
-                if value is None:
+                applied = op.apply(e.value, resource)
+                if applied is None:
                     return None
-                e = Event(value, e.ts, e.lwm, (*e.refs, read))
+                if not isinstance(applied, dict):
+                    raise _not_a_dict(op, "apply", applied)
+                e = Event(applied, e.ts, e.lwm, (*e.refs, read))
         return e
 
     def _apply_direct(
@@ -435,13 +459,20 @@ class CQEngine:
                     continue
                 return self._apply(ops[k:], e, txn, reads, None, names)
             assert isinstance(op, RefJoin)
-            key = e.value[op.key]
+            try:
+                key = e.value[op.key]
+            except KeyError:
+                raise _no_column(f"join {op.name!r}", op.key, e.value) from None
             table = op.table
             tbl = self._tables[table]
             self.stats.reads += 1
             if snap is not None:
                 value: Any
-                chain = tbl._versions.get(key)
+                try:
+                    chain = tbl._versions.get(key)
+                except TypeError:
+                    _check_key(op, key)
+                    raise
                 if not chain:
                     value, version = None, 0
                 else:
@@ -459,13 +490,20 @@ class CQEngine:
                 reads.append(read)
                 if value is None:
                     return None
-                if op.prefix:
-                    value = {op.prefix + c: v for c, v in value.items()}
-                e = Event({**e.value, **value}, e.ts, e.lwm, (*e.refs, read))
+                try:
+                    if op.prefix:
+                        value = {op.prefix + c: v for c, v in value.items()}
+                    e = Event({**e.value, **value}, e.ts, e.lwm, (*e.refs, read))
+                except (TypeError, AttributeError):
+                    raise _not_a_row(op, key, value) from None
                 continue
             assert names is not None
             clock = self.tm.clock
-            item = tbl._items.get(key) or tbl.item(key)
+            try:
+                item = tbl._items.get(key) or tbl.item(key)
+            except TypeError:
+                _check_key(op, key)
+                raise
             names.append(item)
             if self._late:
                 self._late_items.append(item)
@@ -494,9 +532,12 @@ class CQEngine:
             if value is None:
                 return None
             row = value
-            if op.prefix:
-                row = {op.prefix + c: v for c, v in row.items()}
-            e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+            try:
+                if op.prefix:
+                    row = {op.prefix + c: v for c, v in row.items()}
+                e = Event({**e.value, **row}, e.ts, e.lwm, (*e.refs, read))
+            except (TypeError, AttributeError):
+                raise _not_a_row(op, key, value) from None
         return e
 
     def _state(self, txn: Transaction | None, reads: list[Read]) -> tuple[int, int]:
@@ -542,8 +583,8 @@ class CQEngine:
 
     def _evaluate(self, ts: int, txn: Transaction | None) -> _Entry:
         """Input one raw event: run its branch below the queue once, then the rest."""
-        row = self._input[ts]
-        branch = self._branch_of[ts] if self._branch_of else 0
+        row = self._input[ts - self._off]
+        branch = self._branch_of[ts - self._off] if self._branch_of else 0
         b = self._branches[branch]
         entry = _Entry(ts, branch)
         event = Event(row, ts, ts)
@@ -647,8 +688,14 @@ class CQEngine:
         its results are out, e.g. to interleave other work deterministically.
         Each call starts afresh; an engine that was fed micro-batches refuses it.
         """
+        if max_results is not None and (
+            not isinstance(max_results, int) or isinstance(max_results, bool)
+        ):
+            raise CQError(f"max_results must be a whole number, got {max_results!r:.40}")
         if max_results is not None and max_results < 0:
             raise CQError(f"max_results must be 0 or more, got {max_results}")
+        if until is not None and (not isinstance(until, int | float) or isinstance(until, bool)):
+            raise CQError(f"until must be a time.monotonic() instant (a number), got {until!r:.40}")
         if self._used == "feed":
             raise CQError(
                 "this engine is fed micro-batches; run() would drop the events waiting for "
@@ -667,8 +714,10 @@ class CQEngine:
 
         Events of a window that is not complete yet wait in the redo queue, so
         a window's CQ-derived transaction covers events of several micro-batches
-        and still reads one state of the tables.  An engine that ran a whole
-        input with :meth:`run` refuses it (its results would grow).
+        and still reads one state of the tables.  Results that a call which
+        raised had committed before the error are returned by the next call.
+        An engine that ran a whole input with :meth:`run` refuses it (its
+        results would grow).
         """
         if self._used == "run":
             raise CQError(
@@ -680,9 +729,27 @@ class CQEngine:
         self._input.extend(rows)
         self._branch_of.extend(branches)
         self._on_commit = None
-        before = len(self._results)
         self._advance(None, None, on_result)
-        return self._results[before:]
+        # every result not returned yet: a call that raised (an error of the query's
+        # own code, say) may have committed windows before it did
+        out, self._results = self._results, []
+        self._forget()
+        return out
+
+    def _forget(self) -> None:
+        """Feed: drop the raw events no window needs any more (all below the next one's).
+
+        The events from the redo queues' base on (per event: from the next one)
+        stay, and the last one (the next batch's times go on from its time);
+        amortized: a cut happens when it drops at least half of what is kept.
+        """
+        low = self._pos if self.window is None else self._base
+        cut = min(low - self._off, len(self._input) - 1)
+        if cut >= self.forget_at and 2 * cut >= len(self._input):
+            del self._input[:cut]
+            if self._branch_of:
+                del self._branch_of[:cut]
+            self._off += cut
 
     def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
         """The raw rows and, with several sources, the branch of each.
@@ -697,6 +764,11 @@ class CQEngine:
                 f"events must be a sequence of events, got one {type(events).__name__}; "
                 "pass a list (e.g. [row])"
             )
+        if not isinstance(events, Iterable):
+            raise CQError(
+                f"events must be a sequence of events, got {type(events).__name__} "
+                f"{events!r:.40}; pass a list (e.g. [row])"
+            )
         if len(self.sources) == 1:
             rows = list(events)
             need = self._need[0]
@@ -706,7 +778,7 @@ class CQEngine:
                 ok = False
             if not ok:
                 for i, row in enumerate(rows):
-                    self._check_row(row, 0, len(self._input) + i)
+                    self._check_row(row, 0, self._off + len(self._input) + i)
             self._check_times(rows)
             return rows, []
         rows, branches = [], []
@@ -719,7 +791,7 @@ class CQEngine:
             branch = self._names[e[0]]
             row = e[1]
             if row.__class__ is not dict or not row.keys() >= self._need[branch]:
-                self._check_row(row, branch, len(self._input) + i)
+                self._check_row(row, branch, self._off + len(self._input) + i)
             branches.append(branch)
             rows.append(row)
         self._check_times(rows)
@@ -761,20 +833,23 @@ class CQEngine:
                     else f"goes back from {prev!r} to {t!r}"
                 )
                 raise CQError(
-                    f"event {len(self._input) + i}: time column {column!r} {what}; a time-based "
-                    "window needs numeric times in non-decreasing order (sort the events)"
+                    f"event {self._off + len(self._input) + i}: time column {column!r} {what}; "
+                    "a time-based window needs numeric times in non-decreasing order (sort "
+                    "the events)"
                 )
             prev = t
 
     def _reset(self) -> None:
         self._input = []
         self._branch_of = []
-        self._results: list[Result] = []
+        self._results = []  # feed: those not returned yet
+        self._off = 0  # the index (timestamp) of the raw event _input[0]
         self._queue: dict[int, _Entry] = {}
         self._base = 0  # the redo queues hold no event below this
         self._pos = 0  # per-event mode: next raw event
         self._start = 0  # count-based windows: raw index where the next window starts
         self._wstart: float | None = None  # time-based windows: the next window's start
+        self._t0 = 0.0  # time-based windows: the first event's time
         self._windows = 0  # windows completed
         self._attempt = 0
         # the clock at which the previous unit's reads were all found current (-1: no),
@@ -976,7 +1051,7 @@ class CQEngine:
     def _run_per_event(self) -> None:
         # Without a window, the commit operator is a reference operator (or there
         # is none): one CQ-derived transaction per input event.
-        while self._pos < len(self._input) and not self._stopped():
+        while self._pos < self._off + len(self._input) and not self._stopped():
             ts = self._pos
 
             def fill(txn: Transaction | None, ts: int = ts) -> Any:
@@ -1022,7 +1097,7 @@ class CQEngine:
                 used: list[_Entry] = []
                 acc: list[_Entry] = []
                 i = start
-                end, r = len(self._input), w.r
+                end, r = self._off + len(self._input), w.r
                 queue, get_entry = self._queue, self._entry
                 naive = not self.strategy.transactional
                 # an entry checked by the transaction that handed all its reads on to
@@ -1077,7 +1152,7 @@ class CQEngine:
                 self._on_commit(n)
 
     def _time(self, ts: int) -> float:
-        row = self._input[ts]
+        row = self._input[ts - self._off]
         column = self._branches[0].time_column
         return float(ts if column is None else row[column])
 
@@ -1088,10 +1163,12 @@ class CQEngine:
             if self._wstart is None:
                 if not self._input:
                     return
-                self._wstart = self._time(0)
+                self._t0 = self._wstart = self._time(self._off)
             end = self._wstart + w.r
             base, n = self._base, self._windows
-            nxt_start = self._wstart + w.s
+            # window k starts at t0 + k*s, computed so (adding s to the previous start
+            # would round at every window and drift off the definition)
+            nxt_start = self._t0 + (n + 1) * w.s
 
             def carry(out: Any, nxt_start: float = nxt_start) -> list[_Entry]:
                 """The entries of the next window: from its start on."""
@@ -1103,7 +1180,9 @@ class CQEngine:
                 used: list[_Entry] = []
                 i = base
                 while True:
-                    if i >= len(self._input) or ((i - base) % 4096 == 4095 and self._stopped()):
+                    if i >= self._off + len(self._input) or (
+                        (i - base) % 4096 == 4095 and self._stopped()
+                    ):
                         return None  # wait for an event past the window's end
                     if self._time(i) >= end:
                         break
@@ -1130,12 +1209,13 @@ class CQEngine:
                 window_reads = [r for e in used for r in e.reads]
                 left = [e for e in used if e.branch == 0 and e.out is not None]
                 right = [e for e in used if e.branch == 1 and e.out is not None]
+                right_keys = [_join_key(w, "right", w.right_key, e) for e in right]
                 for le in left:
                     assert le.out is not None
-                    key = le.out.value[w.left_key]
-                    for re_ in right:
+                    key = _join_key(w, "left", w.left_key, le)
+                    for re_, right_key in zip(right, right_keys, strict=True):
                         assert re_.out is not None
-                        if re_.out.value[w.right_key] == key:
+                        if right_key == key:
                             row = {
                                 **le.out.value,
                                 **{w.prefix + c: v for c, v in re_.out.value.items()},
@@ -1158,10 +1238,9 @@ class CQEngine:
                 return
             self._windows += 1
             self.stats.windows += 1
-            self._wstart += w.s
-            start = self._wstart
+            self._wstart = start = nxt_start
             j = self._base
-            while j < len(self._input) and self._time(j) < start:
+            while j < self._off + len(self._input) and self._time(j) < start:
                 j += 1
             self._prune(j)
             for pending in done[1]:
@@ -1190,6 +1269,53 @@ def _not_numeric(w: WindowAgg, rows: list[Row]) -> CQError:
                 f"{row[w.column]!r:.40}; aggregate a numeric column (or use count)"
             )
     return CQError(f"window {w.name!r}: cannot aggregate {w.column!r}")  # (not reached)
+
+
+def _no_column(what: str, column: str, value: Row) -> CQError:
+    """An event reached ``what`` without the ``column`` it needs."""
+    return CQError(
+        f"{what}: an event has no column {column!r} (it has {tuple(value)}); a Project below "
+        "must give the columns it declares, and each row of a joined table the columns of "
+        "its table"
+    )
+
+
+def _join_key(w: WindowJoin, side: str, column: str, entry: _Entry) -> Any:
+    """The key of a window join's input event; :class:`CQError` if it has none."""
+    assert entry.out is not None
+    try:
+        return entry.out.value[column]
+    except KeyError:
+        err = _no_column(f"window join {w.name!r}", column, entry.out.value)
+        raise CQError(str(err).replace("an event", f"an event of its {side} input", 1)) from None
+
+
+def _check_key(op: RefJoin, key: Any) -> None:
+    """:class:`CQError` when ``key`` cannot key a table row (a list, a dict)."""
+    try:
+        hash(key)
+    except TypeError:
+        raise CQError(
+            f"join {op.name!r}: the key {op.key!r} of an event is {type(key).__name__} "
+            f"{key!r:.40}, which cannot key a row (give a number, a string or a tuple)"
+        ) from None
+
+
+def _not_a_row(op: RefJoin, key: Any, row: Any) -> CQError:
+    """A row of a joined table is not a dict of its columns (another system wrote it)."""
+    return CQError(
+        f"join {op.name!r}: row {key!r} of table {op.table!r} is {type(row).__name__} "
+        f"{row!r:.40}, not a dict of its columns"
+    )
+
+
+def _not_a_dict(op: Project | Reference, what: str, value: Any) -> CQError:
+    """A user's function gave an event value that is not a dict."""
+    none = " or None" if isinstance(op, Reference) else ""
+    return CQError(
+        f"operator {op.name!r}: its {what} must return a dict of the event's columns{none}, "
+        f"got {type(value).__name__} {value!r:.40}"
+    )
 
 
 def _carry_count(out: Any) -> list[_Entry]:

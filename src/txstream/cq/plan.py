@@ -84,10 +84,20 @@ def validate(root: Operator, tables: Mapping[str, tuple[str, ...]]) -> None:
 
     ``tables`` maps each table the query may reference to its columns.
     """
+    if not isinstance(tables, Mapping):
+        raise CQError(
+            f"tables must map each table's name to its columns, e.g. {{'parts': ('price',)}}; "
+            f"got {type(tables).__name__} {tables!r:.40}"
+        )
     for table, cols in tables.items():
         if isinstance(cols, str):  # else its letters pass for its columns
             raise CQError(
                 f"table {table!r}: give its columns as a tuple of names, e.g. ({cols!r},)"
+            )
+        if not isinstance(cols, tuple | list) or not all(isinstance(c, str) for c in cols):
+            raise CQError(
+                f"table {table!r}: give its columns as a tuple of names, e.g. ('price',); "
+                f"got {cols!r:.40}"
             )
     names = [op.name for op in root.walk()]
     dupes = sorted({n for n in names if names.count(n) > 1})
@@ -135,7 +145,14 @@ def _columns(op: Operator, tables: Mapping[str, tuple[str, ...]]) -> tuple[str, 
     if isinstance(op, RefJoin):
         if op.key not in cols:
             raise CQError(f"join {op.name!r}: unknown column {op.key!r}; the stream has {cols}")
-        return cols + tuple(op.prefix + c for c in tables[op.table])
+        added = tuple(op.prefix + c for c in tables[op.table])
+        clash = sorted(set(cols) & set(added))
+        if clash:  # else the row's value silently replaced the event's in every event
+            raise CQError(
+                f"join {op.name!r}: columns {clash} on both sides (the stream and table "
+                f"{op.table!r}); give a prefix= that makes the table's columns distinct"
+            )
+        return cols + added
     if isinstance(op, Reference):
         return cols + op.columns
     if isinstance(op, Project):

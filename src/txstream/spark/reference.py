@@ -115,13 +115,46 @@ def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
     the key's type is that of the column it is joined on.  Built over Arrow, so
     shipping a 10,000-row table costs milliseconds.
     """
+    import pyarrow as pa
     from pyspark.sql.types import LongType, StructField, StructType
 
     join = joins[i]
     fields = [StructField("__k", _type_of(events, joins[:i], join.on))]
     fields += _parsed(join.schema).fields
     fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
-    return _frame(events, StructType(fields), rows)
+    try:
+        return _frame(events, StructType(fields), rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+        # else pyarrow's error reached the query cut to "Traceback (most recent call last):"
+        raise TxStreamError(
+            _mistyped(join, fields, rows) or f"table {join.table!r}: {str(exc).splitlines()[0]}"
+        ) from None
+
+
+def _mistyped(join: Join, fields: Sequence[Any], rows: Columns) -> str | None:
+    """The first key or value of the pinned rows that is not of its column's Spark type."""
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    for f in fields:
+        kind = to_arrow_type(f.dataType)
+        for n, value in enumerate(rows[f.name]):
+            try:
+                pa.array([value], type=kind)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                what = f"{type(value).__name__} {value!r:.40}"
+                want = f.dataType.simpleString()
+                if f.name == "__k":
+                    return (
+                        f"table {join.table!r}: key {value!r:.40} is {type(value).__name__}, not "
+                        f"{want} like column {join.on!r} it is joined on; give the table keys "
+                        f"of that type (or cast the column)"
+                    )
+                return (
+                    f"table {join.table!r}: column {f.name!r} of row {rows['__k'][n]!r:.40} is "
+                    f"{what}, not {want} as the join's schema says"
+                )
+    return None
 
 
 def numeric(events: Any, column: str) -> bool:
@@ -373,20 +406,45 @@ def _evaluate_time(
         if row["t0"] is None:
             return out
         t0 = out.t0 = row["t0"]
-    r, s = window.r, window.s
-    start = f"CAST({t0!r} AS DOUBLE)"
-    d = f"(CAST({time} AS DOUBLE) - {start})"
-    p = joined.selectExpr(
-        "*",
-        f"coalesce({selected}, FALSE) AS __sel",
-        f"max(CAST({time} AS DOUBLE)) OVER () AS __last",
-    ).selectExpr(
-        "*",
-        # complete windows: 0 .. __K - 1 (an event at or after the end of each has arrived)
-        f"if(__last - {start} >= {r}, CAST(floor((__last - {start} - {r}) / {s}) AS BIGINT) + 1, "
-        "CAST(0 AS BIGINT)) AS __K",
-        f"CAST(floor({d} / {s}) AS BIGINT) AS __hi",
-        f"greatest(CAST({first} AS BIGINT), CAST(floor(({d} - {r}) / {s}) AS BIGINT) + 1) AS __lo",
+    # Window k is [t0 + k*s, t0 + k*s + r) computed in doubles as written (as CQEngine
+    # does): a quotient's floor gives k up to one, the bounds themselves decide (else an
+    # event at 1.3 from t0 = 0.3 fell in [0.3, 1.3), (1.3 - 0.3) / 1 being 0.999...).
+    start, r, s = (f"CAST({x!r} AS DOUBLE)" for x in (float(t0), window.r, window.s))
+
+    def begin(k: str) -> str:  # where window k starts
+        return f"({start} + CAST({k} AS DOUBLE) * {s})"
+
+    def end(k: str) -> str:  # where window k ends
+        return f"({begin(k)} + {r})"
+
+    t = "__t"
+    p = (
+        joined.selectExpr(
+            "*",
+            f"coalesce({selected}, FALSE) AS __sel",
+            f"CAST({time} AS DOUBLE) AS {t}",
+            f"max(CAST({time} AS DOUBLE)) OVER () AS __last",
+        )
+        .selectExpr(
+            "*",
+            f"if(__last - {start} >= {r}, CAST(floor((__last - {start} - {r}) / {s}) AS BIGINT) "
+            "+ 1, CAST(0 AS BIGINT)) AS __K0",
+            f"CAST(floor(({t} - {start}) / {s}) AS BIGINT) AS __h0",
+            f"CAST(floor(({t} - {start} - {r}) / {s}) AS BIGINT) + 1 AS __l0",
+        )
+        .selectExpr(
+            "*",
+            # complete windows: 0 .. __K - 1 (an event at or after the end of each has arrived)
+            f"__K0 - if(__K0 > 0 AND {end('__K0 - 1')} > __last, 1, 0) "
+            f"+ if({end('__K0')} <= __last, 1, 0) AS __K",
+            # the last window the event is in: the last that starts at or before it
+            f"__h0 - if({begin('__h0')} > {t}, 1, 0) + if({begin('__h0 + 1')} <= {t}, 1, 0) "
+            "AS __hi",
+            # the first: the first that ends after it
+            f"greatest(CAST({first} AS BIGINT), __l0 - if({end('__l0 - 1')} > {t}, 1, 0) "
+            f"+ if({end('__l0')} <= {t}, 1, 0)) AS __lo",
+        )
+        .drop("__K0", "__h0", "__l0", t)
     )
     w = p.selectExpr(
         "*",
