@@ -1,6 +1,7 @@
 """The bench harness: grid x repetitions -> CSV + PNG, and the checker benchmark."""
 
 import csv
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,18 @@ def test_plot_survives_rounding_in_min_max_bars(tmp_path: Path) -> None:
     from txstream.bench.harness import plot
 
     plot(rows, Figure("r", x="x", y="y", title="r"), tmp_path / "r.png")
+    assert (tmp_path / "r.png").exists()
+
+
+def test_a_figure_without_points_says_so_without_warnings(tmp_path: Path) -> None:
+    # `--only` can leave a figure's points out (no offered-load rows for the
+    # latency-load figure): matplotlib warned about an empty legend
+    from txstream.bench.harness import plot
+
+    rows = [{"x": 1, "y": None, "s": "a"}]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot(rows, Figure("r", x="x", y="y", title="r", series="s"), tmp_path / "r.png")
     assert (tmp_path / "r.png").exists()
 
 

@@ -325,7 +325,9 @@ def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
             ax.set_yscale("log")
         ax.set_title(f"{fig.title}" + (f" ({fig.facet}={facet})" if fig.facet else ""))
         ax.grid(True, alpha=0.3)
-        if fig.series or not isinstance(fig.y, str):
+        if not data.get(facet):  # e.g. a figure of points that --only left out
+            ax.text(0.5, 0.5, "no points in these runs", ha="center", transform=ax.transAxes)
+        elif fig.series or not isinstance(fig.y, str):
             ax.legend(title=fig.series)
     figure.tight_layout()
     try:
