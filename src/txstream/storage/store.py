@@ -35,7 +35,10 @@ the older one plus both logs, if those hold every commit in between; otherwise
 recovery stops with :class:`CheckpointCorruptError` and loads nothing.
 
 Durable rows, keys and events must be JSON values; keys that were tuples come
-back as tuples, other tuples come back as lists.
+back as tuples, other tuples come back as lists.  A value JSON would change
+(a mapping key that is not a string: ``{3: "x"}`` would come back as
+``{"3": "x"}``) or nest deeper than :data:`MAX_NESTING` is refused at commit
+with :class:`StorageError`, instead of coming back different after a restart.
 """
 
 from __future__ import annotations
@@ -86,6 +89,15 @@ _CHECKPOINT_HEAD: Final = re.compile(
 # Recovery allows this many holes plus 8 per event it places.
 HOLE_ALLOWANCE: Final = 1 << 20
 
+MAX_NESTING: Final = 200
+"""Deepest nesting of lists, tuples and mappings in a durable row, key, event or offset.
+
+JSON encoders and decoders recurse once per level: a commit of a value near
+the interpreter's recursion limit could be logged and checkpointed, and then
+not be read back at recovery.  Far below that limit, it leaves room for the
+levels the log record and the checkpoint add around a value.
+"""
+
 log = logging.getLogger("txstream.storage")
 
 RowChange = tuple[Table, Hashable, Any]
@@ -132,6 +144,58 @@ def _key(value: Any) -> Hashable:
         raise StorageError(f"log holds an unhashable key {value!r}")
     result: Hashable = value
     return result
+
+
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def check_loggable(value: Any, what: str) -> None:
+    """Raise :class:`StorageError` unless ``value`` reads back from JSON as it is.
+
+    Mapping keys must be strings (JSON turns 3, 1.5, True and None into
+    "3", "1.5", "true" and "null") and the nesting is at most
+    :data:`MAX_NESTING` levels.  Tuples are allowed (they come back as lists;
+    table keys as tuples).  Types JSON cannot encode at all are left to the
+    encoder, which names them.  One pass, level by level.
+    """
+    if type(value) in _SCALARS:
+        return
+    scalars = _SCALARS
+    level = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                for key in item:
+                    if type(key) is not str and not isinstance(key, str):
+                        _bad_key(key, what)
+                children: Any = item.values()
+            elif isinstance(item, list | tuple):
+                children = item
+            else:
+                continue
+            if depth >= MAX_NESTING:
+                raise StorageError(
+                    f"cannot log {what}: it is nested more than {MAX_NESTING} levels deep"
+                )
+            for child in children:
+                if type(child) not in scalars:
+                    below.append(child)
+        level = below
+        depth += 1
+
+
+def _bad_key(key: Any, what: str) -> None:
+    back = (
+        f"JSON would bring it back as {json.dumps(key)!r}"
+        if type(key) in _SCALARS
+        else "JSON cannot write it"
+    )
+    raise StorageError(
+        f"cannot log {what}: mapping key {key!r} ({type(key).__name__}) is not a string; "
+        f"{back} (use string keys)"
+    )
 
 
 def _unlock(fd: int) -> None:
@@ -290,6 +354,14 @@ class Store:
                 self.offsets.update(offsets)
             return 0
         payload: dict[str, Any] = {"ts": ts}
+        for table, key, value in rows:
+            check_loggable(key, f"a key of table {table.name}")
+            if value is not ABSENT:
+                check_loggable(value, f"row {key!r} of table {table.name}")
+        for stream, _, event in events:
+            check_loggable(event, f"an event of stream {stream.name}")
+        if offsets:
+            check_loggable(offsets, "the source offsets")
         if rows:
             payload["rows"] = [[t.name, k] if v is ABSENT else [t.name, k, v] for t, k, v in rows]
         if events:
@@ -298,7 +370,7 @@ class Store:
             payload["offsets"] = offsets
         try:
             lsn = wal.append(payload)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise StorageError(f"cannot log the transaction's data as JSON: {exc}") from None
         if offsets:
             self.offsets.update(offsets)
