@@ -105,3 +105,22 @@ def test_a_durable_row_reads_back_equal_or_is_refused(tmp_path_factory, value) -
         return
     tm.close()
     assert _reopen_rows(path, "rows", ["k"]) == {"k": value}
+
+
+# -- the store's directory: an empty path, a wrong type, a closed store ------------------
+
+
+@pytest.mark.parametrize("path", ["", 3, b"/tmp", ["x"]])
+def test_a_store_path_that_names_no_directory_is_one_line(tmp_path, monkeypatch, path) -> None:
+    # path="" used to make a durable store in the current folder (LOCK and
+    # wal.log appeared there); path=3 raised TypeError.
+    from txstream.errors import TxStreamError
+    from txstream.loading import EmbeddedTarget
+    from txstream.loading.workloads import demand_schema
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TxStreamError, match="path"):
+        TransactionManager(path=path)
+    with pytest.raises(TxStreamError, match="path"):
+        EmbeddedTarget(demand_schema(), path=path).setup()
+    assert list(tmp_path.iterdir()) == []

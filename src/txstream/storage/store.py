@@ -198,6 +198,23 @@ def _bad_key(key: Any, what: str) -> None:
     )
 
 
+def _directory(path: Any) -> Path | None:
+    """The store directory named by ``path`` (``None``: in memory); one line if it names none."""
+    if path is None:
+        return None
+    if not isinstance(path, str | os.PathLike) or isinstance(path, bytes):
+        raise StorageError(
+            f"a store path is a folder name (str or path), not {type(path).__name__} {path!r}"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        # Path("") is the current folder: a durable store would appear there unasked.
+        raise StorageError(
+            f"an empty store path {text!r}; name a folder, or give path=None for a store in memory"
+        )
+    return Path(text)
+
+
 def _unlock(fd: int) -> None:
     """Release the directory lock and close its descriptor.
 
@@ -229,7 +246,7 @@ class Store:
         self.streams: dict[str, Stream] = {}
         self.offsets: dict[str, Any] = {}
         self.last_ts = 0
-        self.path = Path(path) if path is not None else None
+        self.path = _directory(path)
         self.wal: WriteAheadLog | None = None
         self.recovery: RecoveryReport | None = None
         self._catalog = threading.Lock()
