@@ -124,3 +124,30 @@ def test_a_store_path_that_names_no_directory_is_one_line(tmp_path, monkeypatch,
     with pytest.raises(TxStreamError, match="path"):
         EmbeddedTarget(demand_schema(), path=path).setup()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_closed_durable_store_refuses_commits_instead_of_keeping_them_in_memory(
+    tmp_path,
+) -> None:
+    tm = TransactionManager(path=tmp_path, sync="off")
+    acct = tm.table("acct")
+    with tm.begin() as t:
+        t.put(acct, "a", 100)
+    tm.close()
+    # Before: this committed in memory only and vanished at the next open.
+    with pytest.raises(StorageError, match="closed"), tm.begin() as t:
+        t.put(acct, "a", 50)
+    assert acct.read("a") == 100  # rolled back
+    with pytest.raises(StorageError, match="closed"):
+        tm.run(lambda t: t.commit_offset("src", 9))
+    with pytest.raises(StorageError, match="closed"):
+        tm.table("new_table")
+    with pytest.raises(StorageError, match="closed"):
+        tm.checkpoint()
+    with tm.begin(read_only=True) as t:  # reading what it held still works
+        assert t.read(acct, "a") == 100
+    tm.close()  # twice is fine
+    tm2 = TransactionManager(path=tmp_path, sync="off")
+    assert tm2.table("acct").read("a") == 100
+    assert tm2.offset("src") is None
+    tm2.close()

@@ -248,6 +248,7 @@ class Store:
         self.last_ts = 0
         self.path = _directory(path)
         self.wal: WriteAheadLog | None = None
+        self.closed = False  # a durable store after close(): changes are refused
         self.recovery: RecoveryReport | None = None
         self._catalog = threading.Lock()
         self._lock_fd = -1
@@ -370,6 +371,10 @@ class Store:
             if offsets:
                 self.offsets.update(offsets)
             return 0
+        if self.closed:
+            if not (rows or events or offsets):
+                return 0  # a reader: nothing to make durable
+            raise self._closed_error("commit")
         payload: dict[str, Any] = {"ts": ts}
         for table, key, value in rows:
             check_loggable(key, f"a key of table {table.name}")
@@ -411,6 +416,8 @@ class Store:
         """
         if self.wal is None or self.path is None:
             raise StorageError("an in-memory store has no log to checkpoint")
+        if self.closed:
+            raise self._closed_error("checkpoint")
         if self.wal.failed is not None:
             raise StoreFailedError(
                 f"cannot checkpoint: {self.wal.failed}; close the store and open it again"
@@ -471,13 +478,26 @@ class Store:
         return len(data)
 
     def close(self) -> None:
-        """Close the log and give up ownership (the store stays readable in memory)."""
+        """Close the log and give up ownership.
+
+        The store stays readable in memory, but a durable store refuses every
+        later change (commits that write, offsets, new tables and streams,
+        checkpoints) with :class:`StorageError`: they could not be made durable,
+        and another process may own the directory by then.  Closing twice is
+        harmless.
+        """
         try:
             if self.wal is not None:
-                wal, self.wal = self.wal, None
-                wal.close()
+                self.closed = True
+                self.wal.close()
         finally:
             self._release_ownership()
+
+    def _closed_error(self, what: str) -> StorageError:
+        return StorageError(
+            f"cannot {what}: store {self.path} is closed; open it again (a new Store or "
+            "TransactionManager on the folder) to change it"
+        )
 
     @property
     def failed(self) -> str | None:
@@ -530,6 +550,8 @@ class Store:
 
     def _define(self, record: dict[str, Any]) -> None:
         if self.wal is not None:
+            if self.closed:
+                raise self._closed_error(f"define {record['def']} {record['name']}")
             self.wal.sync(self.wal.append(record))
 
     def _open(self, path: Path, sync: str, group_delay: float, on_damage: str) -> None:
