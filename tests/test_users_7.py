@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from txstream.errors import TxStreamError
 from txstream.storage import StorageError
 from txstream.txn import TransactionManager
 
@@ -48,8 +49,10 @@ def test_events_and_offsets_with_non_string_keys_are_refused(tmp_path) -> None:
     s = tm.stream("s")
     with pytest.raises(StorageError, match="not a string"), tm.begin() as t:
         t.append(s, {7: "event"})
-    with pytest.raises(StorageError, match="not a string"), tm.begin() as t:
+    with pytest.raises(TxStreamError, match="string"), tm.begin() as t:
         t.commit_offset(3, 10)  # would come back as offset("3"), offset(3) lost
+    with pytest.raises(StorageError, match="not a string"), tm.begin() as t:
+        t.commit_offset("src", {1: 2})
     with tm.begin() as t:
         t.append(s, {"7": "event"})
         t.commit_offset("src", 10)
@@ -114,7 +117,6 @@ def test_a_durable_row_reads_back_equal_or_is_refused(tmp_path_factory, value) -
 def test_a_store_path_that_names_no_directory_is_one_line(tmp_path, monkeypatch, path) -> None:
     # path="" used to make a durable store in the current folder (LOCK and
     # wal.log appeared there); path=3 raised TypeError.
-    from txstream.errors import TxStreamError
     from txstream.loading import EmbeddedTarget
     from txstream.loading.workloads import demand_schema
 
@@ -151,3 +153,87 @@ def test_a_closed_durable_store_refuses_commits_instead_of_keeping_them_in_memor
     assert tm2.table("acct").read("a") == 100
     assert tm2.offset("src") is None
     tm2.close()
+
+
+# -- bad input to the transaction manager: one TxStreamError line ---------------------
+
+
+def _txn_bad_inputs(tm: TransactionManager) -> list:
+    acct = tm.table("acct")
+    ev = tm.stream("ev", order_by="ts", require_order=True)
+    with tm.begin() as t:
+        t.put(acct, 1, 10)
+        t.append(ev, {"ts": 5})
+
+    def in_txn(fn):
+        def run() -> None:
+            t = tm.begin()
+            try:
+                fn(t)
+            finally:
+                if t.status == "active":
+                    t.abort()
+
+        return run
+
+    return [
+        lambda: tm.run(lambda t: 1, retries=-1),
+        lambda: tm.run(lambda t: 1, retries="3"),
+        lambda: tm.run(lambda t: 1, retries=None),
+        lambda: tm.run(lambda t: 1, retries=True),
+        lambda: tm.run(None),
+        lambda: tm.begin(retry_of=3),
+        lambda: tm.read(3, acct, 1),
+        lambda: tm.write("t", acct, 1, 2),
+        lambda: tm.commit(None),
+        lambda: tm.abort(object()),
+        lambda: tm.give_up(5),
+        lambda: tm.commit_and_continue(tm.begin(read_only=True), None),
+        lambda: tm.commit_and_continue(tm.begin(read_only=True), 3),
+        lambda: TransactionManager(["ss2pl"]),
+        lambda: TransactionManager({"p": 1}),
+        lambda: TransactionManager(record=3),
+        lambda: TransactionManager(record=[1]),
+        in_txn(lambda t: t.read(acct, [1])),
+        in_txn(lambda t: t.put(acct, {1: 2}, 3)),
+        in_txn(lambda t: t.increment(acct, [1], 1)),
+        in_txn(lambda t: t.append(ev, {"ts": "late"})),  # str vs int
+        in_txn(lambda t: t.append(ev, {"ts": float("nan")})),
+        in_txn(lambda t: t.append(ev, {"ts": None})),
+        in_txn(lambda t: t.scan(ev, "a")),
+        in_txn(lambda t: t.scan(ev, 1.5)),
+        in_txn(lambda t: t.scan(ev, 0, "b")),
+        in_txn(lambda t: t.scan(ev, True)),
+        in_txn(lambda t: t.commit_offset(None, 1)),
+    ]
+
+
+@pytest.mark.parametrize("protocol", ["ss2pl", "optimistic", "snapshot", "none"])
+def test_bad_input_to_the_transaction_manager_is_one_line(protocol) -> None:
+    tm = TransactionManager(protocol)
+    for k, bad in enumerate(_txn_bad_inputs(tm)):
+        with pytest.raises(TxStreamError) as info:
+            bad()
+        assert "\n" not in str(info.value), k
+    # and the manager still works: the events and rows are as they were
+    with tm.begin() as t:
+        t.increment("acct", 1, 5)
+        t.append("ev", {"ts": 6})
+    with tm.begin(read_only=True) as t:
+        assert t.read("acct", 1) == 15
+        assert t.scan("ev") == [{"ts": 5}, {"ts": 6}]
+
+
+def test_nan_cannot_switch_off_a_streams_order_check() -> None:
+    # Before: an event with ts=NaN was accepted, and after it every ts was
+    # (x < nan is False), so the stream lost its order silently.
+    from txstream.storage import OrderError
+
+    tm = TransactionManager()
+    ev = tm.stream("ev", order_by="ts", require_order=True)
+    with tm.begin() as t:
+        t.append(ev, {"ts": 5})
+    with pytest.raises(OrderError), tm.begin() as t:
+        t.append(ev, {"ts": float("nan")})
+    with pytest.raises(OrderError), tm.begin() as t:
+        t.append(ev, {"ts": 1})
