@@ -42,11 +42,15 @@ class Costs:
 
 @dataclass
 class QueryTxn:
-    """One attempt of a read-only transaction ``T_Qk`` (a restart is a new attempt).
+    """A query execution: the read-only transaction ``T_Qk`` and its restarts.
 
     ``read`` holds the bit array ``B`` of the paper as its key set: sub-window
     index -> (version read, partial result).  ``start_versions`` is the window
-    state a ``ws`` query reads (None for the others).
+    state a ``ws`` query reads (None for the others).  An abort restarts the
+    same object as a new attempt: ``tid`` becomes the new attempt's id (the
+    history's transaction name), ``attempt`` counts the restarts and the read
+    state starts empty, so the handle :meth:`WindowEngine.submit` returned
+    stays the one to step.
     """
 
     tid: str
@@ -257,11 +261,15 @@ class WindowEngine:
         if self.log is not None:
             self.log.end(txn.tid, committed=False)
         self._release(txn)
-        pos = self.active.index(txn)
-        again = QueryTxn(
-            self._new_id(), txn.group, txn.kind, txn.priority, txn.arrival, txn.tag, txn.attempt + 1
-        )
-        self.active[pos] = again
+        # Restart in place: the caller's handle (and its place in the queue) stays valid.
+        txn.tid = self._new_id()
+        txn.attempt += 1
+        txn.started = None
+        txn.read = {}
+        txn.start_versions = None
+        txn.debt = 0
+        txn.log_pos = {}
+        txn.read_work = {}
         if self.holder is txn:
             self.holder = None
 
@@ -346,7 +354,17 @@ class WindowEngine:
                     self.window.release(i, v)
 
     def step(self, txn: QueryTxn, now: float) -> float:
-        """Execute the next read of ``txn``; commit it after its last. Returns time taken."""
+        """Execute the next read of ``txn``; commit it after its last. Returns time taken.
+
+        ``txn`` is a query this engine is running (:meth:`submit` returned it,
+        or :meth:`pick` did); stepping a committed one raises :class:`WindowError`.
+        """
+        if not any(t is txn for t in self.active):
+            what = f"query {txn.tid}" if isinstance(txn, QueryTxn) else repr(txn)
+            raise WindowError(
+                f"{what} is not running in this engine (committed already, or submitted to "
+                "another one); step engine.pick() or a handle submit() returned"
+            )
         if txn.started is None:
             self._begin(txn, now)
         work = txn.debt
