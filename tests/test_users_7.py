@@ -6,7 +6,7 @@ Each test here failed before the fix it names; see the commit that added it.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from txstream.errors import TxStreamError
@@ -294,3 +294,31 @@ def test_stepping_a_query_the_engine_is_not_running_is_one_line() -> None:
     with pytest.raises(WindowError, match="not running"):
         engine.step(None, 0.0)  # type: ignore[arg-type]
     assert len(engine.results) == 1
+
+
+@settings(max_examples=60, deadline=None)
+@example(totals=list(range(1, 101)), p=7)
+@example(totals=list(range(1, 101)), p=56)
+@example(totals=list(range(1, 1001)), p=1.1)
+@given(
+    totals=st.lists(st.integers(1, 10**6), min_size=1, max_size=120, unique=True),
+    p=st.one_of(st.integers(1, 100), st.sampled_from([0.1, 1.1, 7.0, 12.5, 33.3, 99.9])),
+)
+def test_percentile_is_the_nearest_rank_of_the_definition(totals, p) -> None:
+    # The p-th percentile by nearest rank is the smallest total with at least
+    # p% of the totals <= it: rank ceil(p * N / 100).  0.07 * 100 is
+    # 7.000000000000001 in floats, so p=7 over 100 totals answered the 8th.
+    import math
+    from fractions import Fraction
+
+    from txstream.windows import Query, QueryGroup, SlidingWindow, WindowEngine, get_scheduler
+
+    w = SlidingWindow(2, 1.0)
+    engine = WindowEngine(w, get_scheduler("ttu"))
+    engine.fill([[(0.0, k, 0, v) for k, v in enumerate(totals)], []])
+    for mode in ("ss", "ws"):
+        engine.submit(QueryGroup([Query("percentile", 2, attr="src", p=p)], w, mode=mode), 0.0)
+        while engine.active:
+            engine.step(engine.pick(), 0.0)
+        rank = math.ceil(Fraction(str(p)) * len(totals) / 100)
+        assert engine.results[-1].answers == [float(sorted(totals)[rank - 1])]

@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from txstream.windows.base import WindowError
@@ -250,7 +251,9 @@ class QueryGroup:
         totals = sorted(merged.values())
         if not totals:
             return None
-        rank = max(1, math.ceil(q.p / 100 * len(totals)))
+        # Nearest rank, ceil(p * N / 100), in exact arithmetic on p as written:
+        # in floats 7 / 100 * 100 is 7.000000000000001, which ranked one too high.
+        rank = max(1, math.ceil(Fraction(repr(float(q.p))) * len(totals) / 100))
         return totals[rank - 1]
 
 
