@@ -322,3 +322,46 @@ def test_percentile_is_the_nearest_rank_of_the_definition(totals, p) -> None:
             engine.step(engine.pick(), 0.0)
         rank = math.ceil(Fraction(str(p)) * len(totals) / 100)
         assert engine.results[-1].answers == [float(sorted(totals)[rank - 1])]
+
+
+def test_a_summary_scan_over_another_attribute_than_the_measure_is_refused() -> None:
+    # Summaries keep per-value sums of the window's measure only; a summary
+    # scan of topk/percentile/subset sums over another numeric attribute
+    # answered with the measure's sums (clicks instead of dwell) silently.
+    from txstream.windows import (
+        Query,
+        QueryGroup,
+        SlidingWindow,
+        WindowEngine,
+        WindowError,
+        get_scheduler,
+    )
+
+    w = SlidingWindow(
+        2,
+        1.0,
+        fields=("ts", "user", "clicks", "dwell"),
+        numeric=("clicks", "dwell"),
+        groups=("user",),
+        measure="clicks",
+    )
+    queries = [
+        Query("sum", 2, attr="user", value="dwell", subset=frozenset(["a"])),
+        Query("topk", 2, attr="user", value="dwell", k=2),
+        Query("percentile", 2, attr="user", value="dwell"),
+    ]
+    for q in queries:
+        with pytest.raises(WindowError, match="clicks"):
+            QueryGroup([q], w)
+        with pytest.raises(WindowError, match="clicks"):
+            QueryGroup([q], w, cost="tuples")
+    engine = WindowEngine(w, get_scheduler("ttu"))
+    engine.fill([[(0, "a", 1, 100), (0, "b", 2, 5)], [(0, "a", 1, 50)]])
+    for q, want in zip(queries, [150.0, [("a", 150.0), ("b", 5.0)], 5.0], strict=True):
+        engine.submit(QueryGroup([q], w, mode="ws"), 0.0)  # a window scan can
+        while engine.active:
+            engine.step(engine.pick(), 0.0)
+        assert engine.results[-1].answers == [want]
+    # the measure itself, and plain aggregates of any numeric attribute, still work
+    QueryGroup([Query("topk", 2, attr="user", value="clicks")], w)
+    QueryGroup([Query("sum", 2, value="dwell")], w)

@@ -68,7 +68,8 @@ class Query:
                 f"query window of {self.length} sub-windows is longer than the window "
                 f"(n={window.n}) or empty"
             )
-        window.field(self.attr)
+        if self.aggregate not in _SIMPLE or self.subset is not None:
+            window.field(self.attr)  # (a plain count/sum/... does not group: attr unused)
         window.field(self.value)
         if self.subset is not None and self.aggregate not in ("count", "sum", "avg"):
             raise WindowError(
@@ -123,8 +124,15 @@ class QueryGroup:
         self.cost = cost
         self.scope = scope
         first = queries[0]
+        measure = window.fields[window.measure]
         for q in queries:
             q.validate(window)
+            if mode == "ss" and q.value != measure and _sums_measure(q):
+                raise WindowError(
+                    f"{q.aggregate} of {q.value!r} per {q.attr!r} value: the summaries keep "
+                    f"per-value sums of the window's measure {measure!r} only; use "
+                    f"value={measure!r}, or mode='ws' (window scan)"
+                )
             if _shares(q) != _shares(first):
                 raise WindowError(
                     "queries of one group must read the same partial results: simple "
@@ -136,10 +144,14 @@ class QueryGroup:
         self.mode = mode
         self.name = name or f"{first.aggregate}({first.attr})"
         self.length = window.n if scope == "window" else max(q.length for q in queries)
-        self._attr = window.field(first.attr)
+        self._attr = -1 if self._uses_no_attr(first) else window.field(first.attr)
         self._value = window.field(first.value)
         self._simple = first.aggregate in _SIMPLE
         self._subset = first.subset
+
+    @staticmethod
+    def _uses_no_attr(q: Query) -> bool:
+        return q.aggregate in _SIMPLE and q.subset is None
 
     # -- one sub-window -----------------------------------------------------------------
 
@@ -255,6 +267,13 @@ class QueryGroup:
         # in floats 7 / 100 * 100 is 7.000000000000001, which ranked one too high.
         rank = max(1, math.ceil(Fraction(repr(float(q.p))) * len(totals) / 100))
         return totals[rank - 1]
+
+
+def _sums_measure(q: Query) -> bool:
+    """Whether a summary scan answers ``q`` from the per-value sums of the measure."""
+    if q.aggregate in ("topk", "percentile"):
+        return True
+    return q.subset is not None and q.aggregate in ("sum", "avg")
 
 
 def _shares(q: Query) -> tuple[Any, ...]:
