@@ -365,3 +365,35 @@ def test_a_summary_scan_over_another_attribute_than_the_measure_is_refused() -> 
     # the measure itself, and plain aggregates of any numeric attribute, still work
     QueryGroup([Query("topk", 2, attr="user", value="clicks")], w)
     QueryGroup([Query("sum", 2, value="dwell")], w)
+
+
+def test_subset_queries_over_different_attributes_are_not_grouped_together() -> None:
+    # The group's partial results are computed with its first query's
+    # attribute; a subset sum over dst grouped with one over src answered the
+    # src sum for both (10 and 10, not 10 and 100).
+    from txstream.windows import (
+        Query,
+        QueryGroup,
+        SlidingWindow,
+        WindowEngine,
+        WindowError,
+        get_scheduler,
+    )
+
+    w = SlidingWindow(2, 1.0)
+    engine = WindowEngine(w, get_scheduler("ttu"))
+    engine.fill([[(0.0, 1, 2, 10), (0.0, 2, 1, 100)], []])
+    pair = [
+        Query("sum", 2, attr="src", subset=frozenset([1])),
+        Query("sum", 2, attr="dst", subset=frozenset([1])),
+    ]
+    for mode in ("ss", "ws"):
+        with pytest.raises(WindowError, match="same partial results"):
+            QueryGroup(pair, w, mode=mode)
+        for q, want in zip(pair, [10.0, 100.0], strict=True):
+            engine.submit(QueryGroup([q], w, mode=mode), 0.0)
+            while engine.active:
+                engine.step(engine.pick(), 0.0)
+            assert engine.results[-1].answers == [want]
+    # the same attribute and subset still share one scan
+    QueryGroup([pair[0], Query("avg", 1, attr="src", subset=frozenset([1]))], w)

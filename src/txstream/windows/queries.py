@@ -279,7 +279,8 @@ def _sums_measure(q: Query) -> bool:
 def _shares(q: Query) -> tuple[Any, ...]:
     """What a query's per-sub-window partial result depends on."""
     if q.aggregate in _SIMPLE:
-        return (True, q.value, q.subset)
+        # a subset is a set of values of attr: the same subset of another attr differs
+        return (True, q.value, q.subset, None if q.subset is None else q.attr)
     return (False, q.attr, q.value)
 
 
