@@ -397,3 +397,14 @@ def test_subset_queries_over_different_attributes_are_not_grouped_together() -> 
             assert engine.results[-1].answers == [want]
     # the same attribute and subset still share one scan
     QueryGroup([pair[0], Query("avg", 1, attr="src", subset=frozenset([1]))], w)
+
+
+@pytest.mark.parametrize("n,t", [(8, 0.2), (3, 0.1), (30, 0.7)])
+def test_windows_run_without_snapshot_queries_ends_cleanly(n, t) -> None:
+    # With snapshot_interval=0, a slide that moved the clock past the end made
+    # the snapshot loop divide by zero (txstream windows run --n 8 --t 0.2).
+    from txstream.windows.sim import WindowParams, run
+
+    for scheduler in WINDOW_SCHEDULERS:
+        result = run(WindowParams(scheduler=scheduler, n=n, t=t, long_queries=5, seed=1))
+        assert result.metrics["snapshots"] == 0
