@@ -408,3 +408,40 @@ def test_windows_run_without_snapshot_queries_ends_cleanly(n, t) -> None:
     for scheduler in WINDOW_SCHEDULERS:
         result = run(WindowParams(scheduler=scheduler, n=n, t=t, long_queries=5, seed=1))
         assert result.metrics["snapshots"] == 0
+
+
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        # fills a window of 100 million packets (used 23 GB and ran for minutes)
+        (["--n", "10000", "--t", "10", "--duration", "0.01"], "packets"),
+        # 10 million one-packet reads, each over 100 sub-windows (75 s)
+        (["--n", "100", "--t", "0.001", "--duration", "100"], "reads"),
+        # 360 million slides
+        (["--n", "2", "--t", "0.00001", "--duration", "3600"], "slides"),
+    ],
+)
+def test_windows_run_refuses_settings_that_run_for_hours_or_fill_memory(args, reason) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30)); "
+        "from txstream.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "windows", "run", *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"windows run {' '.join(args)} still runs after 30 s")
+    assert proc.returncode == 2, proc.stderr[-300:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and reason in lines[0], proc.stderr[-300:]
+    assert proc.stdout == ""
