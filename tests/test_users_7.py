@@ -445,3 +445,78 @@ def test_windows_run_refuses_settings_that_run_for_hours_or_fill_memory(args, re
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and reason in lines[0], proc.stderr[-300:]
     assert proc.stdout == ""
+
+
+def test_bad_input_to_the_window_api_is_one_line_and_leaves_the_engine_working() -> None:
+    from txstream.errors import UnknownNameError
+    from txstream.windows import (
+        Query,
+        QueryGroup,
+        SlidingWindow,
+        WindowEngine,
+        WindowError,
+        get_scheduler,
+    )
+
+    w = SlidingWindow(3, 1.0)
+    engine = WindowEngine(w, get_scheduler("lws"))
+    count = QueryGroup([Query("count", 3)], w)
+    nan, inf = float("nan"), float("inf")
+    bad = [
+        lambda: SlidingWindow(10**9, 1.0),  # allocated a list of a billion slots
+        lambda: SlidingWindow(3, "1"),
+        lambda: SlidingWindow(3, inf),
+        lambda: SlidingWindow(3, None, tuples_per_subwindow=1.5),
+        lambda: SlidingWindow(3, None, tuples_per_subwindow="2"),
+        lambda: SlidingWindow(3, None, tuples_per_subwindow=True),
+        lambda: SlidingWindow(3, 1.0, fields=("ts", "src", "src", "size")),
+        lambda: SlidingWindow(3, 1.0, fields=(1, 2, 3, 4)),
+        lambda: get_scheduler(["ttu"]),
+        lambda: QueryGroup([Query("count", 1.5)], w),
+        lambda: QueryGroup([Query("count", "2")], w),
+        lambda: QueryGroup([Query("count", True)], w),
+        lambda: QueryGroup([Query("topk", 2, k=1.5)], w),
+        lambda: QueryGroup([Query("topk", 2, k="3")], w),
+        lambda: QueryGroup([Query("topk", 2, k=None)], w),
+        lambda: QueryGroup([Query("percentile", 2, p="50")], w),
+        lambda: QueryGroup([Query("percentile", 2, p=None)], w),
+        lambda: QueryGroup([Query("sum", 2, subset=3)], w),  # TypeError at the first read
+        lambda: QueryGroup([Query("sum", 2, subset="ab")], w),
+        lambda: QueryGroup([Query("sum", 2, subset=[[1]])], w),
+        lambda: QueryGroup(Query("count", 1), w),
+        lambda: QueryGroup(["count"], w),
+        lambda: QueryGroup([Query("count", 1)], None),
+        lambda: WindowEngine(None, get_scheduler("ttu")),
+        lambda: WindowEngine(w, 3),
+        lambda: engine.fill([[(0.0, 1)], [], []]),  # too few fields
+        lambda: engine.fill([[(0.0, 1, 2, "x")], [], []]),
+        lambda: engine.fill([[(0.0, 1, 2, nan)], [], []]),
+        lambda: engine.fill([[(0.0, 1, 2, inf)], [], []]),
+        lambda: engine.fill([[(0.0, [1], 2, 3)], [], []]),  # unhashable address
+        lambda: engine.fill([[1], [2], [3]]),
+        lambda: engine.fill([None, [], []]),
+        lambda: engine.fill([[], []]),
+        lambda: engine.submit(None, 0.0),
+    ]
+    for k, fn in enumerate(bad):
+        with pytest.raises((WindowError, UnknownNameError)) as info:
+            fn()
+        assert "\n" not in str(info.value), k
+    engine.fill(iter([[(0.0, 1, 2, 10)], [], [(0.0, 2, 2, 5)]]))  # any iterable of buffers
+    for rows in ([(1.0, 1)], None, [(1.0, 1, 2, nan)], [(1.0, {}, 2, 3)]):
+        with pytest.raises(WindowError):
+            engine.offer_slide(rows, 1.0, 1.0)
+            engine.apply_slides()
+    for index in (3, -1, 1.0, "0"):
+        with pytest.raises(WindowError):  # -1 used to insert into sub-window 2
+            engine.insert(index, [(0.0, 1, 2, 3)])  # type: ignore[arg-type]
+    with pytest.raises(WindowError):
+        engine.insert(0, [(0.0, 1)])
+    # nothing bad was queued or applied: the window and the engine still work
+    engine.offer_slide([(1.0, 3, 3, 7)], 1.0, 1.0)
+    assert engine.apply_slides()[1] == [3]
+    engine.submit(count, 1.0)
+    while engine.active:
+        engine.step(engine.pick(), 1.0)
+    assert engine.results[-1].answers == [2]  # sub-windows 0, 1, 2: 1 + 0 + 1 tuples
+    assert [w.current(i).version for i in range(3)] == [3, 1, 2]

@@ -22,12 +22,14 @@ judges.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.windows.base import Row, Scheduler, WindowError
 from txstream.windows.queries import Partial, QueryGroup
+from txstream.windows.schedulers import get_scheduler
 from txstream.windows.window import SlidingWindow, SubWindow
 
 
@@ -167,11 +169,19 @@ class WindowEngine:
     def __init__(
         self,
         window: SlidingWindow,
-        scheduler: Scheduler,
+        scheduler: Scheduler | str,
         *,
         costs: Costs | None = None,
         record: bool = False,
     ) -> None:
+        if not isinstance(window, SlidingWindow):
+            raise WindowError(f"an engine runs on a SlidingWindow, not {window!r}")
+        if isinstance(scheduler, str):
+            scheduler = get_scheduler(scheduler)
+        if not isinstance(scheduler, Scheduler):
+            raise WindowError(
+                f"scheduler is a Scheduler (get_scheduler('ttu')) or its name, not {scheduler!r}"
+            )
         self.window = window
         self.scheduler = scheduler
         self.costs = costs or Costs()
@@ -194,16 +204,35 @@ class WindowEngine:
         if self.window.slides:
             raise WindowError("the window is already filled")
         n = self.window.n
+        _check_time("t", t, positive=True)
+        try:
+            buffers = list(buffers)
+        except TypeError:
+            raise WindowError(
+                f"fill takes {n} buffers (lists of tuples), not {buffers!r}"
+            ) from None
         if len(buffers) != n:
             raise WindowError(f"filling needs {n} buffers, got {len(buffers)}")
-        for j, rows in enumerate(buffers):
+        # every buffer is checked (built) before the first is installed
+        built = [self.window.build(j, j, rows) for j, rows in enumerate(buffers)]
+        for j, sub in enumerate(built):
             full = -(n - 1 - j) * t
-            self.window.slide(rows, start=full - t, full=full)
+            self.window.slide(sub, start=full - t, full=full)
             self._full_time[j] = full
 
     def offer_slide(self, rows: Iterable[Row], start: float, full: float) -> None:
-        """A buffer is full: queue its slide (applied by :meth:`apply_slides`)."""
-        self.pending.append((list(rows), start, full))
+        """A buffer is full: queue its slide (applied by :meth:`apply_slides`).
+
+        A buffer whose tuples do not fit the window is refused by
+        :meth:`apply_slides` (:class:`WindowError`) and dropped from the queue.
+        """
+        _check_time("start", start)
+        _check_time("full", full)
+        try:
+            buffer = list(rows)
+        except TypeError:
+            raise WindowError(f"a buffer is a list of tuples, not {rows!r}") from None
+        self.pending.append((buffer, start, full))
 
     def blocked(self) -> bool:
         """Whether a running query holds the window (``serial``)."""
@@ -214,10 +243,12 @@ class WindowEngine:
         if self.blocked() or not self.pending:
             return 0.0, []
         elapsed, done = 0.0, []
-        for rows, start, full in self.pending:
+        pending = self.pending
+        while pending:
+            # taken off the queue first: a buffer the window refuses is dropped, not retried
+            rows, start, full = pending.pop(0)
             elapsed += self._slide(rows, start, full)
             done.append(self.window.slides - 1)
-        self.pending.clear()
         return elapsed, done
 
     def _slide(self, rows: list[Row], start: float, full: float) -> float:
@@ -307,6 +338,11 @@ class WindowEngine:
         tag: Any = None,
     ) -> QueryTxn:
         """Queue a query execution; returns its transaction."""
+        if not isinstance(group, QueryGroup):
+            raise WindowError(f"submit takes a QueryGroup, not {group!r}")
+        _check_time("now", now)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise WindowError(f"priority is an integer, not {priority!r}")
         if group.window is not self.window:
             raise WindowError("the query group belongs to another window")
         txn = QueryTxn(self._new_id(), group, kind, priority, now, tag)
@@ -419,6 +455,18 @@ class WindowEngine:
                 versions,
             )
         )
+
+
+def _check_time(name: str, value: object, positive: bool = False) -> None:
+    """A finite number (of seconds); :class:`WindowError` otherwise."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or (positive and value <= 0)
+    ):
+        kind = "a finite number > 0" if positive else "a finite number"
+        raise WindowError(f"{name} must be {kind} (a time), not {value!r}")
 
 
 def merge(a: Partial, b: Partial) -> Partial:

@@ -24,7 +24,7 @@ computed, from the sub-window versions read.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -57,13 +57,28 @@ class Query:
     p: float = 50.0
     subset: frozenset[Any] | None = None
 
+    def __post_init__(self) -> None:
+        # A subset is a set of attribute values; any collection of them will do.
+        subset = self.subset
+        if subset is not None and not isinstance(subset, frozenset):
+            if isinstance(subset, str | bytes) or not isinstance(subset, Iterable):
+                raise WindowError(
+                    f"subset is a set of {self.attr} values, not {type(subset).__name__} {subset!r}"
+                )
+            try:
+                object.__setattr__(self, "subset", frozenset(subset))
+            except TypeError:
+                raise WindowError(
+                    f"subset holds values of {self.attr}, which must be hashable: {subset!r}"
+                ) from None
+
     def validate(self, window: SlidingWindow) -> None:
         """Raise :class:`WindowError` if this query cannot run on ``window``."""
-        if self.aggregate not in AGGREGATES:
+        if not isinstance(self.aggregate, str) or self.aggregate not in AGGREGATES:
             raise WindowError(
                 f"unknown aggregate {self.aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
-        if not 1 <= self.length <= window.n:
+        if not _whole(self.length) or not 1 <= self.length <= window.n:
             raise WindowError(
                 f"query window of {self.length} sub-windows is longer than the window "
                 f"(n={window.n}) or empty"
@@ -80,10 +95,12 @@ class Query:
                 raise WindowError(f"{self.value!r} is not a summarised numeric attribute")
         elif self.attr not in dict(window.groups):
             raise WindowError(f"{self.attr!r} is not a summarised grouping attribute")
-        if self.aggregate == "topk" and self.k < 1:
-            raise WindowError(f"top-k needs k >= 1, got {self.k}")
-        if self.aggregate == "percentile" and not 0 < self.p <= 100:
-            raise WindowError(f"percentile needs 0 < p <= 100, got {self.p}")
+        if self.aggregate == "topk" and (not _whole(self.k) or self.k < 1):
+            raise WindowError(f"top-k needs a whole number k >= 1, got {self.k!r}")
+        if self.aggregate == "percentile" and (
+            not isinstance(self.p, int | float) or isinstance(self.p, bool) or not 0 < self.p <= 100
+        ):
+            raise WindowError(f"percentile needs a number 0 < p <= 100, got {self.p!r}")
 
 
 Partial = Any  # the per-sub-window partial result of one group
@@ -113,8 +130,15 @@ class QueryGroup:
         cost: str = "work",
         scope: str = "length",
     ) -> None:
+        if not isinstance(window, SlidingWindow):
+            raise WindowError(f"a query group runs on a SlidingWindow, not {window!r}")
+        if isinstance(queries, Query) or not isinstance(queries, Sequence):
+            raise WindowError(f"a query group takes a list of Query objects, not {queries!r}")
         if not queries:
             raise WindowError("a query group needs at least one query")
+        for q in queries:
+            if not isinstance(q, Query):
+                raise WindowError(f"a query group takes Query objects, not {q!r}")
         if mode not in ("ss", "ws"):
             raise WindowError(f"unknown evaluation mode {mode!r}; choose ss or ws")
         if cost not in ("work", "tuples"):
@@ -267,6 +291,11 @@ class QueryGroup:
         # in floats 7 / 100 * 100 is 7.000000000000001, which ranked one too high.
         rank = max(1, math.ceil(Fraction(repr(float(q.p))) * len(totals) / 100))
         return totals[rank - 1]
+
+
+def _whole(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _sums_measure(q: Query) -> bool:
