@@ -520,3 +520,59 @@ def test_bad_input_to_the_window_api_is_one_line_and_leaves_the_engine_working()
         engine.step(engine.pick(), 1.0)
     assert engine.results[-1].answers == [2]  # sub-windows 0, 1, 2: 1 + 0 + 1 tuples
     assert [w.current(i).version for i in range(3)] == [3, 1, 2]
+
+
+# -- continuous loading --------------------------------------------------------------
+
+
+def _small_schema():
+    from txstream.loading import Aggregate, JoinView, Relation, Schema
+
+    return Schema(
+        [
+            Relation("a", {"id": "int", "j": "int", "x": "float"}, key=("id",), aggregates=("x",)),
+            Relation("b", {"j": "int", "lbl": "text"}, key=("j",)),
+        ],
+        [
+            JoinView("ab", ("a", "b"), on=(("a.j", "b.j"),), select=("a.id", "a.x", "b.lbl")),
+            JoinView(
+                "per_lbl",
+                ("a", "b"),
+                on=(("a.j", "b.j"),),
+                group_by=("b.lbl",),
+                aggregates=(Aggregate("sum", "a.x", "sx"), Aggregate("count", None, "n")),
+            ),
+        ],
+    )
+
+
+def test_a_float_too_large_for_a_float_column_is_rejected_not_fatal() -> None:
+    # An integer literal beyond float range (1e400 written out) for a float
+    # column raised OverflowError out of Loader.load: the whole load failed
+    # instead of rejecting that one operation.
+    from txstream.loading import EmbeddedTarget, Loader
+    from txstream.loading.ops import InvalidOperation, validate
+
+    schema = _small_schema()
+    huge = "1" + "0" * 400
+    with pytest.raises(InvalidOperation, match=r"a\.x"):
+        validate(schema, f'{{"relation":"a","op":"insert","values":{{"id":1,"x":{huge}}}}}')
+    target = EmbeddedTarget(schema)
+    target.setup()
+    with Loader(target, "reorder", sessions=2, grouping=2) as loader:
+        report = loader.load(
+            [
+                {"relation": "a", "op": "insert", "values": {"id": 1, "j": 1, "x": 10**400}},
+                {"relation": "a", "op": "insert", "values": {"id": 2, "j": 1, "x": 2}},
+                {"relation": "b", "op": "increment", "values": {"j": 1, "lbl": 10**400}},
+                # beyond bigint: PostgreSQL failed the whole load, embedded kept it
+                {"relation": "a", "op": "insert", "values": {"id": 2**63, "j": 1}},
+                {"relation": "a", "op": "insert", "values": {"id": 3, "j": -(2**63) - 1}},
+                {"relation": "a", "op": "insert", "values": {"id": 10**5000, "j": 1}},
+                {"relation": "a", "op": "insert", "values": {"id": 4, "x": 10**5000}},
+            ]
+        )
+    assert [pos for pos, _ in report.rejected] == [0, 2, 3, 4, 5, 6]
+    assert all("\n" not in why and len(why) < 200 for _, why in report.rejected)
+    assert report.operations == 1
+    assert target.state().base["a"] == {(2,): {"id": 2, "j": 1, "x": 2.0}}

@@ -20,6 +20,7 @@ input (dicts, JSON) into checked operations and raises
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Hashable, Mapping
@@ -59,35 +60,60 @@ class Modification:
         return {"relation": self.relation, "op": self.kind, "values": values}
 
 
+INT_LIMIT = 1 << 63
+"""An ``int`` column holds 64-bit integers (``bigint`` in PostgreSQL) on every target."""
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters (an int too long to print is named by size)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int() text conversion limit
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _coerce(rel: Relation, col: str, value: Any) -> Any:
     if value is None:
         return None
     typ = rel.columns[col]
     if isinstance(value, bool):
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a {typ}")
+        raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not a {typ}")
     if typ == "int":
+        number: Any = None
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        if isinstance(value, int):
-            return value
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not an int")
+            number = int(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = int(value)
+        elif isinstance(value, int):
+            number = value
+        if number is None:
+            raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not an int")
+        if not -INT_LIMIT <= number < INT_LIMIT:
+            raise InvalidOperation(
+                f"{rel.name}.{col}: {_shown(value)} does not fit in a 64-bit int column"
+            )
+        return number
     if typ == "float":
         if isinstance(value, str):
             try:
                 value = float(value)
             except ValueError:
-                raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a float") from None
-        if isinstance(value, int | float) and math.isfinite(value):
-            return float(value)
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a finite float")
+                raise InvalidOperation(
+                    f"{rel.name}.{col}: {_shown(value)} is not a float"
+                ) from None
+        if isinstance(value, int | float):
+            try:
+                number = float(value)  # an int beyond float range raises OverflowError
+            except OverflowError:
+                number = math.inf
+            if math.isfinite(number):
+                return number
+        raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not a finite float")
     if isinstance(value, str):
         return value
-    raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not text")
+    raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not text")
 
 
 def make(schema: Schema, relation: str, kind: str, values: Mapping[str, Any]) -> Modification:
