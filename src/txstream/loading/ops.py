@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +199,38 @@ def validate(schema: Schema, raw: Any) -> Modification:
     if not isinstance(values, Mapping):
         raise InvalidOperation(f"{relation} {kind}: 'values' must be an object")
     return make(schema, relation, kind, values)
+
+
+def bulk_rows(schema: Schema, rows: Any) -> dict[str, list[dict[str, Any]]]:
+    """Initial rows (relation -> list of row dicts) checked and coerced as inserts are.
+
+    For :meth:`Target.bulk_load`: an unknown relation or column, a missing key,
+    a value of the wrong type or a key given twice raises
+    :class:`InvalidOperation` before anything is loaded.  Missing non-key
+    columns are NULL.
+    """
+    if not isinstance(rows, Mapping):
+        raise InvalidOperation(
+            f"initial rows map each relation's name to a list of rows, not {type(rows).__name__}"
+        )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rel_rows in rows.items():
+        rel = schema.relation(name)
+        if isinstance(rel_rows, Mapping | str) or not isinstance(rel_rows, Iterable):
+            raise InvalidOperation(f"{name}: the initial rows are a list of rows (dicts)")
+        checked: dict[Key, dict[str, Any]] = {}
+        for k, row in enumerate(rel_rows):
+            if not isinstance(row, Mapping):
+                raise InvalidOperation(f"{name} row {k}: a row is a dict, not {_shown(row)}")
+            try:
+                op = make(schema, name, "insert", row)
+            except InvalidOperation as exc:
+                raise InvalidOperation(f"{name} row {k}: {exc}") from None
+            if op.key in checked:
+                raise InvalidOperation(f"{name} row {k}: key {op.key!r} is given twice")
+            checked[op.key] = {**dict(zip(rel.key, op.key, strict=True)), **dict(op.values)}
+        out[name] = list(checked.values())
+    return out
 
 
 def partition_values(schema: Schema, op: Modification) -> Key:

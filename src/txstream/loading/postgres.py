@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 from txstream.errors import TransientError, TxStreamError
 from txstream.loading.base import DeadlockAbort, LoadTransaction, State, Target, TargetSession
-from txstream.loading.ops import Modification
+from txstream.loading.ops import Modification, bulk_rows
 from txstream.loading.pgserver import PostgresServer
 from txstream.loading.schema import Relation, ResolvedView, Schema
 
@@ -362,6 +362,7 @@ class PostgresTarget(Target):
 
     def bulk_load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         """COPY the rows in with triggers off, then compute every view with one query each."""
+        rows = bulk_rows(self.schema, rows)
         with self._connect() as conn:
             conn.execute("SET session_replication_role = replica")
             for name, rel_rows in rows.items():
