@@ -645,3 +645,227 @@ def test_bad_input_to_the_loading_api_is_one_line() -> None:
     state = target.state()
     assert state.base["b"] == {(1,): {"j": 1, "lbl": "x"}}  # coerced as operations are
     assert state.views["ab"] == {(1, 2.0, "x"): 1}
+
+
+# -- end to end: my own programs against brute-force oracles ---------------------------
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    seed=st.integers(0, 10**6),
+    setup=st.sampled_from(
+        [
+            ("ss2pl", False),
+            ("ss2pl", True),
+            ("optimistic", False),
+            ("optimistic", True),
+            ("snapshot", False),
+        ]
+    ),
+)
+def test_concurrent_transfers_equal_the_serial_oracle(seed, setup) -> None:
+    """Threads move money between accounts (read both, write both if covered).
+
+    The recorded history must pass cs (csao when ordered), and replaying the
+    transfers serially in the checker's serial order must give the final state.
+    """
+    import random
+    import threading
+    import time
+
+    from txstream.model import check
+
+    protocol, ordered = setup
+    tm = TransactionManager(protocol, ordered=ordered, record=True)
+    acct = tm.table("acct")
+    with tm.begin() as t:
+        for i in range(4):
+            t.insert(acct, i, 50)
+    work_of: dict[str, tuple[int, int, int]] = {}
+
+    def worker(w: int) -> None:
+        rng = random.Random(seed * 10 + w)
+        for _ in range(25):
+            a, b = rng.sample(range(4), 2)
+            amount = rng.randint(1, 40)
+
+            def transfer(t, a=a, b=b, amount=amount) -> None:
+                work_of[t.hid] = (a, b, amount)
+                x = t.read(acct, a)
+                time.sleep(0)
+                y = t.read(acct, b)
+                if x >= amount:
+                    t.update(acct, a, x - amount)
+                    time.sleep(0)
+                    t.update(acct, b, y + amount)
+
+            tm.run(transfer, retries=10_000)
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    verdict = check(tm.history(), "csao" if ordered else "cs")
+    assert verdict.holds, verdict.evidence
+    state = dict.fromkeys(range(4), 50)
+    for hid in verdict.evidence["serial_order"]:
+        if hid in work_of:
+            a, b, amount = work_of[hid]
+            if state[a] >= amount:
+                state[a] -= amount
+                state[b] += amount
+    assert {i: acct.read(i) for i in range(4)} == state
+
+
+def _brute_window_answer(q, tuples):
+    """A query's answer from the definitions (tuples are (ts, src, dst, size))."""
+    import math
+    from fractions import Fraction
+
+    col = {"ts": 0, "src": 1, "dst": 2, "size": 3}
+    a, v = col[q.attr], col[q.value]
+    if q.aggregate in ("count", "sum", "avg", "min", "max"):
+        vals = [float(r[v]) for r in tuples if q.subset is None or r[a] in q.subset]
+        return {
+            "count": len(vals),
+            "sum": float(sum(vals)),
+            "avg": sum(vals) / len(vals) if vals else None,
+            "min": min(vals, default=None),
+            "max": max(vals, default=None),
+        }[q.aggregate]
+    totals: dict = {}
+    for r in tuples:
+        totals[r[a]] = totals.get(r[a], 0.0) + float(r[v])
+    if q.aggregate == "count-distinct":
+        return len(totals)
+    if q.aggregate == "topk":
+        return totals  # checked against the top k below
+    ranked = sorted(totals.values())
+    if not ranked:
+        return None
+    return ranked[math.ceil(Fraction(str(q.p)) * len(ranked) / 100) - 1]
+
+
+@pytest.mark.parametrize("scheduler", WINDOW_SCHEDULERS)
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10**6), n=st.integers(2, 6))
+def test_window_answers_equal_a_brute_force_over_the_slides_they_reflect(
+    scheduler, seed, n
+) -> None:
+    import math
+    import random
+
+    from txstream.model import CheckOptions, check, parse_one
+    from txstream.windows import Query, QueryGroup, SlidingWindow, WindowEngine, get_scheduler
+
+    rng = random.Random(seed)
+    w = SlidingWindow(n, 1.0)
+    engine = WindowEngine(w, scheduler, record=True)
+    slides: dict[int, list] = {}
+
+    def buffer() -> list:
+        return [
+            (0.0, rng.randint(1, 5), rng.randint(1, 5), rng.randint(1, 40))
+            for _ in range(rng.randint(0, 4))
+        ]
+
+    first = [buffer() for _ in range(n)]
+    slides.update(enumerate(first))
+    engine.fill(first)
+    subset = frozenset(rng.sample(range(1, 6), 2))
+    groups = [
+        QueryGroup([Query(agg, rng.randint(1, n)) for agg in ("count", "sum", "min")], w),
+        QueryGroup([Query("avg", rng.randint(1, n), attr="dst", subset=subset)], w, mode="ws"),
+        QueryGroup(
+            [
+                Query("topk", rng.randint(1, n), k=2),
+                Query("percentile", rng.randint(1, n), p=rng.choice([7, 50, 90])),
+                Query("count-distinct", rng.randint(1, n)),
+            ],
+            w,
+            scope=rng.choice(["length", "window"]),
+        ),
+    ]
+    now = 0.0
+    for _ in range(120):
+        r = rng.random()
+        if r < 0.25:
+            rows = buffer()
+            slides[w.slides + len(engine.pending)] = rows
+            engine.offer_slide(rows, now, now)
+            engine.apply_slides()
+        elif r < 0.35:
+            engine.submit(rng.choice(groups), now, priority=rng.choice([0, 1]))
+        elif engine.active:
+            engine.step(engine.pick(), now)
+        now += 0.01
+    while engine.active:
+        engine.apply_slides()
+        engine.step(engine.pick(), now)
+    for res in engine.results:
+        newest = max(res.versions.values())
+        for q, got in zip(res.group.queries, res.answers, strict=True):
+            tuples = [t for j in range(newest, newest - q.length, -1) for t in slides[j]]
+            want = _brute_window_answer(q, tuples)
+            if q.aggregate == "topk":
+                assert [x for _, x in got] == sorted(want.values(), reverse=True)[: q.k]
+                assert all(want[key] == x for key, x in got)
+            elif want is None or got is None:
+                assert got == want
+            else:
+                assert math.isclose(got, want, rel_tol=1e-9), (q, got, want)
+    history = parse_one(engine.log.text())
+    options = CheckOptions(subwindows=n)
+    assert check(history, get_scheduler(scheduler).guarantees, options).holds
+    assert check(history, "cs", options).holds
+
+
+@pytest.mark.parametrize("method", ["naive", "partition", "reorder"])
+def test_loaded_views_equal_a_brute_force_join_of_the_loaded_tables(method) -> None:
+    import random
+    from collections import Counter
+
+    from txstream.loading import EmbeddedTarget, Loader
+
+    schema = _small_schema()
+    rng = random.Random(7)
+    ops = []
+    for _ in range(400):
+        if rng.random() < 0.6:
+            kind = rng.choice(["insert", "delete", "update", "increment", "upsert"])
+            values: dict = {"id": rng.randint(1, 15)}
+            if kind in ("insert", "upsert"):
+                values.update(j=rng.randint(1, 4), x=rng.choice([0.5, 2.0, 3.25]))
+            elif kind == "update":
+                values["j"] = rng.randint(1, 4)
+            elif kind == "increment":
+                values["x"] = rng.choice([1.0, -0.5])
+            ops.append({"relation": "a", "op": kind, "values": values})
+        else:
+            kind = rng.choice(["insert", "delete", "update"])
+            values = {"j": rng.randint(1, 4)}
+            if kind != "delete":
+                values["lbl"] = rng.choice("pq")
+            ops.append({"relation": "b", "op": kind, "values": values})
+    target = EmbeddedTarget(schema, statement_delay=0.0002)
+    target.setup()
+    with Loader(target, method, sessions=5, grouping=4, seed=3) as loader:
+        report = loader.load(ops)
+    assert report.operations == 400 and not report.rejected
+    state = target.state()
+    a_rows, b_rows = state.base["a"].values(), state.base["b"].values()
+    joined = [(a, b) for a in a_rows for b in b_rows if a["j"] is not None and a["j"] == b["j"]]
+    assert state.views["ab"] == Counter((a["id"], a["x"], b["lbl"]) for a, b in joined)
+    groups: dict = {}
+    for a, b in joined:
+        n, xs = groups.get((b["lbl"],), (0, []))
+        groups[(b["lbl"],)] = (n + 1, [*xs, a["x"]] if a["x"] is not None else xs)
+    want = {g: (sum(xs) if xs else None, n) for g, (n, xs) in groups.items()}
+    got = state.views["per_lbl"]
+    assert got.keys() == want.keys()
+    for g, (sx, n) in want.items():
+        assert got[g][1] == n
+        assert (got[g][0] is None) == (sx is None)
+        if sx is not None:
+            assert abs(got[g][0] - sx) < 1e-9
