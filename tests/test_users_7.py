@@ -869,3 +869,30 @@ def test_loaded_views_equal_a_brute_force_join_of_the_loaded_tables(method) -> N
         assert (got[g][0] is None) == (sx is None)
         if sx is not None:
             assert abs(got[g][0] - sx) < 1e-9
+
+
+def test_serial_lets_no_other_query_start_while_one_holds_the_window() -> None:
+    # Stepping a second query while the first held the window (serial) made
+    # the second the holder; when it committed, a slide ran in the middle of
+    # the first one's scan, and its history was no longer lws.
+    from txstream.model import CheckOptions, check, parse_one
+    from txstream.windows import Query, QueryGroup, SlidingWindow, WindowEngine, WindowError
+
+    w = SlidingWindow(3, 1.0)
+    engine = WindowEngine(w, "serial", record=True)
+    engine.fill([[(0.0, 1, 1, 1)]] * 3)
+    group = QueryGroup([Query("count", 3)], w)
+    q1 = engine.submit(group, 0.0)
+    q2 = engine.submit(group, 0.0)
+    engine.step(q1, 0.0)
+    with pytest.raises(WindowError, match="holds the window"):
+        engine.step(q2, 0.0)
+    engine.offer_slide([(1.0, 2, 2, 1)], 1.0, 1.0)
+    assert engine.apply_slides() == (0.0, [])  # waits for q1
+    while engine.active:
+        engine.step(engine.pick(), 1.0)
+        engine.apply_slides()
+    assert engine.log is not None
+    history = parse_one(engine.log.text())
+    assert check(history, "lws", CheckOptions(subwindows=3)).holds
+    assert [r.answers for r in engine.results] == [[3], [3]]

@@ -401,6 +401,12 @@ class WindowEngine:
                 f"{what} is not running in this engine (committed already, or submitted to "
                 "another one); step engine.pick() or a handle submit() returned"
             )
+        holder = self.holder
+        if holder is not None and holder is not txn and self.scheduler.locks_window:
+            raise WindowError(
+                f"query {holder.tid} holds the window ({self.scheduler.name}): step it (or "
+                f"engine.pick()) until it commits before {txn.tid}"
+            )
         if txn.started is None:
             self._begin(txn, now)
         work = txn.debt
