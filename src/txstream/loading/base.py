@@ -107,6 +107,10 @@ class Target(ABC):
     name: ClassVar[str]
 
     def __init__(self, schema: Schema) -> None:
+        from txstream.errors import TxStreamError
+
+        if not isinstance(schema, Schema):
+            raise TxStreamError(f"a target needs a Schema of relations and views, not {schema!r}")
         self.schema = schema
 
     @abstractmethod

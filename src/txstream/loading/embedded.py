@@ -26,6 +26,7 @@ transaction is rolled back with its undo log and the loader re-runs it.
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
 from collections.abc import Hashable
@@ -40,7 +41,7 @@ from txstream.loading.base import (
     Target,
     TargetSession,
 )
-from txstream.loading.ops import Key, Modification
+from txstream.loading.ops import Key, Modification, bulk_rows
 from txstream.loading.oracle import base_from_rows, join_rows
 from txstream.loading.schema import ResolvedView, Schema
 from txstream.storage import Table
@@ -103,6 +104,14 @@ class EmbeddedTarget(Target):
         lock_timeout: float | None = None,
     ) -> None:
         super().__init__(schema)
+        if (
+            isinstance(statement_delay, bool)
+            or not isinstance(statement_delay, int | float)
+            or not 0 <= statement_delay < math.inf
+        ):
+            raise TxStreamError(
+                f"statement_delay must be a finite number of seconds >= 0, not {statement_delay!r}"
+            )
         self.path = path
         self.statement_delay = statement_delay
         self.lock_timeout = lock_timeout
@@ -155,7 +164,7 @@ class EmbeddedTarget(Target):
     def bulk_load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         """Load committed rows directly and compute every view from them."""
         self._manager()
-        base = base_from_rows(self.schema, rows)
+        base = base_from_rows(self.schema, bulk_rows(self.schema, rows))
         for rel, rel_rows in base.items():
             if not rel_rows:
                 continue

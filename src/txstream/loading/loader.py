@@ -20,6 +20,7 @@ it commits.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Iterable
@@ -107,8 +108,26 @@ class Loader:
             )
         if isinstance(grouping, bool) or not isinstance(grouping, int) or grouping < 1:
             raise TxStreamError(f"the grouping factor n must be an integer >= 1, not {grouping!r}")
-        if max_attempts < 1:
-            raise TxStreamError("max_attempts must be >= 1")
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            raise TxStreamError(f"max_attempts must be an integer >= 1, not {max_attempts!r}")
+        if not isinstance(target, Target):
+            raise TxStreamError(
+                f"a loader loads into a Target (EmbeddedTarget, PostgresTarget), not {target!r}"
+            )
+        if (
+            isinstance(starvation_ts, bool)
+            or not isinstance(starvation_ts, int | float)
+            or not 0 < starvation_ts < math.inf
+        ):
+            raise TxStreamError(
+                "the starvation threshold TS must be a positive, finite number of seconds, not "
+                f"{starvation_ts!r}"
+            )
+        if not isinstance(method, str | LoadingMethod):
+            raise TxStreamError(
+                f"method is a loading method's name (naive, partition, reorder) or a "
+                f"LoadingMethod, not {method!r}"
+            )
         self.target = target
         self.schema = target.schema
         self._method_spec = method
@@ -162,6 +181,11 @@ class Loader:
         again (after a crash) applies every operation exactly once, provided the
         batch has the same operations in the same order.
         """
+        if isinstance(operations, str | bytes) or not isinstance(operations, Iterable):
+            raise TxStreamError(
+                "load takes an iterable of operations (Modification objects, dicts or JSON "
+                f"texts, one per item), not {type(operations).__name__}"
+            )
         report = LoadReport(self.method_name, self.target.name, self.k, self.n, self.preaggregate)
         while len(self._sessions) < self.k:
             self._sessions.append(self.target.connect(len(self._sessions), self.k))

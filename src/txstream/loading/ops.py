@@ -20,9 +20,10 @@ input (dicts, JSON) into checked operations and raises
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,35 +60,60 @@ class Modification:
         return {"relation": self.relation, "op": self.kind, "values": values}
 
 
+INT_LIMIT = 1 << 63
+"""An ``int`` column holds 64-bit integers (``bigint`` in PostgreSQL) on every target."""
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` cut to 40 characters (an int too long to print is named by size)."""
+    try:
+        text = repr(value)
+    except ValueError:  # int() text conversion limit
+        return f"an integer of about {int(value.bit_length() * 0.30103)} digits"
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
 def _coerce(rel: Relation, col: str, value: Any) -> Any:
     if value is None:
         return None
     typ = rel.columns[col]
     if isinstance(value, bool):
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a {typ}")
+        raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not a {typ}")
     if typ == "int":
+        number: Any = None
         if isinstance(value, float) and value.is_integer():
-            return int(value)
-        if isinstance(value, str):
-            try:
-                return int(value)
-            except ValueError:
-                pass
-        if isinstance(value, int):
-            return value
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not an int")
+            number = int(value)
+        elif isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                number = int(value)
+        elif isinstance(value, int):
+            number = value
+        if number is None:
+            raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not an int")
+        if not -INT_LIMIT <= number < INT_LIMIT:
+            raise InvalidOperation(
+                f"{rel.name}.{col}: {_shown(value)} does not fit in a 64-bit int column"
+            )
+        return number
     if typ == "float":
         if isinstance(value, str):
             try:
                 value = float(value)
             except ValueError:
-                raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a float") from None
-        if isinstance(value, int | float) and math.isfinite(value):
-            return float(value)
-        raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not a finite float")
+                raise InvalidOperation(
+                    f"{rel.name}.{col}: {_shown(value)} is not a float"
+                ) from None
+        if isinstance(value, int | float):
+            try:
+                number = float(value)  # an int beyond float range raises OverflowError
+            except OverflowError:
+                number = math.inf
+            if math.isfinite(number):
+                return number
+        raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not a finite float")
     if isinstance(value, str):
         return value
-    raise InvalidOperation(f"{rel.name}.{col}: {value!r} is not text")
+    raise InvalidOperation(f"{rel.name}.{col}: {_shown(value)} is not text")
 
 
 def make(schema: Schema, relation: str, kind: str, values: Mapping[str, Any]) -> Modification:
@@ -173,6 +199,38 @@ def validate(schema: Schema, raw: Any) -> Modification:
     if not isinstance(values, Mapping):
         raise InvalidOperation(f"{relation} {kind}: 'values' must be an object")
     return make(schema, relation, kind, values)
+
+
+def bulk_rows(schema: Schema, rows: Any) -> dict[str, list[dict[str, Any]]]:
+    """Initial rows (relation -> list of row dicts) checked and coerced as inserts are.
+
+    For :meth:`Target.bulk_load`: an unknown relation or column, a missing key,
+    a value of the wrong type or a key given twice raises
+    :class:`InvalidOperation` before anything is loaded.  Missing non-key
+    columns are NULL.
+    """
+    if not isinstance(rows, Mapping):
+        raise InvalidOperation(
+            f"initial rows map each relation's name to a list of rows, not {type(rows).__name__}"
+        )
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name, rel_rows in rows.items():
+        rel = schema.relation(name)
+        if isinstance(rel_rows, Mapping | str) or not isinstance(rel_rows, Iterable):
+            raise InvalidOperation(f"{name}: the initial rows are a list of rows (dicts)")
+        checked: dict[Key, dict[str, Any]] = {}
+        for k, row in enumerate(rel_rows):
+            if not isinstance(row, Mapping):
+                raise InvalidOperation(f"{name} row {k}: a row is a dict, not {_shown(row)}")
+            try:
+                op = make(schema, name, "insert", row)
+            except InvalidOperation as exc:
+                raise InvalidOperation(f"{name} row {k}: {exc}") from None
+            if op.key in checked:
+                raise InvalidOperation(f"{name} row {k}: key {op.key!r} is given twice")
+            checked[op.key] = {**dict(zip(rel.key, op.key, strict=True)), **dict(op.values)}
+        out[name] = list(checked.values())
+    return out
 
 
 def partition_values(schema: Schema, op: Modification) -> Key:

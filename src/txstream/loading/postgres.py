@@ -41,7 +41,7 @@ from typing import Any, ClassVar
 
 from txstream.errors import TransientError, TxStreamError
 from txstream.loading.base import DeadlockAbort, LoadTransaction, State, Target, TargetSession
-from txstream.loading.ops import Modification
+from txstream.loading.ops import Modification, bulk_rows
 from txstream.loading.pgserver import PostgresServer
 from txstream.loading.schema import Relation, ResolvedView, Schema
 
@@ -237,6 +237,16 @@ class PostgresTarget(Target):
         parts = " || '|' || ".join(f"coalesce(({e})::text, '')" for e in exprs)
         return f"hashtext('{view}:{rel}:{','.join(cols)}:' || {parts})"
 
+    def _far(self, view: ResolvedView, rel: str) -> list[str]:
+        """The relations of ``view`` that ``rel`` reaches only through a third one."""
+        near = {other for other, _ in self._edges(view, rel)}
+        return [r for r in view.relations if r != rel and r not in near]
+
+    @staticmethod
+    def _relation_gate(view: str, rel: str) -> str:
+        """The lock on every change of ``rel`` that a reader two joins away must wait for."""
+        return f"hashtext('{view}:{rel}:*')"
+
     def _reader_locks(self, view: ResolvedView, rel: str, var: str) -> str:
         if not self.value_locks:
             return ""
@@ -249,12 +259,23 @@ class PostgresTarget(Target):
                 f"PERFORM pg_advisory_xact_lock_shared({gate}, s) "
                 "FROM generate_series(0, nslots) s;"
             )
+        # A relation reached through a third one: the values to wait for are only
+        # known after that join, so the whole relation's writers are waited for.
+        for other in self._far(view, rel):
+            out.append(
+                f"PERFORM pg_advisory_xact_lock_shared({self._relation_gate(view.name, other)}, s)"
+                " FROM generate_series(0, nslots) s;"
+            )
         return "\n    ".join(out)
 
     def _writer_locks(self, view: ResolvedView, rel: str) -> str:
         if not self.value_locks:
             return ""
         out = []
+        if self._far(view, rel):  # some relation of the view reaches rel through a third
+            out.append(
+                f"PERFORM pg_advisory_xact_lock({self._relation_gate(view.name, rel)}, slot);"
+            )
         seen = set()
         for _other, pairs in self._edges(view, rel):
             cols = sorted({m for m, _ in pairs})
@@ -362,6 +383,7 @@ class PostgresTarget(Target):
 
     def bulk_load(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         """COPY the rows in with triggers off, then compute every view with one query each."""
+        rows = bulk_rows(self.schema, rows)
         with self._connect() as conn:
             conn.execute("SET session_replication_role = replica")
             for name, rel_rows in rows.items():

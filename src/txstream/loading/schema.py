@@ -17,7 +17,7 @@ relations at the same time.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,11 +32,26 @@ class SchemaError(TxStreamError):
 
 
 def _ident(kind: str, name: str) -> str:
+    if not isinstance(name, str):
+        raise SchemaError(f"{kind} name {name!r} must be a string")
     if not name or not name.replace("_", "a").isalnum() or not name[0].isalpha():
         raise SchemaError(f"{kind} name {name!r} must be letters, digits and _ (a letter first)")
     if name.startswith("txstream_") or "__" in name:
         raise SchemaError(f"{kind} name {name!r} is reserved (no 'txstream_' prefix or '__')")
     return name.lower()
+
+
+def _names(what: str, value: Any) -> tuple[str, ...]:
+    """Column names as a tuple; a bare string is one name."""
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, Iterable):
+        raise SchemaError(f"{what} lists column names, not {value!r}")
+    names = tuple(value)
+    for name in names:
+        if not isinstance(name, str):
+            raise SchemaError(f"{what} lists column names, not {name!r}")
+    return names
 
 
 @dataclass(frozen=True)
@@ -53,6 +68,15 @@ class Relation:
         _ident("relation", self.name)
         if not self.columns:
             raise SchemaError(f"relation {self.name}: no columns")
+        if not isinstance(self.columns, Mapping):
+            raise SchemaError(
+                f"relation {self.name}: columns maps each column name to its type "
+                f"(int, float or text), not {self.columns!r}"
+            )
+        for what in ("key", "partition", "aggregates"):
+            object.__setattr__(
+                self, what, _names(f"relation {self.name}: {what}", getattr(self, what))
+            )
         for col, typ in self.columns.items():
             _ident(f"relation {self.name}: column", col)
             if typ not in COLUMN_TYPES:
@@ -197,7 +221,17 @@ class Schema:
 
     def __init__(self, relations: Iterable[Relation], views: Iterable[JoinView] = ()) -> None:
         self.relations = {}
+        if isinstance(relations, Relation | str) or not isinstance(relations, Iterable):
+            raise SchemaError(f"a schema takes a list of Relation objects, not {relations!r}")
+        if isinstance(views, JoinView | str) or not isinstance(views, Iterable):
+            raise SchemaError(f"a schema takes a list of JoinView objects, not {views!r}")
+        views = list(views)
+        for item in views:
+            if not isinstance(item, JoinView):
+                raise SchemaError(f"a schema's views are JoinView objects, not {item!r}")
         for rel in relations:
+            if not isinstance(rel, Relation):
+                raise SchemaError(f"a schema's relations are Relation objects, not {rel!r}")
             if rel.name in self.relations:
                 raise SchemaError(f"relation {rel.name} is defined twice")
             self.relations[rel.name] = rel
@@ -231,6 +265,8 @@ class Schema:
     # -- checking views ------------------------------------------------------------
 
     def _column(self, view: JoinView, ref: str) -> Column:
+        if not isinstance(ref, str):
+            raise SchemaError(f"view {view.name}: a column is written relation.column, not {ref!r}")
         text = ref.strip()
         name = None
         lowered = text.lower()
@@ -254,6 +290,11 @@ class Schema:
 
     def _resolve(self, view: JoinView) -> ResolvedView:
         _ident("view", view.name)
+        if isinstance(view.relations, str) or not isinstance(view.relations, Iterable):
+            raise SchemaError(
+                f"view {view.name}: relations lists the joined relations' names, not "
+                f"{view.relations!r}"
+            )
         rels = tuple(view.relations)
         if len(rels) < 2:
             raise SchemaError(f"view {view.name}: a join view needs at least two relations")
@@ -268,12 +309,20 @@ class Schema:
                     f"relations: {', '.join(self.relations)}"
                 )
         conds = []
+        if isinstance(view.on, str) or not isinstance(view.on, Iterable):
+            raise SchemaError(f"view {view.name}: on lists pairs of columns, not {view.on!r}")
         for pair in view.on:
-            if len(pair) != 2:
+            if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
                 raise SchemaError(f"view {view.name}: a join condition pairs two columns")
             a, b = (self._column(view, p) for p in pair)
             if a.relation == b.relation:
                 raise SchemaError(f"view {view.name}: condition {pair} joins a relation to itself")
+            types = {self.relations[c.relation].columns[c.column] == "text" for c in (a, b)}
+            if len(types) != 1:
+                raise SchemaError(
+                    f"view {view.name}: condition {pair} compares a text column with a number "
+                    "(they are never equal; PostgreSQL refuses the comparison)"
+                )
             conds.append(Condition(a.relation, a.column, b.relation, b.column))
         # Connectivity: every relation reachable from the first through conditions.
         reached = {rels[0]}
@@ -293,9 +342,16 @@ class Schema:
         if view.aggregates:
             if view.select:
                 raise SchemaError(f"view {view.name}: an aggregate view lists group_by, not select")
-            columns = tuple(self._column(view, g) for g in view.group_by)
+            columns = tuple(
+                self._column(view, g) for g in _names(f"view {view.name}: group_by", view.group_by)
+            )
             aggs = []
             for agg in view.aggregates:
+                if not isinstance(agg, Aggregate) or not isinstance(agg.func, str):
+                    raise SchemaError(
+                        f"view {view.name}: aggregates are Aggregate(func, column, name), not "
+                        f"{agg!r}"
+                    )
                 func = agg.func.lower()
                 if func not in AGGREGATE_FUNCTIONS:
                     raise SchemaError(
@@ -318,7 +374,9 @@ class Schema:
                 raise SchemaError(f"view {view.name}: group_by needs aggregates")
             if not view.select:
                 raise SchemaError(f"view {view.name}: select lists no columns")
-            columns = tuple(self._column(view, s) for s in view.select)
+            columns = tuple(
+                self._column(view, c) for c in _names(f"view {view.name}: select", view.select)
+            )
             resolved = ResolvedView(view.name, rels, tuple(conds), columns, ())
         names = resolved.output_names
         if len(set(names)) != len(names):

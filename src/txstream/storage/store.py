@@ -35,7 +35,10 @@ the older one plus both logs, if those hold every commit in between; otherwise
 recovery stops with :class:`CheckpointCorruptError` and loads nothing.
 
 Durable rows, keys and events must be JSON values; keys that were tuples come
-back as tuples, other tuples come back as lists.
+back as tuples, other tuples come back as lists.  A value JSON would change
+(a mapping key that is not a string: ``{3: "x"}`` would come back as
+``{"3": "x"}``) or nest deeper than :data:`MAX_NESTING` is refused at commit
+with :class:`StorageError`, instead of coming back different after a restart.
 """
 
 from __future__ import annotations
@@ -86,6 +89,15 @@ _CHECKPOINT_HEAD: Final = re.compile(
 # Recovery allows this many holes plus 8 per event it places.
 HOLE_ALLOWANCE: Final = 1 << 20
 
+MAX_NESTING: Final = 200
+"""Deepest nesting of lists, tuples and mappings in a durable row, key, event or offset.
+
+JSON encoders and decoders recurse once per level: a commit of a value near
+the interpreter's recursion limit could be logged and checkpointed, and then
+not be read back at recovery.  Far below that limit, it leaves room for the
+levels the log record and the checkpoint add around a value.
+"""
+
 log = logging.getLogger("txstream.storage")
 
 RowChange = tuple[Table, Hashable, Any]
@@ -134,6 +146,75 @@ def _key(value: Any) -> Hashable:
     return result
 
 
+_SCALARS: Final = frozenset({str, int, float, bool, type(None)})
+
+
+def check_loggable(value: Any, what: str) -> None:
+    """Raise :class:`StorageError` unless ``value`` reads back from JSON as it is.
+
+    Mapping keys must be strings (JSON turns 3, 1.5, True and None into
+    "3", "1.5", "true" and "null") and the nesting is at most
+    :data:`MAX_NESTING` levels.  Tuples are allowed (they come back as lists;
+    table keys as tuples).  Types JSON cannot encode at all are left to the
+    encoder, which names them.  One pass, level by level.
+    """
+    if type(value) in _SCALARS:
+        return
+    scalars = _SCALARS
+    level = [value]
+    depth = 0
+    while level:
+        below: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                for key in item:
+                    if type(key) is not str and not isinstance(key, str):
+                        _bad_key(key, what)
+                children: Any = item.values()
+            elif isinstance(item, list | tuple):
+                children = item
+            else:
+                continue
+            if depth >= MAX_NESTING:
+                raise StorageError(
+                    f"cannot log {what}: it is nested more than {MAX_NESTING} levels deep"
+                )
+            for child in children:
+                if type(child) not in scalars:
+                    below.append(child)
+        level = below
+        depth += 1
+
+
+def _bad_key(key: Any, what: str) -> None:
+    back = (
+        f"JSON would bring it back as {json.dumps(key)!r}"
+        if type(key) in _SCALARS
+        else "JSON cannot write it"
+    )
+    raise StorageError(
+        f"cannot log {what}: mapping key {key!r} ({type(key).__name__}) is not a string; "
+        f"{back} (use string keys)"
+    )
+
+
+def _directory(path: Any) -> Path | None:
+    """The store directory named by ``path`` (``None``: in memory); one line if it names none."""
+    if path is None:
+        return None
+    if not isinstance(path, str | os.PathLike) or isinstance(path, bytes):
+        raise StorageError(
+            f"a store path is a folder name (str or path), not {type(path).__name__} {path!r}"
+        )
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.strip():
+        # Path("") is the current folder: a durable store would appear there unasked.
+        raise StorageError(
+            f"an empty store path {text!r}; name a folder, or give path=None for a store in memory"
+        )
+    return Path(text)
+
+
 def _unlock(fd: int) -> None:
     """Release the directory lock and close its descriptor.
 
@@ -165,8 +246,9 @@ class Store:
         self.streams: dict[str, Stream] = {}
         self.offsets: dict[str, Any] = {}
         self.last_ts = 0
-        self.path = Path(path) if path is not None else None
+        self.path = _directory(path)
         self.wal: WriteAheadLog | None = None
+        self.closed = False  # a durable store after close(): changes are refused
         self.recovery: RecoveryReport | None = None
         self._catalog = threading.Lock()
         self._lock_fd = -1
@@ -289,7 +371,19 @@ class Store:
             if offsets:
                 self.offsets.update(offsets)
             return 0
+        if self.closed:
+            if not (rows or events or offsets):
+                return 0  # a reader: nothing to make durable
+            raise self._closed_error("commit")
         payload: dict[str, Any] = {"ts": ts}
+        for table, key, value in rows:
+            check_loggable(key, f"a key of table {table.name}")
+            if value is not ABSENT:
+                check_loggable(value, f"row {key!r} of table {table.name}")
+        for stream, _, event in events:
+            check_loggable(event, f"an event of stream {stream.name}")
+        if offsets:
+            check_loggable(offsets, "the source offsets")
         if rows:
             payload["rows"] = [[t.name, k] if v is ABSENT else [t.name, k, v] for t, k, v in rows]
         if events:
@@ -298,7 +392,7 @@ class Store:
             payload["offsets"] = offsets
         try:
             lsn = wal.append(payload)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise StorageError(f"cannot log the transaction's data as JSON: {exc}") from None
         if offsets:
             self.offsets.update(offsets)
@@ -322,6 +416,8 @@ class Store:
         """
         if self.wal is None or self.path is None:
             raise StorageError("an in-memory store has no log to checkpoint")
+        if self.closed:
+            raise self._closed_error("checkpoint")
         if self.wal.failed is not None:
             raise StoreFailedError(
                 f"cannot checkpoint: {self.wal.failed}; close the store and open it again"
@@ -382,13 +478,26 @@ class Store:
         return len(data)
 
     def close(self) -> None:
-        """Close the log and give up ownership (the store stays readable in memory)."""
+        """Close the log and give up ownership.
+
+        The store stays readable in memory, but a durable store refuses every
+        later change (commits that write, offsets, new tables and streams,
+        checkpoints) with :class:`StorageError`: they could not be made durable,
+        and another process may own the directory by then.  Closing twice is
+        harmless.
+        """
         try:
             if self.wal is not None:
-                wal, self.wal = self.wal, None
-                wal.close()
+                self.closed = True
+                self.wal.close()
         finally:
             self._release_ownership()
+
+    def _closed_error(self, what: str) -> StorageError:
+        return StorageError(
+            f"cannot {what}: store {self.path} is closed; open it again (a new Store or "
+            "TransactionManager on the folder) to change it"
+        )
 
     @property
     def failed(self) -> str | None:
@@ -441,6 +550,8 @@ class Store:
 
     def _define(self, record: dict[str, Any]) -> None:
         if self.wal is not None:
+            if self.closed:
+                raise self._closed_error(f"define {record['def']} {record['name']}")
             self.wal.sync(self.wal.append(record))
 
     def _open(self, path: Path, sync: str, group_delay: float, on_damage: str) -> None:

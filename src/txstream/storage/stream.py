@@ -36,6 +36,11 @@ GRANULARITIES: Final = ("stream", "event", "range")
 OrderBy = str | int | Callable[[Any], Any] | None
 
 
+def _is_id(value: object) -> bool:
+    """Whether ``value`` can be an event id (an int, not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class _Gone:
     """Marks the slot of an event whose append was undone."""
 
@@ -139,8 +144,21 @@ class Stream:
         if not self.require_order:
             return
         value = self.order_value(event)
+        if value is None or value != value:  # NaN compares false to everything
+            # NaN would pass every check and then let any later event pass too.
+            raise OrderError(
+                f"stream {self.name} requires order by {self.order_by!r}: event {event!r} has "
+                f"no comparable ordering value ({value!r})"
+            )
         last = after if after is not None else self.last_order_value()
-        if last is not None and value < last:
+        try:
+            late = last is not None and value < last
+        except TypeError:
+            raise OrderError(
+                f"stream {self.name} requires order by {self.order_by!r}: event {event!r} "
+                f"({value!r}) cannot be compared with the last one ({last!r})"
+            ) from None
+        if late:
             raise OrderError(
                 f"stream {self.name} requires order by {self.order_by!r}: event {event!r} "
                 f"({value!r}) arrived after {last!r}"
@@ -190,6 +208,10 @@ class Stream:
         """Clamp a requested id range to the stream's current (untrimmed) slots."""
         base = self._base
         n = base + len(self._events)
+        if not _is_id(start) or (end is not None and not _is_id(end)):
+            raise StorageError(
+                f"stream {self.name}: a range of event ids is two integers, not {start!r}, {end!r}"
+            )
         if start < 0:
             raise StorageError(f"stream {self.name}: negative start {start}")
         stop = n if end is None else min(end, n)

@@ -71,7 +71,13 @@ class Table:
         Kept per key once made: readers that name the items they read (locks,
         read sets) get the same string object each time, its hash computed once.
         """
-        name = self._items.get(key)
+        try:
+            name = self._items.get(key)
+        except TypeError:
+            raise StorageError(
+                f"table {self.name}: a key must be hashable (a number, string or tuple of "
+                f"them), not {type(key).__name__} {key!r}"
+            ) from None
         if name is None:
             name = f"{self.name}.{key}" if key.__class__ is int else item_name(self.name, key)
             self._items[key] = name

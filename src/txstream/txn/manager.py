@@ -437,6 +437,10 @@ class Transaction:
         """Commit ``offset`` for stream source ``source`` atomically with this transaction."""
         if self.state != ACTIVE:
             raise self._inactive("commit an offset")
+        if not isinstance(source, str):
+            raise TransactionError(
+                f"a source offset is named by a string, not {type(source).__name__} {source!r}"
+            )
         if self.offsets is _NO_DICT:
             self.offsets = {}
         self.offsets[source] = offset
@@ -581,6 +585,13 @@ class TransactionManager:
         self.locks = LockManager(timeout=lock_timeout, ordered=ordered)
         self.recorder: HistoryRecorder | None = None
         if record is not False and record is not None:
+            if record is not True and (
+                not isinstance(record, str | os.PathLike) or not os.fspath(record)
+            ):
+                raise TxStreamError(
+                    "record must be True, False or the history file (or folder) to write, "
+                    f"not {record!r}"
+                )
             self.recorder = HistoryRecorder(
                 None if record is True else record, limit=record_limit, stream=arrival_stream
             )
@@ -673,6 +684,7 @@ class TransactionManager:
         """
         tid = next(self._ids)
         if retry_of is not None:
+            self._own(retry_of, "retry")
             if retry_of.state != ABORTED:
                 raise TransactionError(
                     f"transaction {retry_of.hid} is {retry_of.status}; only an aborted one "
@@ -691,22 +703,32 @@ class TransactionManager:
 
     def read(self, txn: Transaction, table: TableRef, key: Hashable, default: Any = None) -> Any:
         """Read the row ``key`` of ``table`` in ``txn``."""
-        return txn.read(table, key, default)
+        return self._own(txn, "read in").read(table, key, default)
 
     def write(self, txn: Transaction, table: TableRef, key: Hashable, row: Any) -> None:
         """Write (insert or replace) the row ``key`` of ``table`` in ``txn``."""
-        txn.put(table, key, row)
+        self._own(txn, "write in").put(table, key, row)
 
     def commit(self, txn: Transaction) -> None:
         """Commit ``txn``."""
-        txn.commit()
+        self._own(txn, "commit").commit()
 
     def abort(self, txn: Transaction) -> None:
         """Abort ``txn``, undoing its changes."""
-        txn.abort()
+        self._own(txn, "abort").abort()
+
+    def _own(self, txn: Any, what: str) -> Transaction:
+        """``txn`` if it is a transaction of this manager; :class:`TransactionError` if not."""
+        if not isinstance(txn, Transaction) or txn.manager is not self:
+            where = "another manager's transaction" if isinstance(txn, Transaction) else repr(txn)
+            raise TransactionError(
+                f"cannot {what} {where}: give a transaction this manager's begin() returned"
+            )
+        return txn
 
     def give_up(self, txn: Transaction) -> None:
         """Declare that aborted ``txn`` will not be retried (frees its place in the order)."""
+        self._own(txn, "give up")
         if txn.state != ABORTED:
             raise TransactionError(f"transaction {txn.hid} is {txn.status}, not aborted")
         if self.ordered:
@@ -722,7 +744,15 @@ class TransactionManager:
         retries: int = 100,
         on_retry: Callable[[TransientError], None] | None = None,
     ) -> T:
-        """Run ``work(txn)`` in a transaction and commit; retry on transient failures."""
+        """Run ``work(txn)`` in a transaction and commit; retry on transient failures.
+
+        ``retries`` (an integer >= 0) is how many times a failed attempt is run
+        again; the last failure is raised.
+        """
+        if not callable(work):
+            raise TxStreamError(f"run needs a function of the transaction, not {work!r}")
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise TxStreamError(f"retries must be an integer >= 0, not {retries!r}")
         previous: Transaction | None = None
         for attempt in range(retries + 1):
             txn = self.begin(read_only=read_only, retry_of=previous)
@@ -763,6 +793,11 @@ class TransactionManager:
         thread, never waits for the successor).  The successor must re-read
         those.  If the commit fails the successor is aborted and the error raised.
         """
+        self._own(txn, "commit and continue")
+        if isinstance(keep, str) or not isinstance(keep, Iterable):
+            raise TransactionError(
+                f"keep lists the items to keep (e.g. [table.item(key)]), not {keep!r}"
+            )
         if not txn.read_only:
             raise TransactionError(
                 f"transaction {txn.hid} is not read-only: only a reader hands its reads on"

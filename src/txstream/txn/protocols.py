@@ -244,10 +244,10 @@ PROTOCOLS: dict[str, type[Protocol]] = {
 
 def get_protocol(name: str) -> type[Protocol]:
     """The protocol class called ``name``; :class:`UnknownNameError` otherwise."""
-    try:
-        return PROTOCOLS[name]
-    except KeyError:
-        raise UnknownNameError("protocol", str(name), list(PROTOCOLS)) from None
+    cls = PROTOCOLS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise UnknownNameError("protocol", str(name), list(PROTOCOLS))
+    return cls
 
 
 def protocols() -> dict[str, str]:

@@ -27,6 +27,7 @@ from txstream.cli_types import (
 from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
+from txstream.windows.sim import WindowParams
 
 MAX_SIMULATED_S = 3_600
 """Longest run the command accepts: memory and time grow with the simulated seconds."""
@@ -34,6 +35,15 @@ MAX_WORK = 100_000
 """Largest n x simulated seconds (a couple of minutes of work)."""
 MAX_SNAPSHOTS = 5_000
 """Most snapshot queries in one run (1,000 take about 1 s, 20,000 take 50 s)."""
+MAX_WINDOW_PACKETS = 2_000_000
+"""Largest window, n * t * 1,000 packets: the whole window is built at the start
+(about 450 bytes a packet: 2 million take some 900 MB)."""
+MAX_SLIDES = 100_000
+"""Most slides in one run (simulated seconds / t; 100,000 take about 10 s)."""
+MAX_READ_WORK = 500_000_000
+"""Largest bound on reads x n: every read picks among a query's n sub-windows, and
+the simulated clock bounds the reads (at this bound a run takes some 20 s; n=100,
+t=0.001 over 100 s, twice the bound, took 75 s)."""
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -118,7 +128,7 @@ def parse_query(text: str) -> Query:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from txstream.windows.sim import WindowParams, run
+    from txstream.windows.sim import run
 
     simulated = args.duration if args.duration is not None else args.n * args.t
     if simulated > MAX_SIMULATED_S:
@@ -133,6 +143,7 @@ def _run(args: argparse.Namespace) -> int:
             f"n={args.n} sub-windows over {simulated:g} simulated seconds would take hours; "
             f"keep n times the run's simulated seconds at most {MAX_WORK:,}"
         )
+    _check_size(args.n, args.t, simulated, args.snapshot_interval > 0)
     if args.snapshot_interval > 0 and simulated / args.snapshot_interval > MAX_SNAPSHOTS:
         raise WindowError(
             f"--snapshot-interval {args.snapshot_interval:g} makes "
@@ -167,6 +178,39 @@ def _run(args: argparse.Namespace) -> int:
         out["history"] = str(args.record)
     print(json.dumps(json_safe(out), default=str, allow_nan=False))
     return 0
+
+
+def _check_size(n: int, t: float, simulated: float, snapshots: bool) -> None:
+    """Refuse, before any work, a run whose window, slides or reads would not fit.
+
+    The simulated clock charges every read at least the tuples of a sub-window
+    (about half of ``t * rate`` at the slowest rate) or, for a snapshot query,
+    its address subset; so the reads are at most the simulated seconds over
+    that cost, and each read looks at up to ``n`` sub-windows.
+    """
+    params = WindowParams()
+    packets = n * t * params.rate
+    if packets > MAX_WINDOW_PACKETS:
+        raise WindowError(
+            f"a window of n={n} sub-windows of t={t:g} s holds about {packets:,.0f} packets "
+            f"(1,000 a second), more than {MAX_WINDOW_PACKETS:,} fit in memory; a smaller n or t"
+        )
+    slides = simulated / t
+    if slides > MAX_SLIDES:
+        raise WindowError(
+            f"{simulated:g} simulated seconds with t={t:g} s make {slides:,.0f} slides; at most "
+            f"{MAX_SLIDES:,} per run (a larger t or a shorter --duration)"
+        )
+    per_read = max(1.0, 0.5 * t * params.rate)
+    if snapshots:
+        per_read = min(per_read, float(params.snapshot_subset))
+    reads = simulated / (params.costs.per_unit * per_read)
+    if reads * n > MAX_READ_WORK:
+        raise WindowError(
+            f"n={n} sub-windows of t={t:g} s over {simulated:g} simulated seconds allow up to "
+            f"{reads:,.0f} reads over {n} sub-windows each, minutes of work or more; at most "
+            f"{MAX_READ_WORK:,} (fewer sub-windows, a larger t or a shorter --duration)"
+        )
 
 
 def _schedulers(args: argparse.Namespace) -> int:

@@ -22,12 +22,14 @@ judges.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.windows.base import Row, Scheduler, WindowError
 from txstream.windows.queries import Partial, QueryGroup
+from txstream.windows.schedulers import get_scheduler
 from txstream.windows.window import SlidingWindow, SubWindow
 
 
@@ -42,11 +44,15 @@ class Costs:
 
 @dataclass
 class QueryTxn:
-    """One attempt of a read-only transaction ``T_Qk`` (a restart is a new attempt).
+    """A query execution: the read-only transaction ``T_Qk`` and its restarts.
 
     ``read`` holds the bit array ``B`` of the paper as its key set: sub-window
     index -> (version read, partial result).  ``start_versions`` is the window
-    state a ``ws`` query reads (None for the others).
+    state a ``ws`` query reads (None for the others).  An abort restarts the
+    same object as a new attempt: ``tid`` becomes the new attempt's id (the
+    history's transaction name), ``attempt`` counts the restarts and the read
+    state starts empty, so the handle :meth:`WindowEngine.submit` returned
+    stays the one to step.
     """
 
     tid: str
@@ -163,11 +169,19 @@ class WindowEngine:
     def __init__(
         self,
         window: SlidingWindow,
-        scheduler: Scheduler,
+        scheduler: Scheduler | str,
         *,
         costs: Costs | None = None,
         record: bool = False,
     ) -> None:
+        if not isinstance(window, SlidingWindow):
+            raise WindowError(f"an engine runs on a SlidingWindow, not {window!r}")
+        if isinstance(scheduler, str):
+            scheduler = get_scheduler(scheduler)
+        if not isinstance(scheduler, Scheduler):
+            raise WindowError(
+                f"scheduler is a Scheduler (get_scheduler('ttu')) or its name, not {scheduler!r}"
+            )
         self.window = window
         self.scheduler = scheduler
         self.costs = costs or Costs()
@@ -190,16 +204,35 @@ class WindowEngine:
         if self.window.slides:
             raise WindowError("the window is already filled")
         n = self.window.n
+        _check_time("t", t, positive=True)
+        try:
+            buffers = list(buffers)
+        except TypeError:
+            raise WindowError(
+                f"fill takes {n} buffers (lists of tuples), not {buffers!r}"
+            ) from None
         if len(buffers) != n:
             raise WindowError(f"filling needs {n} buffers, got {len(buffers)}")
-        for j, rows in enumerate(buffers):
+        # every buffer is checked (built) before the first is installed
+        built = [self.window.build(j, j, rows) for j, rows in enumerate(buffers)]
+        for j, sub in enumerate(built):
             full = -(n - 1 - j) * t
-            self.window.slide(rows, start=full - t, full=full)
+            self.window.slide(sub, start=full - t, full=full)
             self._full_time[j] = full
 
     def offer_slide(self, rows: Iterable[Row], start: float, full: float) -> None:
-        """A buffer is full: queue its slide (applied by :meth:`apply_slides`)."""
-        self.pending.append((list(rows), start, full))
+        """A buffer is full: queue its slide (applied by :meth:`apply_slides`).
+
+        A buffer whose tuples do not fit the window is refused by
+        :meth:`apply_slides` (:class:`WindowError`) and dropped from the queue.
+        """
+        _check_time("start", start)
+        _check_time("full", full)
+        try:
+            buffer = list(rows)
+        except TypeError:
+            raise WindowError(f"a buffer is a list of tuples, not {rows!r}") from None
+        self.pending.append((buffer, start, full))
 
     def blocked(self) -> bool:
         """Whether a running query holds the window (``serial``)."""
@@ -210,10 +243,12 @@ class WindowEngine:
         if self.blocked() or not self.pending:
             return 0.0, []
         elapsed, done = 0.0, []
-        for rows, start, full in self.pending:
+        pending = self.pending
+        while pending:
+            # taken off the queue first: a buffer the window refuses is dropped, not retried
+            rows, start, full = pending.pop(0)
             elapsed += self._slide(rows, start, full)
             done.append(self.window.slides - 1)
-        self.pending.clear()
         return elapsed, done
 
     def _slide(self, rows: list[Row], start: float, full: float) -> float:
@@ -257,11 +292,15 @@ class WindowEngine:
         if self.log is not None:
             self.log.end(txn.tid, committed=False)
         self._release(txn)
-        pos = self.active.index(txn)
-        again = QueryTxn(
-            self._new_id(), txn.group, txn.kind, txn.priority, txn.arrival, txn.tag, txn.attempt + 1
-        )
-        self.active[pos] = again
+        # Restart in place: the caller's handle (and its place in the queue) stays valid.
+        txn.tid = self._new_id()
+        txn.attempt += 1
+        txn.started = None
+        txn.read = {}
+        txn.start_versions = None
+        txn.debt = 0
+        txn.log_pos = {}
+        txn.read_work = {}
         if self.holder is txn:
             self.holder = None
 
@@ -299,6 +338,11 @@ class WindowEngine:
         tag: Any = None,
     ) -> QueryTxn:
         """Queue a query execution; returns its transaction."""
+        if not isinstance(group, QueryGroup):
+            raise WindowError(f"submit takes a QueryGroup, not {group!r}")
+        _check_time("now", now)
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise WindowError(f"priority is an integer, not {priority!r}")
         if group.window is not self.window:
             raise WindowError("the query group belongs to another window")
         txn = QueryTxn(self._new_id(), group, kind, priority, now, tag)
@@ -346,7 +390,23 @@ class WindowEngine:
                     self.window.release(i, v)
 
     def step(self, txn: QueryTxn, now: float) -> float:
-        """Execute the next read of ``txn``; commit it after its last. Returns time taken."""
+        """Execute the next read of ``txn``; commit it after its last. Returns time taken.
+
+        ``txn`` is a query this engine is running (:meth:`submit` returned it,
+        or :meth:`pick` did); stepping a committed one raises :class:`WindowError`.
+        """
+        if not any(t is txn for t in self.active):
+            what = f"query {txn.tid}" if isinstance(txn, QueryTxn) else repr(txn)
+            raise WindowError(
+                f"{what} is not running in this engine (committed already, or submitted to "
+                "another one); step engine.pick() or a handle submit() returned"
+            )
+        holder = self.holder
+        if holder is not None and holder is not txn and self.scheduler.locks_window:
+            raise WindowError(
+                f"query {holder.tid} holds the window ({self.scheduler.name}): step it (or "
+                f"engine.pick()) until it commits before {txn.tid}"
+            )
         if txn.started is None:
             self._begin(txn, now)
         work = txn.debt
@@ -401,6 +461,18 @@ class WindowEngine:
                 versions,
             )
         )
+
+
+def _check_time(name: str, value: object, positive: bool = False) -> None:
+    """A finite number (of seconds); :class:`WindowError` otherwise."""
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or (positive and value <= 0)
+    ):
+        kind = "a finite number > 0" if positive else "a finite number"
+        raise WindowError(f"{name} must be {kind} (a time), not {value!r}")
 
 
 def merge(a: Partial, b: Partial) -> Partial:

@@ -24,8 +24,9 @@ computed, from the sub-window versions read.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 from txstream.windows.base import WindowError
@@ -56,18 +57,34 @@ class Query:
     p: float = 50.0
     subset: frozenset[Any] | None = None
 
+    def __post_init__(self) -> None:
+        # A subset is a set of attribute values; any collection of them will do.
+        subset = self.subset
+        if subset is not None and not isinstance(subset, frozenset):
+            if isinstance(subset, str | bytes) or not isinstance(subset, Iterable):
+                raise WindowError(
+                    f"subset is a set of {self.attr} values, not {type(subset).__name__} {subset!r}"
+                )
+            try:
+                object.__setattr__(self, "subset", frozenset(subset))
+            except TypeError:
+                raise WindowError(
+                    f"subset holds values of {self.attr}, which must be hashable: {subset!r}"
+                ) from None
+
     def validate(self, window: SlidingWindow) -> None:
         """Raise :class:`WindowError` if this query cannot run on ``window``."""
-        if self.aggregate not in AGGREGATES:
+        if not isinstance(self.aggregate, str) or self.aggregate not in AGGREGATES:
             raise WindowError(
                 f"unknown aggregate {self.aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
-        if not 1 <= self.length <= window.n:
+        if not _whole(self.length) or not 1 <= self.length <= window.n:
             raise WindowError(
                 f"query window of {self.length} sub-windows is longer than the window "
                 f"(n={window.n}) or empty"
             )
-        window.field(self.attr)
+        if self.aggregate not in _SIMPLE or self.subset is not None:
+            window.field(self.attr)  # (a plain count/sum/... does not group: attr unused)
         window.field(self.value)
         if self.subset is not None and self.aggregate not in ("count", "sum", "avg"):
             raise WindowError(
@@ -78,10 +95,12 @@ class Query:
                 raise WindowError(f"{self.value!r} is not a summarised numeric attribute")
         elif self.attr not in dict(window.groups):
             raise WindowError(f"{self.attr!r} is not a summarised grouping attribute")
-        if self.aggregate == "topk" and self.k < 1:
-            raise WindowError(f"top-k needs k >= 1, got {self.k}")
-        if self.aggregate == "percentile" and not 0 < self.p <= 100:
-            raise WindowError(f"percentile needs 0 < p <= 100, got {self.p}")
+        if self.aggregate == "topk" and (not _whole(self.k) or self.k < 1):
+            raise WindowError(f"top-k needs a whole number k >= 1, got {self.k!r}")
+        if self.aggregate == "percentile" and (
+            not isinstance(self.p, int | float) or isinstance(self.p, bool) or not 0 < self.p <= 100
+        ):
+            raise WindowError(f"percentile needs a number 0 < p <= 100, got {self.p!r}")
 
 
 Partial = Any  # the per-sub-window partial result of one group
@@ -111,8 +130,15 @@ class QueryGroup:
         cost: str = "work",
         scope: str = "length",
     ) -> None:
+        if not isinstance(window, SlidingWindow):
+            raise WindowError(f"a query group runs on a SlidingWindow, not {window!r}")
+        if isinstance(queries, Query) or not isinstance(queries, Sequence):
+            raise WindowError(f"a query group takes a list of Query objects, not {queries!r}")
         if not queries:
             raise WindowError("a query group needs at least one query")
+        for q in queries:
+            if not isinstance(q, Query):
+                raise WindowError(f"a query group takes Query objects, not {q!r}")
         if mode not in ("ss", "ws"):
             raise WindowError(f"unknown evaluation mode {mode!r}; choose ss or ws")
         if cost not in ("work", "tuples"):
@@ -122,8 +148,15 @@ class QueryGroup:
         self.cost = cost
         self.scope = scope
         first = queries[0]
+        measure = window.fields[window.measure]
         for q in queries:
             q.validate(window)
+            if mode == "ss" and q.value != measure and _sums_measure(q):
+                raise WindowError(
+                    f"{q.aggregate} of {q.value!r} per {q.attr!r} value: the summaries keep "
+                    f"per-value sums of the window's measure {measure!r} only; use "
+                    f"value={measure!r}, or mode='ws' (window scan)"
+                )
             if _shares(q) != _shares(first):
                 raise WindowError(
                     "queries of one group must read the same partial results: simple "
@@ -135,10 +168,14 @@ class QueryGroup:
         self.mode = mode
         self.name = name or f"{first.aggregate}({first.attr})"
         self.length = window.n if scope == "window" else max(q.length for q in queries)
-        self._attr = window.field(first.attr)
+        self._attr = -1 if self._uses_no_attr(first) else window.field(first.attr)
         self._value = window.field(first.value)
         self._simple = first.aggregate in _SIMPLE
         self._subset = first.subset
+
+    @staticmethod
+    def _uses_no_attr(q: Query) -> bool:
+        return q.aggregate in _SIMPLE and q.subset is None
 
     # -- one sub-window -----------------------------------------------------------------
 
@@ -250,14 +287,29 @@ class QueryGroup:
         totals = sorted(merged.values())
         if not totals:
             return None
-        rank = max(1, math.ceil(q.p / 100 * len(totals)))
+        # Nearest rank, ceil(p * N / 100), in exact arithmetic on p as written:
+        # in floats 7 / 100 * 100 is 7.000000000000001, which ranked one too high.
+        rank = max(1, math.ceil(Fraction(repr(float(q.p))) * len(totals) / 100))
         return totals[rank - 1]
+
+
+def _whole(value: object) -> bool:
+    """An int that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _sums_measure(q: Query) -> bool:
+    """Whether a summary scan answers ``q`` from the per-value sums of the measure."""
+    if q.aggregate in ("topk", "percentile"):
+        return True
+    return q.subset is not None and q.aggregate in ("sum", "avg")
 
 
 def _shares(q: Query) -> tuple[Any, ...]:
     """What a query's per-sub-window partial result depends on."""
     if q.aggregate in _SIMPLE:
-        return (True, q.value, q.subset)
+        # a subset is a set of values of attr: the same subset of another attr differs
+        return (True, q.value, q.subset, None if q.subset is None else q.attr)
     return (False, q.attr, q.value)
 
 

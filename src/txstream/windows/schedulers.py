@@ -132,7 +132,7 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 
 def get_scheduler(name: str) -> Scheduler:
     """A scheduler instance by name; :class:`UnknownNameError` otherwise."""
-    try:
-        return SCHEDULERS[name]()
-    except KeyError:
-        raise UnknownNameError("scheduler", name, list(SCHEDULERS)) from None
+    cls = SCHEDULERS.get(name) if isinstance(name, str) else None
+    if cls is None:
+        raise UnknownNameError("scheduler", str(name), list(SCHEDULERS))
+    return cls()

@@ -19,12 +19,21 @@ re-read an expired copy to undo its contribution), and released afterwards.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.windows.base import PACKET_FIELDS, Row, WindowError
+
+MAX_SUBWINDOWS = 1_000_000
+"""Most sub-windows a window may have (as ``txstream check --subwindows``)."""
+
+
+def _is_number(value: object) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 @dataclass
@@ -106,20 +115,32 @@ class SlidingWindow:
         groups: Sequence[str] = ("src", "dst"),
         measure: str = "size",
     ) -> None:
-        if not isinstance(n, int) or n < 2:
-            raise WindowError(f"a window needs n >= 2 sub-windows, got {n!r}")
-        if tuples_per_subwindow is None:
-            if t is None or not t > 0:
-                raise WindowError(f"a time-based window needs sub-window length t > 0, got {t!r}")
-        elif tuples_per_subwindow < 1:
+        if not isinstance(n, int) or isinstance(n, bool) or not 2 <= n <= MAX_SUBWINDOWS:
             raise WindowError(
-                f"a tuple-based window needs at least 1 tuple per sub-window, "
-                f"got {tuples_per_subwindow}"
+                f"a window needs n >= 2 (and at most {MAX_SUBWINDOWS:,}) sub-windows, got {n!r}"
+            )
+        if tuples_per_subwindow is None:
+            if not _is_number(t) or not 0 < t < math.inf:  # type: ignore[operator]
+                raise WindowError(
+                    f"a time-based window needs a finite sub-window length t > 0, got {t!r}"
+                )
+        elif (
+            not isinstance(tuples_per_subwindow, int)
+            or isinstance(tuples_per_subwindow, bool)
+            or tuples_per_subwindow < 1
+        ):
+            raise WindowError(
+                f"a tuple-based window needs at least 1 tuple per sub-window (a whole number), "
+                f"got {tuples_per_subwindow!r}"
             )
         self.n = n
         self.t = t
         self.b = tuples_per_subwindow
+        if isinstance(fields, str) or not all(isinstance(f, str) for f in fields):
+            raise WindowError(f"fields names the tuple's attributes as strings, not {fields!r}")
         self.fields = tuple(fields)
+        if len(set(self.fields)) != len(self.fields):
+            raise WindowError(f"the fields repeat a name: {', '.join(self.fields)}")
         self.numeric = tuple((a, self.field(a)) for a in numeric)
         self.groups = tuple((a, self.field(a)) for a in groups)
         self.measure = self.field(measure)
@@ -168,40 +189,75 @@ class SlidingWindow:
 
         Column at a time rather than :meth:`Summary.add` per tuple: the same
         summary, several times faster, and slides must be cheap (Section 2.1).
+        A buffer whose tuples do not fit the fields (too short, a numeric
+        attribute that is not a finite number, an address that cannot be a
+        dict key) raises :class:`WindowError`; nothing is installed then.
         """
-        tuples = list(rows)
-        summary = Summary(count=len(tuples))
-        for a, k in self.numeric:
-            values = [float(r[k]) for r in tuples]
-            if values:
-                summary.sums[a] = sum(values)
-                summary.mins[a] = min(values)
-                summary.maxs[a] = max(values)
-        measures = [float(r[self.measure]) for r in tuples]
-        for g, k in self.groups:
-            counts: dict[Any, list[float]] = {}
-            for value, m in zip([r[k] for r in tuples], measures, strict=True):
-                slot = counts.get(value)
-                if slot is None:
-                    counts[value] = [1.0, m]
-                else:
-                    slot[0] += 1
-                    slot[1] += m
-            summary.distinct[g] = counts
+        try:
+            tuples = list(rows)
+            summary = Summary(count=len(tuples))
+            for a, k in self.numeric:
+                values = [float(r[k]) for r in tuples]
+                if values:
+                    summary.sums[a] = total = sum(values)
+                    summary.mins[a] = min(values)
+                    summary.maxs[a] = max(values)
+                    if not math.isfinite(total):
+                        raise WindowError(
+                            f"sub-window {index}: attribute {a} holds NaN or an infinity (or "
+                            "values too large to add up); numeric values must be finite"
+                        )
+            measures = [float(r[self.measure]) for r in tuples]
+            if not math.isfinite(sum(measures)):
+                raise WindowError(
+                    f"sub-window {index}: the measure {self.fields[self.measure]} holds NaN or "
+                    "an infinity; numeric values must be finite"
+                )
+            for g, k in self.groups:
+                counts: dict[Any, list[float]] = {}
+                for value, m in zip([r[k] for r in tuples], measures, strict=True):
+                    slot = counts.get(value)
+                    if slot is None:
+                        counts[value] = [1.0, m]
+                    else:
+                        slot[0] += 1
+                        slot[1] += m
+                summary.distinct[g] = counts
+        except (TypeError, ValueError, IndexError, KeyError, OverflowError) as exc:
+            if isinstance(exc, WindowError):
+                raise
+            raise WindowError(
+                f"sub-window {index}: a buffer is a list of tuples ({', '.join(self.fields)}) "
+                f"with numbers for {', '.join(dict(self.numeric)) or 'the measure'} and hashable "
+                f"{', '.join(dict(self.groups)) or 'groups'}: {type(exc).__name__}: {exc}"
+            ) from None
         return SubWindow(index, version, tuples, summary)
 
-    def slide(self, rows: Iterable[Row], *, start: float = 0.0, full: float = 0.0) -> SubWindow:
+    def slide(
+        self, rows: Iterable[Row] | SubWindow, *, start: float = 0.0, full: float = 0.0
+    ) -> SubWindow:
         """Apply the next window update ``T_j``: replace sub-window ``j mod n``.
+
+        ``rows`` is the buffer, or the sub-window :meth:`build` made of it for
+        this slide (``build(j % n, j, rows)``).
 
         Returns the expired copy's replacement; the expired copy itself stays
         readable through :meth:`get_version` while someone :meth:`retain`-ed it.
         """
         j = self.slides
         i = j % self.n
+        if isinstance(rows, SubWindow):
+            new = rows
+            if (new.index, new.version) != (i, j):
+                raise WindowError(
+                    f"sub-window {new.index} version {new.version} was built for another slide "
+                    f"than T_{j}"
+                )
+        else:
+            new = self.build(i, j, rows)  # first: a bad buffer changes nothing
         old = self._subs[i]
         if old is not None and self._keep[(i, old.version)] > 0:
             self._retained[(i, old.version)] = old
-        new = self.build(i, j, rows)
         new.start_time, new.full_time = start, full
         self._subs[i] = new
         self.slides = j + 1
@@ -209,13 +265,16 @@ class SlidingWindow:
 
     def insert(self, i: int, rows: Iterable[Row]) -> list[Row]:
         """Insert tuples into sub-window ``i`` (a materialized sub-result, Section 4.3)."""
+        if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < self.n:
+            raise WindowError(f"no sub-window {i!r}: the indexes are 0 to {self.n - 1}")
         sub = self.current(i)
-        added = list(rows)
+        added = self.build(i, sub.version, rows).tuples  # checks the new tuples
         # Copy on write: running queries hold references to the old summary's
         # entries as their partial results, and get the new tuples passed
         # separately (WindowEngine.insert).
-        sub.tuples = sub.tuples + added
-        sub.summary = self.build(i, sub.version, sub.tuples).summary
+        tuples = sub.tuples + added
+        sub.summary = self.build(i, sub.version, tuples).summary
+        sub.tuples = tuples
         return added
 
     # -- retained versions -------------------------------------------------------------
