@@ -67,6 +67,7 @@ from txstream.errors import TransientError, UnknownNameError
 from txstream.model.history import Operation
 from txstream.storage import Table
 from txstream.storage.base import ABSENT as _ABSENT
+from txstream.storage.base import StorageError
 from txstream.txn import Transaction, TransactionManager
 from txstream.txn.base import ACTIVE, SHARED
 from txstream.txn.locks import RCB
@@ -403,7 +404,7 @@ class CQEngine:
                     raise _no_column(f"join {op.name!r}", op.key, e.value) from None
                 try:
                     row, read = self._read(txn, op.table, key, slots, names)
-                except TypeError:
+                except (TypeError, StorageError):  # (the table refuses an unhashable key)
                     _check_key(op, key)
                     raise
                 reads.append(read)
@@ -501,7 +502,7 @@ class CQEngine:
             clock = self.tm.clock
             try:
                 item = tbl._items.get(key) or tbl.item(key)
-            except TypeError:
+            except (TypeError, StorageError):
                 _check_key(op, key)
                 raise
             names.append(item)
