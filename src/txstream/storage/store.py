@@ -149,18 +149,26 @@ def _key(value: Any) -> Hashable:
 _SCALARS: Final = frozenset({str, int, float, bool, type(None)})
 
 
-def check_loggable(value: Any, what: str) -> None:
+def check_loggable(value: Any, what: str, *args: Any) -> None:
     """Raise :class:`StorageError` unless ``value`` reads back from JSON as it is.
 
     Mapping keys must be strings (JSON turns 3, 1.5, True and None into
     "3", "1.5", "true" and "null") and the nesting is at most
     :data:`MAX_NESTING` levels.  Tuples are allowed (they come back as lists;
     table keys as tuples).  Types JSON cannot encode at all are left to the
-    encoder, which names them.  One pass, level by level.
+    encoder, which names them.  One pass, level by level.  The error names
+    ``what.format(*args)``, formatted only then: this runs for every row of
+    every durable commit.
     """
-    if type(value) in _SCALARS:
-        return
     scalars = _SCALARS
+    if type(value) in scalars:
+        return
+    if type(value) is dict:  # the common row: flat, string keys
+        for key, child in value.items():
+            if type(key) is not str or type(child) not in scalars:
+                break
+        else:
+            return
     level = [value]
     depth = 0
     while level:
@@ -169,7 +177,7 @@ def check_loggable(value: Any, what: str) -> None:
             if isinstance(item, dict):
                 for key in item:
                     if type(key) is not str and not isinstance(key, str):
-                        _bad_key(key, what)
+                        _bad_key(key, what.format(*args))
                 children: Any = item.values()
             elif isinstance(item, list | tuple):
                 children = item
@@ -177,7 +185,8 @@ def check_loggable(value: Any, what: str) -> None:
                 continue
             if depth >= MAX_NESTING:
                 raise StorageError(
-                    f"cannot log {what}: it is nested more than {MAX_NESTING} levels deep"
+                    f"cannot log {what.format(*args)}: it is nested more than "
+                    f"{MAX_NESTING} levels deep"
                 )
             for child in children:
                 if type(child) not in scalars:
@@ -377,11 +386,11 @@ class Store:
             raise self._closed_error("commit")
         payload: dict[str, Any] = {"ts": ts}
         for table, key, value in rows:
-            check_loggable(key, f"a key of table {table.name}")
+            check_loggable(key, "a key of table {}", table.name)
             if value is not ABSENT:
-                check_loggable(value, f"row {key!r} of table {table.name}")
+                check_loggable(value, "row {!r} of table {}", key, table.name)
         for stream, _, event in events:
-            check_loggable(event, f"an event of stream {stream.name}")
+            check_loggable(event, "an event of stream {}", stream.name)
         if offsets:
             check_loggable(offsets, "the source offsets")
         if rows:
