@@ -7,7 +7,8 @@ the pre-built input). Runs the experiment's query (r = 5, slide 2, a
 interleaved, ``--reps`` times, and prints each strategy's runs sorted and the
 ratio of ``naive``'s best to its best.
 
-    PYTHONPATH=src .venv/bin/python scripts/cq-pure.py [--reps 5] [--results 20000]
+    PYTHONPATH=src .venv/bin/python scripts/cq-pure.py [--reps 5] [--results 20000] \
+        [--strategies naive,s2pl]
 """
 
 from __future__ import annotations
@@ -28,11 +29,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--results", type=int, default=20_000)
+    p.add_argument(
+        "--strategies", default=",".join(STRATEGIES), help="comma-separated, naive first"
+    )
     a = p.parse_args()
+    chosen = [s for s in a.strategies.split(",") if s]
+    if not chosen or chosen[0] != "naive" or not set(chosen) <= set(STRATEGIES):
+        p.error(f"--strategies: naive first, then some of {', '.join(STRATEGIES[1:])}")
     stream = events(10 * a.results, 10_000, 1)
-    runs: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+    runs: dict[str, list[float]] = {s: [] for s in chosen}
     for rep in range(a.reps):
-        for s in STRATEGIES:
+        for s in chosen:
             rng = random.Random(rep)
             tm = load_table(s, {k: new_part(rng) for k in range(10_000)})
             engine = CQEngine(build_query(5), tm, s, {TABLE: COLUMNS})
