@@ -161,7 +161,7 @@ class RunStats:
 class _Entry:
     """An input event in its branch's redo queue: what entered the queue, its reads, its output."""
 
-    __slots__ = ("branch", "checked", "names", "out", "queued", "reads", "slots", "ts")
+    __slots__ = ("branch", "checked", "out", "queued", "reads", "slots", "ts")
 
     def __init__(self, ts: int, branch: int) -> None:
         self.ts = ts
@@ -171,8 +171,6 @@ class _Entry:
         self.out: Event | None = None  # what the branch outputs for it (None: dropped)
         self.checked = -1  # the transaction attempt that last re-read its rows
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
-        # s2pl, optimistic: the data item of each read (as the protocol names it)
-        self.names: Sequence[str] = ()
 
 
 @dataclass
@@ -207,6 +205,22 @@ class CQEngine:
 
     forget_at: int = 1024
     """Feed drops the raw events no window needs once at least this many are."""
+
+    release_every: int = 16
+    """``s2pl``, ``optimistic``: windows a transaction's unneeded reads may be kept for.
+
+    A window's transaction hands the reads of the events the next window
+    shares on to it.  Sorting out the others (releasing their read locks,
+    dropping them from the read set) costs about as much as the window's own
+    reads, so the engine lets the successor keep every read, and sorts them out
+    only every this many windows, and at once when an updater waits for a lock
+    (``s2pl``).  Holding a read lock or validating a read a little longer is
+    never less safe, only less concurrent: an updater of such a row waits a few
+    windows more (``s2pl``), a window may be redone for a row a predecessor read
+    (``optimistic``).  1: sort them out at every window.  Only without a
+    recorder and without callbacks (``on_result``, ``on_commit``), which could
+    update a kept row from this thread.
+    """
 
     def __init__(
         self,
@@ -276,6 +290,9 @@ class CQEngine:
         self._heir: Transaction | None = None  # the next window's transaction, begun early
         self._carried: list[_Entry] = []  # the entries whose reads it keeps
         self._heir_of = -2  # the attempt whose transaction began it
+        self._keep_all = False  # windows may keep every read (see release_every)
+        self._kept_all = False  # the heir kept every read of its predecessor
+        self._held = 0  # windows since the unneeded reads were last sorted out
         # the attempt whose transaction handed all its reads on to the current one
         self._kept_from = -2
         # s2pl and optimistic without a recorder: reads call the protocol's read hook
@@ -317,7 +334,6 @@ class CQEngine:
         table: str,
         key: Any,
         slots: list[Any] | None,
-        names: list[str] | None = None,
     ) -> tuple[Any, Read]:
         """The row of ``key`` and the read: (table, key, row version, instant it was current).
 
@@ -326,7 +342,6 @@ class CQEngine:
         current row; its version is that of the newest committed version if the
         row read is that version (else the read saw an uncommitted row:
         ``DIRTY``), current at least from the clock sampled before the read.
-        ``names`` (s2pl, optimistic) gets the read's data item.
         """
         self.stats.reads += 1
         tbl = self._tables[table]
@@ -335,11 +350,8 @@ class CQEngine:
             # What txn.read does for a read-only transaction of these protocols
             # without a recorder: the protocol's read hook (the read lock; the read
             # timestamp to validate: optimistic notes it for the whole attempt, see
-            # _note), then the current row.  The item's name is needed again to hand
-            # the read on to the next window.
+            # _note), then the current row.
             item = tbl.item(key)
-            if names is not None:
-                names.append(item)
             if self._late:
                 self._late_items.append(item)
             else:
@@ -357,8 +369,6 @@ class CQEngine:
                         break
             return value, (table, key, version, snap)
         elif txn is not None:
-            if names is not None:
-                names.append(tbl.item(key))
             value = txn.read(tbl, key, _ABSENT_ROW)
         else:
             value = tbl.read(key, _ABSENT_ROW)
@@ -382,12 +392,8 @@ class CQEngine:
         txn: Transaction | None,
         reads: list[Read],
         slots: list[Any] | None = None,
-        names: list[str] | None = None,
     ) -> Event | None:
-        """Push one event through ``ops`` (bottom-up); append its reads to ``reads``.
-
-        ``names``: append the data item of each read too (see :meth:`_read`).
-        """
+        """Push one event through ``ops`` (bottom-up); append its reads to ``reads``."""
         for op in ops:
             if isinstance(op, Select):
                 if not op.predicate(e.value):
@@ -403,7 +409,7 @@ class CQEngine:
                 except KeyError:
                     raise _no_column(f"join {op.name!r}", op.key, e.value) from None
                 try:
-                    row, read = self._read(txn, op.table, key, slots, names)
+                    row, read = self._read(txn, op.table, key, slots)
                 except (TypeError, StorageError):  # (the table refuses an unhashable key)
                     _check_key(op, key)
                     raise
@@ -417,7 +423,7 @@ class CQEngine:
                 except (TypeError, AttributeError):
                     raise _not_a_row(op, key, row) from None
             elif isinstance(op, Reference):
-                resource, read = self._read(txn, op.table, op.key, slots, names)
+                resource, read = self._read(txn, op.table, op.key, slots)
                 reads.append(read)
                 applied = op.apply(e.value, resource)
                 if applied is None:
@@ -433,7 +439,6 @@ class CQEngine:
         e: Event,
         txn: Transaction,
         reads: list[Read],
-        names: list[str] | None,
     ) -> Event | None:
         """:meth:`_apply` for ``s2pl``, ``optimistic`` (``_direct``) and ``snapshot``.
 
@@ -451,14 +456,14 @@ class CQEngine:
         """
         snap = txn.snapshot_ts
         if snap is not None and (txn.state != ACTIVE or txn.doomed is not None):
-            return self._apply(ops, e, txn, reads, None, names)  # txn.read raises
+            return self._apply(ops, e, txn, reads)  # txn.read raises
         for k, op in enumerate(ops):
             if op.__class__ is not RefJoin:
                 if isinstance(op, Select):
                     if not op.predicate(e.value):
                         return None
                     continue
-                return self._apply(ops[k:], e, txn, reads, None, names)
+                return self._apply(ops[k:], e, txn, reads)
             assert isinstance(op, RefJoin)
             try:
                 key = e.value[op.key]
@@ -498,14 +503,12 @@ class CQEngine:
                 except (TypeError, AttributeError):
                     raise _not_a_row(op, key, value) from None
                 continue
-            assert names is not None
             clock = self.tm.clock
             try:
                 item = tbl._items.get(key) or tbl.item(key)
             except (TypeError, StorageError):
                 _check_key(op, key)
                 raise
-            names.append(item)
             if self._late:
                 self._late_items.append(item)
             else:
@@ -597,20 +600,17 @@ class CQEngine:
         """(Re-)input the entry's queued event above the redo queue, in ``txn``."""
         entry.checked = self._attempt
         if entry.queued is None:
-            entry.out, entry.reads, entry.names = None, (), ()
+            entry.out, entry.reads = None, ()
             return
         reads: list[Read] = []
         slots: list[Any] | None = [] if self._record_naive and txn is None else None
-        names: list[str] | None = [] if self._hands_on else None
         after = self._branches[entry.branch].after
         if txn is not None and self._direct_apply:
-            entry.out = self._apply_direct(after, entry.queued, txn, reads, names)
+            entry.out = self._apply_direct(after, entry.queued, txn, reads)
         else:
-            entry.out = self._apply(after, entry.queued, txn, reads, slots, names)
+            entry.out = self._apply(after, entry.queued, txn, reads, slots)
         entry.reads = tuple(reads)
         entry.slots = slots or []
-        if names is not None:
-            entry.names = names
 
     def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
@@ -637,14 +637,14 @@ class CQEngine:
                 # validated at commit as read at the instant they were found current
                 # (this transaction started then or later: write-map pruning keeps
                 # every write after it)
-                txn.reads.update(dict.fromkeys(entry.names, self._clean))
+                txn.reads.update(dict.fromkeys(self._items((entry,)), self._clean))
                 entry.checked = self._attempt
                 return entry
             if not self._s2pl:
                 entry.checked = self._attempt  # snapshot: its snapshot shows those versions
                 return entry
             lock = self._lock
-            for item in entry.names:
+            for item in self._items((entry,)):
                 lock(txn, item)  # the read lock (the row itself is not needed again)
             if self._quiet(txn):  # still nothing committed: the versions locked are those
                 entry.checked = self._attempt
@@ -869,6 +869,9 @@ class CQEngine:
     ) -> list[Result]:
         self._limits = (max_results, until)
         self._on_result = on_result
+        # a window's transaction may keep every read for the next one (see release_every)
+        # when nothing runs in this thread between windows that could update a kept row
+        self._keep_all = self._direct and on_result is None and self._on_commit is None
         w = self.window
         try:
             if w is None:
@@ -949,6 +952,11 @@ class CQEngine:
             self._kept_from = -2
             if txn is None:
                 txn = self.tm.begin(read_only=True)
+            elif self._kept_all:
+                # the previous window's transaction kept every read: nothing lost
+                self._kept_all = False
+                self._kept_from = self._heir_of
+                self._carried = []
             else:
                 self._take_over(txn)
             snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
@@ -974,10 +982,23 @@ class CQEngine:
                     if self._late_items:
                         self._note(txn, since)
                     clean = self._clean
-                    entries = carry(out) if carry is not None and self._hands_on else None
-                    if entries:
-                        keep = [name for entry in entries for name in entry.names]
-                        self._heir = self.tm.commit_and_continue(txn, keep)
+                    if (
+                        carry is not None
+                        and self._keep_all
+                        and self._held < self.release_every
+                        and not (self._s2pl and self.tm.locks.queued)
+                    ):
+                        # hold on to the rows the next window does not read a few
+                        # windows more, rather than sort them out at each window
+                        self._heir = self.tm.commit_keeping_all(txn)
+                        self._kept_all = self._heir is txn
+                        self._held += 1
+                        self._heir_of = self._attempt
+                    elif entries := (carry(out) if carry is not None and self._hands_on else None):
+                        keep = self._items(entries)
+                        # (the successor may be txn's own object, begun again)
+                        self._heir = self.tm.commit_and_continue(txn, keep, reuse=True)
+                        self._held = 0
                         self._carried = entries
                         self._heir_of = self._attempt
                     else:
@@ -1016,6 +1037,11 @@ class CQEngine:
                 reads[item] = since
         self._late_items.clear()
 
+    def _items(self, entries: Iterable[_Entry]) -> set[str]:
+        """The data items the entries' reads read, as the protocols name them."""
+        tables = self._tables
+        return {tables[table].item(key) for e in entries for table, key, _, _ in e.reads}
+
     def _take_over(self, txn: Transaction) -> None:
         """``txn`` has the previous window's reads of the rows its carried entries read.
 
@@ -1028,7 +1054,7 @@ class CQEngine:
         self._kept_from = self._heir_of
         if lost:
             for entry in self._carried:
-                if not lost.isdisjoint(entry.names):
+                if not lost.isdisjoint(self._items((entry,))):
                     entry.checked = -1  # ... unless it lost a read: re-read it
         # (Only those marks may change here: a carried entry past this window's end,
         # which a re-evaluation can bring about, is not handed on again and must not
@@ -1039,6 +1065,8 @@ class CQEngine:
         """The run stops: end the successor transaction kept for the next window."""
         heir, self._heir = self._heir, None
         self._carried = []
+        self._kept_all = False
+        self._held = 0
         if heir is not None:
             self.tm.resume(heir)
             heir.abort()

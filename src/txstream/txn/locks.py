@@ -492,6 +492,41 @@ class LockManager:
             self._release(txn, mine)
         mine.clear()
 
+    def keep_only(self, txn: Transaction, items: Iterable[str]) -> None:
+        """:meth:`pass_on` for a ``txn`` that committed and goes on as its own successor.
+
+        ``txn``'s shared locks on ``items`` stay where they are, except those a
+        request waits for, which are released (the waiter gets it, as it would
+        have); those and the ``items`` ``txn`` did not hold go to ``txn.lost``.
+        Every other lock of ``txn`` is released.  All under one acquisition of the
+        mutex; the kept locks are revocable (``txn.lost`` is set) until
+        :meth:`resume`.  Not under a predefined order (use :meth:`hand_over`).
+        """
+        assert not self.ordered
+        keep = items if items.__class__ is set else set(items)
+        mine = txn.locks
+        table = self.table
+        with self.mutex:
+            drop = mine.keys() - keep
+            # the kept items txn does not hold (never held: not vouched for)
+            lost = set() if len(mine) - len(drop) == len(keep) else keep - mine.keys()
+            txn.lost = lost
+            if not self.queued:
+                # Nobody waits for any lock: release what is not kept, short.
+                for item in drop:
+                    rcb = table[item]
+                    del rcb[txn]
+                    if not rcb:
+                        del table[item]
+                    del mine[item]
+                return
+            awaited = [item for item in mine if item not in keep or table[item].waiters]
+            for item in awaited:
+                if item in keep:
+                    lost.add(item)
+                del mine[item]
+            self._release(txn, awaited)
+
     def resume(self, heir: Transaction) -> set[str]:
         """End the revocable state of ``heir``'s handed-over locks; the items it lost."""
         with self.mutex:

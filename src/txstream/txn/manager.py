@@ -769,7 +769,9 @@ class TransactionManager:
                     on_retry(exc)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def commit_and_continue(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+    def commit_and_continue(
+        self, txn: Transaction, keep: Iterable[str], *, reuse: bool = False
+    ) -> Transaction:
         """Commit read-only ``txn``; a read-only successor that keeps its reads of ``keep``.
 
         For a reader that goes on reading the same rows in its next transaction
@@ -792,9 +794,18 @@ class TransactionManager:
         work done between the two calls, e.g. an update of a kept row by the same
         thread, never waits for the successor).  The successor must re-read
         those.  If the commit fails the successor is aborted and the error raised.
+
+        ``reuse=True``: the successor may be ``txn``'s own object, begun again
+        (on the short paths: no log, recorder or order).  It gets a new id,
+        ``hid`` and place in the order, as a transaction begun now does (so it is
+        the youngest, e.g. for the choice of a deadlock victim), and keeps the
+        locks or reads on ``keep`` where they are instead of moving them.  The
+        committed transaction then has no object of its own: the caller must not
+        use ``txn`` as that one afterwards (its ``hid``, ``status``, ...); take what
+        it needs of it before the call.
         """
         self._own(txn, "commit and continue")
-        if isinstance(keep, str) or not isinstance(keep, Iterable):
+        if keep.__class__ is not set and (isinstance(keep, str) or not isinstance(keep, Iterable)):
             raise TransactionError(
                 f"keep lists the items to keep (e.g. [table.item(key)]), not {keep!r}"
             )
@@ -810,9 +821,11 @@ class TransactionManager:
             and self.store.wal is None
         ):
             if self._continue_locks:
+                if reuse:
+                    return self._renew_ss2pl(txn, keep)
                 return self._continue_ss2pl(txn, keep)
             if not (txn.wset or txn.wappends):
-                return self._continue_optimistic(txn, keep)
+                return self._continue_optimistic(txn, keep, reuse)
         heir = self.begin(read_only=True)
         name = self.protocol.name
         kept: list[str] = []
@@ -858,16 +871,53 @@ class TransactionManager:
         self.committed += 1
         return heir
 
-    def _continue_optimistic(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+    def _renew_ss2pl(self, txn: Transaction, keep: Iterable[str]) -> Transaction:
+        """:meth:`_continue_ss2pl` with the successor in ``txn``'s own object (``reuse``).
+
+        The plain commit of a reader, then ``txn`` is begun again as its
+        successor (a new id and place in the order: ss2pl's begin does nothing
+        else) and, under one acquisition of the lock manager's mutex
+        (:meth:`~txstream.txn.locks.LockManager.keep_only`), keeps its locks on
+        ``keep`` (revocable until :meth:`resume`, as handed-over ones) and
+        releases the others.  The locks are held until after the commit, as a
+        commit releases them; a kept lock never changes hands, so nobody can see
+        it free in between.  (The id changes while no lock of ``txn`` is awaited
+        by ``txn`` itself: only a waiting transaction is looked at on a wait-for
+        cycle, so no deadlock search can see the change half done.)
+        """
+        txn.state = COMMITTING
+        with self.commit_mutex:
+            self.clock += 1
+        txn.state = COMMITTED
+        self.committed += 1
+        tid = next(self._ids)
+        txn.id = tid
+        txn.hid = str(tid)
+        txn.order = next(self._orders)
+        txn.state = ACTIVE
+        self.locks.keep_only(txn, keep)
+        return txn
+
+    def _continue_optimistic(
+        self, txn: Transaction, keep: Iterable[str], reuse: bool = False
+    ) -> Transaction:
         """:meth:`commit_and_continue` of an ``optimistic`` reader, no log, recorder or order.
 
         What the general path does, short: validate and take the commit
         timestamp under the commit mutex (a reader writes nothing to publish),
         then the kept reads join the successor's read set as of the clock
-        before the commit.
+        before the commit.  ``reuse``: the successor is ``txn``'s own object,
+        begun again after the commit (its id, which bounds write-map pruning
+        from the successor's start, is taken before the commit, as a new
+        transaction's would be).
         """
-        heir = Transaction(self, next(self._ids), next(self._orders), True)  # begin(...)
-        self.protocol.begin(heir)
+        heir: Transaction | None = None
+        if reuse:
+            tid = next(self._ids)
+            self.active_since[tid] = self.clock  # the successor's begin (see Optimistic.begin)
+        else:
+            heir = Transaction(self, next(self._ids), next(self._orders), True)  # begin(...)
+            self.protocol.begin(heir)
         seen = self.clock  # after the heir's start: see commit_and_continue
         reads = txn.reads
         keep = keep if isinstance(keep, list) else list(keep)
@@ -878,7 +928,6 @@ class TransactionManager:
             lost = set(kept).difference(reads)
             for item in lost:
                 del kept[item]
-        heir.lost = lost
         txn.state = COMMITTING
         failure: BaseException | None = None
         with self.commit_mutex:
@@ -893,13 +942,86 @@ class TransactionManager:
             txn._abort(keep_order=isinstance(failure, TransientError))
             if isinstance(failure, TransientError):
                 self._count(type(failure).__name__)
-            heir.abort()
+            if heir is not None:
+                heir.abort()
+            else:  # what the successor's abort does: it ends, never used
+                self.active_since.pop(tid, None)
+                self.aborted += 1
             raise failure
         txn.state = COMMITTED
         self.active_since.pop(txn.id, None)
         self.committed += 1
+        if heir is None:  # begin txn again as its successor (begin(read_only=True))
+            heir = txn
+            txn.id = tid
+            txn.hid = str(tid)
+            txn.order = next(self._orders)
+            txn.state = ACTIVE
+        heir.lost = lost
         heir.reads = kept  # (its begin gave it an empty read set)
         return heir
+
+    def commit_keeping_all(self, txn: Transaction) -> Transaction:
+        """Commit read-only ``txn``; its own object goes on as the successor, keeping every read.
+
+        :meth:`commit_and_continue` with ``keep`` = every item ``txn`` read, for
+        a reader whose successor needs most of them and can hold the rest a
+        little longer (a continuous query's overlapping windows): nothing
+        moves and nothing is released.  A read lock held, or a read validated,
+        longer than a reader needs it is never less safe, only less concurrent;
+        the caller bounds how long (its next :meth:`commit_and_continue`
+        releases what that one does not keep).
+
+        * ``ss2pl``: the commit of a reader (the clock moves on by one); the
+          locks stay held, so the successor's reads of those rows count as made
+          before this commit.
+        * ``optimistic``: the validating commit (a :class:`ValidationError` aborts
+          ``txn`` and is raised); the read set stays, each item as read at its
+          clock, which this commit validated up to now: a later write fails the
+          successor's validation, as it must.
+        * anything else (a log, a recorder, a predefined order, another
+          protocol): :meth:`commit_and_continue` keeping everything, which may
+          return another object.
+
+        Nothing is revocable (unlike a hand-over): a request that conflicts with
+        a kept lock waits for the successor, so the caller must not update a
+        kept row in this thread before the successor ends, and should call
+        :meth:`commit_and_continue` instead when someone waits for a lock
+        (``locks.queued``).
+        """
+        self._own(txn, "commit and continue")
+        if not txn.read_only:
+            raise TransactionError(
+                f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
+            )
+        if not (
+            self._fast_continue
+            and txn.state == ACTIVE
+            and txn.doomed is None
+            and not txn.offsets
+            and self.store.wal is None
+            and not (txn.wset or txn.wappends)
+        ):
+            return self.commit_and_continue(txn, set(txn.locks) | set(txn.reads), reuse=True)
+        if self._continue_locks:
+            with self.commit_mutex:
+                self.clock += 1
+        else:
+            failure: BaseException | None = None
+            with self.commit_mutex:
+                try:
+                    self.protocol.validate(txn)
+                except BaseException as exc:  # as _commit: the transaction aborts
+                    failure = exc
+                else:
+                    self.clock += 1
+            if failure is not None:
+                txn._abort(keep_order=isinstance(failure, TransientError))
+                if isinstance(failure, TransientError):
+                    self._count(type(failure).__name__)
+                raise failure
+        self.committed += 1
+        return txn
 
     def resume(self, heir: Transaction) -> set[str]:
         """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""

@@ -1,0 +1,256 @@
+"""commit_and_continue(reuse=True): the successor is the committed reader's own object.
+
+On the short paths (no log, recorder or order) the reader is begun again in
+place: a new id, ``hid`` and place in the order, as a transaction begun at the
+call, and its locks (ss2pl) or reads (optimistic) on the kept items stay where
+they are.  Everything else is as with a new successor object: a writer of a
+kept row waits for the successor, a lock someone waits for is released, the kept
+locks are revocable until resume(), a kept read changed later fails the
+successor's validation, and a chain of such readers under concurrent writers
+sees consistent states (the ss2pl history, logged under the locks, is CS).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from txstream.errors import TransientError
+from txstream.model.check import check
+from txstream.model.history import History, Operation
+from txstream.txn import LockTimeoutError, TransactionManager, ValidationError
+
+ROWS = 6
+
+
+def loaded(protocol: str, **kw: object) -> TransactionManager:
+    tm = TransactionManager(protocol, **kw)  # type: ignore[arg-type]
+    tm.table("parts")
+    with tm.begin() as t:
+        for k in range(ROWS):
+            t.put("parts", k, 100)
+    return tm
+
+
+def write(tm: TransactionManager, key: int, value: int) -> None:
+    with tm.begin() as t:
+        t.put("parts", key, value)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    read=st.sets(st.integers(0, ROWS - 1), min_size=1),
+    keep=st.lists(st.integers(0, ROWS - 1)),
+    before=st.sets(st.integers(0, ROWS - 1), max_size=2),
+    after=st.integers(0, ROWS - 1),
+)
+def test_ss2pl_reused_successor_keeps_its_locks_as_a_new_one_would(
+    read: set[int], keep: list[int], before: set[int], after: int
+) -> None:
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in sorted(read):
+        txn.read(parts, k)
+    old_id, committed = txn.id, tm.committed
+    other = tm.begin()  # begun before the call: older than the successor
+    heir = tm.commit_and_continue(txn, [parts.item(k) for k in keep], reuse=True)
+    assert heir is txn and heir.status == "active" and tm.committed == committed + 1
+    assert heir.id > other.id > old_id and heir.hid == str(heir.id)
+    other.abort()
+    for k in sorted(before):  # writers take the kept locks before resume, never wait
+        write(tm, k, 200 + k)
+    lost = tm.resume(heir)
+    held = (read & set(keep)) - before
+    assert {parts.item(k) for k in keep} - lost == {parts.item(k) for k in held}
+    assert set(heir.locks) == {parts.item(k) for k in held}
+    for k in range(ROWS):  # released: nobody else holds anything
+        assert tm.locks.holders(parts.item(k)) == ({heir.hid: 1} if k in held else {})
+    if after in held:  # resumed: a writer of a row it holds waits (here: times out)
+        with pytest.raises(LockTimeoutError):
+            write(tm, after, -1)
+    else:
+        write(tm, after, -1)
+    heir.commit()
+    tm.locks.check_idle()
+
+
+def test_ss2pl_reused_successor_releases_a_lock_someone_waits_for() -> None:
+    tm = loaded("ss2pl")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in (0, 1, 2):
+        txn.read(parts, k)
+    done = threading.Event()
+    writer = threading.Thread(target=lambda: (write(tm, 0, 50), done.set()))
+    writer.start()
+    while not tm.locks.queued:  # the writer queues behind txn's read lock
+        threading.Event().wait(0.001)
+    heir = tm.commit_and_continue(txn, [parts.item(0), parts.item(1)], reuse=True)
+    assert done.wait(5)  # granted at the commit, as without a successor
+    writer.join()
+    assert tm.resume(heir) == {parts.item(0)}
+    assert set(heir.locks) == {parts.item(1)}
+    heir.commit()
+    tm.locks.check_idle()
+    assert tm.locks.queued == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    read=st.sets(st.integers(0, ROWS - 1), min_size=1),
+    keep=st.sets(st.integers(0, ROWS - 1)),
+    writes=st.lists(st.integers(0, ROWS - 1), max_size=3),
+    early=st.booleans(),
+)
+def test_optimistic_reused_successor_validates_its_kept_reads(
+    read: set[int], keep: set[int], writes: list[int], early: bool
+) -> None:
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in sorted(read):
+        txn.read(parts, k)
+    old_id = txn.id
+    heir = tm.commit_and_continue(txn, [parts.item(k) for k in sorted(keep)], reuse=True)
+    assert heir is txn and heir.status == "active" and heir.id > old_id
+    assert list(tm.active_since) == [heir.id]
+    if early:
+        for k in writes:
+            write(tm, k, 200 + k)
+    assert tm.resume(heir) == {parts.item(k) for k in keep - read}
+    assert set(heir.reads) == {parts.item(k) for k in keep & read}
+    if not early:
+        for k in writes:
+            write(tm, k, 200 + k)
+    if set(writes) & read & keep:
+        with pytest.raises(ValidationError):
+            heir.commit()
+    else:
+        heir.commit()
+    assert not tm.active_since
+
+
+def test_optimistic_reuse_a_failing_commit_ends_the_successor_too() -> None:
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    txn.read(parts, 0)
+    write(tm, 0, 7)
+    aborted = tm.aborted
+    with pytest.raises(ValidationError):
+        tm.commit_and_continue(txn, [parts.item(0)], reuse=True)
+    assert txn.status == "aborted" and not tm.active_since
+    assert tm.aborted == aborted + 2  # txn and its successor, as without reuse
+
+
+def test_reuse_off_the_short_paths_gives_a_new_successor() -> None:
+    tm = loaded("ss2pl", record=True)
+    txn = tm.begin(read_only=True)
+    txn.read("parts", 0)
+    heir = tm.commit_and_continue(txn, ["parts.0"], reuse=True)
+    assert heir is not txn and txn.status == "committed"
+    assert tm.resume(heir) == set()
+    heir.commit()
+
+
+def transfers(tm: TransactionManager, log: Any, seed: int, n: int, stop: threading.Event) -> None:
+    """Move amounts between two rows: the rows' total never changes."""
+    rng = random.Random(seed)
+    parts = tm.table("parts")
+    for _ in range(n):
+        a, b = rng.sample(range(ROWS), 2)
+        amount = rng.randint(1, 5)
+        while not stop.is_set():
+            t = tm.begin()
+            try:
+                for key, delta in ((a, -amount), (b, amount)):
+                    value = t.read(parts, key)
+                    if log is not None:
+                        log(Operation("r", t.hid, parts.item(key)))
+                    t.put(parts, key, value + delta)
+                    if log is not None:
+                        log(Operation("w", t.hid, parts.item(key)))
+                t.commit()
+            except TransientError:
+                if log is not None:
+                    log(Operation("a", t.hid))
+                continue
+            if log is not None:
+                log(Operation("c", t.hid))
+            break
+        if stop.is_set():
+            return
+
+
+@pytest.mark.parametrize("protocol", ["ss2pl", "optimistic"])
+def test_a_chain_of_reused_readers_sees_the_total_while_writers_transfer(protocol: str) -> None:
+    tm = loaded(protocol, lock_timeout=10)
+    parts = tm.table("parts")
+    ops: list[Operation] = []
+    mutex = threading.Lock()
+
+    def log(op: Operation) -> None:
+        with mutex:
+            ops.append(op)
+
+    logged = log if protocol == "ss2pl" else None
+    stop = threading.Event()
+    writers = [
+        threading.Thread(target=transfers, args=(tm, logged, k, 300, stop)) for k in range(2)
+    ]
+    for th in writers:
+        th.start()
+    rng = random.Random(11)
+    txn = tm.begin(read_only=True)
+    held: dict[int, int] = {}
+    windows = 0
+    try:
+        while any(th.is_alive() for th in writers) or windows < 50:
+            hid = txn.hid
+            try:
+                for key in range(ROWS):
+                    if key not in held:
+                        held[key] = txn.read(parts, key)
+                        if logged is not None:
+                            logged(Operation("r", hid, parts.item(key)))
+                seen = sum(held.values())
+                keep = sorted(rng.sample(range(ROWS), rng.randint(0, ROWS)))
+                heir = tm.commit_and_continue(txn, [parts.item(k) for k in keep], reuse=True)
+            except TransientError:
+                if logged is not None:
+                    logged(Operation("a", hid))
+                txn, held = tm.begin(read_only=True), {}
+                continue
+            assert heir is txn and heir.hid != hid
+            assert seen == 100 * ROWS
+            if logged is not None:
+                logged(Operation("c", hid))
+            time.sleep(0)  # let writers in: they may revoke kept locks until resume
+            lost = tm.resume(heir)
+            held = {k: held[k] for k in keep if parts.item(k) not in lost}
+            if logged is not None:  # its reads of the kept rows: under locks held since
+                for k in held:
+                    logged(Operation("r", heir.hid, parts.item(k)))
+            windows += 1
+        txn.commit()
+    finally:
+        if txn.status == "active":
+            txn.abort()
+        stop.set()
+        for th in writers:
+            th.join()
+    with tm.begin(read_only=True) as t:
+        assert sum(t.read(parts, k) for k in range(ROWS)) == 100 * ROWS
+    if protocol == "ss2pl":
+        tm.locks.check_idle()
+        assert tm.locks.queued == 0
+        assert check(History.of_operations(ops), "cs").holds
+    else:
+        assert not tm.active_since
