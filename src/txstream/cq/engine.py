@@ -992,6 +992,8 @@ class CQEngine:
                         # windows more, rather than sort them out at each window
                         self._heir = self.tm.commit_keeping_all(txn)
                         self._kept_all = self._heir is txn
+                        if not self._kept_all:  # (a hand-over after all, e.g. with a log)
+                            self._carried = carry(out)
                         self._held += 1
                         self._heir_of = self._attempt
                     elif entries := (carry(out) if carry is not None and self._hands_on else None):
