@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from txstream.errors import TransientError
 from txstream.model.check import check
 from txstream.model.history import History, Operation
-from txstream.txn import LockTimeoutError, TransactionManager, ValidationError
+from txstream.txn import LockTimeoutError, TransactionError, TransactionManager, ValidationError
 
 ROWS = 6
 
@@ -254,3 +254,61 @@ def test_a_chain_of_reused_readers_sees_the_total_while_writers_transfer(protoco
         assert check(History.of_operations(ops), "cs").holds
     else:
         assert not tm.active_since
+
+
+# -- commit_keeping_all: the successor keeps every read -------------------------------
+
+
+def test_ss2pl_keeping_all_commits_and_keeps_every_lock_in_place() -> None:
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in (0, 1, 2):
+        txn.read(parts, k)
+    clock, committed = tm.clock, tm.committed
+    heir = tm.commit_keeping_all(txn)
+    assert heir is txn and heir.status == "active"
+    assert tm.clock == clock + 1 and tm.committed == committed + 1
+    assert set(heir.locks) == {parts.item(k) for k in (0, 1, 2)}
+    with pytest.raises(LockTimeoutError):  # not revocable: a writer waits
+        write(tm, 1, -1)
+    write(tm, 3, -1)  # a row it never read
+    heir.commit()
+    tm.locks.check_idle()
+
+
+def test_optimistic_keeping_all_validates_every_read_and_keeps_them() -> None:
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in (0, 1):
+        txn.read(parts, k)
+    heir = tm.commit_keeping_all(txn)
+    assert heir is txn and set(heir.reads) == {parts.item(0), parts.item(1)}
+    write(tm, 1, 7)  # after the commit: the successor's read of row 1 is stale
+    aborted = tm.aborted
+    with pytest.raises(ValidationError):
+        tm.commit_keeping_all(heir)
+    assert heir.status == "aborted" and tm.aborted == aborted + 1 and not tm.active_since
+
+
+def test_keeping_all_off_the_short_paths_hands_everything_on() -> None:
+    tm = loaded("ss2pl", record=True)
+    txn = tm.begin(read_only=True)
+    txn.read("parts", 0)
+    txn.read("parts", 1)
+    heir = tm.commit_keeping_all(txn)
+    assert heir is not txn and txn.status == "committed"
+    assert tm.resume(heir) == set() and set(heir.locks) == {"parts.0", "parts.1"}
+    heir.commit()
+    tm.locks.check_idle()
+
+
+def test_keeping_all_refuses_a_writer_and_a_stranger() -> None:
+    tm = loaded("ss2pl")
+    writer = tm.begin()
+    with pytest.raises(TransactionError, match="not read-only"):
+        tm.commit_keeping_all(writer)
+    writer.abort()
+    with pytest.raises(TransactionError, match="this manager's begin"):
+        tm.commit_keeping_all(loaded("ss2pl").begin(read_only=True))

@@ -989,19 +989,21 @@ class TransactionManager:
         :meth:`commit_and_continue` instead when someone waits for a lock
         (``locks.queued``).
         """
-        self._own(txn, "commit and continue")
-        if not txn.read_only:
-            raise TransactionError(
-                f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
-            )
         if not (
-            self._fast_continue
+            txn.__class__ is Transaction
+            and txn.manager is self
+            and txn.read_only  # (so it has no writes)
+            and self._fast_continue
             and txn.state == ACTIVE
             and txn.doomed is None
             and not txn.offsets
             and self.store.wal is None
-            and not (txn.wset or txn.wappends)
         ):
+            self._own(txn, "commit and continue")
+            if not txn.read_only:
+                raise TransactionError(
+                    f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
+                )
             return self.commit_and_continue(txn, set(txn.locks) | set(txn.reads), reuse=True)
         if self._continue_locks:
             with self.commit_mutex:
