@@ -88,7 +88,12 @@ def test_ss2pl_reused_successor_releases_a_lock_someone_waits_for() -> None:
     for k in (0, 1, 2):
         txn.read(parts, k)
     done = threading.Event()
-    writer = threading.Thread(target=lambda: (write(tm, 0, 50), done.set()))
+
+    def update() -> None:
+        write(tm, 0, 50)
+        done.set()
+
+    writer = threading.Thread(target=update)
     writer.start()
     while not tm.locks.queued:  # the writer queues behind txn's read lock
         threading.Event().wait(0.001)
