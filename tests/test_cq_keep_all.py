@@ -119,7 +119,7 @@ def judge(
 
 
 @pytest.mark.parametrize("strategy", ["s2pl", "optimistic"])
-@pytest.mark.parametrize("store", ["memory-1", "memory-16", "durable-16"])
+@pytest.mark.parametrize("store", ["memory-1", "memory-32", "durable-32"])
 def test_every_window_reads_one_state_and_its_value_follows_from_it(
     strategy: str, store: str, tmp_path: Path
 ) -> None:

@@ -206,7 +206,7 @@ class CQEngine:
     forget_at: int = 1024
     """Feed drops the raw events no window needs once at least this many are."""
 
-    release_every: int = 16
+    release_every: int = 32
     """``s2pl``, ``optimistic``: windows a transaction's unneeded reads may be kept for.
 
     A window's transaction hands the reads of the events the next window
