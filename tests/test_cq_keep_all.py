@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from txstream.cq import CQEngine, Result, make_manager
+from txstream.cq import CQEngine, CQError, Result, make_manager
 from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table, new_part
 from txstream.errors import TransientError
 from txstream.txn import TransactionManager
@@ -166,4 +166,14 @@ def test_an_updater_waiting_for_a_kept_lock_gets_it_within_a_window() -> None:
     query.join()
     assert running, f"the updater waited {waited:.2f} s: to the end of the query"
     assert out and len(out[0]) > 1000
+    tm.locks.check_idle()
+
+
+@pytest.mark.parametrize("every", [0, -3, 2.5, "32", True])
+def test_a_bad_release_every_is_one_error_before_anything_runs(every: Any) -> None:
+    tm = load_table("s2pl", {k: {"price": 1, "cat": 0} for k in range(ROWS)})
+    engine = CQEngine(build_query(R), tm, "s2pl", {TABLE: COLUMNS})
+    engine.release_every = every
+    with pytest.raises(CQError, match="release_every must be a positive number of windows"):
+        engine.run([{"id": 0, "part": 0, "qty": 1}])
     tm.locks.check_idle()

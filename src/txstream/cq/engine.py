@@ -867,6 +867,9 @@ class CQEngine:
         until: float | None,
         on_result: Callable[[Result], None] | None,
     ) -> list[Result]:
+        every = self.release_every
+        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+            raise CQError(f"release_every must be a positive number of windows, not {every!r:.40}")
         self._limits = (max_results, until)
         self._on_result = on_result
         # a window's transaction may keep every read for the next one (see release_every)
