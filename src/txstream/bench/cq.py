@@ -57,7 +57,8 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
             seed=seed,
         )
     )
-    return {k: m[k] for k in ("consistent_ratio", "cq_throughput", "update_throughput", "redos")}
+    keys = ("consistent_ratio", "cq_throughput", "cq_cpu_throughput", "update_throughput", "redos")
+    return {k: m[k] for k in keys}
 
 
 EXPERIMENT = Experiment(
@@ -87,6 +88,17 @@ EXPERIMENT = Experiment(
             logx=True,
             logy=True,
             ylabel="results / s",
+            where=(("sweep", "rate"),),
+        ),
+        Figure(
+            "cq_fig7b_cq_cpu_throughput",
+            x="update_rate",
+            y="cq_cpu_throughput",
+            title="Fig. 7b per CPU second of the query's thread (r = 5)",
+            series="strategy",
+            logx=True,
+            logy=True,
+            ylabel="results / CPU s",
             where=(("sweep", "rate"),),
         ),
         Figure(

@@ -97,8 +97,10 @@ def run(p: CQRun) -> dict[str, Any]:
             tm, TABLE, range(p.rows), p.update_rate, new_part, threads=p.threads, seed=p.seed
         ).start()
     start = time.monotonic()
+    cpu = time.thread_time()  # the query's own thread (the updaters have theirs)
     try:
         results = engine.run(stream, until=start + p.seconds)
+        cpu = time.thread_time() - cpu
     finally:
         update_tput = updaters.stop() if updaters is not None else 0.0
     elapsed = time.monotonic() - start
@@ -107,6 +109,8 @@ def run(p: CQRun) -> dict[str, Any]:
         "results": len(results),
         "consistent_ratio": consistent / len(results) if results else 1.0,
         "cq_throughput": len(results) / elapsed,
+        # results per CPU second of the query's thread: what holds on a loaded machine
+        "cq_cpu_throughput": len(results) / cpu if cpu > 0 else 0.0,
         "update_throughput": update_tput,
         "redos": engine.stats.redos,
         "reevaluated": engine.stats.reevaluated,
