@@ -304,14 +304,20 @@ class CQEngine:
         self._lock_table: dict[str, RCB] | None = (
             tm.locks.table if self._direct and self._s2pl else None
         )
-        # optimistic, direct: the items an attempt reads join the read set at once
-        # before its commit, as read at the clock of the attempt's start (see _note)
+        # optimistic, direct: an item read joins the read set as read at the clock of
+        # the attempt's start (see _since)
         self._late = self._direct and self._optimistic
+        # What the protocol's read hook notes per read (the commit clock at the read,
+        # see Optimistic.before_read), sampled once per attempt: after the transaction
+        # began and before any of its reads, so a write committed after a read is
+        # after it too and fails the validation (a write between it and the read does
+        # as well: stricter, never laxer).  An item already in the read set keeps its
+        # earlier clock.
+        self._since = 0
         # snapshot without a recorder or order: a read-only transaction's read is
         # the row as of its snapshot, with no hook to call (see _apply_direct)
         self._snap_direct = self._mode == "snapshot" and tm.recorder is None and not tm.ordered
         self._direct_apply = self._direct or self._snap_direct
-        self._late_items: list[str] = []
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
@@ -349,11 +355,11 @@ class CQEngine:
         if self._direct and txn is not None:
             # What txn.read does for a read-only transaction of these protocols
             # without a recorder: the protocol's read hook (the read lock; the read
-            # timestamp to validate: optimistic notes it for the whole attempt, see
-            # _note), then the current row.
+            # timestamp to validate: optimistic notes the clock of the attempt's start,
+            # see _since), then the current row.
             item = tbl.item(key)
             if self._late:
-                self._late_items.append(item)
+                txn.reads.setdefault(item, self._since)
             else:
                 self._lock(txn, item)
             value = tbl.read(key, _ABSENT_ROW)
@@ -447,7 +453,7 @@ class CQEngine:
         and ``optimistic``: sample the clock, name the item, the read lock
         (:meth:`SS2PL.before_read <txstream.txn.protocols.SS2PL.before_read>`'s
         uncontended path; any other case goes through the protocol's hook) or,
-        optimistic, note the item for the attempt (see :meth:`_note`), then the
+        optimistic, note the item as read at the attempt's start (``_since``), then the
         current row and the newest committed version.  ``snapshot`` (no recorder,
         no order; a read-only transaction has no writes of its own and its
         protocol's read hook does nothing): the newest version at or before the
@@ -510,7 +516,7 @@ class CQEngine:
                 _check_key(op, key)
                 raise
             if self._late:
-                self._late_items.append(item)
+                txn.reads.setdefault(item, self._since)
             else:
                 locks = txn.locks
                 if item not in locks:
@@ -966,9 +972,7 @@ class CQEngine:
             self._quiet_now = self._fast and (
                 (snap if snap is not None else self.tm.clock) == self._clean
             )
-            since = self.tm.clock  # after the transaction began, before its reads
-            if self._late_items:
-                self._late_items.clear()  # an attempt that did not get to its commit
+            self._since = self.tm.clock  # after the transaction began, before its reads
             try:
                 out = fill(txn)
                 if out is None:
@@ -976,14 +980,10 @@ class CQEngine:
                         # "not complete yet" is a result of the reads too (a handed-on
                         # read of a row updated since may have dropped an event): it
                         # stands only if they validate, else the window is redone
-                        if self._late_items:
-                            self._note(txn, since)
                         with self.tm.commit_mutex:
                             self.tm.protocol.validate(txn)
                     txn.abort()
                 else:
-                    if self._late_items:
-                        self._note(txn, since)
                     clean = self._clean
                     if (
                         carry is not None
@@ -1024,23 +1024,6 @@ class CQEngine:
                 if txn.status == "active":
                     txn.abort()
                 raise
-
-    def _note(self, txn: Transaction, since: int) -> None:
-        """Optimistic: the attempt's reads join the read set, as read at clock ``since``.
-
-        What the protocol's read hook does per read (the commit clock at the
-        read, see :meth:`~txstream.txn.protocols.Optimistic.before_read`), for
-        all of them in one go: ``since`` was sampled after the transaction began
-        and before any of these reads, so a write committed after a read is
-        after ``since`` too and fails the validation (a write between ``since``
-        and the read does as well: stricter, never laxer).  An item already in
-        the read set keeps its earlier clock.
-        """
-        reads = txn.reads
-        for item in self._late_items:
-            if item not in reads:
-                reads[item] = since
-        self._late_items.clear()
 
     def _items(self, entries: Iterable[_Entry]) -> set[str]:
         """The data items the entries' reads read, as the protocols name them."""
