@@ -929,19 +929,8 @@ class TransactionManager:
             for item in lost:
                 del kept[item]
         txn.state = COMMITTING
-        failure: BaseException | None = None
-        with self.commit_mutex:
-            try:
-                self.protocol.validate(txn)
-            except BaseException as exc:  # as _commit: the transaction aborts
-                failure = exc
-            else:
-                self.clock += 1
+        failure = self._commit_validated(txn)
         if failure is not None:
-            txn.state = ACTIVE
-            txn._abort(keep_order=isinstance(failure, TransientError))
-            if isinstance(failure, TransientError):
-                self._count(type(failure).__name__)
             if heir is not None:
                 heir.abort()
             else:  # what the successor's abort does: it ends, never used
@@ -1009,21 +998,33 @@ class TransactionManager:
             with self.commit_mutex:
                 self.clock += 1
         else:
-            failure: BaseException | None = None
-            with self.commit_mutex:
-                try:
-                    self.protocol.validate(txn)
-                except BaseException as exc:  # as _commit: the transaction aborts
-                    failure = exc
-                else:
-                    self.clock += 1
+            failure = self._commit_validated(txn)
             if failure is not None:
-                txn._abort(keep_order=isinstance(failure, TransientError))
-                if isinstance(failure, TransientError):
-                    self._count(type(failure).__name__)
                 raise failure
         self.committed += 1
         return txn
+
+    def _commit_validated(self, txn: Transaction) -> BaseException | None:
+        """A reader's validating commit (no writes to publish): the clock moves on by one.
+
+        On a failure ``txn`` is aborted (and a transient one counted), as
+        :meth:`_commit` does, and the failure returned for the caller to raise
+        once it has ended whatever else it began.
+        """
+        failure: BaseException | None = None
+        with self.commit_mutex:
+            try:
+                self.protocol.validate(txn)
+            except BaseException as exc:
+                failure = exc
+            else:
+                self.clock += 1
+        if failure is not None:
+            txn.state = ACTIVE
+            txn._abort(keep_order=isinstance(failure, TransientError))
+            if isinstance(failure, TransientError):
+                self._count(type(failure).__name__)
+        return failure
 
     def resume(self, heir: Transaction) -> set[str]:
         """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""
