@@ -5,7 +5,11 @@ threads) for ``--seconds`` per run, the four strategies interleaved, ``--reps``
 times per rate, and prints per strategy and rate the best run's results per
 wall-clock second and per CPU second of the query's thread, each also as a
 ratio to ``naive``. CPU seconds make the comparison hold on a machine other
-work loads (wall-clock results per second then swing with the load).
+work loads (wall-clock results per second then swing with the load). Each
+line ends with the median, over the repetitions, of the strategy's ratio to
+``naive`` in the same repetition per CPU second: a best run of ``naive``
+(the collector happened to run little in it) moves the best-to-best ratio
+but not this one.
 
     PYTHONPATH=src .venv/bin/python scripts/cq-ratio.py [--rates 1,10,100,1000] [--reps 3]
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import statistics
 import time
 
 from txstream.cq.engine import CQEngine, Updaters
@@ -32,6 +37,7 @@ def main() -> None:
     stream = events(600_000, 10_000, 1)
     for rate in (float(x) for x in a.rates.split(",")):
         best: dict[str, tuple[float, float]] = {}
+        per_rep: dict[str, list[float]] = {s: [] for s in STRATEGIES}
         for rep in range(a.reps):
             for s in STRATEGIES:
                 rng = random.Random(rep)
@@ -47,12 +53,19 @@ def main() -> None:
                     up.stop()
                 w, c = best.get(s, (0.0, 0.0))
                 best[s] = (max(w, len(results) / wall), max(c, len(results) / cpu))
+                per_rep[s].append(len(results) / cpu)
         nw, nc = best["naive"]
         cells = [
             f"{s} {w:,.0f}/s ({w / nw:.2f}x) {c:,.0f}/cpu-s ({c / nc:.2f}x)"
             for s, (w, c) in best.items()
         ]
+        paired = [
+            f"{s} {statistics.median(c / n for c, n in zip(v, per_rep['naive'], strict=True)):.2f}x"
+            for s, v in per_rep.items()
+            if s != "naive"
+        ]
         print(f"rate {rate:g}: " + " | ".join(cells), flush=True)
+        print(f"rate {rate:g}, median ratio per repetition (CPU): " + ", ".join(paired), flush=True)
 
 
 if __name__ == "__main__":
