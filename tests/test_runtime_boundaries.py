@@ -598,6 +598,41 @@ def test_both_engines_accept_and_refuse_the_same_writes_alike(tmp_path: Path, wr
     assert {k: r["v"] for k, r in rows.items()} == table_of(tmp_path)
 
 
+KEYED_WRONG: list[tuple[str, Callable[[Any, Any], Any]]] = [
+    # The event's key is the string "1" (its input column holds text); the table's
+    # key column is a long: every verb says so, instead of "no row" or "undeclared".
+    ("read of acc", lambda t, e: t.read("acc", e["k"])),
+    ("update of acc", lambda t, e: t.update("acc", e["k"], v=2)),
+    ("increment of acc", lambda t, e: t.increment("acc", e["k"], "v", 1)),
+    ("delete from acc", lambda t, e: t.delete("acc", e["k"])),
+    ("row of acc", lambda t, e: t.insert("acc", {"k": e["k"], "v": 1})),
+    ("row of acc", lambda t, e: t.upsert("acc", {"k": e["k"], "v": 1})),
+    ("scan of acc", lambda t, e: t.scan("acc", e["k"])),
+    # A key outside the event's values, of another type: also the type's error.
+    ("update of acc", lambda t, e: t.update("acc", "2", v=2)),
+    ("increment of acc", lambda t, e: t.increment("acc", 2.5, "v", 1)),
+    ("delete from acc", lambda t, e: t.delete("acc", True)),
+    ("read of acc", lambda t, e: t.read("acc", "2")),
+]
+
+
+@pytest.mark.parametrize("case", range(len(KEYED_WRONG)))
+def test_every_verb_refuses_a_key_of_another_type_with_a_schema_error_on_both_engines(
+    tmp_path: Path, case: int
+) -> None:
+    what, verb = KEYED_WRONG[case]
+    job = simple_job([{"k": 1, "v": 10}]).on("A", verb)
+    key = 1 if case >= 7 else "1"
+    batches: list[list[Item]] = [[("A", {"k": key, "v": 0, "ts": 0})]]
+    job.run_local(batches, tmp_path, partitions=2)
+    _, [outcome] = on_the_driver(job, batches)
+    for failures in (tx.read_failures(tmp_path), outcome.failures):
+        (failure,) = failures
+        assert failure["error"].startswith(f"SchemaError: {what}"), failure
+        assert "column 'k' is long" in failure["error"], failure
+    assert table_of(tmp_path) == {1: 10}
+
+
 # -- scan and values on both engines -----------------------------------------------------------
 
 

@@ -135,15 +135,30 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
 def check_key(what: str, spec: TableSpec, key: Key) -> None:
     """Raise :class:`SchemaError` when ``key`` does not fit the types of ``spec``'s key columns.
 
-    For a read that found nothing: a key of another type (``5`` for a string
-    column) never finds a row, so without this a typed table would answer "no
-    row" for every such read.
+    Every verb that takes a key (``read``, ``update``, ``increment``,
+    ``delete``) checks it, after the cheap test :meth:`TableSpec.key_fits`: a
+    key of another type (``"5"`` for a long column) never finds a row, so
+    without this a typed table would answer "no row" (``MissingRowError``) for
+    every such key, and a ``True`` or ``1.0`` would find the row of ``1``.
     """
     if spec.columns is None:
         return
     values = key if len(spec.key) > 1 and type(key) is tuple else (key,)
     for name, value in zip(spec.key, values, strict=False):
         check_value(f"{what} by key", name, spec.columns[name], value)
+
+
+def check_partition_value(what: str, spec: TableSpec, value: Key) -> None:
+    """Raise :class:`SchemaError` when ``value`` does not fit ``spec``'s ``partition_by`` types.
+
+    What ``scan`` checks, as :func:`check_key` is for the verbs that take a key.
+    """
+    if spec.columns is None:
+        return
+    names = spec.partition_by
+    values = value if len(names) > 1 and type(value) is tuple else (value,)
+    for name, part in zip(names, values, strict=False):
+        check_value(f"{what} by partition value", name, spec.columns[name], part)
 
 
 def table_spec(job: JobSpec, table: str) -> TableSpec:
@@ -291,6 +306,28 @@ class TableSpec:
         object.__setattr__(self, "_whole", self.partition_by == self.key)
         object.__setattr__(self, "_pick", itemgetter(*pick) if pick else None)
         object.__setattr__(self, "_row_key", itemgetter(*self.key))
+        types = None
+        if self.columns is not None:
+            # Exact types that fit each key column (and None): a key of one of them
+            # needs no further check; any other goes through check_key.
+            # (type(True) is bool, not int: a bool is no long key's value.)
+            types = tuple(frozenset({*_TYPES[self.columns[c]], type(None)}) for c in self.key)
+        object.__setattr__(self, "_key_types", types)
+
+    def key_fits(self, key: Key) -> bool:
+        """Whether ``key``'s values are of the exact types of the key columns (a fast test).
+
+        False does not mean it does not fit (a subclass of ``int`` does):
+        :func:`check_key` decides then.  True for a table without a schema.
+        """
+        types: tuple[frozenset[type], ...] | None = self._key_types  # type: ignore[attr-defined]
+        if types is None:
+            return True
+        if len(types) == 1:
+            return type(key) in types[0]
+        if type(key) is not tuple or len(key) != len(types):
+            return False
+        return all(type(v) in t for v, t in zip(key, types, strict=True))
 
     def key_of(self, row: Row) -> Key:
         """The key of ``row``."""

@@ -22,6 +22,7 @@ from txstream.spark.runtime.base import (
     Row,
     TransactionAborted,
     check_key,
+    check_partition_value,
     duplicate_key,
     emitted_row,
     incremented_row,
@@ -73,9 +74,16 @@ class DriverTx:
         """
         return self._home
 
-    def _value(self, table: str, key: Key) -> Key:
-        """The partition value of ``key``, one the running event may touch."""
-        return self._allow(table, table_spec(self._job, table).value_of_key(key))
+    def _value(self, table: str, key: Key, what: str) -> Key:
+        """The partition value of ``key``, one the running event may touch (``what``: a verb).
+
+        The key is checked against the key columns' types first: one of another
+        type is a :class:`SchemaError`, as on the executors.
+        """
+        spec = table_spec(self._job, table)
+        if not spec.key_fits(key):
+            check_key(what, spec, key)
+        return self._allow(table, spec.value_of_key(key))
 
     def _allow(self, table: str, value: Key) -> Key:
         """``value``, unless the running event may not touch it (the executors' rule)."""
@@ -87,16 +95,15 @@ class DriverTx:
     # both engines accept and refuse the same writes.
     def read(self, table: str, key: Key, default: Any = None) -> Any:
         """See ``Tx.read``."""
-        self._value(table, key)
+        self._value(table, key, f"read of {table}")
         row = self._txn.read(self._tm.table(table), key)
         if row is None:
-            check_key(f"read of {table}", table_spec(self._job, table), key)
             return default
         return dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """See ``Tx.scan``: every row of ``table`` in partition value ``value``, in key order."""
-        table_spec(self._job, table)
+        check_partition_value(f"scan of {table}", table_spec(self._job, table), value)
         self._allow(table, value)
         engine, txn = self._engine, self._txn
         txn.read(engine.sets[table], value)  # before the index: inserts into value wait
@@ -118,7 +125,7 @@ class DriverTx:
     def insert(self, table: str, row: Row) -> None:
         """See ``Tx.insert``."""
         key = key_of_row(table_spec(self._job, table), row)
-        value = self._value(table, key)
+        value = self._value(table, key, f"insert into {table}")
         try:
             self._txn.insert(self._tm.table(table), key, dict(row))
         except DuplicateKeyError:
@@ -128,14 +135,14 @@ class DriverTx:
     def upsert(self, table: str, row: Row) -> None:
         """See ``Tx.upsert``."""
         key = key_of_row(table_spec(self._job, table), row)
-        value = self._value(table, key)
+        value = self._value(table, key, f"upsert into {table}")
         self._txn.put(self._tm.table(table), key, dict(row))
         if key not in self._engine.index[table].get(value, ()):
             self._added(table, value, key)
 
     def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
         """See ``Tx.update``."""
-        self._value(table, key)
+        self._value(table, key, f"update of {table}")
         old = self._txn.read(self._tm.table(table), key)
         if old is None:
             raise missing_row(f"update of {table}", key)
@@ -145,7 +152,7 @@ class DriverTx:
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """See ``Tx.increment``."""
-        self._value(table, key)
+        self._value(table, key, f"increment of {table}")
         old = self._txn.read(self._tm.table(table), key)
         if old is None:
             raise missing_row(f"increment of {table}.{column}", key)
@@ -155,7 +162,7 @@ class DriverTx:
 
     def delete(self, table: str, key: Key) -> None:
         """See ``Tx.delete``."""
-        value = self._value(table, key)
+        value = self._value(table, key, f"delete from {table}")
         try:
             self._txn.delete(self._tm.table(table), key)
         except MissingKeyError:

@@ -30,9 +30,11 @@ from txstream.spark.runtime.base import (
     JobSpec,
     Key,
     Row,
+    TableSpec,
     TransactionAborted,
     UndeclaredKeyError,
     check_key,
+    check_partition_value,
     duplicate_key,
     emitted_row,
     incremented_row,
@@ -145,6 +147,8 @@ class Tx:
         """The row of ``table`` with ``key`` (a copy), or ``default`` when there is none."""
         # The hot path of every job: one spec lookup, the allowed-value test inline.
         spec = self._job.tables.get(table) or self._table(table)
+        if not spec.key_fits(key):
+            check_key(f"read of {table}", spec, key)
         value = spec.value_of_key(key)
         if value not in self._allowed:
             self._check_value(table, value)
@@ -152,18 +156,16 @@ class Tx:
             self._history.append(f"r{self._gid}({item_name(table, key)})")
         rows = self._state.data.get(table)
         if rows is None:
-            check_key(f"read of {table}", spec, key)
             return default
         part = rows.get(value)
         row = part.get(key) if part is not None else None
         if row is None:
-            check_key(f"read of {table}", spec, key)
             return default
         return dict(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
-        self._table(table)
+        check_partition_value(f"scan of {table}", self._table(table), value)
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
         if self._history is not None:
@@ -204,7 +206,7 @@ class Tx:
         """Add ``row``; :class:`DuplicateKeyError` when its key exists."""
         spec = self._table(table)
         key = key_of_row(spec, row)
-        value = self._value(table, key)
+        value = self._value(f"insert into {table}", spec, key)
         if key in self._state.data.get(table, {}).get(value, {}):
             raise duplicate_key(table, key)
         self._put(table, value, key, dict(row), structural=True)
@@ -222,11 +224,12 @@ class Tx:
 
     def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
         """Change some columns of the row with ``key``; returns the new row (a copy)."""
-        value = self._value(table, key)
+        spec = self._table(table)
+        value = self._value(f"update of {table}", spec, key)
         old = self._state.data.get(table, {}).get(value, {}).get(key)
         if old is None:
             raise missing_row(f"update of {table}", key)
-        new = updated_row(self._table(table), key, old, changes, columns)
+        new = updated_row(spec, key, old, changes, columns)
         self._put(table, value, key, new)
         return dict(new)
 
@@ -234,6 +237,8 @@ class Tx:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
         # As hot as read (counters, balances): the same inlined lookups.
         spec = self._job.tables.get(table) or self._table(table)
+        if not spec.key_fits(key):
+            check_key(f"increment of {table}", spec, key)
         value = spec.value_of_key(key)
         if value not in self._allowed:
             self._check_value(table, value)
@@ -248,7 +253,8 @@ class Tx:
 
     def delete(self, table: str, key: Key) -> None:
         """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
-        value = self._value(table, key)
+        spec = self._table(table)
+        value = self._value(f"delete from {table}", spec, key)
         if key not in self._state.data.get(table, {}).get(value, {}):
             raise missing_row(f"delete from {table}", key)
         self._put(table, value, key, ABSENT, structural=True)
@@ -265,9 +271,18 @@ class Tx:
     def _table(self, table: str) -> Any:
         return table_spec(self._job, table)
 
-    def _value(self, table: str, key: Key) -> Any:
-        value = self._table(table).value_of_key(key)
-        self._check_value(table, value)
+    def _value(self, what: str, spec: TableSpec, key: Key) -> Any:
+        """The partition value of ``key`` (checked: ``what``, a verb, names it in errors).
+
+        A key of another type than the key columns' is a :class:`SchemaError`
+        before anything else (``"5"`` for a long key finds no row, and is no
+        declared value either).
+        """
+        if not spec.key_fits(key):
+            check_key(what, spec, key)
+        value = spec.value_of_key(key)
+        if value not in self._allowed:
+            self._check_value(spec.name, value)
         return value
 
     def _check_value(self, table: str, value: Any) -> None:
