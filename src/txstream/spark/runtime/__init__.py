@@ -13,6 +13,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, GroupOrderError, boundary
 from txstream.spark.runtime.executor import Tx
+from txstream.spark.runtime.failures import InputFailingError, TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.results import history_text, read_failures, read_history, read_output
@@ -24,6 +25,7 @@ __all__ = [
     "Boundary",
     "DuplicateKeyError",
     "GroupOrderError",
+    "InputFailingError",
     "Job",
     "LocalRunner",
     "MissingRowError",
@@ -33,6 +35,7 @@ __all__ = [
     "StoreError",
     "StoreLockedError",
     "TransactionAborted",
+    "TransactionFailuresWarning",
     "Tx",
     "UndeclaredKeyError",
     "boundary",

@@ -187,6 +187,10 @@ def keyed_values(table: str) -> UndeclaredKeyError:
     )
 
 
+NOT_RUN = "; it was not run"
+"""How the error of an event that had no place ends (see :func:`bad_event`)."""
+
+
 def bad_event(batch: int, where: str, mid: int, order: list[Any], what: str) -> dict[str, Any]:
     """The failure of the event at ``where`` with a null key (``what="key"``) or ``order value``.
 
@@ -199,7 +203,7 @@ def bad_event(batch: int, where: str, mid: int, order: list[Any], what: str) -> 
         "kind": "error",
         "position": where,
         "order": order,
-        "error": f"SchemaError: the event has a null {what}; it was not run",
+        "error": f"SchemaError: the event has a null {what}{NOT_RUN}",
     }
 
 

@@ -297,7 +297,7 @@ class DriverEngine:
                 error = f"{type(exc).__name__}: {exc}"
                 outcome.failed(group, kind, error, current[0].position, current[0].order)
                 continue
-            outcome.committed += 1
+            outcome.committed_txn(group.events)
             for output, row in emits:
                 row["__order"] = [*group.order, seq]
                 seq += 1

@@ -338,6 +338,19 @@ class Outcome:
     deferred: int = 0
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
+    inputs: dict[int, int] = field(default_factory=dict)
+    """Committed transactions per input index (a transaction counts for each of its
+    events' inputs): the driver's all-fail rule (see :mod:`.failures`)."""
+
+    def committed_txn(self, events: Sequence[Event]) -> None:
+        """Count a committed transaction of ``events``."""
+        self.committed += 1
+        counts = self.inputs
+        first = events[0].order[1]
+        counts[first] = counts.get(first, 0) + 1
+        if len(events) > 1:
+            for index in {e.order[1] for e in events} - {first}:
+                counts[index] = counts.get(index, 0) + 1
 
     def failed(
         self,
@@ -375,6 +388,7 @@ class Outcome:
             "aborted": self.aborted,
             "deferred": self.deferred,
             "failures": self.failures,
+            "committed_inputs": dict(self.inputs),
             "latency": _histogram(self.sent),
         }
 
@@ -465,7 +479,7 @@ class GroupRunner:
             self._aborted(group, f"{type(exc).__name__}: {exc}", kind, where, at)
             return
         outcome = self.outcome
-        outcome.committed += 1
+        outcome.committed_txn(events)
         order = events[0].order
         if history is not None:
             outcome.txns.append(f"T {group.gid} c {order[0]!r} {order[1]} {order[2]}")

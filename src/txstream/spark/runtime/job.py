@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import (
     InputSpec,
     JobSpec,
@@ -44,6 +45,7 @@ from txstream.spark.runtime.base import (
     parse_schema,
 )
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
+from txstream.spark.runtime.failures import ALL_FAIL_LIMIT, FailureWatch
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.merge import MERGES
 from txstream.spark.runtime.sinks import deliver
@@ -65,6 +67,7 @@ class Job:
         self._sinks: dict[str, list[Any]] = {}
         self._merge = "batch"
         self._idle_batches = 1
+        self._all_fail_limit = ALL_FAIL_LIMIT
 
     # -- declarations ----------------------------------------------------------------
     def table(
@@ -187,7 +190,9 @@ class Job:
         latency; :meth:`start` refuses one that no input has),
         ``merge`` (``batch`` | ``event-time``, see :mod:`~txstream.spark.runtime.merge`),
         ``idleBatches`` (event-time merge: quiet batches before an input stops holding
-        the others back, 1).
+        the others back, 1), ``allFailLimit`` (stop when that many transactions of an
+        input, and none that committed, failed with a schema or undeclared-key error
+        since the start, 20; 0: never, see :mod:`~txstream.spark.runtime.failures`).
         """
         if key == "partitions":
             self._partitions = check_partitions(value, "option partitions")
@@ -211,6 +216,12 @@ class Job:
                     f"option idleBatches must be a positive integer, not {value!r}"
                 )
             self._idle_batches = value
+        elif key == "allFailLimit":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise RuntimeJobError(
+                    f"option allFailLimit must be an integer >= 0 (0: no limit), not {value!r}"
+                )
+            self._all_fail_limit = value
         elif key == "recordHistory":
             if not isinstance(value, bool):
                 raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
@@ -224,8 +235,8 @@ class Job:
             self._arrival = value
         else:
             raise RuntimeJobError(
-                f"unknown option {key!r}; choose one of: arrivalTime, idleBatches, merge, "
-                "onError, partitions, recordHistory, snapshotEvery"
+                f"unknown option {key!r}; choose one of: allFailLimit, arrivalTime, idleBatches, "
+                "merge, onError, partitions, recordHistory, snapshotEvery"
             )
         return self
 
@@ -253,10 +264,20 @@ class Job:
             return None
         return ArrivalColumn(self._arrival)
 
+    def failure_watch(self, where: str) -> FailureWatch:
+        """The account of failed transactions for one run (``where``: how to read them)."""
+        names = {spec.index: name for name, spec in self.spec.inputs.items()}
+        return FailureWatch(self.spec.name, names, where, self._all_fail_limit)
+
     def run_local(
         self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path, partitions: int = 2
     ) -> LocalRunner:
-        """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner."""
+        """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner.
+
+        Failed transactions are logged as each batch commits, and the run ends with
+        a :class:`~txstream.spark.runtime.failures.TransactionFailuresWarning`
+        counting them when there are any (as a query's ``processAllAvailable()``).
+        """
         self.validate()
         runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, self._merge)
         runner.arrival = self.arrival_fn()
@@ -264,6 +285,7 @@ class Job:
             runner.idle_batches = self._idle_batches
         deliver(runner.store, self._sinks)  # as at a query's start: any a crash left
         unchecked = self._arrival is not None
+        watch = self.failure_watch(f"tx.read_failures({str(store)!r})")
         for batch in batches:
             if unchecked:
                 # as start() checks the inputs' schemas: a column no row has is a typo
@@ -274,7 +296,14 @@ class Job:
                     _check_arrival(str(self._arrival), batch)
             stats = runner.run_batch(batch)
             deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
-            stop_on_error(stats, self._on_error)
+            watch.after_batch(stats)
+            try:
+                stop_on_error(stats, self._on_error)
+                watch.check()
+            except TxStreamError:
+                watch.warn(stacklevel=3)
+                raise
+        watch.warn(stacklevel=3)
         return runner
 
     def start(

@@ -44,6 +44,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
+from txstream.spark.runtime.failures import log_failures
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
 from txstream.spark.runtime.restart import KEY_KINDS, first_meta, job_shape, restarted_meta
@@ -283,6 +284,8 @@ class TxQuery:
         """Whether phase 1 runs as a barrier stage (see :meth:`_gathers`); None: not known yet."""
         self._held = PartitionState()
         """The driver engine's events held by the event-time merge (it cannot resume)."""
+        self._watch = job.failure_watch(f"tx.read_failures({str(root)!r}) or query.failures()")
+        """Failed transactions since the start: warnings, the all-fail stop (:mod:`.failures`)."""
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -316,14 +319,25 @@ class TxQuery:
         return self.recentProgress[-1] if self.recentProgress else None
 
     def processAllAvailable(self) -> None:
-        """Block until every available input has been processed and committed."""
-        self._wrap(self.query.processAllAvailable)
+        """Block until every available input has been processed and committed.
+
+        Warns (:class:`~txstream.spark.runtime.failures.TransactionFailuresWarning`)
+        with the number of transactions that failed since the last warning, if any;
+        as do :meth:`awaitTermination` and :meth:`stop`.
+        """
+        try:
+            self._wrap(self.query.processAllAvailable)
+        finally:
+            self._watch.warn(stacklevel=3)
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
-        """Wait for the job to end (as ``StreamingQuery.awaitTermination``)."""
-        if timeout is None:
-            return self._wrap(self.query.awaitTermination)  # type: ignore[no-any-return]
-        return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
+        """Wait for the job to end (as ``StreamingQuery.awaitTermination``); warns as above."""
+        try:
+            if timeout is None:
+                return self._wrap(self.query.awaitTermination)  # type: ignore[no-any-return]
+            return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
+        finally:
+            self._watch.warn(stacklevel=3)
 
     def stop(self, settle_s: float = 0.0) -> None:
         """Stop the job and give the store up (the driver engine writes its history first).
@@ -342,7 +356,10 @@ class TxQuery:
         it): it returns at once, and the job stops in a thread of its own as soon
         as the batch has finished (``awaitTermination()`` returns then).
         """
-        self._thread.stop(partial(self._stop, settle_s), name=f"stop {self.name}")
+        try:
+            self._thread.stop(partial(self._stop, settle_s), name=f"stop {self.name}")
+        finally:
+            self._watch.warn(stacklevel=3)
 
     def _stop(self, settle_s: float) -> None:
         try:
@@ -632,6 +649,7 @@ class TxQuery:
         self.store.commit(
             batch_id, {"prev": self._prev, "events": outcome.events, "engine": "driver"}
         )
+        log_failures(self.spec.name, batch_id, outcome.failures)
         stats: dict[str, Any] = outcome.stats()
         stats["held"] = len(self._held.meta.get("held", ()))
         stats["latency"] = latencies(stats["latency"], time.time())
@@ -647,6 +665,9 @@ class TxQuery:
             self._prev = batch_id
             self._progressed(_progress(batch_id, stats, time.time() - started, 1))
             deliver(self.store, self.job._sinks, [batch_id])
+            self._watch.after_batch(stats)
+            stop_on_error(stats, self.job._on_error)  # (as on executors)
+            self._watch.check()
             return
         P = self.partitions
         prepared = (
@@ -705,7 +726,9 @@ class TxQuery:
         # The batches before were delivered when they committed, or at start:
         # a query whose sink failed stops, and its restart delivers the rest.
         deliver(self.store, self.job._sinks, [batch_id])
+        self._watch.after_batch(stats)
         stop_on_error(stats, self.job._on_error)
+        self._watch.check()
 
     def _progressed(self, progress: dict[str, Any]) -> None:
         """Record a committed batch's progress (``recentProgress`` keeps the last ones)."""

@@ -29,6 +29,7 @@ from txstream.spark.runtime.executor import (
     latencies,
     run_deferred,
 )
+from txstream.spark.runtime.failures import log_failures
 from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.results import one_per_transaction
 from txstream.spark.runtime.state import RuntimeStore
@@ -239,12 +240,15 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "deferred": 0,
         "failures": [],
         "latency": {},
+        "committed_inputs": {},
     }
     for part in parts:
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
         total["held"] = total.get("held", 0) + part.get("held", 0)
         total["failures"].extend(part["failures"])
+        for index, count in part.get("committed_inputs", {}).items():
+            total["committed_inputs"][index] = total["committed_inputs"].get(index, 0) + count
         for bucket, count in part["latency"].items():
             total["latency"][bucket] = total["latency"].get(bucket, 0) + count
     total["failures"] = one_per_transaction(total["failures"])
@@ -330,6 +334,7 @@ def run_batch(
                 "held": stats.get("held", 0),
             },
         )
+        log_failures(job.name, ctx.batch, stats["failures"])  # (on the driver, once committed)
         stats["latency"] = latencies(stats["latency"], time.time())
         return stats
     raise TxStreamError(

@@ -1,0 +1,177 @@
+"""Failed transactions speak: a log line when their batch commits, a warning, a stop.
+
+A transaction that raises is rolled back and recorded with its input position
+(``tx.read_failures``).  That alone is silent, so the driver also
+
+* **logs** each batch's failures when the batch commits, on the logger
+  ``txstream.runtime`` (standard :mod:`logging`): the first
+  :data:`LOGGED_PER_BATCH` in full (input position and error), then one line
+  with the count of the rest, so that a million failures do not flood the log;
+  a ``tx.abort`` is logged at ``INFO``, every other failure at ``WARNING``;
+* **warns** (:class:`TransactionFailuresWarning`) from ``processAllAvailable()``,
+  ``awaitTermination()``, ``stop()`` and ``run_local`` with the number of
+  failures since the last such warning (``tx.abort`` calls excluded: they are
+  the function's choice) and where to read them;
+* **stops** the query when the first :data:`ALL_FAIL_LIMIT` transactions of an
+  input since the job (re)started have all failed with a :class:`SchemaError`
+  or :class:`UndeclaredKeyError` (an ``emit`` that never fits its output, an
+  undeclared output or key): errors of the job, not of the data, which would
+  otherwise leave its outputs empty without a word (:class:`InputFailingError`,
+  raised after the batch committed, as ``onError=stop`` does).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from txstream.errors import TxStreamError
+from txstream.spark.runtime.base import NOT_RUN
+
+log = logging.getLogger("txstream.runtime")
+"""The runtime's logger: failed transactions, per committed batch."""
+
+LOGGED_PER_BATCH = 10
+"""Failures of one batch logged in full; the rest are counted in one line."""
+
+ALL_FAIL_LIMIT = 20
+"""Failed transactions of an input, none committed, that stop the job (option ``allFailLimit``)."""
+
+JOB_ERRORS = ("SchemaError: ", "UndeclaredKeyError: ")
+"""The errors (as a failure record starts them) that the job's code makes, whatever the data."""
+
+
+class TransactionFailuresWarning(UserWarning):
+    """Transactions failed (and were rolled back) since the last such warning."""
+
+
+class InputFailingError(TxStreamError):
+    """Every transaction of an input failed with a schema or undeclared-key error: a job bug."""
+
+
+def is_job_error(failure: Mapping[str, Any]) -> bool:
+    """Whether ``failure`` is a :data:`JOB_ERRORS` error of a transaction that ran.
+
+    An event that was not run (a null key or order value) is the data's fault.
+    """
+    error = str(failure.get("error", ""))
+    return (
+        failure.get("kind") == "error"
+        and error.startswith(JOB_ERRORS)
+        and not error.endswith(NOT_RUN)
+    )
+
+
+def log_failures(job: str, batch: int, failures: list[dict[str, Any]]) -> None:
+    """Log the committed batch ``batch``'s ``failures`` (bounded, see the module docstring)."""
+    for failure in failures[:LOGGED_PER_BATCH]:
+        level = logging.INFO if failure.get("kind") == "abort" else logging.WARNING
+        log.log(
+            level,
+            "job %r, batch %d: transaction at %s rolled back (%s): %s",
+            job,
+            batch,
+            failure.get("position"),
+            failure.get("kind"),
+            failure.get("error"),
+        )
+    rest = failures[LOGGED_PER_BATCH:]
+    if rest:
+        errors = sum(1 for f in rest if f.get("kind") != "abort")
+        log.log(
+            logging.WARNING if errors else logging.INFO,
+            "job %r, batch %d: %d more transaction(s) rolled back (%d aborted by tx.abort); "
+            "tx.read_failures(store) lists them all",
+            job,
+            batch,
+            len(rest),
+            len(rest) - errors,
+        )
+
+
+class FailureWatch:
+    """The driver's account of failures for a running job: warnings and the all-fail stop.
+
+    ``inputs``: input index -> name.  :meth:`after_batch` takes each committed
+    batch's stats (from the batch's thread); :meth:`warn` reports the count
+    since the last call (from the caller's thread).
+    """
+
+    def __init__(self, job: str, inputs: Mapping[int, str], where: str, limit: int) -> None:
+        self.job = job
+        self.inputs = dict(inputs)
+        self.where = where
+        """How to read them, e.g. ``tx.read_failures('/ckpt')``."""
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._unreported = 0
+        self._first: dict[str, Any] | None = None
+        self._committed: dict[int, int] = {}
+        self._bugs: dict[int, int] = {}
+        self._first_bug: dict[int, dict[str, Any]] = {}
+
+    def after_batch(self, stats: Mapping[str, Any]) -> None:
+        """Count a committed batch's failures (logged by then: :func:`log_failures`)."""
+        failures: list[dict[str, Any]] = stats.get("failures", [])
+        errors = [f for f in failures if f.get("kind") != "abort"]
+        with self._lock:
+            self._unreported += len(errors)
+            if errors and self._first is None:
+                self._first = errors[0]
+        for index, count in stats.get("committed_inputs", {}).items():
+            self._committed[int(index)] = self._committed.get(int(index), 0) + count
+        for failure in failures:
+            if not is_job_error(failure):
+                continue
+            index = int(failure.get("at", failure["order"])[1])
+            self._bugs[index] = self._bugs.get(index, 0) + 1
+            self._first_bug.setdefault(index, failure)
+
+    def check(self) -> None:
+        """Raise :class:`InputFailingError` when an input's transactions all failed (the rule).
+
+        Called after :meth:`after_batch` and after ``onError=stop`` had its say.
+        """
+        if not self.limit:
+            return
+        for index, bugs in sorted(self._bugs.items()):
+            if bugs >= self.limit and not self._committed.get(index):
+                first = self._first_bug[index]
+                name = self.inputs.get(index, str(index))
+                raise InputFailingError(
+                    f"input {name!r}: all {bugs} of its transactions since the job started "
+                    f"failed, the first at {first['position']} with {first['error']}; the job "
+                    "cannot process this input as written: fix the transaction function or "
+                    "the declarations, then restart (these batches are committed with those "
+                    f"transactions rolled back, see {self.where}; .option('allFailLimit', 0) "
+                    "turns this stop off)"
+                )
+
+    def warn(self, stacklevel: int = 3) -> int:
+        """Warn with the failures since the last call (none: no warning); returns their count."""
+        with self._lock:
+            count, first = self._unreported, self._first
+            self._unreported, self._first = 0, None
+        if count and first is not None:
+            import warnings
+
+            warnings.warn(
+                f"job {self.job!r}: {count} transaction(s) failed and were rolled back since "
+                f"the last report (first at {first.get('position')}: {first.get('error')}); "
+                f"read them with {self.where} (logged on 'txstream.runtime')",
+                TransactionFailuresWarning,
+                stacklevel=stacklevel,
+            )
+        return count
+
+
+__all__ = [
+    "ALL_FAIL_LIMIT",
+    "FailureWatch",
+    "InputFailingError",
+    "TransactionFailuresWarning",
+    "is_job_error",
+    "log_failures",
+]
