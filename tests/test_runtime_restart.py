@@ -10,6 +10,7 @@ runs the Spark side).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,83 @@ def test_a_restart_may_not_read_kept_order_values_in_other_terms(tmp_path: Path)
     counting().run_local(FIRST, tmp_path / "batch")
     counting(order="at").run_local([[ev(1, 3)]], tmp_path / "batch")
     assert [r["n"] for r in tx.read_output(tmp_path / "batch", "seen")] == [1, 1, 2]
+
+
+# -- a table's declared columns ---------------------------------------------------------
+def balances(schema: str | None) -> tx.Job:
+    """Deposits into accounts of a table declared with ``schema``."""
+
+    def deposit(t: tx.Tx, e: dict[str, Any]) -> None:
+        if t.read("accounts", e["acct"]) is None:
+            t.insert("accounts", {"acct": e["acct"], "balance": 0})
+        t.emit("balances", {"balance": t.increment("accounts", e["acct"], "balance", e["n"])})
+
+    return (
+        tx.Job("bank")
+        .table("accounts", key="acct", schema=schema)
+        .input("deposits", None, keys="acct", order="ts")
+        .on("deposits", deposit)
+        .output("balances")
+    )
+
+
+SCHEMA = "acct long, balance long"
+DEPOSITS = [[("deposits", {"acct": 1, "n": 5, "ts": 1})]]
+
+
+@pytest.mark.parametrize(
+    ("schema", "change"),
+    [
+        ("acct string, balance long", "column 'acct': long -> string"),
+        ("acct long, balance double", "column 'balance': long -> double"),
+        ("acct long, balance long, owner string", "column 'owner' added"),
+        ("acct long", "column 'balance' removed"),
+        (None, "the schema left out"),
+    ],
+    ids=["key-type", "column-type", "column-added", "column-removed", "schema-left-out"],
+)
+def test_a_restart_with_other_table_columns_is_refused_in_one_line(
+    tmp_path: Path, schema: str | None, change: str
+) -> None:
+    balances(SCHEMA).run_local(DEPOSITS, tmp_path)
+    with pytest.raises(tx.RuntimeJobError) as refused:
+        balances(schema).run_local(DEPOSITS, tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"table 'accounts' was declared in store {tmp_path} with schema 'acct long, balance "
+        f"long'; the job declares "
+    )
+    assert f"({change}): its stored rows were written and keyed under the old declaration" in (
+        message
+    )
+    assert message.endswith("declare it as before, or start on a new store")
+    balances(SCHEMA).run_local(DEPOSITS, tmp_path)  # the store is as it was
+    assert tx.read_output(tmp_path, "balances") == [{"balance": 5}, {"balance": 10}]
+
+
+def test_a_schema_added_to_a_table_without_one_is_refused(tmp_path: Path) -> None:
+    balances(None).run_local(DEPOSITS, tmp_path)
+    with pytest.raises(tx.RuntimeJobError, match=r"with no schema; .* \(a schema added\)"):
+        balances(SCHEMA).run_local(DEPOSITS, tmp_path)
+
+
+def test_type_synonyms_and_column_order_are_the_same_columns(tmp_path: Path) -> None:
+    balances(SCHEMA).run_local(DEPOSITS, tmp_path)
+    balances("balance int, acct bigint").run_local(DEPOSITS, tmp_path)
+    assert tx.read_output(tmp_path, "balances") == [{"balance": 5}, {"balance": 10}]
+
+
+def test_a_store_that_recorded_no_columns_records_them_at_its_restart(tmp_path: Path) -> None:
+    balances(SCHEMA).run_local(DEPOSITS, tmp_path)
+    meta_path = tmp_path / "job.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["tables"]["accounts"]["columns"]  # as a store of an older version wrote it
+    meta_path.write_text(json.dumps(meta))
+    balances("acct long, balance long").run_local(DEPOSITS, tmp_path)  # loads, records
+    assert json.loads(meta_path.read_text())["tables"]["accounts"]["columns"] == {
+        "acct": "long",
+        "balance": "long",
+    }
+    with pytest.raises(tx.RuntimeJobError, match=r"column 'acct': long -> string"):
+        balances("acct string, balance long").run_local(DEPOSITS, tmp_path)

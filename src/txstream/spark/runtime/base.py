@@ -90,6 +90,17 @@ _TYPES: dict[str, tuple[type, ...]] = {
 _BOOLS = ("boolean", "bool")
 
 
+_KINDS = {"int": "long", "integer": "long", "bigint": "long", "float": "double", "bool": "boolean"}
+
+
+def canonical_kind(kind: str) -> str:
+    """A column type's one name among its synonyms (``bigint`` and ``int`` are ``long``).
+
+    Synonyms take the same Python values, so a store does not tell them apart.
+    """
+    return _KINDS.get(kind, kind)
+
+
 def parse_schema(schema: str) -> dict[str, str]:
     """Parse ``"a string, b long"`` into ``{"a": "string", "b": "long"}``."""
     if not isinstance(schema, str):

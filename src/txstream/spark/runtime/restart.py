@@ -18,20 +18,24 @@ compares the job with it (:func:`restarted_meta`):
   the trigger;
 * **refused** in one line naming the change: another number of partitions,
   inputs added, removed, renamed or reordered, a table's ``key`` or
-  ``partition_by``, a new table with initial rows once a batch committed, an
+  ``partition_by``, a table's declared columns (a schema's column added,
+  removed or of another type, a schema added or left out; type synonyms such
+  as ``long``/``bigint`` are one type), a new table with initial rows once a batch committed, an
   input key column of another type (long to string), another order column
   while order values are kept across batches (event-time merge, timeslice),
   a timeslice of other seconds, ``merge='batch'`` while events are held.
 
 A store written before shapes were recorded is checked for what it records
-(partitions) and records the shape of the job that restarts it.
+(partitions) and records the shape of the job that restarts it; one whose
+tables' records have no columns (written before they were recorded) takes
+the restarting job's columns.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from txstream.spark.runtime.base import JobSpec, RuntimeJobError
+from txstream.spark.runtime.base import JobSpec, RuntimeJobError, canonical_kind
 from txstream.spark.runtime.state import RuntimeStore
 
 KEY_KINDS = {
@@ -57,7 +61,14 @@ def job_shape(
     shape: dict[str, Any] = {
         "inputs": list(spec.inputs),
         "tables": {
-            name: {"key": list(t.key), "partition_by": list(t.partition_by)}
+            name: {
+                "key": list(t.key),
+                "partition_by": list(t.partition_by),
+                # The declared columns (None: no schema): rows were checked against them.
+                "columns": None
+                if t.columns is None
+                else {c: canonical_kind(k) for c, k in t.columns.items()},
+            }
             for name, t in spec.tables.items()
         },
         "orders": {name: i.order for name, i in spec.inputs.items()},
@@ -110,12 +121,20 @@ def restarted_meta(
     tables = dict(meta.get("tables", {}))
     for name, table in shape["tables"].items():
         old = tables.get(name)
-        if old is not None and old != table:
+        if old is not None and _placed(old) != _placed(table):
             raise RuntimeJobError(
                 f"table {name!r} was declared in {where} with key {old['key']} "
                 f"(partition_by {old['partition_by']}); the job declares key {table['key']} "
                 f"(partition_by {table['partition_by']}): its rows are stored by that key and "
                 f"placed by that partition value; {fix}"
+            )
+        if old is not None and "columns" in old and old["columns"] != table["columns"]:
+            raise RuntimeJobError(
+                f"table {name!r} was declared in {where} with {_schema(old['columns'])}; "
+                f"the job declares {_schema(table['columns'])} "
+                f"({_change(old['columns'], table['columns'])}): its stored rows were "
+                "written and keyed under the old declaration, and a table's columns cannot "
+                f"change on a store; {fix}"
             )
         if old is None and "tables" in meta and committed and spec.tables[name].initial is not None:
             raise RuntimeJobError(
@@ -135,6 +154,31 @@ def restarted_meta(
     outputs = sorted(set(meta.get("outputs", [])) | set(spec.outputs))
     timeslice = shape["timeslice"] if shape["timeslice"] is not None else meta.get("timeslice")
     return {**meta, **shape, "tables": tables, "outputs": outputs, "timeslice": timeslice}
+
+
+def _placed(table: dict[str, Any]) -> tuple[Any, Any]:
+    """What places a table's rows: its key and partition_by."""
+    return table["key"], table["partition_by"]
+
+
+def _schema(columns: dict[str, str] | None) -> str:
+    """Declared columns as a schema's text (or "no schema")."""
+    if columns is None:
+        return "no schema"
+    return "schema '" + ", ".join(f"{c} {k}" for c, k in columns.items()) + "'"
+
+
+def _change(old: dict[str, str] | None, new: dict[str, str] | None) -> str:
+    """The first difference between two tables' declared columns, in words."""
+    if old is None or new is None:
+        return "a schema added" if old is None else "the schema left out"
+    for column, kind in old.items():
+        if column not in new:
+            return f"column {column!r} removed"
+        if new[column] != kind:
+            return f"column {column!r}: {kind} -> {new[column]}"
+    added = [c for c in new if c not in old]
+    return f"column {added[0]!r} added"
 
 
 def _check_key_types(
