@@ -537,3 +537,65 @@ def test_stop_from_a_sink_does_not_wait_for_its_own_batch(spark: Any, tmp_path: 
     assert not query.isActive and query.status["failure"] is None
     assert query.status["message"] == "stopped" and query.status["committedBatches"] == 1
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
+
+
+def test_failed_transactions_are_logged_and_warned_and_a_job_bug_stops_the_query(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+    import warnings
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for n in range(2):
+        rows = [{"k": i % 3, "id": i} for i in range(n * 15, n * 15 + 15)]
+        path = folder / f"part-{n}.json"
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))  # one file per batch, in order
+
+    def count(t: tx.Tx, e: dict[str, Any]) -> None:
+        if e["id"] in (3, 20):
+            raise ValueError(f"boom at {e['id']}")
+        t.emit("out", {"id": e["id"]})
+
+    def made(fn: Any) -> tx.Job:
+        df = spark.readStream.schema("k long, id long").option("maxFilesPerTrigger", 1)
+        return (
+            tx.Job("speaks")
+            .input("ev", df.json(str(folder)), keys="k", order="id")
+            .output("out", schema="id long")
+            .on("ev", fn)
+        )
+
+    query = made(count).start(tmp_path / "ckpt", spark=spark, partitions=2)
+    try:
+        with (
+            caplog.at_level(logging.WARNING, logger="txstream.runtime"),
+            pytest.warns(tx.TransactionFailuresWarning) as caught,
+        ):
+            query.processAllAvailable()
+    finally:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", tx.TransactionFailuresWarning)  # reported already
+            query.stop()
+    (warning,) = caught
+    assert "2 transaction(s) failed" in str(warning.message)
+    assert "first at ev#3: ValueError: boom at 3" in str(warning.message)
+    logged = [r.getMessage() for r in caplog.records if r.name == "txstream.runtime"]
+    assert logged == [
+        "job 'speaks', batch 0: transaction at ev#3 rolled back (error): ValueError: boom at 3",
+        "job 'speaks', batch 1: transaction at ev#b1+5 rolled back (error): ValueError: boom at 20",
+    ]
+
+    # An emit that never fits its output stops the query (the driver engine too).
+    def bad(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.emit("out", {"id": str(e["id"])})
+
+    query = made(bad).start(tmp_path / "bad", spark=spark, partitions=2, engine="driver")
+    try:
+        with pytest.raises(tx.InputFailingError, match=r"^input 'ev': all 30 of its"):  # noqa: SIM117
+            with pytest.warns(tx.TransactionFailuresWarning, match="30 transaction"):
+                query.processAllAvailable()
+    finally:
+        query.stop()
+    assert len(tx.read_failures(tmp_path / "bad")) == 30
