@@ -599,3 +599,13 @@ def test_failed_transactions_are_logged_and_warned_and_a_job_bug_stops_the_query
     finally:
         query.stop()
     assert len(tx.read_failures(tmp_path / "bad")) == 30
+
+    # onError=stop now stops the driver engine too (it was ignored there).
+    driver = made(count).option("onError", "stop")
+    query = driver.start(tmp_path / "stop", spark=spark, partitions=2, engine="driver")
+    try:
+        with pytest.raises(tx.TxStreamError, match=r"^transaction at ev#3 failed: ValueError"):  # noqa: SIM117
+            with pytest.warns(tx.TransactionFailuresWarning, match="1 transaction"):
+                query.processAllAvailable()
+    finally:
+        query.stop()

@@ -328,6 +328,11 @@ class TableSpec:
             # (type(True) is bool, not int: a bool is no long key's value.)
             types = tuple(frozenset({*_TYPES[self.columns[c]], type(None)}) for c in self.key)
         object.__setattr__(self, "_key_types", types)
+        object.__setattr__(self, "key_types", types[0] if types and len(types) == 1 else None)
+
+    key_types: frozenset[type] | None = field(init=False, repr=False, compare=False)
+    """For a one-column key of a table with a schema: the exact types that fit it
+    (the hot verbs test ``type(key) in key_types`` inline); None otherwise."""
 
     def key_fits(self, key: Key) -> bool:
         """Whether ``key``'s values are of the exact types of the key columns (a fast test).
