@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -631,6 +632,32 @@ def test_every_verb_refuses_a_key_of_another_type_with_a_schema_error_on_both_en
         assert failure["error"].startswith(f"SchemaError: {what}"), failure
         assert "column 'k' is long" in failure["error"], failure
     assert table_of(tmp_path) == {1: 10}
+
+
+@pytest.mark.parametrize(
+    ("key", "error"),
+    [
+        (1, r"the key columns are \['g', 'k'\], a tuple of 2 values; got 1"),
+        ((1,), r"a tuple of 2 values; got \(1,\)"),
+        ((1, "2"), r"column 'k' is long, got '2'"),
+    ],
+)
+def test_a_composite_key_of_another_shape_or_type_is_a_schema_error_on_both_engines(
+    tmp_path: Path, key: Any, error: str
+) -> None:
+    job = (
+        tx.Job("pairs")
+        .table("t", key=["g", "k"], partition_by="g", schema="g long, k long, v long")
+        .input("A", None, keys="g", order="ts")
+        .on("A", lambda t, e: t.increment("t", key, "v", 1))
+    )
+    batches: list[list[Item]] = [[("A", {"g": 1, "ts": 0})]]
+    job.run_local(batches, tmp_path, partitions=2)
+    _, [outcome] = on_the_driver(job, batches)
+    for failures in (tx.read_failures(tmp_path), outcome.failures):
+        (failure,) = failures
+        assert failure["error"].startswith("SchemaError: increment of t by key"), failure
+        assert re.search(error, failure["error"]), failure
 
 
 # -- scan and values on both engines -----------------------------------------------------------

@@ -154,8 +154,13 @@ def check_key(what: str, spec: TableSpec, key: Key) -> None:
     """
     if spec.columns is None:
         return
-    values = key if len(spec.key) > 1 and type(key) is tuple else (key,)
-    for name, value in zip(spec.key, values, strict=False):
+    if len(spec.key) > 1 and (not isinstance(key, tuple) or len(key) != len(spec.key)):
+        raise SchemaError(
+            f"{what} by key: the key columns are {list(spec.key)}, a tuple of "
+            f"{len(spec.key)} values; got {key!r}"
+        )
+    values = key if len(spec.key) > 1 else (key,)
+    for name, value in zip(spec.key, values, strict=True):
         check_value(f"{what} by key", name, spec.columns[name], value)
 
 
