@@ -600,6 +600,24 @@ def test_failed_transactions_are_logged_and_warned_and_a_job_bug_stops_the_query
         query.stop()
     assert len(tx.read_failures(tmp_path / "bad")) == 30
 
+    # On executors, after the batch that reached the limit committed: a restart
+    # with the job fixed goes on after it (that batch is not run again).
+    rows = [{"k": i % 3, "id": i} for i in range(30, 40)]
+    (folder / "part-2.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.utime(folder / "part-2.json", (1_700_000_002, 1_700_000_002))
+    query = made(bad).option("allFailLimit", 15).start(tmp_path / "ex", spark=spark, partitions=2)
+    try:
+        with pytest.raises(tx.InputFailingError, match=r"^input 'ev': all 15 of its"):  # noqa: SIM117
+            with pytest.warns(tx.TransactionFailuresWarning, match="15 transaction"):
+                query.processAllAvailable()
+    finally:
+        query.stop()
+    run_available(made(count), tmp_path / "ex", spark)
+    assert [r["id"] for r in tx.read_output(tmp_path / "ex", "out")] == [
+        i for i in range(15, 40) if i != 20
+    ]
+    assert len(tx.read_failures(tmp_path / "ex")) == 16
+
     # onError=stop now stops the driver engine too (it was ignored there).
     driver = made(count).option("onError", "stop")
     query = driver.start(tmp_path / "stop", spark=spark, partitions=2, engine="driver")
