@@ -295,8 +295,8 @@ class Job:
                     unchecked = False
                     _check_arrival(str(self._arrival), batch)
             stats = runner.run_batch(batch)
-            deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
             watch.after_batch(stats)
+            deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
             try:
                 stop_on_error(stats, self._on_error)
                 watch.check()

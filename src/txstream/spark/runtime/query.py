@@ -664,8 +664,8 @@ class TxQuery:
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
             self._progressed(_progress(batch_id, stats, time.time() - started, 1))
+            self._watch.after_batch(stats)  # (before a sink can fail)
             deliver(self.store, self.job._sinks, [batch_id])
-            self._watch.after_batch(stats)
             stop_on_error(stats, self.job._on_error)  # (as on executors)
             self._watch.check()
             return
@@ -723,10 +723,10 @@ class TxQuery:
             self._trim(batch_id)
         # The batch committed: its progress counts even if a sink then fails.
         self._progressed(_progress(batch_id, stats, time.time() - started, P))
+        self._watch.after_batch(stats)  # (before a sink can fail: they count all the same)
         # The batches before were delivered when they committed, or at start:
         # a query whose sink failed stops, and its restart delivers the rest.
         deliver(self.store, self.job._sinks, [batch_id])
-        self._watch.after_batch(stats)
         stop_on_error(stats, self.job._on_error)
         self._watch.check()
 
