@@ -749,7 +749,7 @@ def test_a_worker_with_an_older_cached_state_catches_up_from_the_deltas(
     monkeypatch.setattr(
         state_module.RuntimeStore,
         "load",
-        lambda self, pid, upto: loads.append(pid) or real_load(self, pid, upto),
+        lambda self, pid, upto, token=None: loads.append(pid) or real_load(self, pid, upto, token),
     )
     for batch in batches[2:4]:
         runner.run_batch(batch)

@@ -12,7 +12,8 @@ Layout of a job's store directory (on a file system every executor reaches)::
     history/batch-<b>/<role>.txt            the committed history of batch b
     errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
 
-Every ``.bin`` file is ``MAGIC | crc32 | length | pickle`` and is written to a
+Every ``.bin`` file is ``MAGIC | crc32 | length | tagged JSON`` (:mod:`.codec`, never
+pickle) and is written to a
 temporary name, fsynced and renamed, so a reader sees a whole file or none; a
 damaged file is reported with its path and never loaded.  Everything a batch
 writes counts only once ``commits/<b>.json`` exists: a batch that is re-run
@@ -32,7 +33,6 @@ import contextlib
 import fcntl
 import json
 import os
-import pickle
 import re
 import socket
 import struct
@@ -43,8 +43,11 @@ from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
+from txstream.spark.runtime import codec
 
-MAGIC = b"TXRT1\n"
+MAGIC = b"TXRT2\n"
+OLD_MAGIC = b"TXRT1\n"
+"""The pickle files of versions before the data format (refused, never loaded)."""
 _HEADER = struct.Struct(">IQ")
 ABSENT: Any = None  # a deleted row in a delta
 Data = dict[str, dict[Any, dict[Any, dict[str, Any]]]]
@@ -116,15 +119,29 @@ def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
 
 
 def dump_blob(obj: Any) -> bytes:
-    """``obj`` pickled, behind a magic string, a CRC-32 and the length."""
-    body = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    """``obj`` in the store's data format (:mod:`.codec`), behind a magic string, a CRC-32
+    and the length; a value the format does not hold is a :class:`StoreError`."""
+    try:
+        body = codec.dumps(obj)
+    except codec.UnstorableValueError as exc:
+        raise StoreError(str(exc)) from None
     return MAGIC + _HEADER.pack(zlib.crc32(body), len(body)) + body
 
 
 def load_blob(path: Path) -> Any:
-    """The object in ``path``; :class:`StoreError` when the file is damaged."""
+    """The object in ``path``; :class:`StoreError` when the file is damaged.
+
+    A file of the pickle format of earlier versions is refused, never unpickled
+    (unpickling runs whatever code the file names).
+    """
     raw = path.read_bytes()
     head = len(MAGIC) + _HEADER.size
+    if raw.startswith(OLD_MAGIC):
+        raise StoreError(
+            f"{path}: written by an older version of txstream (a pickle file, which this "
+            "version never loads); start the job on a new checkpoint (or finish it with the "
+            "older version first)"
+        )
     if len(raw) < head or not raw.startswith(MAGIC):
         raise StoreError(f"{path}: not a txstream runtime file (damaged header)")
     crc, length = _HEADER.unpack_from(raw, len(MAGIC))
@@ -134,7 +151,10 @@ def load_blob(path: Path) -> Any:
             f"{path}: checksum mismatch (damaged file); restore it from a backup or "
             "remove the store to start over"
         )
-    return pickle.loads(body)
+    try:
+        return codec.loads(body)
+    except (ValueError, TypeError, KeyError) as exc:  # (a checksummed body: a writer's bug)
+        raise StoreError(f"{path}: damaged file ({exc})") from None
 
 
 @dataclass
@@ -261,7 +281,7 @@ class RuntimeStore:
             else:
                 state.settle()
         if state is None or token is None or state.token != token:
-            state = self._catch_up(pid, state, prev, token) or self.load(pid, prev)
+            state = self._catch_up(pid, state, prev, token) or self.load(pid, prev, token)
         state.version = prev
         _CACHE[key] = state
         state.begin(batch)
@@ -326,8 +346,17 @@ class RuntimeStore:
         write_atomic(self._pdir(pid) / f"patch-{batch:012d}.bin", dump_blob(body))
         return token
 
-    def load(self, pid: int, upto: int) -> PartitionState:
-        """Read the partition's state as of batch ``upto`` from its snapshot and deltas."""
+    def load(self, pid: int, upto: int, token: str | None = None) -> PartitionState:
+        """Read the partition's state as of batch ``upto`` from its snapshot and deltas.
+
+        ``token``: the version the driver committed for the partition (None before
+        the first commit).  The deltas must form a chain from the snapshot (each
+        names the version it continues) to that version; a snapshot that is
+        damaged or does not lead there is passed over for an older one and the
+        deltas after it.  When none leads there, a :class:`StoreError` names
+        the first file that is missing or damaged: a broken chain is never
+        loaded.
+        """
         files: dict[str, list[int]] = {"snap": [], "delta": [], "patch": []}
         pdir = self._pdir(pid)
         if pdir.exists():
@@ -335,8 +364,25 @@ class RuntimeStore:
                 match = _NAME.fullmatch(entry)
                 if match and int(match.group(2)) <= upto:
                     files[match.group(1)].append(int(match.group(2)))
+        first: StoreError | None = None
+        starts: list[int | None] = [*sorted(files["snap"], reverse=True), None]
+        for start in starts:
+            try:
+                state = self._load_from(pid, files, start)
+            except StoreError as exc:
+                first = first or exc
+                continue
+            if token is None or state.token == token:
+                state.version = upto
+                return state
+            first = first or StoreError(self._broken(pid, state.version, upto))
+        assert first is not None
+        raise first
+
+    def _load_from(self, pid: int, files: dict[str, list[int]], start: int | None) -> PartitionState:
+        """The state from snapshot ``start`` (None: the initial rows) and the deltas after it."""
+        pdir = self._pdir(pid)
         state = PartitionState()
-        start = max(files["snap"], default=None)
         if start is None and pdir.exists():
             for init in sorted(pdir.glob("init-*.bin")):
                 state.data[init.stem[len("init-") :]] = load_blob(init)
@@ -347,12 +393,36 @@ class RuntimeStore:
             if start in files["patch"]:  # phase 1 wrote the snapshot, phase 3 patched it
                 state.apply_patch(load_blob(pdir / f"patch-{start:012d}.bin"))
         for batch in sorted(b for b in files["delta"] if start is None or b > start):
-            state.apply(load_blob(pdir / f"delta-{batch:012d}.bin"))
+            delta = load_blob(pdir / f"delta-{batch:012d}.bin")
+            if delta.get("parent") != state.token:  # a gap in the chain
+                raise StoreError(self._broken(pid, state.version, batch - 1))
+            state.apply(delta)
             if batch in files["patch"]:
                 state.apply_patch(load_blob(pdir / f"patch-{batch:012d}.bin"))
             state.version = batch
-        state.version = upto
         return state
+
+    def _broken(self, pid: int, after: int, upto: int) -> str:
+        """One line naming what is missing from partition ``pid``'s chain after batch ``after``."""
+        pdir = self._pdir(pid)
+        tail = "; restore it from a backup or start on a new checkpoint"
+        if not pdir.is_dir():
+            return f"{pdir} is missing: partition {pid} has committed state{tail}"
+        prefix = f"{pdir.relative_to(self.root)}/"
+        for batch in self.committed():
+            if not after < batch <= upto:
+                continue
+            with contextlib.suppress(StoreError):
+                for rel in sorted(self.commit_info(batch).get("state", {})):
+                    if rel.startswith(prefix) and not (self.root / rel).exists():
+                        return (
+                            f"{self.root / rel} is missing: partition {pid}'s state after batch "
+                            f"{batch} cannot be rebuilt without it{tail}"
+                        )
+        return (
+            f"{pdir}: partition {pid}'s state after batch {after} does not lead to the "
+            f"version committed by batch {upto} (a state file is missing or was replaced){tail}"
+        )
 
     def save(self, pid: int, state: PartitionState, batch: int, snapshot: bool) -> str:
         """Write the pending batch's delta (and a snapshot when asked); keep it in the cache.
@@ -457,10 +527,49 @@ class RuntimeStore:
         return (self.root / "commits" / f"{batch:012d}.json").exists()
 
     def commit(self, batch: int, info: dict[str, Any]) -> None:
-        """Write batch ``batch``'s commit marker: from now on its files count."""
+        """Write batch ``batch``'s commit marker: from now on its files count.
+
+        The marker names every file the batch wrote (:meth:`batch_files`) and,
+        in ``info["prev"]``, the batch committed before it: the readers and a
+        restart check that the markers form a chain and that the files they
+        name are there and unchanged (:meth:`chain`, :meth:`check_files`).
+        """
+        info = {**info, **self.batch_files(batch)}
         body = json.dumps(info, sort_keys=True)
         payload = json.dumps({"crc": zlib.crc32(body.encode()), "info": info}, sort_keys=True)
         write_atomic(self.root / "commits" / f"{batch:012d}.json", payload.encode())
+
+    def batch_files(self, batch: int) -> dict[str, dict[str, Any]]:
+        """The files batch ``batch`` wrote, by path under the store.
+
+        ``files``: outputs, histories and failure records, each with
+        ``[crc32, size]`` (read back in whole by the readers); ``state``: the
+        partitions' state files of the batch, each with its size (they carry
+        their own checksum, checked when they are loaded).
+        """
+        files: dict[str, Any] = {}
+        suffix = f"batch-{batch:012d}"
+        folders = [self.root / kind / suffix for kind in ("history", "errors")]
+        outputs = self.root / "outputs"
+        if outputs.is_dir():
+            folders += [d / suffix for d in sorted(outputs.iterdir()) if d.is_dir()]
+        for folder in folders:
+            if not folder.is_dir():
+                continue
+            for part in sorted(folder.iterdir()):
+                if part.name.startswith("."):
+                    continue
+                raw = part.read_bytes()
+                files[str(part.relative_to(self.root))] = [zlib.crc32(raw), len(raw)]
+        state: dict[str, int] = {}
+        names = {f"{kind}-{batch:012d}.bin" for kind in ("snap", "delta", "patch")}
+        state_dir = self.root / "state"
+        if state_dir.is_dir():
+            for pdir in sorted(state_dir.iterdir()):
+                for name in sorted(names.intersection(os.listdir(pdir))):
+                    path = pdir / name
+                    state[str(path.relative_to(self.root))] = path.stat().st_size
+        return {"files": files, "state": state}
 
     def commit_info(self, batch: int) -> dict[str, Any]:
         """The information stored with batch ``batch``'s commit (checked)."""
@@ -470,10 +579,109 @@ class RuntimeStore:
             body = json.dumps(record["info"], sort_keys=True)
             if zlib.crc32(body.encode()) != record["crc"]:
                 raise ValueError("checksum mismatch")
+        except FileNotFoundError:
+            raise StoreError(
+                f"{path} is missing (the commit marker of batch {batch}); restore it from a "
+                "backup or start on a new checkpoint"
+            ) from None
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"{path}: damaged commit marker ({exc})") from None
         info: dict[str, Any] = record["info"]
         return info
+
+    def chain(self) -> list[tuple[int, dict[str, Any]]]:
+        """The committed batches with their markers, checked to form a chain.
+
+        Each marker names the batch committed before it (``prev``): a marker
+        deleted in the middle (or the first one) is a :class:`StoreError`
+        naming it, never a batch left out without a word.
+        """
+        chain: list[tuple[int, dict[str, Any]]] = []
+        before = -1
+        for batch in self.committed():
+            info = self.commit_info(batch)
+            prev = info.get("prev")
+            if isinstance(prev, int) and prev != before and prev >= 0:
+                missing = self.root / "commits" / f"{prev:012d}.json"
+                raise StoreError(
+                    f"{missing} is missing: the commit marker of batch {prev}, which batch "
+                    f"{batch}'s marker names as the batch before it; restore it from a backup "
+                    "(reading on would leave that batch out)"
+                )
+            chain.append((batch, info))
+            before = batch
+        return chain
+
+    def check_files(self, batch: int, info: dict[str, Any], prefix: str) -> list[Path]:
+        """The files under ``prefix`` that batch ``batch``'s marker names, checked to be there.
+
+        A missing file, or one of another size or checksum, is a :class:`StoreError`
+        naming it.  A marker written before markers named their files (an older
+        store) gives the files found in the batch's folder.
+        """
+        if "files" not in info:
+            folder = self.root / prefix
+            return sorted(folder.glob("*")) if folder.is_dir() else []
+        found = []
+        for rel, (crc, size) in sorted(info["files"].items()):
+            if not rel.startswith(prefix):
+                continue
+            path = self.root / rel
+            try:
+                raw = path.read_bytes()
+            except FileNotFoundError:
+                raise StoreError(
+                    f"{path} is missing (batch {batch} committed it); restore it from a backup"
+                ) from None
+            if len(raw) != size or zlib.crc32(raw) != crc:
+                raise StoreError(
+                    f"{path}: checksum mismatch (changed or damaged since batch {batch} "
+                    "committed it); restore it from a backup"
+                )
+            found.append(path)
+        return found
+
+    def check_state(self) -> None:
+        """Check at a start that every partition's committed state can be rebuilt.
+
+        The last marker names each partition's committed version (``tokens``);
+        the markers name the state files each batch wrote.  A partition whose
+        folder is gone, or a file after its newest snapshot that is gone or cut
+        short, is a :class:`StoreError` naming it (a start would otherwise run the
+        partition on empty or older state).
+        """
+        chain = self.chain()
+        if not chain:
+            return
+        last = chain[-1][1]
+        for pid_text in sorted(last.get("tokens", {}), key=int):
+            pid = int(pid_text)
+            pdir = self._pdir(pid)
+            if not pdir.is_dir():
+                raise StoreError(
+                    f"{pdir} is missing: batch {chain[-1][0]} committed state of partition "
+                    f"{pid} there; restore it from a backup or start on a new checkpoint"
+                )
+            snaps = [
+                int(m.group(2))
+                for m in map(_NAME.fullmatch, os.listdir(pdir))
+                if m and m.group(1) == "snap" and int(m.group(2)) <= chain[-1][0]
+            ]
+            start = max(snaps, default=-1)
+            prefix = f"{pdir.relative_to(self.root)}/"
+            for batch, info in chain:
+                if batch < start:
+                    continue
+                for rel, size in info.get("state", {}).items():
+                    if not rel.startswith(prefix) or (batch == start and "/patch-" not in rel):
+                        continue
+                    path = self.root / rel
+                    if not path.exists() or path.stat().st_size != size:
+                        what = "is missing" if not path.exists() else "was cut short or changed"
+                        raise StoreError(
+                            f"{path} {what}: partition {pid}'s state after batch {batch} needs "
+                            "it; restore it from a backup or start on a new checkpoint"
+                        )
 
     def clear_uncommitted(self, batch: int) -> None:
         """Remove the files an earlier, uncommitted attempt of ``batch`` left."""

@@ -1,0 +1,144 @@
+"""The data format of the runtime store's ``.bin`` files: tagged JSON, never pickle.
+
+A store file must never run code when it is read (whoever can write into a
+checkpoint could otherwise run code in the job), so the state, the held
+events and the hand-over files between phases are JSON.  JSON alone would
+lose what the state relies on (tuples as keys, ``int`` vs ``float``, NaN,
+dicts with non-string keys), so values JSON cannot say exactly are wrapped
+in a one-key object whose key starts with ``$``:
+
+==============  =====================================================
+``{"$t": [...]}``   a tuple
+``{"$d": [[k, v], ...]}``   a dict whose keys are not all strings (or one starts with ``$``)
+``{"$f": "nan"}``   NaN, ``inf`` or ``-inf``
+``{"$b": "..."}``   bytes (base64)
+``{"$s": [...]}`` / ``{"$fs": [...]}``   a set / frozenset
+``{"$dt": iso}``, ``{"$date": iso}``, ``{"$time": iso}``, ``{"$td": [d, s, us]}``   datetime types
+``{"$dec": "1.50"}``   a Decimal
+``{"$e": [...]}``   an input event held or shipped between phases
+==============  =====================================================
+
+Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
+dicts with string keys) is itself.  A value of any other type is a
+:class:`~txstream.spark.runtime.state.StoreError` when it is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import json
+import math
+from decimal import Decimal
+from typing import Any
+
+from txstream.errors import TxStreamError
+from txstream.spark.runtime.boundaries import Event
+
+
+class UnstorableValueError(TxStreamError):
+    """A value of a type the store's data format does not hold."""
+
+
+def _floats(value: float) -> Any:
+    if value != value:
+        return {"$f": "nan"}
+    if value == math.inf:
+        return {"$f": "inf"}
+    if value == -math.inf:
+        return {"$f": "-inf"}
+    return value
+
+
+def encode(obj: Any) -> Any:
+    """``obj`` as JSON values (see the module docstring); unsupported types raise."""
+    t = type(obj)
+    if t is str or t is int or t is bool or obj is None:
+        return obj
+    if t is float:
+        return _floats(obj)
+    if t is dict:
+        for k in obj:
+            if type(k) is not str or k.startswith("$"):
+                return {"$d": [[encode(k), encode(v)] for k, v in obj.items()]}
+        return {k: encode(v) for k, v in obj.items()}
+    if t is list:
+        return [encode(v) for v in obj]
+    if t is tuple:
+        return {"$t": [encode(v) for v in obj]}
+    if t is Event:
+        return {
+            "$e": [
+                encode(obj.order),
+                obj.input,
+                encode(obj.row),
+                encode(obj.values),
+                encode(obj.pids),
+                obj.copy,
+            ]
+        }
+    if t is bytes:
+        return {"$b": base64.b64encode(obj).decode("ascii")}
+    if t is set:
+        return {"$s": [encode(v) for v in obj]}
+    if t is frozenset:
+        return {"$fs": [encode(v) for v in obj]}
+    if t is dt.datetime:
+        return {"$dt": obj.isoformat()}
+    if t is dt.date:
+        return {"$date": obj.isoformat()}
+    if t is dt.time:
+        return {"$time": obj.isoformat()}
+    if t is dt.timedelta:
+        return {"$td": [obj.days, obj.seconds, obj.microseconds]}
+    if t is Decimal:
+        return {"$dec": str(obj)}
+    raise UnstorableValueError(
+        f"a value of type {t.__module__}.{t.__qualname__} ({obj!r:.60}) cannot be stored in "
+        "the job's state; use None, bool, int, float, str, bytes, Decimal, date/time values, "
+        "and lists, tuples, sets or dicts of them"
+    )
+
+
+def _decode_tagged(obj: dict[str, Any]) -> Any:
+    if len(obj) != 1:
+        return obj
+    tag, value = next(iter(obj.items()))
+    if not tag.startswith("$"):
+        return obj
+    if tag == "$t":
+        return tuple(value)
+    if tag == "$d":
+        return {k: v for k, v in value}
+    if tag == "$f":
+        return float(value)
+    if tag == "$e":
+        order, name, row, values, pids, copy = value
+        return Event(order, name, row, values, pids, copy)
+    if tag == "$b":
+        return base64.b64decode(value)
+    if tag == "$s":
+        return set(value)
+    if tag == "$fs":
+        return frozenset(value)
+    if tag == "$dt":
+        return dt.datetime.fromisoformat(value)
+    if tag == "$date":
+        return dt.date.fromisoformat(value)
+    if tag == "$time":
+        return dt.time.fromisoformat(value)
+    if tag == "$td":
+        return dt.timedelta(days=value[0], seconds=value[1], microseconds=value[2])
+    if tag == "$dec":
+        return Decimal(value)
+    raise ValueError(f"unknown tag {tag!r}")
+
+
+def dumps(obj: Any) -> bytes:
+    """``obj`` as UTF-8 tagged JSON."""
+    return json.dumps(encode(obj), separators=(",", ":"), allow_nan=False).encode()
+
+
+def loads(body: bytes) -> Any:
+    """The value :func:`dumps` wrote (``ValueError`` when the text is not one)."""
+    return json.loads(body, object_hook=_decode_tagged)
