@@ -10,7 +10,7 @@ Only :mod:`txstream.spark` imports pyspark, so ``import txstream`` never starts 
 ``import txstream as tx`` is the front door: ``tx.Job`` declares a transactional
 job (tables, inputs, boundary, transaction functions, outputs) that
 ``job.start(checkpoint=...)`` runs on Spark executors and ``job.run_local(...)``
-runs in this process; ``tx.read_output`` and ``tx.read_history`` read what it
+runs in this process; ``tx.read_output``, ``tx.read_table`` and ``tx.read_history`` read what it
 committed.  ``tx.SparkCQ`` runs a continuous query whose windows never mix
 table versions, with the join on executors (``docs/cq.md``).
 """
@@ -39,6 +39,7 @@ from txstream.spark.runtime import (
     read_failures,
     read_history,
     read_output,
+    read_table,
 )
 
 __all__ = [
@@ -68,5 +69,6 @@ __all__ = [
     "read_failures",
     "read_history",
     "read_output",
+    "read_table",
 ]
 __version__ = "0.1.0"

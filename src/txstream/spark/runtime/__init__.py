@@ -16,7 +16,13 @@ from txstream.spark.runtime.executor import Tx
 from txstream.spark.runtime.failures import InputFailingError, TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner
-from txstream.spark.runtime.results import history_text, read_failures, read_history, read_output
+from txstream.spark.runtime.results import (
+    history_text,
+    read_failures,
+    read_history,
+    read_output,
+    read_table,
+)
 from txstream.spark.runtime.sinks import PostgresSink
 from txstream.spark.runtime.state import StoreError, StoreLockedError
 
@@ -43,4 +49,5 @@ __all__ = [
     "read_failures",
     "read_history",
     "read_output",
+    "read_table",
 ]

@@ -153,6 +153,11 @@ class LocalRunner:
         self.partitions = check_partitions(partitions, "run_local partitions")
         self.store = RuntimeStore(usable_directory(Path(store), "store"))
         lock = _local_store(self.store, job, self.partitions, job_shape(job, merge))
+        try:
+            self.store.check_state()  # a restart never runs on a broken chain
+        except BaseException:
+            lock.release()
+            raise
         self.snapshot_every = snapshot_every
         committed = self.store.committed()
         self.batch = committed[-1] + 1 if committed else 0

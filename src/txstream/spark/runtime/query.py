@@ -19,6 +19,7 @@ Spark's own failures reach the user as one line (:func:`one_line`).
 
 from __future__ import annotations
 
+import contextlib
 import copy as copying
 import json
 import pickle
@@ -53,6 +54,7 @@ from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.state import (
     PartitionState,
     RuntimeStore,
+    StoreError,
     usable_directory,
     write_atomic,
 )
@@ -485,6 +487,9 @@ class TxQuery:
             if engine == "driver":
                 self._start_driver()
             else:
+                if meta is not None:  # a restart: the store and Spark's log must agree
+                    self.store.check_state()
+                    reconcile_commit_log(self.store, root / "spark")
                 if not self.store.committed():  # (again after a start that committed nothing)
                     self._load_initial()
                 if meta is None:
@@ -775,6 +780,42 @@ class TxQuery:
             )
             if len(snaps) >= 2:
                 self.store.trim(int(pdir.name[1:]), snaps[-2])
+
+
+def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
+    """Make Spark run again a batch it counts as done whose txstream marker is missing.
+
+    Spark's checkpoint records a batch's offsets (``offsets/<n>``) before it
+    runs and counts it done in ``commits/<n>`` after ``foreachBatch`` returned.
+    A batch counts for txstream only with its own marker (``commits/<n>.json``
+    of the store): a marker lost after Spark's commit would leave the batch's
+    outputs and effects out for good.  Spark runs the last batch of its offset
+    log again when its commit log ends one short, so the last batch's Spark
+    commit is removed when its marker is missing (the re-run clears the files
+    the batch left and writes them again).  Earlier batches cannot be run again:
+    a one-line :class:`StoreError`.
+    """
+    commits, offsets = spark_dir / "commits", spark_dir / "offsets"
+    if not commits.is_dir():
+        return
+    done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+    chain = store.chain()
+    last = chain[-1][0] if chain else -1
+    lost = [n for n in done if n > last]
+    if not lost:
+        return
+    logged = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+    if lost == [max(logged, default=-1)] and (not chain or lost[0] - 1 in done):
+        for name in (str(lost[0]), f".{lost[0]}.crc"):
+            with contextlib.suppress(FileNotFoundError):
+                (commits / name).unlink()
+        return
+    markers = ", ".join(str(store.root / "commits" / f"{n:012d}.json") for n in lost)
+    raise StoreError(
+        f"Spark's commit log in {spark_dir} counts batches {lost} as done but their "
+        f"txstream commit markers are missing ({markers}); only the last batch can be run "
+        "again: restore the markers from a backup or start on a new checkpoint"
+    )
 
 
 _MID_EXPR = "monotonically_increasing_id()"

@@ -70,11 +70,8 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
             f"{path}: the job declared no output {name!r}; outputs: {', '.join(declared) or '-'}"
         )
     rows: list[tuple[Any, dict[str, Any]]] = []
-    for batch in store.committed():
-        folder = store.batch_dir("outputs", name, batch)
-        if not folder.is_dir():
-            continue
-        for part in sorted(folder.glob("*.jsonl")):
+    for batch, info in store.chain():
+        for part in _parts(store, batch, info, "outputs", name):
             for order, row in _output_rows(part):
                 rows.append(((batch, *order), row))
     rows.sort(key=lambda item: item[0])
@@ -83,11 +80,16 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     return [row for _, row in rows]
 
 
+def _parts(store: RuntimeStore, batch: int, info: dict[str, Any], kind: str, name: str) -> list[Path]:
+    """The files of one kind a committed batch wrote, checked against its marker."""
+    folder = store.batch_dir(kind, name, batch)
+    return store.check_files(batch, info, f"{folder.relative_to(store.root)}/")
+
+
 def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[str, Any]]:
     """The rows of output ``name`` in one batch, in order (without their order field)."""
-    folder = store.batch_dir("outputs", name, batch)
     rows: list[tuple[Any, dict[str, Any]]] = []
-    for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+    for part in _parts(store, batch, store.commit_info(batch), "outputs", name):
         rows += _output_rows(part)
     rows.sort(key=lambda item: item[0])
     return [row for _, row in rows]
@@ -113,9 +115,8 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
     """
     store = _store(path)
     failures = []
-    for batch in store.committed():
-        folder = store.batch_dir("errors", "", batch)
-        for part in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+    for batch, info in store.chain():
+        for part in _parts(store, batch, info, "errors", ""):
             for line in part.read_text().splitlines():
                 failure = json_record(part, "failure record", line)
                 failure["batch"] = batch
@@ -165,9 +166,8 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
         )
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
     operations: list[str] = []
-    for batch in store.committed():
-        folder = store.batch_dir("history", "", batch)
-        parts = sorted(folder.glob("*.txt")) if folder.is_dir() else []
+    for batch, info in store.chain():
+        parts = _parts(store, batch, info, "history", "")
         # Phase-1 files before the coordinator's: a deferred value's operations
         # all come after its phase-1 operations.
         parts.sort(key=lambda p: p.stem.startswith("coord"))
@@ -193,3 +193,109 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
 def read_history(path: str | Path) -> History:
     """The committed runs of a store as one :class:`History` (for the checkers)."""
     return parse_one(history_text(path), source=str(path))
+
+
+def read_table(
+    path: str | Path, table: str, batch: int | None = None, as_: str = "dicts"
+) -> Any:
+    """A table's committed rows (key columns included), at the last or a given committed batch.
+
+    ``as_``: ``"dicts"`` (a list of dicts, in key order), ``"pandas"`` (a
+    DataFrame) or ``"arrow"`` (a ``pyarrow.Table``).  ``batch`` must be a
+    committed batch whose state files are still kept (a job keeps its last two
+    snapshots and the deltas since: see ``snapshotEvery``); otherwise a one-line
+    error says which batches can be read.  A missing or damaged state file is a
+    :class:`~txstream.spark.runtime.state.StoreError` naming it.
+
+    >>> import tempfile, txstream as tx
+    >>> def deposit(t, e):
+    ...     if t.read("accounts", e["acct"]) is None:
+    ...         t.insert("accounts", {"acct": e["acct"], "balance": 0})
+    ...     t.increment("accounts", e["acct"], "balance", e["amount"])
+    >>> job = (tx.Job("bank").table("accounts", key="acct").input("deposits", None, keys="acct")
+    ...        .on("deposits", deposit))
+    >>> store = tempfile.mkdtemp()
+    >>> _ = job.run_local([[("deposits", {"acct": 1, "amount": 5})],
+    ...                    [("deposits", {"acct": 1, "amount": 7})]], store)
+    >>> tx.read_table(store, "accounts")
+    [{'acct': 1, 'balance': 12}]
+    >>> tx.read_table(store, "accounts", batch=0)
+    [{'acct': 1, 'balance': 5}]
+    """
+    if as_ not in ("dicts", "pandas", "arrow"):
+        raise TxStreamError(f"read_table: as_ is 'dicts', 'pandas' or 'arrow', not {as_!r}")
+    store = _store(path)
+    job = store.root / "job.json"
+    meta = json_record(job, "job record") if job.exists() else {}
+    tables = meta.get("tables")
+    if tables is not None and table not in tables:
+        raise TxStreamError(
+            f"{path}: the job declared no table {table!r}; tables: {', '.join(tables) or '-'}"
+        )
+    chain = store.chain()
+    if not chain:
+        raise TxStreamError(f"{path}: no batch committed yet; there are no table rows to read")
+    batches = [b for b, _ in chain]
+    at = batches[-1] if batch is None else batch
+    if at not in batches:
+        raise TxStreamError(
+            f"{path}: batch {at} is not a committed batch; committed: {_spans(batches)}"
+        )
+    info = dict(chain)[at]
+    tokens: dict[str, str] = info.get("tokens", {})
+    partitions = int(meta.get("partitions", len(tokens)))
+    key = list(tables[table]["key"]) if tables is not None else []
+    rows: list[tuple[Any, dict[str, Any]]] = []
+    for pid in range(partitions):
+        try:
+            state = store.load(pid, at, tokens.get(str(pid)))
+        except StoreError:
+            first = _first_readable(store, pid, batches)
+            if at < first:
+                raise TxStreamError(
+                    f"{path}: the state of batch {at} is no longer kept (trimmed after later "
+                    f"snapshots); batches that can be read: {_spans([b for b in batches if b >= first])}"
+                ) from None
+            raise
+        for values in state.data.get(table, {}).values():
+            for k, row in values.items():
+                full = dict(row)
+                parts = k if len(key) > 1 and isinstance(k, tuple) else (k,)
+                for column, part in zip(key, parts, strict=False):
+                    full.setdefault(column, part)
+                rows.append((k, full))
+    rows.sort(key=lambda item: _sort_key(item[0]))
+    found = [row for _, row in rows]
+    if as_ == "dicts":
+        return found
+    import pyarrow as pa
+
+    arrow = pa.Table.from_pylist(found)
+    return arrow if as_ == "arrow" else arrow.to_pandas()
+
+
+def _sort_key(key: Any) -> Any:
+    """Keys of one table in a stable order, even when their types differ."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return tuple((type(p).__name__, p) if p is not None else ("", 0) for p in parts)
+
+
+def _first_readable(store: RuntimeStore, pid: int, batches: list[int]) -> int:
+    """The first committed batch whose state partition ``pid`` still keeps (by its files)."""
+    folder = store.root / "state" / f"p{pid:05d}"
+    names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if f"delta-{batches[0]:012d}.bin" in names:  # nothing trimmed yet
+        return batches[0]
+    snaps = sorted(int(n[5:17]) for n in names if n.startswith("snap-") and n.endswith(".bin"))
+    return snaps[0] if snaps else batches[-1] + 1
+
+
+def _spans(batches: list[int]) -> str:
+    """``0-4, 7, 9-12``: a list of batch ids in ranges."""
+    spans: list[list[int]] = []
+    for b in batches:
+        if spans and spans[-1][1] == b - 1:
+            spans[-1][1] = b
+        else:
+            spans.append([b, b])
+    return ", ".join(str(a) if a == z else f"{a}-{z}" for a, z in spans) or "none"
