@@ -804,7 +804,8 @@ def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
     lost = [n for n in done if n > last]
     if not lost:
         return
-    logged = [int(p.name) for p in offsets.iterdir() if p.name.isdigit()] if offsets.is_dir() else []
+    names = list(offsets.iterdir()) if offsets.is_dir() else []
+    logged = [int(p.name) for p in names if p.name.isdigit()]
     if lost == [max(logged, default=-1)] and (not chain or lost[0] - 1 in done):
         for name in (str(lost[0]), f".{lost[0]}.crc"):
             with contextlib.suppress(FileNotFoundError):

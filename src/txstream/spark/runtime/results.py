@@ -80,7 +80,9 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     return [row for _, row in rows]
 
 
-def _parts(store: RuntimeStore, batch: int, info: dict[str, Any], kind: str, name: str) -> list[Path]:
+def _parts(
+    store: RuntimeStore, batch: int, info: dict[str, Any], kind: str, name: str
+) -> list[Path]:
     """The files of one kind a committed batch wrote, checked against its marker."""
     folder = store.batch_dir(kind, name, batch)
     return store.check_files(batch, info, f"{folder.relative_to(store.root)}/")
@@ -195,9 +197,7 @@ def read_history(path: str | Path) -> History:
     return parse_one(history_text(path), source=str(path))
 
 
-def read_table(
-    path: str | Path, table: str, batch: int | None = None, as_: str = "dicts"
-) -> Any:
+def read_table(path: str | Path, table: str, batch: int | None = None, as_: str = "dicts") -> Any:
     """A table's committed rows (key columns included), at the last or a given committed batch.
 
     ``as_``: ``"dicts"`` (a list of dicts, in key order), ``"pandas"`` (a
@@ -251,10 +251,11 @@ def read_table(
             state = store.load(pid, at, tokens.get(str(pid)))
         except StoreError:
             first = _first_readable(store, pid, batches)
-            if at < first:
+            if first is not None and at < first:
+                kept = _spans([b for b in batches if b >= first])
                 raise TxStreamError(
                     f"{path}: the state of batch {at} is no longer kept (trimmed after later "
-                    f"snapshots); batches that can be read: {_spans([b for b in batches if b >= first])}"
+                    f"snapshots); batches that can be read: {kept}"
                 ) from None
             raise
         for values in state.data.get(table, {}).values():
@@ -280,10 +281,15 @@ def _sort_key(key: Any) -> Any:
     return tuple((type(p).__name__, p) if p is not None else ("", 0) for p in parts)
 
 
-def _first_readable(store: RuntimeStore, pid: int, batches: list[int]) -> int:
-    """The first committed batch whose state partition ``pid`` still keeps (by its files)."""
+def _first_readable(store: RuntimeStore, pid: int, batches: list[int]) -> int | None:
+    """The first committed batch whose state partition ``pid`` still keeps (by its files).
+
+    None when the partition's folder is gone (damage, not trimming).
+    """
     folder = store.root / "state" / f"p{pid:05d}"
-    names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
+    if not folder.is_dir():
+        return None
+    names = {p.name for p in folder.iterdir()}
     if f"delta-{batches[0]:012d}.bin" in names:  # nothing trimmed yet
         return batches[0]
     snaps = sorted(int(n[5:17]) for n in names if n.startswith("snap-") and n.endswith(".bin"))

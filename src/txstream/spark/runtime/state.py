@@ -119,8 +119,10 @@ def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
 
 
 def dump_blob(obj: Any) -> bytes:
-    """``obj`` in the store's data format (:mod:`.codec`), behind a magic string, a CRC-32
-    and the length; a value the format does not hold is a :class:`StoreError`."""
+    """``obj`` in the store's data format (:mod:`.codec`), behind a magic, a CRC-32, the length.
+
+    A value the format does not hold is a :class:`StoreError`.
+    """
     try:
         body = codec.dumps(obj)
     except codec.UnstorableValueError as exc:
@@ -379,7 +381,9 @@ class RuntimeStore:
         assert first is not None
         raise first
 
-    def _load_from(self, pid: int, files: dict[str, list[int]], start: int | None) -> PartitionState:
+    def _load_from(
+        self, pid: int, files: dict[str, list[int]], start: int | None
+    ) -> PartitionState:
         """The state from snapshot ``start`` (None: the initial rows) and the deltas after it."""
         pdir = self._pdir(pid)
         state = PartitionState()

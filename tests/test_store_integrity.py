@@ -1,0 +1,446 @@
+"""Every damaged or missing file of a runtime store is detected, and no store file is code.
+
+Fault injection against ``run_local``'s store (the same files a Spark query
+writes under ``<checkpoint>/txstream``): a changed digit, a deleted file or
+folder gives a one-line :class:`StoreError` naming it, at read or at restart,
+or a recovery from what is intact; never fewer or other rows without a word.
+The Spark side (a lost last marker run again) is in test_runtime_spark.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import doctest
+import math
+import pickle
+import shutil
+import struct
+import zlib
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import txstream as tx
+from txstream.spark.runtime import codec, results
+from txstream.spark.runtime import state as state_module
+from txstream.spark.runtime.boundaries import Event
+from txstream.spark.runtime.state import (
+    OLD_MAGIC,
+    RuntimeStore,
+    StoreError,
+    dump_blob,
+    load_blob,
+)
+
+
+def count(t: tx.Tx, e: dict[str, Any]) -> None:
+    if e["k"] == 13:
+        raise ValueError("unlucky key")
+    if t.read("counts", e["k"]) is None:
+        t.insert("counts", {"k": e["k"], "n": 0, "total": 0.0})
+    t.increment("counts", e["k"], "total", e["x"])
+    t.emit("seen", {"k": e["k"], "n": t.increment("counts", e["k"], "n", 1)})
+
+
+def counting(snapshot_every: int = 20, history: bool = False) -> tx.Job:
+    job = (
+        tx.Job("counting")
+        .table("counts", key="k")
+        .input("ev", None, keys="k", order="ts")
+        .on("ev", count)
+        .output("seen")
+        .option("snapshotEvery", snapshot_every)
+    )
+    return job.option("recordHistory", True) if history else job
+
+
+def batches(n: int, per: int = 12, start: int = 0) -> list[list[tuple[str, dict[str, Any]]]]:
+    out = []
+    for b in range(start, start + n):
+        out.append(
+            [
+                ("ev", {"k": (b * per + i) % 7, "x": 0.5 * i, "ts": float(b * per + i)})
+                for i in range(per)
+            ]
+        )
+    return out
+
+
+def restart() -> None:
+    """A new process: the workers' cached states are gone."""
+    state_module._CACHE.clear()
+
+
+def run(store: Path, n: int, start: int = 0, **kw: Any) -> None:
+    restart()
+    with pytest.warns(tx.TransactionFailuresWarning) if _fails(n, start) else _nothing():
+        counting(**kw).run_local(batches(n, start=start), store, 2)
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _fails(n: int, start: int) -> bool:
+    return any(e["k"] == 13 for b in batches(n, start=start) for _, e in b)
+
+
+def one_line(exc: pytest.ExceptionInfo[BaseException]) -> str:
+    text = str(exc.value)
+    assert "\n" not in text
+    return text
+
+
+def table(store: Path) -> dict[Any, Any]:
+    return {r["k"]: (r["n"], r["total"]) for r in tx.read_table(store, "counts")}
+
+
+# -- 1. a changed byte in an output, history or failure file --------------------------------
+
+
+def _change_a_digit(path: Path) -> None:
+    text = path.read_text()
+    at = next(i for i, c in enumerate(text) if c in "123456789" and text[i - 1] == " ")
+    path.write_text(text[:at] + str(int(text[at]) % 9 + 1) + text[at + 1 :])
+
+
+def test_a_changed_digit_in_an_output_file_is_detected(tmp_path: Path) -> None:
+    run(tmp_path, 3)
+    part = tmp_path / "outputs" / "seen" / f"batch-{1:012d}" / "p00000.jsonl"
+    _change_a_digit(part)
+    with pytest.raises(StoreError) as exc:
+        tx.read_output(tmp_path, "seen")
+    assert one_line(exc).startswith(f"{part}: checksum mismatch")
+
+
+def test_a_damaged_history_file_is_detected(tmp_path: Path) -> None:
+    run(tmp_path, 3, history=True)
+    part = next((tmp_path / "history" / f"batch-{2:012d}").glob("*.txt"))
+    raw = bytearray(part.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    part.write_bytes(bytes(raw))
+    with pytest.raises(StoreError) as exc:
+        tx.read_history(tmp_path)
+    assert one_line(exc).startswith(f"{part}: checksum mismatch")
+
+
+def test_a_damaged_failure_record_is_detected(tmp_path: Path) -> None:
+    def failing(t: tx.Tx, e: dict[str, Any]) -> None:
+        raise ValueError(f"no {e['k']}")
+
+    job = tx.Job("f").table("counts", key="k").input("ev", None, keys="k").on("ev", failing)
+    with pytest.warns(tx.TransactionFailuresWarning):
+        job.run_local([[("ev", {"k": 12})], [("ev", {"k": 34})]], tmp_path, 1)
+    part = next((tmp_path / "errors" / f"batch-{1:012d}").glob("*.jsonl"))
+    part.write_text(part.read_text().replace("no 34", "no 35"))
+    with pytest.raises(StoreError) as exc:
+        tx.read_failures(tmp_path)
+    assert one_line(exc).startswith(f"{part}: checksum mismatch")
+
+
+# -- 2. files that must exist -----------------------------------------------------------------
+
+
+def test_a_deleted_output_part_is_named_not_left_out(tmp_path: Path) -> None:
+    run(tmp_path, 3)
+    part = tmp_path / "outputs" / "seen" / f"batch-{1:012d}" / "p00001.jsonl"
+    part.unlink()
+    with pytest.raises(StoreError) as exc:
+        tx.read_output(tmp_path, "seen")
+    assert one_line(exc).startswith(f"{part} is missing (batch 1 committed it)")
+
+
+def test_a_deleted_marker_in_the_middle_is_named(tmp_path: Path) -> None:
+    run(tmp_path, 4)
+    marker = tmp_path / "commits" / f"{1:012d}.json"
+    marker.unlink()
+    for read in (lambda: tx.read_output(tmp_path, "seen"), lambda: tx.read_failures(tmp_path)):
+        with pytest.raises(StoreError) as exc:
+            read()
+        assert one_line(exc).startswith(f"{marker} is missing: the commit marker of batch 1")
+    with pytest.raises(StoreError, match="commit marker of batch 1"):
+        run(tmp_path, 1, start=4)
+
+
+def test_a_deleted_first_marker_is_named(tmp_path: Path) -> None:
+    run(tmp_path, 2)
+    (tmp_path / "commits" / f"{0:012d}.json").unlink()
+    with pytest.raises(StoreError, match="commit marker of batch 0"):
+        tx.read_output(tmp_path, "seen")
+
+
+# -- 3. the state's chain at restart and load -----------------------------------------------
+
+
+def test_a_deleted_latest_delta_is_named_at_restart(tmp_path: Path) -> None:
+    run(tmp_path, 5, snapshot_every=3)
+    delta = tmp_path / "state" / "p00000" / f"delta-{4:012d}.bin"
+    delta.unlink()
+    with pytest.raises(StoreError) as exc:
+        run(tmp_path, 1, start=5, snapshot_every=3)
+    assert one_line(exc).startswith(f"{delta} is missing: partition 0's state after batch 4")
+
+
+def test_a_worker_never_loads_a_broken_chain(tmp_path: Path) -> None:
+    # The executors' own check (a worker with no cached state loads from disk).
+    run(tmp_path, 5, snapshot_every=3)
+    (tmp_path / "state" / "p00001" / f"delta-{4:012d}.bin").unlink()
+    store = RuntimeStore(tmp_path)
+    token = store.commit_info(4)["tokens"]["1"]
+    with pytest.raises(StoreError, match=r"delta-000000000004\.bin is missing"):
+        store.load(1, 4, token)
+    restart()
+    with pytest.raises(StoreError, match=r"delta-000000000004\.bin is missing"):
+        store.state_for(1, 5, 4, token)
+
+
+def test_a_delta_replaced_by_another_attempt_is_refused(tmp_path: Path) -> None:
+    run(tmp_path, 5, snapshot_every=3)
+    pdir = tmp_path / "state" / "p00000"
+    # batch 4's delta, swapped for one that continues another version
+    delta = load_blob(pdir / f"delta-{4:012d}.bin")
+    delta["parent"] = "another-version"
+    (pdir / f"delta-{4:012d}.bin").write_bytes(dump_blob(delta))
+    store = RuntimeStore(tmp_path)
+    with pytest.raises(StoreError, match="partition 0's state after batch 3 does not lead"):
+        store.load(0, 4, store.commit_info(4)["tokens"]["0"])
+
+
+def test_a_damaged_latest_snapshot_recovers_from_the_older_one(tmp_path: Path) -> None:
+    run(tmp_path, 8, snapshot_every=3)  # snapshots at 3 and 6, deltas from 3 on
+    expected = table(tmp_path)
+    snap = tmp_path / "state" / "p00000" / f"snap-{6:012d}.bin"
+    raw = bytearray(snap.read_bytes())
+    raw[-2] ^= 0x10
+    snap.write_bytes(bytes(raw))
+    assert table(tmp_path) == expected  # snapshot 3 and deltas 4-7
+    run(tmp_path, 2, start=8, snapshot_every=3)
+    reference = tmp_path.parent / "reference"
+    run(reference, 10, snapshot_every=3)
+    assert table(tmp_path) == table(reference)
+    assert tx.read_output(tmp_path, "seen") == tx.read_output(reference, "seen")
+
+
+def test_a_deleted_partition_folder_is_named_not_started_empty(tmp_path: Path) -> None:
+    run(tmp_path, 3)
+    folder = tmp_path / "state" / "p00001"
+    shutil.rmtree(folder)
+    with pytest.raises(StoreError) as exc:
+        run(tmp_path, 1, start=3)
+    assert one_line(exc).startswith(f"{folder} is missing: batch 2 committed state of partition 1")
+    with pytest.raises(StoreError, match=f"{folder} is missing"):
+        tx.read_table(tmp_path, "counts")
+
+
+def test_an_intact_store_restarts_to_the_uninterrupted_answer(tmp_path: Path) -> None:
+    for start in range(0, 9, 3):
+        run(tmp_path / "a", 3, start=start, snapshot_every=2)
+    run(tmp_path / "b", 9, snapshot_every=2)
+    assert table(tmp_path / "a") == table(tmp_path / "b")
+    assert tx.read_output(tmp_path / "a", "seen") == tx.read_output(tmp_path / "b", "seen")
+
+
+# -- 5. no code in data files -------------------------------------------------------------------
+
+
+class _Trap:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (Path(_TRAP),))
+
+
+_TRAP = "/nonexistent"
+
+
+def test_a_pickle_store_is_refused_and_never_unpickled(tmp_path: Path) -> None:
+    global _TRAP
+    run(tmp_path, 2)
+    _TRAP = str(tmp_path / "ran")
+    body = pickle.dumps({"data": _Trap(), "meta": {}, "token": None})
+    old = OLD_MAGIC + struct.pack(">IQ", zlib.crc32(body), len(body)) + body
+    snap = tmp_path / "state" / "p00000" / f"delta-{1:012d}.bin"
+    snap.write_bytes(old)
+    with pytest.raises(StoreError) as exc:
+        load_blob(snap)
+    assert one_line(exc) == (
+        f"{snap}: written by an older version of txstream (a pickle file, which this version "
+        "never loads); start the job on a new checkpoint (or finish it with the older version "
+        "first)"
+    )
+    with pytest.raises(StoreError, match="older version"):
+        tx.read_table(tmp_path, "counts")
+    assert not (tmp_path / "ran").exists()
+
+
+def test_no_store_file_is_a_pickle(tmp_path: Path) -> None:
+    run(tmp_path, 3, snapshot_every=2)
+    blobs = list(tmp_path.rglob("*.bin"))
+    assert blobs
+    for path in blobs:
+        raw = path.read_bytes()
+        assert raw.startswith(b"TXRT2\n")
+        assert b"\x80\x05" not in raw[:20]  # (a pickle's protocol header)
+
+
+def test_a_value_the_format_cannot_hold_is_an_error_at_write(tmp_path: Path) -> None:
+    class Money:
+        pass
+
+    def keep(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.upsert("counts", {"k": e["k"], "what": Money()})
+
+    job = tx.Job("m").table("counts", key="k").input("ev", None, keys="k").on("ev", keep)
+    with pytest.raises(StoreError) as exc:
+        job.run_local([[("ev", {"k": 1})]], tmp_path, 1)
+    assert "cannot be stored in the job's state" in one_line(exc)
+    assert "Money" in str(exc.value)
+
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=-(2**80), max_value=2**80)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text()
+    | st.binary(max_size=8)
+    | st.decimals(allow_nan=False, allow_infinity=False)
+    | st.datetimes()
+    | st.datetimes(timezones=st.just(dt.UTC))
+    | st.dates()
+    | st.times()
+    | st.timedeltas()
+)
+hashable = st.recursive(
+    scalars.filter(lambda v: not (isinstance(v, float) and math.isnan(v))),
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=6,
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(st.text(max_size=4), inner, max_size=4)
+        | st.dictionaries(hashable, inner, max_size=4)
+        | st.sets(hashable, max_size=3)
+        | st.builds(
+            Event,
+            st.tuples(st.floats(allow_nan=False), st.integers(), st.integers()),
+            st.text(max_size=4),
+            st.dictionaries(st.text(max_size=4), inner, max_size=3),
+            st.lists(hashable, max_size=2),
+            st.lists(st.integers(0, 8), max_size=2),
+            st.booleans(),
+        )
+    ),
+    max_leaves=20,
+)
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal values of the same types all the way down (NaN equals NaN)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        return (math.isnan(a) and math.isnan(b)) or (a == b and str(a) == str(b))
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, Event):
+        return all(
+            same(getattr(a, f), getattr(b, f))
+            for f in ("order", "input", "row", "values", "pids", "copy")
+        )
+    if isinstance(a, dt.datetime):
+        return a == b and a.utcoffset() == b.utcoffset()
+    if isinstance(a, Decimal):
+        return str(a) == str(b)
+    return bool(a == b)
+
+
+@settings(max_examples=300, deadline=None)
+@given(values)
+def test_every_value_the_state_holds_round_trips_exactly(value: Any) -> None:
+    assert same(codec.loads(codec.dumps(value)), value)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=3), values, max_size=3))
+def test_blobs_round_trip_with_their_checksum(value: Any) -> None:
+    path = Path(__import__("tempfile").mkdtemp()) / "x.bin"
+    path.write_bytes(dump_blob(value))
+    assert same(load_blob(path), value)
+
+
+def test_dicts_that_look_like_tags_round_trip() -> None:
+    for value in ({"$t": [1, 2]}, {"$d": 1}, {"$": None, "a": 1}, {1: "a", "1": "b"}):
+        assert same(codec.loads(codec.dumps(value)), value)
+
+
+# -- 6. read_table ------------------------------------------------------------------------------
+
+
+def test_read_table_at_the_last_and_at_an_earlier_batch(tmp_path: Path) -> None:
+    run(tmp_path, 4)
+    last = tx.read_table(tmp_path, "counts")
+    assert [r["k"] for r in last] == sorted({e["k"] for b in batches(4) for _, e in b})
+    reference = tmp_path.parent / "two"
+    run(reference, 2)
+    assert tx.read_table(tmp_path, "counts", batch=1) == tx.read_table(reference, "counts")
+    assert last != tx.read_table(tmp_path, "counts", batch=1)
+    frame = tx.read_table(tmp_path, "counts", as_="pandas")
+    assert frame.to_dict("records") == last
+    assert tx.read_table(tmp_path, "counts", as_="arrow").to_pylist() == last
+
+
+def test_read_table_names_the_batches_it_can_read(tmp_path: Path) -> None:
+    run(tmp_path, 9, snapshot_every=3)  # snapshots at 0, 3 and 6
+    for pid in (0, 1):  # as a query trims after snapshot 6: 0-2 go
+        RuntimeStore(tmp_path).trim(pid, 3)
+    with pytest.raises(tx.TxStreamError) as exc:
+        tx.read_table(tmp_path, "counts", batch=1)
+    assert one_line(exc).endswith(
+        "the state of batch 1 is no longer kept (trimmed after later snapshots); "
+        "batches that can be read: 3-8"
+    )
+    assert tx.read_table(tmp_path, "counts", batch=3)
+    with pytest.raises(tx.TxStreamError, match="batch 12 is not a committed batch; committed: 0-8"):
+        tx.read_table(tmp_path, "counts", batch=12)
+    with pytest.raises(tx.TxStreamError, match="no table 'count'; tables: counts"):
+        tx.read_table(tmp_path, "count")
+
+
+def test_read_table_rows_are_in_key_order_with_their_keys(tmp_path: Path) -> None:
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.upsert("cells", {"a": e["a"], "b": e["b"], "v": e["v"]})
+
+    job = (
+        tx.Job("cells")
+        .table("cells", key=["a", "b"], partition_by="a")
+        .input("ev", None, keys="a")
+        .on("ev", put)
+    )
+    rows = [("ev", {"a": 2, "b": "y", "v": 4}), ("ev", {"a": 1, "b": "x", "v": 3})]
+    job.run_local([rows], tmp_path)
+    assert tx.read_table(tmp_path, "cells") == [
+        {"a": 1, "b": "x", "v": 3},
+        {"a": 2, "b": "y", "v": 4},
+    ]
+
+
+def test_the_read_table_example_runs() -> None:
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(results.read_table, "read_table", globs={}):
+        runner.run(test)
+    assert runner.summarize(verbose=False).attempted >= 5
+    assert runner.summarize(verbose=False).failed == 0
