@@ -627,3 +627,21 @@ def test_failed_transactions_are_logged_and_warned_and_a_job_bug_stops_the_query
                 query.processAllAvailable()
     finally:
         query.stop()
+
+
+def test_a_batch_whose_marker_was_lost_runs_again_on_restart(spark: Any, tmp_path: Path) -> None:
+    # Spark's commit log counts the last batch done; txstream's marker of it is
+    # gone (a lost file): the restart must run it again, not take it as done.
+    stream = list(events(150, 8, 20, seed=5))
+    write_ledger_input(tmp_path / "in", stream, files=3)
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in"))
+    run_available(job, tmp_path / "ckpt", spark)
+    marker = tmp_path / "ckpt" / "txstream" / "commits" / f"{2:012d}.json"
+    assert (tmp_path / "ckpt" / "spark" / "commits" / "2").exists()
+    marker.unlink()
+    run_available(job, tmp_path / "ckpt", spark)
+    assert marker.exists()
+    balance, outcomes = serial_oracle(stream)
+    assert transfer_outcomes(tmp_path / "ckpt") == outcomes
+    rows = tx.read_table(tmp_path / "ckpt", "accounts")
+    assert {r["acct"]: r["balance"] for r in rows} == balance

@@ -444,3 +444,77 @@ def test_the_read_table_example_runs() -> None:
         runner.run(test)
     assert runner.summarize(verbose=False).attempted >= 5
     assert runner.summarize(verbose=False).failed == 0
+
+
+# -- 4. Spark's commit log against the markers (the Spark run is in test_runtime_spark.py) ----
+
+
+def _spark_log(folder: Path, batches: int) -> None:
+    for kind in ("offsets", "commits"):
+        (folder / kind).mkdir(parents=True)
+        for n in range(batches):
+            (folder / kind / str(n)).write_text("v1\n{}\n")
+            (folder / kind / f".{n}.crc").write_bytes(b"crc")
+
+
+def test_the_last_batch_spark_counts_done_without_a_marker_is_run_again(tmp_path: Path) -> None:
+    from txstream.spark.runtime.query import reconcile_commit_log
+
+    run(tmp_path / "s", 4)
+    _spark_log(tmp_path / "spark", 4)
+    reconcile_commit_log(RuntimeStore(tmp_path / "s"), tmp_path / "spark")
+    assert sorted(p.name for p in (tmp_path / "spark" / "commits").iterdir()) == sorted(
+        [str(n) for n in range(4)] + [f".{n}.crc" for n in range(4)]
+    )
+    (tmp_path / "s" / "commits" / f"{3:012d}.json").unlink()
+    reconcile_commit_log(RuntimeStore(tmp_path / "s"), tmp_path / "spark")
+    assert sorted(p.name for p in (tmp_path / "spark" / "commits").iterdir()) == sorted(
+        [str(n) for n in range(3)] + [f".{n}.crc" for n in range(3)]
+    )
+    assert sorted(
+        p.name for p in (tmp_path / "spark" / "offsets").iterdir() if p.name.isdigit()
+    ) == [
+        "0",
+        "1",
+        "2",
+        "3",
+    ]
+
+
+def test_earlier_batches_spark_counts_done_without_markers_are_refused(tmp_path: Path) -> None:
+    from txstream.spark.runtime.query import reconcile_commit_log
+
+    run(tmp_path / "s", 4)
+    _spark_log(tmp_path / "spark", 4)
+    for n in (2, 3):
+        (tmp_path / "s" / "commits" / f"{n:012d}.json").unlink()
+    with pytest.raises(StoreError) as exc:
+        reconcile_commit_log(RuntimeStore(tmp_path / "s"), tmp_path / "spark")
+    assert one_line(exc).startswith(
+        f"Spark's commit log in {tmp_path / 'spark'} counts batches [2, 3] as done but their "
+        "txstream commit markers are missing"
+    )
+    assert (tmp_path / "spark" / "commits" / "3").exists()  # nothing changed
+
+
+def test_initial_rows_are_not_taken_from_a_gone_file_once_a_snapshot_held_them(
+    tmp_path: Path,
+) -> None:
+    job = (
+        tx.Job("counting")
+        .table("counts", key="k", initial=[{"k": 100, "n": 5, "total": 1.0}])
+        .input("ev", None, keys="k", order="ts")
+        .on("ev", count)
+        .output("seen")
+    )
+    restart()
+    job.run_local(batches(3), tmp_path, 2)
+    assert {r["k"] for r in tx.read_table(tmp_path, "counts")} >= {100}
+    for init in tmp_path.rglob("init-*.bin"):
+        init.unlink()
+    for snap in tmp_path.rglob(f"snap-{0:012d}.bin"):
+        raw = bytearray(snap.read_bytes())
+        raw[-2] ^= 0x10
+        snap.write_bytes(bytes(raw))
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        tx.read_table(tmp_path, "counts")
