@@ -10,7 +10,6 @@ in a one-key object whose key starts with ``$``:
 ==============  =====================================================
 ``{"$t": [...]}``   a tuple
 ``{"$d": [[k, v], ...]}``   a dict whose keys are not all strings (or one starts with ``$``)
-``{"$f": "nan"}``   NaN, ``inf`` or ``-inf``
 ``{"$b": "..."}``   bytes (base64)
 ``{"$s": [...]}`` / ``{"$fs": [...]}``   a set / frozenset
 ``{"$dt": iso}``, ``{"$date": iso}``, ``{"$time": iso}``, ``{"$td": [d, s, us]}``   datetime types
@@ -19,7 +18,8 @@ in a one-key object whose key starts with ``$``:
 ==============  =====================================================
 
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
-dicts with string keys) is itself.  A value of any other type is a
+dicts with string keys) is itself; NaN and the infinities are written as
+``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them back).  A value of any other type is a
 :class:`~txstream.spark.runtime.state.StoreError` when it is written.
 """
 
@@ -28,7 +28,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import math
 from decimal import Decimal
 from typing import Any
 
@@ -40,28 +39,24 @@ class UnstorableValueError(TxStreamError):
     """A value of a type the store's data format does not hold."""
 
 
-def _floats(value: float) -> Any:
-    if value != value:
-        return {"$f": "nan"}
-    if value == math.inf:
-        return {"$f": "inf"}
-    if value == -math.inf:
-        return {"$f": "-inf"}
-    return value
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Types JSON itself keeps exactly (floats with Python's NaN/Infinity literals)."""
 
 
 def encode(obj: Any) -> Any:
     """``obj`` as JSON values (see the module docstring); unsupported types raise."""
     t = type(obj)
-    if t is str or t is int or t is bool or obj is None:
+    if t in _PLAIN:
         return obj
-    if t is float:
-        return _floats(obj)
     if t is dict:
-        for k in obj:
-            if type(k) is not str or k.startswith("$"):
+        plain = True
+        for k, v in obj.items():
+            if type(k) is not str or k[:1] == "$":
                 return {"$d": [[encode(k), encode(v)] for k, v in obj.items()]}
-        return {k: encode(v) for k, v in obj.items()}
+            if plain and type(v) not in _PLAIN:
+                plain = False
+        # A row of plain values (most of the state) goes to the C encoder as it is.
+        return obj if plain else {k: encode(v) for k, v in obj.items()}
     if t is list:
         return [encode(v) for v in obj]
     if t is tuple:
@@ -110,8 +105,6 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
         return tuple(value)
     if tag == "$d":
         return {k: v for k, v in value}
-    if tag == "$f":
-        return float(value)
     if tag == "$e":
         order, name, row, values, pids, copy = value
         return Event(order, name, row, values, pids, copy)
@@ -136,7 +129,7 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
 
 def dumps(obj: Any) -> bytes:
     """``obj`` as UTF-8 tagged JSON."""
-    return json.dumps(encode(obj), separators=(",", ":"), allow_nan=False).encode()
+    return json.dumps(encode(obj), separators=(",", ":")).encode()
 
 
 def loads(body: bytes) -> Any:

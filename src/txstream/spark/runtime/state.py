@@ -367,7 +367,11 @@ class RuntimeStore:
                 if match and int(match.group(2)) <= upto:
                     files[match.group(1)].append(int(match.group(2)))
         first: StoreError | None = None
-        starts: list[int | None] = [*sorted(files["snap"], reverse=True), None]
+        starts: list[int | None] = [*sorted(files["snap"], reverse=True)]
+        if token is None or not self._snapshot_committed(pid):
+            # The initial rows count only until a snapshot holds them: they may be
+            # gone since, which a chain from them could not tell.
+            starts.append(None)
         for start in starts:
             try:
                 state = self._load_from(pid, files, start)
@@ -378,8 +382,16 @@ class RuntimeStore:
                 state.version = upto
                 return state
             first = first or StoreError(self._broken(pid, state.version, upto))
-        assert first is not None
-        raise first
+        raise first or StoreError(self._broken(pid, -1, upto))
+
+    def _snapshot_committed(self, pid: int) -> bool:
+        """Whether a committed batch wrote a snapshot of partition ``pid``."""
+        prefix = f"{self._pdir(pid).relative_to(self.root)}/snap-"
+        for batch in self.committed():
+            with contextlib.suppress(StoreError):
+                if any(rel.startswith(prefix) for rel in self.commit_info(batch).get("state", {})):
+                    return True
+        return False
 
     def _load_from(
         self, pid: int, files: dict[str, list[int]], start: int | None
