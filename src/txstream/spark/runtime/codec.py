@@ -49,6 +49,13 @@ def encode(obj: Any) -> Any:
     if t in _PLAIN:
         return obj
     if t is dict:
+        if obj and type(next(iter(obj))) is not str:  # (a table's values or keys: no str keys)
+            return {
+                "$d": [
+                    [k if type(k) in _PLAIN else encode(k), v if type(v) in _PLAIN else encode(v)]
+                    for k, v in obj.items()
+                ]
+            }
         plain = True
         for k, v in obj.items():
             if type(k) is not str or k[:1] == "$":
