@@ -19,8 +19,9 @@ in a one-key object whose key starts with ``$``:
 
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
 dicts with string keys) is itself; NaN and the infinities are written as
-``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them back).  A value of any other type is a
-:class:`~txstream.spark.runtime.state.StoreError` when it is written.
+``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them back).  A
+value of any other type is a :class:`~txstream.spark.runtime.state.StoreError`
+when it is written.
 """
 
 from __future__ import annotations

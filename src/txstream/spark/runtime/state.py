@@ -367,12 +367,12 @@ class RuntimeStore:
                 if match and int(match.group(2)) <= upto:
                     files[match.group(1)].append(int(match.group(2)))
         first: StoreError | None = None
-        starts: list[int | None] = [*sorted(files["snap"], reverse=True)]
-        if token is None or not self._snapshot_committed(pid):
-            # The initial rows count only until a snapshot holds them: they may be
-            # gone since, which a chain from them could not tell.
-            starts.append(None)
+        starts: list[int | None] = [*sorted(files["snap"], reverse=True), None]
         for start in starts:
+            if start is None and token is not None and self._snapshot_committed(pid):
+                # The initial rows count only until a snapshot holds them: they may
+                # be gone since, which a chain from them could not tell.
+                continue
             try:
                 state = self._load_from(pid, files, start)
             except StoreError as exc:
