@@ -7,15 +7,14 @@ lose what the state relies on (tuples as keys, ``int`` vs ``float``, NaN,
 dicts with non-string keys), so values JSON cannot say exactly are wrapped
 in a one-key object whose key starts with ``$``:
 
-==============  =====================================================
-``{"$t": [...]}``   a tuple
-``{"$d": [[k, v], ...]}``   a dict whose keys are not all strings (or one starts with ``$``)
-``{"$b": "..."}``   bytes (base64)
-``{"$s": [...]}`` / ``{"$fs": [...]}``   a set / frozenset
-``{"$dt": iso}``, ``{"$date": iso}``, ``{"$time": iso}``, ``{"$td": [d, s, us]}``   datetime types
-``{"$dec": "1.50"}``   a Decimal
-``{"$e": [...]}``   an input event held or shipped between phases
-==============  =====================================================
+- ``{"$t": [...]}``: a tuple;
+- ``{"$d": [[k, v], ...]}``: a dict whose keys are not all strings (or one starts with ``$``);
+- ``{"$b": "..."}``: bytes (base64);
+- ``{"$s": [...]}``, ``{"$fs": [...]}``: a set, a frozenset;
+- ``{"$dt": iso}``, ``{"$date": iso}``, ``{"$time": iso}``, ``{"$td": [d, s, us]}``:
+  date and time values;
+- ``{"$dec": "1.50"}``: a Decimal;
+- ``{"$e": [...]}``: an input event (held by the event-time merge, or shipped between phases).
 
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
 dicts with string keys) is itself; NaN and the infinities are written as
