@@ -276,6 +276,11 @@ def test_a_pickle_store_is_refused_and_never_unpickled(tmp_path: Path) -> None:
     )
     with pytest.raises(StoreError, match="older version"):
         tx.read_table(tmp_path, "counts")
+    # A whole store of the old format is refused at the restart, before anything runs.
+    for path in (tmp_path / "state").rglob("*.bin"):
+        path.write_bytes(old)
+    with pytest.raises(StoreError, match=r"p0000\d/\S+\.bin: written by an older version"):
+        run(tmp_path, 1, start=2)
     assert not (tmp_path / "ran").exists()
 
 

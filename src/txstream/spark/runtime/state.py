@@ -678,9 +678,14 @@ class RuntimeStore:
                     f"{pdir} is missing: batch {chain[-1][0]} committed state of partition "
                     f"{pid} there; restore it from a backup or start on a new checkpoint"
                 )
+            names = sorted(os.listdir(pdir))
+            for name in names[-1:]:  # a store of the pickle format: refused before it runs
+                with open(pdir / name, "rb") as handle:
+                    if handle.read(len(OLD_MAGIC)) == OLD_MAGIC:
+                        load_blob(pdir / name)  # (raises, naming the file and what to do)
             snaps = [
                 int(m.group(2))
-                for m in map(_NAME.fullmatch, os.listdir(pdir))
+                for m in map(_NAME.fullmatch, names)
                 if m and m.group(1) == "snap" and int(m.group(2)) <= chain[-1][0]
             ]
             start = max(snaps, default=-1)
