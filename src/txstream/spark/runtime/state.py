@@ -12,14 +12,21 @@ Layout of a job's store directory (on a file system every executor reaches)::
     history/batch-<b>/<role>.txt            the committed history of batch b
     errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
 
-Every ``.bin`` file is ``MAGIC | crc32 | length | tagged JSON`` (:mod:`.codec`, never
-pickle) and is written to a
-temporary name, fsynced and renamed, so a reader sees a whole file or none; a
-damaged file is reported with its path and never loaded.  Everything a batch
-writes counts only once ``commits/<b>.json`` exists: a batch that is re-run
-after a crash overwrites its own files with the same contents (transactions
-are deterministic), and the driver removes a batch's uncommitted outputs before
-it runs it again.
+Every ``.bin`` file is ``MAGIC | crc32 | length | tagged JSON`` (:mod:`.codec`,
+never pickle) and is written to a temporary name, fsynced and renamed, so a
+reader sees a whole file or none; a damaged file is reported with its path and
+never loaded.  Everything a batch writes counts only once ``commits/<b>.json``
+exists: a batch that is re-run after a crash overwrites its own files with the
+same contents (transactions are deterministic), and the driver removes a
+batch's uncommitted outputs before it runs it again.
+
+The commit markers form a chain (each names the batch before it) and each
+names the files of its batch: outputs, histories and failure records with
+their CRC-32 and size (checked by the readers), state files with their size,
+and each partition's committed version (checked at a restart by
+:meth:`RuntimeStore.check_state`, and by every load: the deltas must lead from
+a snapshot to that version).  A missing or changed file is a one-line
+:class:`StoreError` naming it, or a recovery from an older snapshot.
 
 Python workers keep the state of the partitions they ran in memory
 (:data:`_CACHE`), tagged with the batch it reflects, so the next batch on the
