@@ -737,6 +737,7 @@ def both_engines(
     job: tx.Job, batches: list[list[Item]], store: Path, partitions: int
 ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
     """(outputs as a sorted list, failures, table) of the executors and of the driver."""
+    job.option("merge", "batch")  # (the driver engine here runs the batches in batch order)
     job.run_local(batches, store, partitions=partitions)
     executors = (
         sorted(json.dumps(r, sort_keys=True) for r in tx.read_output(store, "out")),

@@ -38,6 +38,7 @@ def job(on_a: Any = None, on_b: Any = None, **options: Any) -> tx.Job:
         .output("out", schema="id long")
         .on("A", on_a or count)
         .on("B", on_b or count)
+        .option("merge", "batch")  # (failures counted per batch as handed over)
     )
     for key, value in options.items():
         built.option(key, value)

@@ -115,14 +115,18 @@ def test_a_restart_may_not_leave_the_event_time_merge_while_it_holds_events(
     # "more" has reached 1 only: ev's event at 5 is held for it.  Under batch
     # order nothing would ever release it: its count was silently lost.
     two = ("ev", "more")
-    counting(inputs=two, merge="event-time").run_local([[ev(1, 5), ev(2, 1, "more")]], tmp_path)
+    counting(inputs=two, merge="event-time").run_local(
+        [[ev(1, 5), ev(2, 1, "more")]], tmp_path, end_inputs=False
+    )
     with pytest.raises(
         tx.RuntimeJobError,
         match=r"^store \S+ holds 1 event\(s\) for the event-time merge, which merge='batch' "
         r"would never run; restart with merge='event-time' until they are released",
     ):
         counting(inputs=two).run_local([[ev(1, 6)]], tmp_path)
-    counting(inputs=two, merge="event-time").run_local([[ev(2, 9, "more")]], tmp_path)
+    counting(inputs=two, merge="event-time").run_local(
+        [[ev(2, 9, "more")]], tmp_path, end_inputs=False
+    )
     counting(inputs=two).run_local([[ev(1, 6)]], tmp_path)  # nothing held: fine
     seen = [(r["k"], r["n"]) for r in tx.read_output(tmp_path, "seen")]
     assert seen == [(2, 1), (1, 1), (2, 2), (1, 2)]

@@ -49,13 +49,21 @@ def opening(accounts: int) -> list[dict[str, int]]:
 
 
 def ledger_job(
-    deposits: Any = None, transfers: Any = None, name: str = "ledger", initial: Any = None
+    deposits: Any = None,
+    transfers: Any = None,
+    name: str = "ledger",
+    initial: Any = None,
+    merge: str | None = "batch",
 ) -> Job:
     """The job; ``deposits``/``transfers`` are streaming DataFrames (None to run locally).
 
     ``initial``: the opening rows of ``accounts`` (a list, a DataFrame or a file).
+    ``merge``: ``batch`` by default, a choice made explicitly: the benchmark and
+    the tests hand both inputs over in id order, batch after batch, and a Spark
+    query cannot end its inputs (``start`` wants the choice made, see
+    ``Job.merge_for``); None leaves the job's default.
     """
-    return (
+    job = (
         Job(name)
         .table("accounts", key="acct", schema="acct long, balance long", initial=initial)
         .input("deposits", deposits, keys="acct", order="id")
@@ -64,6 +72,9 @@ def ledger_job(
         .on("deposits", deposit)
         .on("transfers", transfer)
     )
+    if merge is not None:
+        job.option("merge", merge)
+    return job
 
 
 def events(

@@ -207,20 +207,35 @@ NOT_RUN = "; it was not run"
 """How the error of an event that had no place ends (see :func:`bad_event`)."""
 
 
-def bad_event(batch: int, where: str, mid: int, order: list[Any], what: str) -> dict[str, Any]:
+def bad_event(
+    batch: int, where: str, mid: int, order: list[Any], what: str, value: Any = None
+) -> dict[str, Any]:
     """The failure of the event at ``where`` with a null key (``what="key"``) or ``order value``.
 
     Such an event has no place (no partition, or no place in the declared
     order): it is not run, and it is reported like a failed transaction, with
-    its input position, by every engine.
+    its input position, by every engine.  ``value``: the order value when it is
+    not null but not finite (NaN, an infinity): it has no place in the order
+    either (NaN compares as neither before nor after anything, and an infinity
+    would hold or release every other event).
     """
+    detail = f"a null {what}" if value is None else f"a non-finite {what} ({value})"
     return {
         "txn": f"b{batch}_{mid}",
         "kind": "error",
         "position": where,
         "order": order,
-        "error": f"SchemaError: the event has a null {what}{NOT_RUN}",
+        "error": f"SchemaError: the event has {detail}{NOT_RUN}",
     }
+
+
+def finite(value: float | None) -> bool:
+    """Whether an order value (a float from Spark, or None) is a finite number.
+
+    ``x - x`` is 0.0 for a finite float and NaN for NaN and the infinities (the
+    cheapest test for the per-event loops).
+    """
+    return value is not None and value - value == 0.0
 
 
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import math
 import pickle
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,21 @@ from txstream.spark.runtime.tasks import stop_on_error
 
 ON_ERROR = ("rollback", "stop")
 
+NEVER_QUIET = 2**62
+"""``idleBatches`` of a bounded ``run_local``: no input counts as quiet before it ends."""
+
+_END: list[tuple[str, Row]] = []
+"""Stands for the batch that ends the inputs in :meth:`Job.run_local`'s loop."""
+
+
+def _ended(
+    batches: Iterable[Iterable[tuple[str, Row]]], runner: LocalRunner
+) -> Iterator[Iterable[tuple[str, Row]]]:
+    """``batches``, then :data:`_END` when the event-time merge holds events after them."""
+    yield from batches
+    if runner.held():
+        yield _END
+
 
 class Job:
     """A transactional job under construction (builder methods return the job)."""
@@ -66,7 +81,10 @@ class Job:
         self._arrival: str | None = None
         self._sinks: dict[str, list[Any]] = {}
         self._merge = "batch"
+        """The merge :meth:`start` runs (``batch`` unless chosen, see :meth:`merge_for`)."""
+        self._merge_chosen = False
         self._idle_batches = 1
+        self._idle_chosen = False
         self._all_fail_limit = ALL_FAIL_LIMIT
 
     # -- declarations ----------------------------------------------------------------
@@ -210,12 +228,14 @@ class Job:
             if value not in MERGES:
                 raise RuntimeJobError(f"option merge is one of {MERGES}, not {value!r}")
             self._merge = value
+            self._merge_chosen = True
         elif key == "idleBatches":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise RuntimeJobError(
                     f"option idleBatches must be a positive integer, not {value!r}"
                 )
             self._idle_batches = value
+            self._idle_chosen = True
         elif key == "allFailLimit":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise RuntimeJobError(
@@ -258,6 +278,43 @@ class Job:
             )
         self.spec.boundary.validate(self.spec.inputs)
 
+    def merge_for(self, runner: str) -> str:
+        """The merge a run uses: the one chosen with ``.option("merge", ...)``, else the safe one.
+
+        With one input with an order column, or none, the two merges give the
+        serial answer (order value first within each micro-batch, which is the
+        whole order): ``batch``.  With several, ``batch`` runs a later
+        micro-batch after an earlier one whatever its order value, so the answer
+        depends on how the sources hand files over: ``run_local`` (``runner``
+        ``"run_local"``), which ends its inputs, takes ``event-time``; ``start``
+        refuses in one line until the choice is made, because an unbounded
+        Spark query cannot end its inputs and the event-time merge holds the
+        last events until later ones arrive (see docs/spark.md, merge).
+        """
+        if self._merge_chosen:
+            return self._merge
+        inputs = self.spec.inputs
+        ordered = [n for n, spec in inputs.items() if spec.order is not None]
+        if len(ordered) < 2:
+            return "batch"
+        unordered = [n for n in inputs if n not in ordered]
+        if runner == "run_local" and not unordered:
+            return "event-time"
+        fix = (
+            f"add order=... to input(s) {', '.join(unordered)} (the event-time merge), or "
+            if unordered
+            else ".option('merge', 'event-time') (the serial answer whatever way the sources "
+            "hand files over; the last events wait for later ones, see docs/spark.md, merge) "
+            "or "
+        )
+        raise RuntimeJobError(
+            f"job {self.spec.name!r} has {len(ordered)} inputs with an order column "
+            f"({', '.join(ordered)}): under merge='batch' an event of a later micro-batch runs "
+            "after the earlier ones whatever its order value, so the answer would depend on "
+            f"how the sources hand files over; choose {fix}.option('merge', 'batch') (keep "
+            "micro-batch order)"
+        )
+
     def arrival_fn(self) -> Callable[[Row], float | None] | None:
         """A function giving an event's arrival time (epoch seconds), if declared."""
         if self._arrival is None:
@@ -270,31 +327,48 @@ class Job:
         return FailureWatch(self.spec.name, names, where, self._all_fail_limit)
 
     def run_local(
-        self, batches: Sequence[Iterable[tuple[str, Row]]], store: str | Path, partitions: int = 2
+        self,
+        batches: Sequence[Iterable[tuple[str, Row]]],
+        store: str | Path,
+        partitions: int = 2,
+        end_inputs: bool = True,
     ) -> LocalRunner:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner.
 
         Failed transactions are logged as each batch commits, and the run ends with
         a :class:`~txstream.spark.runtime.failures.TransactionFailuresWarning`
         counting them when there are any (as a query's ``processAllAvailable()``).
+        The merge is :meth:`merge_for` ``("run_local")``.  Under the event-time
+        merge, ``end_inputs`` (the default) ends the inputs after the last batch:
+        when events are held, one more committed batch without events runs them
+        (:meth:`LocalRunner.end_inputs`); ``end_inputs=False`` leaves them held
+        for a later run on the same store.
         """
         self.validate()
-        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, self._merge)
+        merge = self.merge_for("run_local")  # (event-time only when every input is ordered)
+        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, merge)
         runner.arrival = self.arrival_fn()
-        if self._merge == "event-time":
-            runner.idle_batches = self._idle_batches
+        if merge == "event-time":
+            # A bounded run ends its inputs: without idleBatches chosen, a quiet
+            # input holds the others back until it delivers or ends (the serial
+            # answer whatever the hand-over); end_inputs=False keeps Spark's rule.
+            unbounded = self._idle_chosen or not end_inputs
+            runner.idle_batches = self._idle_batches if unbounded else NEVER_QUIET
+        todo: Iterable[Iterable[tuple[str, Row]]] = batches
+        if merge == "event-time" and end_inputs:
+            todo = _ended(batches, runner)
         deliver(runner.store, self._sinks)  # as at a query's start: any a crash left
         unchecked = self._arrival is not None
         watch = self.failure_watch(f"tx.read_failures({str(store)!r})")
-        for batch in batches:
-            if unchecked:
+        for batch in todo:
+            if unchecked and batch is not _END:
                 # as start() checks the inputs' schemas: a column no row has is a typo
                 # (rows carry no schema: the first batch with rows stands for them)
                 batch = list(batch)
                 if batch:
                     unchecked = False
                     _check_arrival(str(self._arrival), batch)
-            stats = runner.run_batch(batch)
+            stats = runner.end_inputs() if batch is _END else runner.run_batch(batch)
             watch.after_batch(stats)
             deliver(runner.store, self._sinks, [runner.prev])  # as on Spark: once it commits
             try:
@@ -321,6 +395,7 @@ class Job:
         ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
         """
         self.validate()
+        self.merge_for("start")  # several ordered inputs: a merge chosen (see there)
         from txstream.spark.runtime.query import TxQuery
 
         if partitions is not None:  # (0 is refused, not taken for "the default")

@@ -26,7 +26,7 @@ from txstream.spark.runtime.base import (
     null_field,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
-from txstream.spark.runtime.merge import advance
+from txstream.spark.runtime.merge import advance, ended
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
@@ -131,6 +131,16 @@ def _missing_time(spec: InputSpec, row: Row) -> str | None:
     return "order value" if isinstance(value, datetime) and value != value else None
 
 
+def _non_finite(spec: InputSpec, row: Row) -> Any:
+    """``row``'s order value when it is a number but not finite (NaN, an infinity); else None."""
+    value = row.get(spec.order) if spec.order is not None else None
+    if isinstance(value, Decimal):
+        return None if value.is_finite() else value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return None if math.isfinite(value) else value
+    return None
+
+
 class LocalRunner:
     """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
 
@@ -166,6 +176,7 @@ class LocalRunner:
         self.arrival: Callable[[Row], float | None] | None = None
         self.idle_batches: int | None = None
         """Event-time merge (see :mod:`.merge`) when set; batch order otherwise."""
+        self._ending = False
         self.frontier = committed_frontier(self.store)
         self.tokens = committed_tokens(self.store)
         try:
@@ -220,6 +231,25 @@ class LocalRunner:
         finally:
             lock.release()
 
+    def held(self) -> int:
+        """The events the event-time merge holds after the last committed batch."""
+        committed = self.store.committed()
+        return int(self.store.commit_info(committed[-1]).get("held", 0)) if committed else 0
+
+    def end_inputs(self) -> dict[str, Any]:
+        """End every input: one more committed batch, without events, that releases all held.
+
+        Under the event-time merge the last events wait for later ones; a bounded
+        run has none to come.  The batch is committed as any other (its own
+        number, state and outputs), so a crash before its commit leaves the
+        events held, and calling this again runs it.
+        """
+        self._ending = True
+        try:
+            return self.run_batch([])
+        finally:
+            self._ending = False
+
     def _run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
@@ -252,6 +282,12 @@ class LocalRunner:
                 order = [_order_of(spec, name, row, mid) if known else 0.0, spec.index, mid]
                 bad.append(bad_event(self.batch, position(name, mid), mid, order, what))
                 continue
+            odd = _non_finite(spec, row)
+            if odd is not None:  # NaN, an infinity: no place in the order (as on Spark)
+                order = [0.0, spec.index, mid]  # (counts as 0 in the report, as a null)
+                where = position(name, mid)
+                bad.append(bad_event(self.batch, where, mid, order, "order value", odd))
+                continue
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
                 seen[name] = max(seen.get(name, -math.inf), event.order[0])
@@ -266,9 +302,12 @@ class LocalRunner:
         )
         if self.idle_batches is not None:
             declared = {name: spec.index for name, spec in self.job.inputs.items()}
-            ctx.release_upto, self.frontier = advance(
-                self.frontier, seen, self.idle_batches, declared
-            )
+            if self._ending:
+                ctx.release_upto, self.frontier = ended(self.frontier, self.idle_batches)
+            else:
+                ctx.release_upto, self.frontier = advance(
+                    self.frontier, seen, self.idle_batches, declared
+                )
             ctx.frontier = self.frontier
         stats = run_batch(self.job, _LocalPhases(self.job, per_partition, bad), ctx, self.store)
         self.prev = self.batch

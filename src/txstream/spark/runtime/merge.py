@@ -1,10 +1,11 @@
 """Merging several inputs into one declared order across micro-batches.
 
-``merge="batch"`` (the default): the order is (micro-batch, order value, input,
+``merge="batch"`` (the default for a job with at most one input with an order
+column, where it is the serial order; see :meth:`~txstream.spark.runtime.job.Job.merge_for`): the order is (micro-batch, order value, input,
 position): an event that a source hands over in a later micro-batch comes after
 every event of the earlier ones, whatever its order value.
 
-``merge="event-time"``: the order is the order value across micro-batches. A
+``merge="event-time"`` (``run_local``'s default for several ordered inputs): the order is the order value across micro-batches. A
 source may hand one input's events over ahead of another's (a file source that
 groups files differently after a restart, a change stream that runs ahead of
 the readings); so an event is *held* until every input that is still delivering
@@ -12,9 +13,20 @@ has reached its order value. The *frontier* of a batch is the smallest, over
 the inputs that delivered rows in the last ``idle_batches`` batches, of the
 largest order value each has delivered so far; an input that has been quiet
 that long does not hold the others back (when every input is quiet, everything
-is released). Held events live in their partition's state, saved with each
+is released); an input that has delivered nothing yet holds them back for as
+long.  ``run_local`` (a bounded run) does not count quiet batches unless
+``idleBatches`` is set: its inputs hold each other back until they deliver or
+end, so its answer is the serial one whatever the hand-over. Held events live in their partition's state, saved with each
 batch. An event whose order value is below a frontier already passed (late)
 runs in the batch it arrives in.
+
+An input can be *ended* (:func:`ended`): ``run_local`` ends its inputs after
+its last batch with one more committed batch, which releases everything held
+(see :meth:`~txstream.spark.runtime.local.LocalRunner.end_inputs`).
+
+NaN and infinite order values have no place in the order: such events are
+reported as failures with their input position and not run (see
+:func:`~txstream.spark.runtime.base.bad_event`); they never move a frontier.
 
 An event *at* the frontier is released only when no input still delivering
 can hand over an event that comes before it: at equal order values the
@@ -56,15 +68,30 @@ def advance(
     """
     high: dict[str, float] = dict(frontier.get("high", {}))
     quiet: dict[str, int] = dict(frontier.get("quiet", {}))
-    for name in set(high) | set(seen):
+    # A declared input that has delivered nothing yet holds the others back too
+    # while it is not quiet (its events may be the first): it has no ``high``.
+    for name in set(high) | set(seen) | set(index):
         if name in seen:
             high[name] = max(high.get(name, -math.inf), seen[name])
             quiet[name] = 0
         else:
             quiet[name] = quiet.get(name, 0) + 1
-    active = [n for n in high if quiet[n] < idle_batches]
+    active = [n for n in quiet if quiet[n] < idle_batches]
     if not active:
         return (math.inf, 0), {"high": high, "quiet": quiet}
+    if any(n not in high for n in active):
+        return (-math.inf, 0), {"high": high, "quiet": quiet}  # releases nothing
     upto = min(high[n] for n in active)
     first = min(index.get(n, 0) for n in active if high[n] == upto)
     return (upto, first), {"high": high, "quiet": quiet}
+
+
+def ended(frontier: dict[str, Any], idle_batches: int) -> tuple[Bound, dict[str, Any]]:
+    """The release bound and bookkeeping of a batch that ends every input (releases all).
+
+    Every input counts as quiet afterwards (an input that delivers again is
+    active again; its events below the old frontier are late).
+    """
+    high: dict[str, float] = dict(frontier.get("high", {}))
+    quiet = {name: max(idle_batches, n) for name, n in frontier.get("quiet", {}).items()}
+    return (math.inf, 0), {"high": high, "quiet": quiet}

@@ -40,6 +40,7 @@ from txstream.spark.runtime.base import (
     JobSpec,
     RuntimeJobError,
     bad_event,
+    finite,
     initial_row,
     null_field,
 )
@@ -627,10 +628,12 @@ class TxQuery:
             name = names[inp]
             spec = self.spec.inputs[name]
             what = null_field(spec, row)
+            odd = None
+            if what is None and spec.order is not None and not finite(ordv):
+                what, odd = "order value", ordv  # NaN, an infinity (as on executors)
             if what is not None:  # as on executors: reported, not run
-                bad.append(
-                    bad_event(batch_id, position(name, mid), mid, [ordv or 0.0, inp, mid], what)
-                )
+                order = [ordv if finite(ordv) else 0.0, inp, mid]
+                bad.append(bad_event(batch_id, position(name, mid), mid, order, what, odd))
                 continue
             events.append(
                 Event((float(ordv or 0.0), inp, mid), name, row, spec.values_of(row), [0])
@@ -764,7 +767,11 @@ class TxQuery:
         from pyspark.sql import functions as F
 
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
-        rows = df.groupBy("__input").agg(F.max("__ordv")).collect()
+        # Spark's max takes NaN as the largest double: NaN and the infinities are
+        # reported, not run (see _phase1_outputs), and must not move the frontier.
+        ordv = F.col("__ordv")
+        usable = F.when(~F.isnan(ordv) & (F.abs(ordv) != float("inf")), ordv)
+        rows = df.groupBy("__input").agg(F.max(usable)).collect()
         seen = {names[int(r[0])]: float(r[1]) for r in rows if r[1] is not None}
         index = {spec.name: spec.index for spec in self.spec.inputs.values()}
         return advance(self._frontier, seen, self.job._idle_batches, index)
@@ -1016,11 +1023,13 @@ def _phase1_outputs(
             name = names[inp]
             row = payloads[inp][k]
             values = values_of[inp](row)
-            if pid < 0 or (pids and min(pids) < 0) or (ordv is None and inp in ordered):
+            # (x - x is 0.0 for a finite float only: NaN and infinities have no place)
+            unplaced = inp in ordered and (ordv is None or ordv - ordv != 0.0)
+            if pid < 0 or (pids and min(pids) < 0) or unplaced:
                 what = "key" if pid < 0 or (pids and min(pids) < 0) else "order value"
-                bad.append(
-                    bad_event(ctx.batch, position(name, mid), mid, [ordv or 0.0, inp, mid], what)
-                )
+                odd = ordv if what != "key" else None  # NaN, an infinity (None: null)
+                where, order = position(name, mid), [ordv if finite(ordv) else 0.0, inp, mid]
+                bad.append(bad_event(ctx.batch, where, mid, order, what, odd))
                 continue
             if values:
                 first = values[0]
@@ -1087,9 +1096,10 @@ def _phase1_outputs(
 
 
 def _highest(high: dict[int, float], inputs: list[int], orders: list[float | None]) -> None:
-    """Raise ``high[input]`` to the largest order value of these rows (nulls skipped)."""
+    """Raise ``high[input]`` to the largest order value of these rows (nulls, NaN, infinities
+    skipped: they are reported, not run, and must not move the frontier)."""
     for inp, ordv in zip(inputs, orders, strict=True):
-        if ordv is not None and (inp not in high or ordv > high[inp]):
+        if finite(ordv) and (inp not in high or ordv > high[inp]):
             high[inp] = ordv
 
 

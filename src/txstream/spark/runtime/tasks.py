@@ -139,6 +139,9 @@ def release(
         pool.sort(key=_order)
         state.meta["held"] = []
         return pool
+    if value == -math.inf:  # an input that may deliver the first events has not yet
+        state.meta["held"] = pool
+        return []
     ready, wait = [], []
     for event in pool:
         order = event.order

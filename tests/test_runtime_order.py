@@ -1,0 +1,229 @@
+"""Order values and merges without Spark: safe defaults, inputs that end, NaN and infinities.
+
+Issue 27: with several ordered inputs the answer must not depend on how the
+sources hand files over (the default merge), a bounded run must end with
+nothing held, and a NaN or infinite order value is a failure with its input
+position that neither reorders nor holds the other events.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txstream as tx
+from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.spark.runtime.state import RuntimeStore
+
+
+def by_input(stream: list[Any], first: str, chunks: int = 3) -> list[list[Any]]:
+    """Adversarial hand-over: all of ``first``'s events in early batches, the others' later.
+
+    Each input keeps its own order, as a file source does; the inputs' batches
+    do not line up with each other.
+    """
+    names = list(dict.fromkeys(name for name, _ in stream))
+    ordered = [first] + [n for n in names if n != first]
+    batches: list[list[Any]] = []
+    for name in ordered:
+        mine = [e for e in stream if e[0] == name]
+        size = max(1, math.ceil(len(mine) / chunks))
+        batches += [mine[i : i + size] for i in range(0, len(mine), size)]
+    return batches
+
+
+def outcomes(store: Path) -> list[tuple[int, bool]]:
+    return [(r["id"], r["ok"]) for r in tx.read_output(store, "transfers_done")]
+
+
+# -- safe defaults ---------------------------------------------------------------------
+@pytest.mark.parametrize("first", ["deposits", "transfers"])
+def test_the_default_merge_gives_the_serial_answer_whatever_the_hand_over(
+    tmp_path: Path, first: str
+) -> None:
+    # Before: the default merge="batch" ran every transfer handed over first
+    # before the deposits that precede it (ok=False instead of True), silently.
+    stream = list(events(240, 6, 30, seed=11))
+    _, expected = serial_oracle(stream)
+    runner = ledger_job(merge=None).run_local(by_input(stream, first), tmp_path, 2)
+    assert outcomes(tmp_path) == expected
+    assert runner.held() == 0 and tx.read_failures(tmp_path) == []
+    # The explicit choice of the batch merge stays allowed (and differs here).
+    ledger_job(merge=None).option("merge", "batch").run_local(by_input(stream, first), tmp_path / "b", 2)
+    assert outcomes(tmp_path / "b") != expected
+
+
+def test_one_ordered_input_keeps_the_batch_merge_by_default(tmp_path: Path) -> None:
+    job = tx.Job("one").input("e", None, keys="k", order="ts").on("e", lambda t, e: None)
+    assert job.merge_for("run_local") == "batch" and job.merge_for("start") == "batch"
+    job.run_local([[("e", {"k": 1, "ts": 2})], [("e", {"k": 1, "ts": 1})]], tmp_path)
+    assert json.loads((tmp_path / "job.json").read_text())["merge"] == "batch"
+
+
+def test_start_wants_the_merge_of_several_ordered_inputs_chosen_in_one_line() -> None:
+    # A Spark query cannot end its inputs: under the event-time merge its last
+    # events wait for later ones, under the batch merge the answer depends on
+    # the hand-over.  start() refuses before Spark starts until the choice is made.
+    with pytest.raises(tx.RuntimeJobError) as caught:
+        ledger_job(merge=None).start("/nonexistent/ckpt")
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "job 'ledger' has 2 inputs with an order column (deposits, transfers): under "
+        "merge='batch' an event of a later micro-batch runs after the earlier ones"
+    )
+    assert "choose .option('merge', 'event-time')" in message
+    assert message.endswith("or .option('merge', 'batch') (keep micro-batch order)")
+    mixed = ledger_job(merge=None).input("notes", None, keys="acct").on("notes", lambda t, e: None)
+    with pytest.raises(tx.RuntimeJobError, match=r"add order=\.\.\. to input\(s\) notes"):
+        mixed.run_local([], "/nonexistent/store")
+
+
+def test_a_store_of_the_old_default_batch_merge_restarts_under_the_event_time_merge(
+    tmp_path: Path,
+) -> None:
+    # A store recorded with merge='batch' (the old default) and restarted with
+    # the default: the event-time merge (entering it is allowed; nothing was held).
+    stream = list(events(120, 5, 30, seed=2))
+    head, tail = stream[:60], stream[60:]
+    ledger_job(merge=None).option("merge", "batch").run_local([head], tmp_path, 2)
+    assert json.loads((tmp_path / "job.json").read_text())["merge"] == "batch"
+    ledger_job(merge=None).run_local(by_input(tail, "transfers"), tmp_path, 2)
+    assert json.loads((tmp_path / "job.json").read_text())["merge"] == "event-time"
+    assert outcomes(tmp_path) == serial_oracle(stream)[1]
+
+
+# -- inputs that end ---------------------------------------------------------------------
+def test_run_local_ends_its_inputs_with_nothing_held(tmp_path: Path) -> None:
+    # Before: the last events stayed held (lastProgress["held"] > 0) until an
+    # event past them arrived on every input still delivering.
+    stream = list(events(90, 4, 30, seed=7))
+    batches = [stream[:30], stream[30:60], stream[60:]]  # both inputs in every batch
+    for job in (ledger_job(merge=None), ledger_job(merge=None).option("merge", "event-time")):
+        runner = job.run_local(batches, tmp_path / str(job._merge_chosen), 2)
+        assert len(runner.stats) == 4 and runner.stats[-2]["held"] > 0  # held at the end ...
+        assert runner.stats[-1]["held"] == 0 and runner.stats[-1]["events"] > 0  # ... then ran
+        assert runner.held() == 0
+        assert outcomes(tmp_path / str(job._merge_chosen)) == serial_oracle(stream)[1]
+    # end_inputs=False leaves them held for a later run on the same store.
+    kept = ledger_job(merge=None).run_local(batches, tmp_path / "kept", 2, end_inputs=False)
+    assert kept.held() > 0
+    assert kept.end_inputs()["held"] == 0 and kept.held() == 0
+    assert outcomes(tmp_path / "kept") == serial_oracle(stream)[1]
+
+
+def test_the_end_of_inputs_is_a_committed_batch_that_a_restart_keeps(tmp_path: Path) -> None:
+    stream = list(events(60, 4, 30, seed=3))
+    runner = ledger_job(merge=None).run_local(by_input(stream, "transfers"), tmp_path, 2)
+    store = RuntimeStore(tmp_path)
+    last = store.committed()[-1]
+    assert last == runner.prev and store.commit_info(last).get("held", 0) == 0
+    # a later run on the store goes on after it (late events run in their batch)
+    more = [("deposits", {"acct": 0, "amount": 5, "id": 1000})]
+    ledger_job(merge=None).run_local([more], tmp_path, 2)
+    assert store.committed()[-1] == last + 1
+
+
+# -- NaN and infinite order values -----------------------------------------------------
+def ordered_two() -> tx.Job:
+    """Two ordered inputs; each event emits its n and its place in the serial order."""
+
+    def step(t: tx.Tx, e: dict[str, Any]) -> None:
+        if t.read("c", e["k"]) is None:
+            t.insert("c", {"k": e["k"], "seq": 0})
+        t.increment("c", e["k"], "seq", 1)
+        t.emit("o", {"n": e["n"], "seq": t.read("c", e["k"])["seq"]})
+
+    return (
+        tx.Job("two")
+        .table("c", key="k")
+        .input("a", None, keys="k", order="ts")
+        .input("b", None, keys="k", order="ts")
+        .output("o", schema="n long, seq long")
+        .on("a", step)
+        .on("b", step)
+    )
+
+
+ODD = [float("nan"), float("inf"), -float("inf"), Decimal("NaN"), Decimal("-Infinity")]
+
+
+@pytest.mark.parametrize("merge", ["batch", "event-time"])
+@pytest.mark.parametrize("odd", ODD, ids=str)
+def test_a_non_finite_order_value_is_a_failure_that_moves_nothing(
+    tmp_path: Path, merge: str, odd: Any
+) -> None:
+    # Before: refused the whole run (run_local); on Spark a NaN ran at an arbitrary
+    # place under merge='batch' (scrambling its batch) and was held forever under
+    # merge='event-time'; an infinity released or held every other event.
+    batches = [
+        [("a", {"k": 1, "n": 0, "ts": 1.0}), ("b", {"k": 1, "n": 1, "ts": odd})],
+        [("a", {"k": 1, "n": 2, "ts": 3.0}), ("a", {"k": 1, "n": 3, "ts": 2.0})],
+        [("b", {"k": 1, "n": 4, "ts": 2.5}), ("b", {"k": 1, "n": 5, "ts": 4.0})],
+    ]
+    with pytest.warns(tx.TransactionFailuresWarning, match="non-finite order value"):
+        runner = ordered_two().option("merge", merge).run_local(batches, tmp_path, 1)
+    got = [r["n"] for r in tx.read_output(tmp_path, "o")]
+    serial = [0, 3, 2, 4, 5] if merge == "batch" else [0, 3, 4, 2, 5]
+    assert got == serial
+    assert [r["seq"] for r in tx.read_output(tmp_path, "o")] == [1, 2, 3, 4, 5]
+    failures = tx.read_failures(tmp_path)
+    assert [(f["position"], f["error"]) for f in failures] == [
+        ("b#1", f"SchemaError: the event has a non-finite order value ({odd}); it was not run")
+    ]
+    assert runner.held() == 0
+    stop = pytest.raises(tx.TxStreamError, match=r"b#1 failed: SchemaError: the event has a non-f")
+    with stop, pytest.warns(tx.TransactionFailuresWarning):
+        ordered_two().option("merge", merge).option("onError", "stop").run_local(
+            batches, tmp_path / "stop", 1
+        )
+
+
+# -- the examples under adversarial hand-over --------------------------------------------
+def sensor_alerts() -> Any:
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "examples" / "sensor_alerts.py"
+    module_spec = importlib.util.spec_from_file_location("sensor_alerts_order", path)
+    assert module_spec is not None and module_spec.loader is not None
+    example = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(example)
+    return example
+
+
+@pytest.mark.parametrize("first", ["changes", "readings"])
+def test_the_readme_quick_start_gives_the_serial_answer_whatever_the_hand_over(
+    tmp_path: Path, first: str
+) -> None:
+    # README.md's quick start is examples/sensor_alerts.py's job (merge='event-time'):
+    # one input's files all handed over before the other's.  Before, the input
+    # handed over later was quiet for a batch and stopped holding the first back.
+    example = sensor_alerts()
+    data = tmp_path / "data"
+    expected = example.generate(data, devices=6, files=6, per_file=30, seed=9)
+    specs = [json.loads(line) for line in (data / "specs.json").read_text().splitlines()]
+    job = (
+        tx.Job("sensor_alerts")
+        .table("specs", key="device", initial=specs)
+        .input("changes", None, keys="device", order="ts")
+        .input("readings", None, keys="device", order="ts")
+        .output("alerts", schema="device string, temp double, ts long")
+        .boundary("timestamp")
+        .option("merge", "event-time")
+        .on("changes", example.change_spec)
+        .on("readings", example.check_reading)
+    )
+    stream = [
+        (name, json.loads(line))
+        for name in ("changes", "readings")
+        for p in sorted((data / name).glob("*.json"))
+        for line in p.read_text().splitlines()
+    ]
+    runner = job.run_local(by_input(stream, first), tmp_path / "store", 2)
+    assert tx.read_output(tmp_path / "store", "alerts") == expected
+    assert runner.held() == 0
