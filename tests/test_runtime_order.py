@@ -54,7 +54,8 @@ def test_the_default_merge_gives_the_serial_answer_whatever_the_hand_over(
     assert outcomes(tmp_path) == expected
     assert runner.held() == 0 and tx.read_failures(tmp_path) == []
     # The explicit choice of the batch merge stays allowed (and differs here).
-    ledger_job(merge=None).option("merge", "batch").run_local(by_input(stream, first), tmp_path / "b", 2)
+    chosen = ledger_job(merge=None).option("merge", "batch")
+    chosen.run_local(by_input(stream, first), tmp_path / "b", 2)
     assert outcomes(tmp_path / "b") != expected
 
 
@@ -91,7 +92,7 @@ def test_a_store_of_the_old_default_batch_merge_restarts_under_the_event_time_me
     # the default: the event-time merge (entering it is allowed; nothing was held).
     stream = list(events(120, 5, 30, seed=2))
     head, tail = stream[:60], stream[60:]
-    ledger_job(merge=None).option("merge", "batch").run_local([head], tmp_path, 2)
+    ledger_job(merge="batch").run_local([head], tmp_path, 2)
     assert json.loads((tmp_path / "job.json").read_text())["merge"] == "batch"
     ledger_job(merge=None).run_local(by_input(tail, "transfers"), tmp_path, 2)
     assert json.loads((tmp_path / "job.json").read_text())["merge"] == "event-time"
@@ -104,7 +105,7 @@ def test_run_local_ends_its_inputs_with_nothing_held(tmp_path: Path) -> None:
     # event past them arrived on every input still delivering.
     stream = list(events(90, 4, 30, seed=7))
     batches = [stream[:30], stream[30:60], stream[60:]]  # both inputs in every batch
-    for job in (ledger_job(merge=None), ledger_job(merge=None).option("merge", "event-time")):
+    for job in (ledger_job(merge=None), ledger_job(merge="event-time")):
         runner = job.run_local(batches, tmp_path / str(job._merge_chosen), 2)
         assert len(runner.stats) == 4 and runner.stats[-2]["held"] > 0  # held at the end ...
         assert runner.stats[-1]["held"] == 0 and runner.stats[-1]["events"] > 0  # ... then ran
@@ -130,7 +131,7 @@ def test_the_end_of_inputs_is_a_committed_batch_that_a_restart_keeps(tmp_path: P
 
 
 # -- NaN and infinite order values -----------------------------------------------------
-def ordered_two() -> tx.Job:
+def ordered_two(a: Any = None, b: Any = None) -> tx.Job:
     """Two ordered inputs; each event emits its n and its place in the serial order."""
 
     def step(t: tx.Tx, e: dict[str, Any]) -> None:
@@ -142,8 +143,8 @@ def ordered_two() -> tx.Job:
     return (
         tx.Job("two")
         .table("c", key="k")
-        .input("a", None, keys="k", order="ts")
-        .input("b", None, keys="k", order="ts")
+        .input("a", a, keys="k", order="ts")
+        .input("b", b, keys="k", order="ts")
         .output("o", schema="n long, seq long")
         .on("a", step)
         .on("b", step)
@@ -227,3 +228,44 @@ def test_the_readme_quick_start_gives_the_serial_answer_whatever_the_hand_over(
     runner = job.run_local(by_input(stream, first), tmp_path / "store", 2)
     assert tx.read_output(tmp_path / "store", "alerts") == expected
     assert runner.held() == 0
+
+
+@pytest.mark.parametrize("engine", ["executors", "driver"])
+def test_non_finite_order_values_on_spark_are_failures_that_move_no_frontier(
+    spark: Any, tmp_path: Path, engine: str
+) -> None:
+    # Spark's JSON reader reads NaN and Infinity into a double column.  Before:
+    # Spark's max() takes NaN as the largest double, so the frontier (the driver
+    # engine's Spark job, the executors' barrier stage) became NaN and released
+    # nothing; the NaN event was held forever and never reported.
+    for name, lines in {
+        "a": ['{"k": 1, "n": 0, "ts": 1.0}', '{"k": 1, "n": 2, "ts": 3.0}'],
+        "b": ['{"k": 1, "n": 1, "ts": NaN}', '{"k": 1, "n": 4, "ts": 2.5}'],
+        "c": ['{"k": 1, "n": 5, "ts": Infinity}', '{"k": 1, "n": 6, "ts": 2.0}'],
+    }.items():
+        (tmp_path / "in" / name).mkdir(parents=True)
+        (tmp_path / "in" / name / "x.json").write_text("\n".join(lines) + "\n")
+
+    def read(name: str) -> Any:
+        folder = str(tmp_path / "in" / name)
+        return spark.readStream.schema("k long, n long, ts double").json(folder)
+
+    job = ordered_two(read("a"), read("b"))
+    job.input("c", read("c"), keys="k", order="ts").on("c", lambda t, e: None)
+    job.option("merge", "event-time").trigger(availableNow=True)
+    with pytest.warns(UserWarning):  # failures, and the events Spark cannot end
+        query = job.start(tmp_path / "ckpt", spark=spark, partitions=2, engine=engine)
+        try:
+            query.awaitTermination()
+        finally:
+            query.stop()
+    # The frontier is min(3.0, 2.5, 2.0): 1.0 and 2.0 run (c's event emits nothing).
+    assert [r["n"] for r in tx.read_output(tmp_path / "ckpt", "o")] == [0]
+    assert query.lastProgress["held"] == 2  # 3.0 and 2.5: the inputs do not end on Spark
+    errors = sorted(
+        (f["position"].split("#")[0], f["error"]) for f in tx.read_failures(tmp_path / "ckpt")
+    )
+    assert errors == [
+        ("b", "SchemaError: the event has a non-finite order value (nan); it was not run"),
+        ("c", "SchemaError: the event has a non-finite order value (inf); it was not run"),
+    ]

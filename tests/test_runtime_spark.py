@@ -441,6 +441,7 @@ def test_a_restart_on_spark_keeps_inputs_and_key_types_and_reads_new_outputs(
         .output("transfers_done")
         .on("deposits", lambda t, e: None)
         .on("transfers", lambda t, e: None)
+        .option("merge", "batch")
     )
     # Spark would resume each file source from the other's offsets (or, for a
     # source without paths such as Kafka, read on silently): refused at start.

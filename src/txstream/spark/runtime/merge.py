@@ -1,24 +1,26 @@
 """Merging several inputs into one declared order across micro-batches.
 
-``merge="batch"`` (the default for a job with at most one input with an order
-column, where it is the serial order; see :meth:`~txstream.spark.runtime.job.Job.merge_for`): the order is (micro-batch, order value, input,
-position): an event that a source hands over in a later micro-batch comes after
-every event of the earlier ones, whatever its order value.
+``merge="batch"``: the order is (micro-batch, order value, input, position): an
+event that a source hands over in a later micro-batch comes after every event
+of the earlier ones, whatever its order value.  It is the default for a job
+with at most one input with an order column, where it is the serial order
+(see :meth:`~txstream.spark.runtime.job.Job.merge_for`).
 
-``merge="event-time"`` (``run_local``'s default for several ordered inputs): the order is the order value across micro-batches. A
-source may hand one input's events over ahead of another's (a file source that
-groups files differently after a restart, a change stream that runs ahead of
-the readings); so an event is *held* until every input that is still delivering
-has reached its order value. The *frontier* of a batch is the smallest, over
-the inputs that delivered rows in the last ``idle_batches`` batches, of the
-largest order value each has delivered so far; an input that has been quiet
-that long does not hold the others back (when every input is quiet, everything
-is released); an input that has delivered nothing yet holds them back for as
-long.  ``run_local`` (a bounded run) does not count quiet batches unless
-``idleBatches`` is set: its inputs hold each other back until they deliver or
-end, so its answer is the serial one whatever the hand-over. Held events live in their partition's state, saved with each
-batch. An event whose order value is below a frontier already passed (late)
-runs in the batch it arrives in.
+``merge="event-time"`` (``run_local``'s default for several ordered inputs):
+the order is the order value across micro-batches. A source may hand one
+input's events over ahead of another's (a file source that groups files
+differently after a restart, a change stream that runs ahead of the readings);
+so an event is *held* until every input that is still delivering has reached
+its order value. The *frontier* of a batch is the smallest, over the inputs
+that delivered rows in the last ``idle_batches`` batches, of the largest order
+value each has delivered so far; an input that has been quiet that long does
+not hold the others back (when every input is quiet, everything is released);
+an input that has delivered nothing yet holds them back for as long.
+``run_local`` (a bounded run) counts no quiet batches unless ``idleBatches``
+is set: its inputs hold each other back until they deliver or end, so its
+answer is the serial one whatever the hand-over.  Held events live in their
+partition's state, saved with each batch. An event whose order value is below
+a frontier already passed (late) runs in the batch it arrives in.
 
 An input can be *ended* (:func:`ended`): ``run_local`` ends its inputs after
 its last batch with one more committed batch, which releases everything held

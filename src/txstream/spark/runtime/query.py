@@ -1028,8 +1028,8 @@ def _phase1_outputs(
             if pid < 0 or (pids and min(pids) < 0) or unplaced:
                 what = "key" if pid < 0 or (pids and min(pids) < 0) else "order value"
                 odd = ordv if what != "key" else None  # NaN, an infinity (None: null)
-                where, order = position(name, mid), [ordv if finite(ordv) else 0.0, inp, mid]
-                bad.append(bad_event(ctx.batch, where, mid, order, what, odd))
+                where, at = position(name, mid), [ordv if finite(ordv) else 0.0, inp, mid]
+                bad.append(bad_event(ctx.batch, where, mid, at, what, odd))
                 continue
             if values:
                 first = values[0]
@@ -1096,10 +1096,13 @@ def _phase1_outputs(
 
 
 def _highest(high: dict[int, float], inputs: list[int], orders: list[float | None]) -> None:
-    """Raise ``high[input]`` to the largest order value of these rows (nulls, NaN, infinities
-    skipped: they are reported, not run, and must not move the frontier)."""
+    """Raise ``high[input]`` to the largest order value of these rows.
+
+    Nulls, NaN and infinities are skipped: reported, not run, they must not
+    move the frontier.
+    """
     for inp, ordv in zip(inputs, orders, strict=True):
-        if finite(ordv) and (inp not in high or ordv > high[inp]):
+        if ordv is not None and ordv - ordv == 0.0 and (inp not in high or ordv > high[inp]):
             high[inp] = ordv
 
 
