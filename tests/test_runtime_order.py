@@ -269,3 +269,20 @@ def test_non_finite_order_values_on_spark_are_failures_that_move_no_frontier(
         ("b", "SchemaError: the event has a non-finite order value (nan); it was not run"),
         ("c", "SchemaError: the event has a non-finite order value (inf); it was not run"),
     ]
+
+
+def test_an_input_that_has_delivered_nothing_holds_the_others_until_it_is_quiet() -> None:
+    from txstream.spark.runtime.merge import advance
+
+    index = {"a": 0, "b": 1}
+    # Before: an input counted only once it had delivered, so "a" ran ahead of a
+    # "b" whose first events came in a later micro-batch, whatever idleBatches.
+    bound, frontier = advance({}, {"a": 5.0}, 3, index)
+    assert bound == (-math.inf, 0)
+    bound, frontier = advance(frontier, {"a": 6.0}, 3, index)
+    assert bound == (-math.inf, 0)
+    bound, frontier = advance(frontier, {"a": 7.0}, 3, index)  # b quiet for 3 batches
+    assert bound == (7.0, 0)
+    bound, _ = advance(frontier, {"b": 6.5}, 3, index)
+    assert bound == (6.5, 1)
+    assert advance({}, {"a": 5.0}, 1, index)[0] == (5.0, 0)  # idleBatches=1: as before

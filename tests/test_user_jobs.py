@@ -155,8 +155,9 @@ def run_both(
 ) -> dict[str, Any]:
     """Run the job on ``run_local`` and on Spark; returns what each committed."""
     results: dict[str, Any] = {}
+    # end_inputs=False: as on Spark, which cannot end its inputs (the same held events)
     runner = make_job({name: None for name in schemas}).run_local(
-        batches, tmp_path / "local", partitions=partitions
+        batches, tmp_path / "local", partitions=partitions, end_inputs=False
     )
     results["local_progress"] = runner.stats
     results["local"] = tmp_path / "local"
