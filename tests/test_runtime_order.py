@@ -53,6 +53,9 @@ def test_the_default_merge_gives_the_serial_answer_whatever_the_hand_over(
     runner = ledger_job(merge=None).run_local(by_input(stream, first), tmp_path, 2)
     assert outcomes(tmp_path) == expected
     assert runner.held() == 0 and tx.read_failures(tmp_path) == []
+    # docs/spark.md's quick start: the same job with merge='event-time' chosen.
+    quick = ledger_job(merge="event-time").run_local(by_input(stream, first), tmp_path / "q", 2)
+    assert outcomes(tmp_path / "q") == expected and quick.held() == 0
     # The explicit choice of the batch merge stays allowed (and differs here).
     chosen = ledger_job(merge=None).option("merge", "batch")
     chosen.run_local(by_input(stream, first), tmp_path / "b", 2)

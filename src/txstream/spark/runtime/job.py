@@ -206,7 +206,8 @@ class Job:
         ``partitions``, ``onError`` (rollback|stop), ``snapshotEvery``,
         ``recordHistory`` (bool), ``arrivalTime`` (a numeric column of epoch seconds for
         latency; :meth:`start` refuses one that no input has),
-        ``merge`` (``batch`` | ``event-time``, see :mod:`~txstream.spark.runtime.merge`),
+        ``merge`` (``batch`` | ``event-time``, see :mod:`~txstream.spark.runtime.merge`;
+        the default: :meth:`merge_for`),
         ``idleBatches`` (event-time merge: quiet batches before an input stops holding
         the others back, 1), ``allFailLimit`` (stop when that many transactions of an
         input, and none that committed, failed with a schema or undeclared-key error
