@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -364,13 +363,11 @@ def test_plain_baseline_reports_mixed_versions_per_row(spark: Any, tmp_path: Pat
 
     write_batches(tmp_path / "events", batches)
     tm = load_table("naive", dict(rows))
-    started = time.monotonic()
     got = run(
         query(spark, tmp_path / "events", tm, "plain", 7, 3),
         tmp_path / "cp",
         after_batch=others(tm),
     )
-    assert time.monotonic() - started < 120
     assert got.results and all(x.consistent for x in got.results)
 
 
