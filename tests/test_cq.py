@@ -6,6 +6,7 @@ import json
 import random
 import re
 import sys
+import time
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -32,7 +33,7 @@ from txstream.cq import (
     setup_redo_queues,
 )
 from txstream.cq import WindowJoin as WindowJoin_
-from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, load_table, run
+from txstream.cq.workload import COLUMNS, TABLE, CQRun, build_query, load_table, new_part, run
 from txstream.errors import UnknownNameError
 from txstream.model import check
 
@@ -166,8 +167,16 @@ def test_naive_mixes_versions_in_overlapping_windows_and_transactional_strategie
 
 @pytest.mark.parametrize("strategy", TRANSACTIONAL)
 def test_concurrent_updaters_never_make_an_inconsistent_result_and_histories_are_cs(
-    strategy: str,
+    strategy: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import txstream.cq.engine as engine_mod
+
+    def enough(results: list[Result], max_results: Any, until: Any) -> bool:
+        """The run ends once it has results and the newest read an updated row (not after
+        0.6 s, in which a loaded machine may run no update or no window)."""
+        return len(results) >= 50 and any(v > 1 for _, _, v in results[-1].versions)
+
+    monkeypatch.setattr(engine_mod, "_stop", enough)
     m = run(CQRun(strategy=strategy, update_rate=2000, r=10, seconds=0.6, rows=50, record=True))
     assert m["results"] > 0 and m["update_throughput"] > 0
     assert m["consistent_ratio"] == 1.0
@@ -197,8 +206,35 @@ def test_naive_under_concurrent_updaters_produces_inconsistent_results(
 
 
 def test_optimistic_redoes_windows_when_validation_fails() -> None:
-    m = run(CQRun(strategy="optimistic", update_rate=20_000, r=40, seconds=0.6, rows=50))
-    assert m["redos"] > 0 and m["consistent_ratio"] == 1.0
+    """Updater threads rewrite the rows; the first window's selection waits, once, until
+    the row it just read is rewritten (so a failed validation does not hang on timing)."""
+    rng = random.Random(4)
+    tm = load_table("optimistic", {k: new_part(rng) for k in range(50)})
+    tbl = tm.table(TABLE)
+    waited: list[int] = []
+
+    def cheap(v: dict[str, Any]) -> bool:
+        if not waited:
+            key = v["part"]
+            seen = tbl.latest(key)[0]  # (the version read, or a newer one)
+            while tbl.latest(key)[0] == seen:
+                time.sleep(0.0005)  # (no deadline: the updaters rewrite every row)
+            waited.append(key)
+        return bool(v["price"] <= 50)
+
+    src = Source("events", ("id", "part", "qty"))
+    query = WindowAgg(
+        "w", Select("cheap", RefJoin("j", src, TABLE, "part"), cheap), "avg", "price", 40, 20
+    )
+    engine = CQEngine(query, tm, "optimistic", {TABLE: COLUMNS})
+    events = [{"id": i, "part": rng.randrange(50), "qty": 1} for i in range(4_000)]
+    updaters = Updaters(tm, TABLE, range(50), 20_000, new_part, seed=1).start()
+    try:
+        results = engine.run(events)
+    finally:
+        updaters.stop()
+    assert waited and engine.stats.redos > 0
+    assert results and all(res.consistent for res in results)
 
 
 @pytest.mark.parametrize(

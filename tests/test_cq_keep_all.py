@@ -16,12 +16,15 @@ import random
 import sys
 import threading
 import time
+import types
 from itertools import islice
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
+import txstream.cq.engine as engine_mod
 from txstream.cq import CQEngine, CQError, Result, make_manager
 from txstream.cq.workload import COLUMNS, TABLE, build_query, load_table, new_part
 from txstream.errors import TransientError
@@ -32,9 +35,12 @@ ROWS = 24
 
 
 def audited_run(
-    strategy: str, release_every: int, seed: int, seconds: float = 0.4, path: Path | None = None
+    strategy: str, release_every: int, seed: int, path: Path | None = None
 ) -> tuple[list[Result], dict[int, list[tuple[int, Any]]], list[dict[str, int]]]:
     """Run the query under two updater threads; the results, the audit and the events.
+
+    The run ends once both sides got to run (``enough``), whatever the machine's
+    speed: the engine's clock is replaced by one that reaches the deadline then.
 
     Each updater owns its keys (even or odd), so right after its commit the
     newest version of its key is its own: ``history[key]`` lists every
@@ -75,10 +81,23 @@ def audited_run(
     events = [{"id": i, "part": rng.randrange(ROWS), "qty": 1} for i in range(200_000)]
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-4)  # threads take turns often: updates land inside windows
+
+    def enough() -> float:
+        """1.0 (the deadline) once there are enough windows, enough updates, and the
+        newest window read a row an updater rewrote."""
+        done = engine._results  # (the engine's own list of this run's results)
+        ended = (
+            len(done) >= 150
+            and sum(len(v) - 1 for v in history.values()) >= 30
+            and any(v > 1 for _, _, v in done[-1].versions)
+        )
+        return 1.0 if ended else 0.0
+
     for th in threads:
         th.start()
     try:
-        results = engine.run(events, until=time.monotonic() + seconds)
+        with mock.patch.object(engine_mod, "time", types.SimpleNamespace(monotonic=enough)):
+            results = engine.run(events, until=1.0)
     finally:
         stop.set()
         for th in threads:
@@ -127,7 +146,7 @@ def test_every_window_reads_one_state_and_its_value_follows_from_it(
     path = tmp_path / "store" if kind == "durable" else None
     results, history, events = audited_run(strategy, int(every), seed=7, path=path)
     updates = sum(len(v) - 1 for v in history.values())
-    assert len(results) > 100 and updates > 20  # both sides got to run
+    assert len(results) >= 150 and updates >= 30  # both sides got to run
     by_version = {}  # key -> version -> (row, the next version's timestamp)
     for key, v in history.items():
         following = [*(ts for ts, _ in v[1:]), 1 << 62]

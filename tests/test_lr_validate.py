@@ -266,7 +266,9 @@ def _oracle(rows: list[tuple[int, ...]], lav: str) -> list[str]:
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(reports, st.sampled_from(["spec", "raw-mean"]))
 def test_toll_notifications_match_brute_force(

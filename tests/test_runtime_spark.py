@@ -534,7 +534,7 @@ def test_stop_from_a_sink_does_not_wait_for_its_own_batch(spark: Any, tmp_path: 
         assert query.awaitTermination(timeout=60) is True  # the sink's stop() ended it
     finally:
         query.stop()
-    assert len(stops) == 1 and stops[0][0] == 0 and stops[0][1] < 5, stops
+    assert len(stops) == 1 and stops[0][0] == 0, stops  # (a stop() that hung: no entry)
     assert not query.isActive and query.status["failure"] is None
     assert query.status["message"] == "stopped" and query.status["committedBatches"] == 1
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]

@@ -65,7 +65,7 @@ def _time_of(raw: str, previous: int) -> int:
 def _replay(source: Path) -> FileReplay:
     replay = FileReplay(_lines, source, speedup=1e6, time_of=_time_of, chunk_seconds=2)
     replay.start()
-    replay.join(timeout=10)
+    replay.join(timeout=120)
     assert not replay.is_alive() and replay.error is None
     return replay
 
@@ -97,7 +97,7 @@ def test_file_replay_resumed_with_another_chunk_length_keeps_the_first(tmp_path:
             lambda given=given: given, source, 1e6, _time_of, chunk_seconds=chunk_seconds
         )
         replay.start()
-        replay.join(timeout=10)
+        replay.join(timeout=120)
         assert replay.error is None
     handed = [
         line.split(TAG)[2] for p in sorted(source.glob("chunk-*.txt"))
@@ -115,7 +115,7 @@ def test_file_replay_reports_an_input_error(tmp_path: Path) -> None:
 
     replay = FileReplay(broken, tmp_path / "s", speedup=1.0, time_of=_time_of)
     replay.start()
-    replay.join(timeout=10)
+    replay.join(timeout=120)
     assert isinstance(replay.error, OSError)
 
 

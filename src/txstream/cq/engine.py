@@ -156,6 +156,9 @@ class RunStats:
     reads: int = 0
     reevaluated: int = 0  # events re-input from a redo queue because a row they read changed
     max_redo_queue: int = 0
+    # optimistic: units that failed their validation escalate_after times in a row and
+    # were run once more on a snapshot, which always commits (see CQEngine.escalate_after)
+    escalations: int = 0
 
 
 class _Entry:
@@ -220,6 +223,19 @@ class CQEngine:
     (``optimistic``).  1: sort them out at every window.  Only without a
     recorder and without callbacks (``on_result``, ``on_commit``), which could
     update a kept row from this thread.
+    """
+
+    escalate_after: int = 8
+    """``optimistic``: failed attempts in a row after which a unit runs on a snapshot.
+
+    An updater that rewrites the rows a window reads faster than the window's
+    transaction runs fails its validation again and again; without a bound the
+    query would make no progress.  After this many failed attempts of one unit
+    (a window, or an input event without a window) its next attempt is a
+    read-only snapshot transaction
+    (:meth:`~txstream.txn.TransactionManager.begin_snapshot`): it reads the
+    rows as committed when it began, never waits and always commits; the next
+    unit is optimistic again.  ``stats.escalations`` counts them.
     """
 
     def __init__(
@@ -352,7 +368,7 @@ class CQEngine:
         self.stats.reads += 1
         tbl = self._tables[table]
         clock = self.tm.clock
-        if self._direct and txn is not None:
+        if self._direct and txn is not None and txn.snapshot_ts is None:
             # What txn.read does for a read-only transaction of these protocols
             # without a recorder: the protocol's read hook (the read lock; the read
             # timestamp to validate: optimistic notes the clock of the attempt's start,
@@ -876,6 +892,11 @@ class CQEngine:
         every = self.release_every
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise CQError(f"release_every must be a positive number of windows, not {every!r:.40}")
+        after = self.escalate_after
+        if not isinstance(after, int) or isinstance(after, bool) or after < 1:
+            raise CQError(
+                f"escalate_after must be a positive number of attempts, not {after!r:.40}"
+            )
         self._limits = (max_results, until)
         self._on_result = on_result
         # a window's transaction may keep every read for the next one (see release_every)
@@ -953,13 +974,22 @@ class CQEngine:
                     txn.commit()
             return out, 1
         attempts = 0
+        escalate = self.escalate_after if self._optimistic else 0
         while True:
             attempts += 1
             self._attempt += 1
             txn = self._heir
             self._heir = None
             self._kept_from = -2
-            if txn is None:
+            escalated = attempts > escalate > 0
+            if escalated:
+                # the unit failed its validation escalate_after times in a row: run it
+                # on a snapshot, which a later write can neither change nor fail (after
+                # a failed attempt there is no successor transaction to take over)
+                assert txn is None
+                txn = self.tm.begin_snapshot()
+                self.stats.escalations += 1
+            elif txn is None:
                 txn = self.tm.begin(read_only=True)
             elif self._kept_all:
                 # the previous window's transaction kept every read: nothing lost
@@ -969,8 +999,10 @@ class CQEngine:
             else:
                 self._take_over(txn)
             snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
-            self._quiet_now = self._fast and (
-                (snap if snap is not None else self.tm.clock) == self._clean
+            self._quiet_now = (
+                self._fast
+                and not escalated
+                and ((snap if snap is not None else self.tm.clock) == self._clean)
             )
             self._since = self.tm.clock  # after the transaction began, before its reads
             try:
@@ -985,7 +1017,11 @@ class CQEngine:
                     txn.abort()
                 else:
                     clean = self._clean
-                    if (
+                    if escalated:
+                        # the next unit begins afresh, optimistic again (its transaction
+                        # must not inherit this one's snapshot)
+                        txn.commit()
+                    elif (
                         carry is not None
                         and self._keep_all
                         and self._held < self.release_every

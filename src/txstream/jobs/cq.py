@@ -69,8 +69,13 @@ from txstream.txn import Transaction, TransactionManager
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
 """The schema of the experiment's event files (CSV ``id,part,qty``)."""
 
-MAX_STALLED = 50
-"""Attempts in a row that commit no window before a query gives up with an error."""
+ESCALATE_AFTER = 4
+"""``optimistic``: attempts in a row that commit no window before a batch runs on a snapshot.
+
+Its next attempt pins the tables as of a snapshot
+(:meth:`~txstream.txn.TransactionManager.begin_snapshot`), which later updates
+neither change nor fail: every window of the batch then commits, and the next
+batch is optimistic again (``stats.escalations`` counts them)."""
 
 MODES = ("plain", "s2pl", "snapshot", "optimistic")
 """``plain`` (Spark's stream-static join alone) and the transactional strategies."""
@@ -84,6 +89,7 @@ class CQStats:
     windows: int = 0
     consistent: int = 0
     redos: int = 0
+    escalations: int = 0  # optimistic: batches run on a snapshot after ESCALATE_AFTER redos
     skipped: list[int] = field(default_factory=list)
 
 
@@ -407,7 +413,14 @@ class _Runner:
             if self.stopping:  # stop() while a batch is redone: leave it to the restart
                 raise CQError(f"stopped during batch {b.id}; a restart redoes it")
             attempts += 1
-            txn = None if self.plain else self.tm.begin(read_only=True)
+            escalated = stalled >= ESCALATE_AFTER
+            if escalated:
+                # no progress under validation: this attempt reads a snapshot, which
+                # always commits (updates come faster than a micro-batch runs)
+                txn: Transaction | None = self.tm.begin_snapshot()
+                self.stats.escalations += 1
+            else:
+                txn = None if self.plain else self.tm.begin(read_only=True)
             try:
                 pinned = self._pin(txn, events, carry)
                 out = evaluate(
@@ -427,7 +440,7 @@ class _Runner:
                 if txn is None:
                     results += got
                     break
-                if self.cq.strategy != "optimistic":
+                if self.cq.strategy != "optimistic" or escalated:
                     txn.commit()
                     results += got
                     break
@@ -451,12 +464,6 @@ class _Runner:
                     txn.abort()
                 self.stats.redos += 1
                 stalled += 1
-            if stalled >= MAX_STALLED:
-                raise CQError(
-                    f"{self.cq.strategy}: {MAX_STALLED} attempts in a row without a window "
-                    f"committed (batch {b.id}): updates come faster than a micro-batch runs; "
-                    "use the snapshot or s2pl strategy, or smaller micro-batches"
-                )
         if self.plain:  # carried rows keep the instant their absent reads were made
             for i, at in enumerate(self._pinned_at):
                 col = out.carry.get(f"__seen{i}", [])
@@ -485,7 +492,8 @@ class _Runner:
             return self._pin_locked(txn, events, carry)
         pinned = []
         for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
-            if mode == "snapshot":
+            if mode == "snapshot" or (txn is not None and txn.snapshot_ts is not None):
+                # (optimistic escalated to a snapshot, see ESCALATE_AFTER)
                 assert txn is not None and txn.snapshot_ts is not None
                 at: int | None = txn.snapshot_ts
                 seen = txn.snapshot_ts

@@ -701,6 +701,28 @@ class TransactionManager:
 
     start_transaction = begin
 
+    def begin_snapshot(self) -> Transaction:
+        """A read-only transaction that reads the committed state as of its start.
+
+        Under ``optimistic``: it reads the versions committed at or before its
+        start (the manager keeps them while it is open), so a write committed
+        meanwhile neither changes what it reads nor fails its commit: it never
+        waits and always commits (it is serialized at its start).  What a reader
+        that keeps failing its validation falls back to (``txstream.cq``'s
+        ``optimistic`` escalation).  Under ``snapshot`` it is ``begin(read_only=True)``.
+        Other protocols: :class:`TransactionError` (their readers lock).
+        """
+        name = self.protocol.name
+        if name == "snapshot":
+            return self.begin(read_only=True)
+        if name != "optimistic":
+            raise TransactionError(
+                f"begin_snapshot needs the optimistic or snapshot protocol, not {name!r}"
+            )
+        txn = self.begin(read_only=True)
+        self.take_snapshot(txn)
+        return txn
+
     def read(self, txn: Transaction, table: TableRef, key: Hashable, default: Any = None) -> Any:
         """Read the row ``key`` of ``table`` in ``txn``."""
         return self._own(txn, "read in").read(table, key, default)

@@ -209,6 +209,9 @@ class Optimistic(Protocol):
     def validate(self, txn: Transaction) -> None:
         """Fail if an item read was overwritten by a commit since it was read.
 
+        A read-only transaction with a snapshot (``begin_snapshot``) is never
+        refused: it read the versions committed at its start.
+
         Nothing to look at item by item when no commit wrote anything after the
         earliest read (the manager's ``write_ts``, the newest commit with writes,
         is no later than every read's clock).
@@ -216,6 +219,10 @@ class Optimistic(Protocol):
         last = self._last
         reads = txn.reads
         if not reads or self.manager.write_ts <= min(reads.values()):
+            return
+        if txn.snapshot_ts is not None:
+            # a snapshot reader (TransactionManager.begin_snapshot) read the versions
+            # committed at its start, which later writes do not change
             return
         # one pass in C over the read set (last write, or 0, against the read's clock);
         # the item is looked for only to name it when the validation fails
