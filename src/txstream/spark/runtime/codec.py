@@ -14,6 +14,10 @@ in a one-key object whose key starts with ``$``:
 - ``{"$dt": iso}``, ``{"$date": iso}``, ``{"$time": iso}``, ``{"$td": [d, s, us]}``:
   date and time values;
 - ``{"$dec": "1.50"}``: a Decimal;
+- ``{"$dz": [local iso, zone, fold]}``: a datetime in a ``zoneinfo`` zone (kept by
+  name: its offset depends on the zone's rules);
+- ``{"$pts": [iso, zone]}``, ``{"$np": [dtype, value]}``: a pandas ``Timestamp`` (to the
+  nanosecond) and a numpy number, as rows handed to ``run_local`` from pandas hold them;
 - ``{"$e": [...]}``: an input event (held by the event-time merge, or shipped between phases).
 
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
@@ -30,6 +34,7 @@ import datetime as dt
 import json
 from decimal import Decimal
 from typing import Any
+from zoneinfo import ZoneInfo
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.boundaries import Event
@@ -85,6 +90,8 @@ def encode(obj: Any) -> Any:
         return {"$s": [encode(v) for v in obj]}
     if t is frozenset:
         return {"$fs": [encode(v) for v in obj]}
+    if t is dt.datetime and isinstance(obj.tzinfo, ZoneInfo):
+        return {"$dz": [obj.replace(tzinfo=None).isoformat(), obj.tzinfo.key, obj.fold]}
     if t is dt.datetime:
         return {"$dt": obj.isoformat()}
     if t is dt.date:
@@ -95,6 +102,13 @@ def encode(obj: Any) -> Any:
         return {"$td": [obj.days, obj.seconds, obj.microseconds]}
     if t is Decimal:
         return {"$dec": str(obj)}
+    if t.__module__.startswith("pandas") and t.__name__ == "Timestamp":
+        zone = None if obj.tz is None else str(obj.tz)
+        if zone is not None and _pandas_timestamp(obj.isoformat(), zone).tz != obj.tz:
+            zone = None  # a zone pandas cannot name again: its fixed offset (same instant)
+        return {"$pts": [obj.isoformat(), zone]}
+    if t.__module__ == "numpy" and getattr(obj, "shape", None) == () and obj.dtype.kind in "biuf":
+        return {"$np": [obj.dtype.str, obj.item()]}
     raise UnstorableValueError(
         f"a value of type {t.__module__}.{t.__qualname__} ({obj!r:.60}) cannot be stored in "
         "the job's state; use None, bool, int, float, str, bytes, Decimal, date/time values, "
@@ -129,9 +143,25 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
         return dt.time.fromisoformat(value)
     if tag == "$td":
         return dt.timedelta(days=value[0], seconds=value[1], microseconds=value[2])
+    if tag == "$dz":
+        local, zone, fold = value
+        return dt.datetime.fromisoformat(local).replace(tzinfo=ZoneInfo(zone), fold=fold)
+    if tag == "$pts":
+        return _pandas_timestamp(*value)
+    if tag == "$np":
+        import numpy as np
+
+        return np.dtype(value[0]).type(value[1])
     if tag == "$dec":
         return Decimal(value)
     raise ValueError(f"unknown tag {tag!r}")
+
+
+def _pandas_timestamp(text: str, zone: str | None) -> Any:
+    import pandas as pd  # type: ignore[import-untyped]
+
+    stamp = pd.Timestamp(text)
+    return stamp if zone is None else stamp.tz_convert(zone)
 
 
 def dumps(obj: Any) -> bytes:
