@@ -412,6 +412,26 @@ def test_pandas_numpy_and_zoneinfo_values_round_trip_exactly() -> None:
         assert repr(back) == repr(value)
 
 
+def test_a_deltas_plain_rows_go_to_the_c_encoder_whole_and_others_round_trip() -> None:
+    state = state_module.PartitionState()
+    state.begin(0)
+    for k in range(5):
+        state.put("t", k, k, {"k": k, "v": float(k) / 3, "s": "x", "n": None, "b": True})
+    state.put("t", 9, 9, state_module.ABSENT)
+    rows = state.delta()["rows"]
+    assert codec._plain_records(rows)  # no Python walk over each row (the state's hot path)
+    for value in (
+        rows,
+        [["t", 1, 1, {"$t": [1, 2]}]],  # a user's row that looks like a tag
+        [["t", 1, 1, {"a$": 1, "b": 2}]],
+        [["t", 1, (1, 2), {"a": 1}]],  # a composite key
+        [["t", 1, 1, {"a": (1,)}], ["t", 2, 2, {"a": [1, {"b": 2}]}]],
+        [["t", 1, 1, {1: "a"}]],
+        [["t", 1, 1, {"x": float("nan")}], [], [[1]]],
+    ):
+        assert repr(codec.loads(codec.dumps(value))) == repr(value)
+
+
 def test_run_local_keeps_rows_built_from_pandas_in_the_state(tmp_path: Path) -> None:
     # Rows handed to run_local from pandas hold Timestamps and numpy numbers (the
     # docs take a Timestamp order column); before: the batch failed when the

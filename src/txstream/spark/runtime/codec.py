@@ -33,6 +33,7 @@ import base64
 import datetime as dt
 import json
 from decimal import Decimal
+from itertools import chain
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -70,7 +71,8 @@ def encode(obj: Any) -> Any:
         # A row of plain values (most of the state) goes to the C encoder as it is.
         return obj if plain else {k: encode(v) for k, v in obj.items()}
     if t is list:
-        return [encode(v) for v in obj]
+        # A delta's rows (lists of plain values and plain rows) go to the C encoder whole.
+        return obj if _plain_records(obj) else [encode(v) for v in obj]
     if t is tuple:
         return {"$t": [encode(v) for v in obj]}
     if t is Event:
@@ -114,6 +116,33 @@ def encode(obj: Any) -> Any:
         "the job's state; use None, bool, int, float, str, bytes, Decimal, date/time values, "
         "and lists, tuples, sets or dicts of them"
     )
+
+
+def _plain_records(items: list[Any]) -> bool:
+    """Whether ``items`` is a list of lists of plain values and rows of plain values.
+
+    Decided by a census of types that runs in C (``map``, ``chain``, ``set``: no
+    Python code per item), so a delta's rows (``[table, value, key, row]``) are
+    not walked one by one.  A key with a ``$`` anywhere (a tag's mark) sends the
+    list the slow way.
+    """
+    if not items or set(map(type, items)) != {list}:
+        return False
+    flat = list(chain.from_iterable(items))
+    kinds = set(map(type, flat))
+    if not kinds <= _ROW_ITEMS:
+        return False
+    if dict not in kinds:
+        return True
+    rows = [item for item in flat if type(item) is dict]
+    if set(map(type, chain.from_iterable(rows))) - {str}:
+        return False
+    if "$" in "".join(chain.from_iterable(rows)):
+        return False
+    return set(map(type, chain.from_iterable(map(dict.values, rows)))) <= _PLAIN
+
+
+_ROW_ITEMS = _PLAIN | {dict}
 
 
 def _decode_tagged(obj: dict[str, Any]) -> Any:
