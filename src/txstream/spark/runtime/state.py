@@ -230,8 +230,8 @@ class PartitionState:
 
     def delta(self) -> dict[str, Any]:
         """The rows the pending batch changed, as they are now (ABSENT when deleted)."""
-        rows = [
-            (table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT))
+        rows = [  # (lists: the store's format writes lists of plain values fastest)
+            [table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT)]
             for (table, value, key) in self.undo
         ]
         # "parent" names the version the batch started from: a worker catching up
