@@ -7,6 +7,7 @@ subprocesses for what needs its own Spark application (SIGKILL of the driver,
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -394,6 +395,113 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     assert (tmp_path / "killed").exists()  # an executor really died mid-batch
     got = [tuple(x) for x in json.loads(result.stdout.strip().splitlines()[-1])]
     assert got == outcomes
+
+
+KILLED_DRIVER = """
+import os, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_runtime_spark import ledger_streams
+from txstream.bench.ledger import deposit, ledger_job, transfer
+from txstream.spark import local_session
+
+folder, ckpt = Path(sys.argv[1]), Path(sys.argv[2])
+spark = local_session("killed-driver")
+# A process the driver forked (a multiprocessing worker, say) holds the other end
+# of the JVM's stdin pipe: Spark's own end-of-input check never fires.
+sleeper = os.fork()
+if sleeper == 0:
+    time.sleep(600)
+    os._exit(0)
+gate = ckpt.parent / "go"
+def gated(inner):
+    def run(t, e):
+        # Batch 1's phase-1 tasks wait here, in their Python workers, until the
+        # test opens the gate: a task still alive then would write on.
+        if e["id"] > 500 and not gate.exists():
+            (ckpt.parent / f"inflight-{{os.getpid()}}").touch()
+            while not gate.exists():
+                time.sleep(0.05)
+        inner(t, e)
+    return run
+job = ledger_job(*ledger_streams(spark, folder))
+job.on("deposits", gated(deposit)).on("transfers", gated(transfer))
+query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
+print(spark.sparkContext._jvm.ProcessHandle.current().pid(), sleeper, flush=True)
+query.awaitTermination()
+"""
+
+
+def _started(pid: int) -> str | None:
+    """Process ``pid``'s start time; None when it is gone (a zombie counts as gone)."""
+    from txstream.spark.jvmwatchdog import start_time
+
+    return start_time(pid)
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    from txstream.spark.jvmwatchdog import tree
+
+    stream = list(events(1200, 30, 30, seed=21))
+    write_ledger_input(tmp_path / "in", stream, files=3)
+    ckpt = tmp_path / "ckpt"
+    script = tmp_path / "job.py"
+    script.write_text(KILLED_DRIVER.format(tests=str(ROOT / "tests")))
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
+    err = tmp_path / "driver.err"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "in"), str(ckpt)],
+        stdout=subprocess.PIPE,
+        stderr=err.open("w"),
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    sleeper, processes = None, {}
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""
+        assert line, err.read_text()[-3000:]
+        jvm, sleeper = map(int, line.split())
+        deadline = time.time() + 300
+        while not any(tmp_path.glob("inflight-*")):  # batch 1 waits at the gate
+            assert proc.poll() is None and time.time() < deadline, err.read_text()[-3000:]
+            time.sleep(0.1)
+        before = {}
+        while before != _files(ckpt):  # what does not wait at the gate has written its files
+            before = _files(ckpt)
+            time.sleep(1)
+        # The JVM, its Python workers (one waits at the gate) and their daemon.
+        processes = {p: _started(p) for p in tree(jvm)}
+        assert len(processes) >= 3 and any((ckpt / "txstream" / "commits").iterdir())
+        proc.kill()
+        proc.wait()
+        deadline = time.time() + 60  # generous: without the watchdog they run on for good
+        while any(_started(p) == s for p, s in processes.items()) and time.time() < deadline:
+            time.sleep(0.1)
+        assert [p for p, s in processes.items() if _started(p) == s] == []
+        (tmp_path / "go").touch()  # a task that survived the driver would run on and write now
+        time.sleep(2)
+        assert _files(ckpt) == before
+    finally:
+        for pid, started in [*processes.items(), (sleeper, None)]:
+            if pid is not None and (started is None or _started(pid) == started):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        if proc.stdout:
+            proc.stdout.close()
+    # The store's lock went with the driver: a restart runs, and gives the serial answers.
+    run_available(ledger_job(*ledger_streams(spark, tmp_path / "in")), ckpt, spark, partitions=2)
+    assert transfer_outcomes(ckpt) == serial_oracle(stream)[1]
 
 
 def test_run_local_computes_timestamp_and_date_order_values_as_spark_does(spark: Any) -> None:

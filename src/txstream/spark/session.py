@@ -8,17 +8,26 @@ checkpoint file manager that does not fork a ``chmod`` per checkpoint file
 compile with C1 only (see :data:`JVM_OPTIONS`).  Spark logs errors only, and
 not the stack traces of failures that reach the caller anyway (see
 :data:`QUIET_LOGGERS`) unless ``spark.log.level`` is set.
+
+A JVM that the session launches does not outlive the Python process: a
+watchdog process (:mod:`txstream.spark.jvmwatchdog`) kills it, with its Python
+workers and executor JVMs, as soon as the driver dies, however it dies.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import itertools
 import os
 import re
 import shlex
+import subprocess
+import sys
 from typing import Any
 
 from txstream.errors import TxStreamError
+from txstream.spark import jvmwatchdog
 
 _FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -132,6 +141,7 @@ def local_session(
     for key, value in _settings(conf, launched).items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
+    watch_jvm(session)
     if session.sparkContext.getConf().get("spark.log.level", None) is None:
         quiet_spark_logs(session)
     # else Spark has set the level the user asked for, for every logger.
@@ -199,7 +209,57 @@ def _settings(conf: dict[str, Any], launched: dict[str, str] | None = None) -> d
     return settings
 
 
-def _python() -> str:
-    import sys
+_WATCHDOGS: dict[int, subprocess.Popen[bytes]] = {}
+"""The watchdog of each JVM this process launched, by the JVM's pid."""
 
+
+def watch_jvm(spark: Any) -> int | None:
+    """Have the session's JVM killed when this process dies; returns the watchdog's pid.
+
+    :func:`local_session` calls it.  Only for a JVM this process launched (not
+    under ``spark-submit``, whose JVM is this process's parent and ends when it
+    ends), once per JVM.  The watchdog (:mod:`txstream.spark.jvmwatchdog`)
+    kills the JVM and everything under it (Python workers, a ``local-cluster``'s
+    executor JVMs) at once when this process ends without a normal interpreter
+    exit (SIGKILL, a crash); after a normal exit Spark's own shutdown has
+    :data:`~txstream.spark.jvmwatchdog.GRACE_S` first.  None: not watched.
+    """
+    from pyspark import SparkContext
+
+    launched = getattr(SparkContext._gateway, "proc", None)
+    if launched is None:
+        return None
+    try:
+        jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    except Exception:  # a JVM without ProcessHandle (Java 8): spark-submit execs java
+        jvm = int(launched.pid)
+    running = _WATCHDOGS.get(jvm)
+    if running is not None and running.poll() is None:
+        return running.pid
+    read, write = os.pipe()
+    try:
+        watchdog = subprocess.Popen(
+            [_python(), "-I", jvmwatchdog.__file__, str(os.getpid()), str(jvm)],
+            stdin=read,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,  # a Ctrl-C in the driver's terminal is not for it
+        )
+    finally:
+        os.close(read)
+    _WATCHDOGS[jvm] = watchdog
+    atexit.register(_clean_exit, write, os.getpid())
+    return watchdog.pid
+
+
+def _clean_exit(pipe: int, owner: int) -> None:
+    """Tell the watchdog that the driver exits normally (Spark ends the JVM itself)."""
+    if os.getpid() != owner:  # a forked child exiting: the driver still runs
+        return
+    with contextlib.suppress(OSError):  # (the watchdog is gone)
+        os.write(pipe, jvmwatchdog.CLEAN_EXIT)
+
+
+def _python() -> str:
     return sys.executable
