@@ -22,9 +22,9 @@ from typing import Any
 import pytest
 
 import txstream as tx
-from txstream.bench.ledger import events, ledger_job, serial_oracle, transfer
+from txstream.bench.ledger import events, ledger_job, opening, serial_oracle, transfer
 from txstream.model import check
-from txstream.spark.runtime.partitioning import partition_of, sql_partition
+from txstream.spark.runtime.partitioning import partition_of, spark_hash_long, sql_partition
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,6 +181,47 @@ def test_spark_and_python_place_keys_alike(spark: Any) -> None:
     ):
         got = [r[0] for r in df.selectExpr(sql_partition(cols, 7)).collect()]
         assert got == [partition_of(value(r), 7) for r in rows], cols
+
+
+def test_python_computes_spark_hash_of_longs_as_spark_does(spark: Any) -> None:
+    # The routes (numbers Spark's hash partitioner sends to each partition) come
+    # from Python now, without a Spark job at start.
+    rng = random.Random(9)
+    numbers = [0, 1, -1, 2**63 - 1, -(2**63), *(rng.randrange(-(2**63), 2**63) for _ in range(300))]
+    df = spark.createDataFrame([(n,) for n in numbers], "n long")
+    assert [r[0] for r in df.selectExpr("hash(n)").collect()] == [
+        spark_hash_long(n) for n in numbers
+    ]
+    assert [r[0] for r in df.selectExpr("pmod(hash(n), 7)").collect()] == [
+        spark_hash_long(n) % 7 for n in numbers
+    ]
+
+
+def test_start_runs_no_spark_job_and_initial_rows_from_a_list_load_as_before(
+    spark: Any, tmp_path: Path
+) -> None:
+    # start() ran Spark jobs (the routes, the initial rows through a shuffle and
+    # Python workers): 10-30 s on a fresh session.  The stream's own jobs run in
+    # its job group, not in the caller's.
+    stream = list(events(300, 12, 10, seed=3))
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    # Transfers succeed or not by the opening balances: the initial rows must be
+    # where the transactions look for them.
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in"), initial=opening(12))
+    sc = spark.sparkContext
+    sc.setJobGroup("txstream-start-test", "start()")
+    try:
+        query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, partitions=2)
+        at_start = list(sc.statusTracker().getJobIdsForGroup("txstream-start-test"))
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    assert at_start == []
+    assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream, 12)[1]
 
 
 def test_bad_declarations_fail_in_one_line_before_the_stream_starts(

@@ -56,6 +56,38 @@ def sql_partition(columns: Sequence[str], partitions: int) -> str:
     return f"cast(case when {nulls} then -1 else {place} end as int)"
 
 
+_M32 = 0xFFFFFFFF
+
+
+def _rotl(x: int, r: int) -> int:
+    return ((x << r) | (x >> (32 - r))) & _M32
+
+
+def _mix(h1: int, word: int) -> int:
+    k1 = _rotl((word * 0xCC9E2D51) & _M32, 15) * 0x1B873593 & _M32
+    return (_rotl(h1 ^ k1, 13) * 5 + 0xE6546B64) & _M32
+
+
+def spark_hash_long(number: int) -> int:
+    """Spark SQL's ``hash(n)`` of a bigint ``n``: Murmur3 x86 32-bit, seed 42 (signed).
+
+    What Spark's hash partitioner places a bigint column's rows by, computed
+    without a Spark job (:func:`spark_routes`); a test compares it with Spark.
+    """
+    unsigned = number & 0xFFFFFFFFFFFFFFFF
+    h1 = _mix(_mix(42, unsigned & _M32), unsigned >> 32) ^ 8
+    h1 = (h1 ^ (h1 >> 16)) * 0x85EBCA6B & _M32
+    h1 = (h1 ^ (h1 >> 13)) * 0xC2B2AE35 & _M32
+    h1 ^= h1 >> 16
+    return h1 - (1 << 32) if h1 & 0x80000000 else h1
+
+
+def spark_routes(partitions: int) -> list[int]:
+    """:func:`route_numbers` for ``partitions``, found with :func:`spark_hash_long`."""
+    candidates = range(64 * partitions)
+    return route_numbers(partitions, {n: spark_hash_long(n) % partitions for n in candidates})
+
+
 def route_numbers(partitions: int, spark_partition_of: dict[int, int]) -> list[int]:
     """For each partition ``q``, a number that Spark's hash partitioner sends to ``q``.
 

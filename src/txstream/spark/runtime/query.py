@@ -48,7 +48,7 @@ from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.failures import log_failures
 from txstream.spark.runtime.merge import Bound, advance
-from txstream.spark.runtime.partitioning import partition_of, route_numbers, sql_partition
+from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_partition
 from txstream.spark.runtime.restart import KEY_KINDS, first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
 from txstream.spark.runtime.sinks import deliver
@@ -508,14 +508,9 @@ class TxQuery:
         return self
 
     def _routes(self) -> None:
-        from pyspark.sql import functions as F
-
-        rows = (
-            self.spark.range(0, 64 * self.partitions)
-            .select("id", F.expr(f"pmod(hash(id), {self.partitions})").alias("p"))
-            .collect()
-        )
-        self.routes = route_numbers(self.partitions, {int(r[0]): int(r[1]) for r in rows})
+        # Computed in Python: a Spark job here cost 2-3 s of the start (the
+        # session's first job warms up the JVM).
+        self.routes = spark_routes(self.partitions)
 
     def _route_expr(self, pid_column: str) -> str:
         array = ", ".join(f"cast({r} as bigint)" for r in self.routes)
@@ -524,6 +519,19 @@ class TxQuery:
     def _load_initial(self) -> None:
         for table in self.spec.tables.values():
             if table.initial is None:
+                continue
+            if _plain_rows(table.initial):
+                # A list of plain rows goes to the store from here: through Spark
+                # (a DataFrame, a shuffle, Python workers) it took 8 s of the start.
+                by_pid: dict[int, dict[Any, dict[Any, Any]]] = {}
+                for row in table.initial:
+                    if table.columns is not None:  # as below: missing columns are null
+                        row = {**dict.fromkeys(table.columns), **row}
+                    key = table.key_of(initial_row(table, row))
+                    value = table.value_of_key(key)
+                    _add_initial(by_pid, partition_of(value, self.partitions), table, key, row)
+                for pid, values in by_pid.items():
+                    self.store.write_init(pid, table.name, values)
                 continue
             df = _as_dataframe(self.spark, table.initial, table.name)
             missing = [c for c in table.key if c not in df.columns]
@@ -882,12 +890,7 @@ def _init_writer(store_root: str, spec: Any) -> Any:
                 if spec.columns is not None:  # to_json leaves null columns out
                     row = {**dict.fromkeys(spec.columns), **row}
                 key = spec.key_of(initial_row(spec, row))
-                rows = by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})
-                if key in rows:  # as run_local refuses it (one key's rows meet in one task)
-                    raise RuntimeJobError(
-                        f"table {spec.name!r}: initial rows repeat the key {key!r}"
-                    )
-                rows[key] = row
+                _add_initial(by_pid, pid, spec, key, row)
         store = RuntimeStore(store_root)
         for pid, values in by_pid.items():
             store.write_init(pid, spec.name, values)
@@ -896,6 +899,44 @@ def _init_writer(store_root: str, spec: Any) -> Any:
         )
 
     return write_init
+
+
+def _add_initial(
+    by_pid: dict[int, dict[Any, dict[Any, Any]]], pid: int, spec: Any, key: Any, row: Any
+) -> None:
+    """File initial ``row`` (key ``key``) of table ``spec`` under partition ``pid``."""
+    rows = by_pid.setdefault(pid, {}).setdefault(spec.value_of_key(key), {})
+    if key in rows:  # as run_local refuses it (one key's rows meet in one task)
+        raise RuntimeJobError(f"table {spec.name!r}: initial rows repeat the key {key!r}")
+    rows[key] = row
+
+
+def _plain_rows(initial: Any) -> bool:
+    """Whether ``initial`` is a list of dicts that Spark would hand back unchanged.
+
+    Such rows (ints, strings, booleans, one type per column, no nulls) come
+    back from ``createDataFrame`` and ``to_json`` as they went in; others (a
+    column of ints and floats becomes doubles, a date becomes text, a null
+    column is left out) take the Spark path, which gives what it always gave.
+    """
+    if not isinstance(initial, list) or not initial:
+        return False
+    kinds: dict[str, type] = {}
+    columns = None
+    for row in initial:
+        if not isinstance(row, dict) or not all(isinstance(c, str) for c in row):
+            return False
+        if columns is None:
+            columns = set(row)
+        elif set(row) != columns:
+            return False
+        for column, value in row.items():
+            kind = type(value)
+            if kind not in (int, str, bool) or kinds.setdefault(column, kind) is not kind:
+                return False
+            if kind is int and not -(2**63) <= value < 2**63:  # (Spark: no bigint)
+                return False
+    return True
 
 
 def _as_dataframe(spark: Any, initial: Any, table: str) -> Any:
