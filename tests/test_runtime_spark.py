@@ -522,14 +522,20 @@ def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
             before = _files(ckpt)
             time.sleep(1)
         # The JVM, its Python workers (one waits at the gate) and their daemon.
-        processes = {p: _started(p) for p in tree(jvm)}
+        processes = {p: s for p in tree(jvm) if (s := _started(p)) is not None}
         assert len(processes) >= 3 and any((ckpt / "txstream" / "commits").iterdir())
         proc.kill()
         proc.wait()
         deadline = time.time() + 60  # generous: without the watchdog they run on for good
         while any(_started(p) == s for p, s in processes.items()) and time.time() < deadline:
             time.sleep(0.1)
-        assert [p for p, s in processes.items() if _started(p) == s] == []
+        left = [p for p, s in processes.items() if _started(p) == s]
+        assert left == [], subprocess.run(
+            ["ps", "-o", "pid,ppid,stat,etime,args", "-p", ",".join(map(str, left))],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
         (tmp_path / "go").touch()  # a task that survived the driver would run on and write now
         time.sleep(2)
         assert _files(ckpt) == before
