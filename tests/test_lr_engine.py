@@ -107,11 +107,16 @@ def test_duplicates_are_rolled_back_only_by_the_serializable_variant(
     engine, report = _run(small, tmp_path, duplicates=2)
     assert report.ok, report.totals
     assert engine.rolled_back == injected
+    # Rolled back: every account ends as if no entry had been duplicated.
+    clean, _ = _run(small, tmp_path)
+    assert engine.balance.snapshot() == clean.balance.snapshot()
 
+    # The not-serializable variant charges every duplicate's toll.  Whether a
+    # balance query happens to read a doubly charged balance depends on how its
+    # threads interleave, so that is not asserted (it was 0 beside a CPU hog).
     engine, report = _run(small, tmp_path, variant="not-serializable", duplicates=2)
     assert engine.rolled_back == 0
     assert report.by_type["toll"].duplicates == injected
-    assert report.by_type["balance"].wrong > 0
 
 
 def test_rolled_back_group_keeps_the_rest_of_the_group(small: Path, tmp_path: Path) -> None:
