@@ -20,6 +20,16 @@ in a one-key object whose key starts with ``$``:
   nanosecond) and a numpy number, as rows handed to ``run_local`` from pandas hold them;
 - ``{"$e": [...]}``: an input event (held by the event-time merge, or shipped between phases).
 
+Long lists, the bulk of the state, are written column by column so that the
+C encoder and decoder do the work (no Python code per item when the items
+are plain):
+
+- ``{"$lt": [[...], ...]}``: a list of tuples of plain values (composite keys);
+- ``{"$lr": [names, absent, column, ...]}``: a list of dicts (rows) that all
+  have the columns ``names`` in that order, one list per column (each itself
+  encoded), and ``None`` at the positions ``absent`` (a delta's deleted rows);
+- ``{"$le": [orders, inputs, rows, values, pids, copies]}``: a list of events.
+
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
 dicts with string keys) is itself; NaN and the infinities are written as
 ``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them back).  A
@@ -33,7 +43,8 @@ import base64
 import datetime as dt
 import json
 from decimal import Decimal
-from itertools import chain
+from itertools import chain, repeat
+from operator import attrgetter, itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
@@ -71,8 +82,7 @@ def encode(obj: Any) -> Any:
         # A row of plain values (most of the state) goes to the C encoder as it is.
         return obj if plain else {k: encode(v) for k, v in obj.items()}
     if t is list:
-        # A delta's rows (lists of plain values and plain rows) go to the C encoder whole.
-        return obj if _plain_records(obj) else [encode(v) for v in obj]
+        return _encode_list(obj)
     if t is tuple:
         return {"$t": [encode(v) for v in obj]}
     if t is Event:
@@ -118,31 +128,72 @@ def encode(obj: Any) -> Any:
     )
 
 
-def _plain_records(items: list[Any]) -> bool:
-    """Whether ``items`` is a list of lists of plain values and rows of plain values.
+_COLUMNS_FROM = 8
+"""Lists at least this long are censused for a column layout; shorter ones are walked."""
 
-    Decided by a census of types that runs in C (``map``, ``chain``, ``set``: no
-    Python code per item), so a delta's rows (``[table, value, key, row]``) are
-    not walked one by one.  A key with a ``$`` anywhere (a tag's mark) sends the
-    list the slow way.
+
+def _encode_list(items: list[Any]) -> Any:
+    """A list as JSON values: whole when its items are plain, column by column when it can be.
+
+    What a list holds is found by a census of types that runs in C (``map``,
+    ``chain``, ``set``: no Python code per item), so a delta's or snapshot's
+    columns of plain values and rows of plain values are never walked one by one.
     """
-    if not items or set(map(type, items)) != {list}:
-        return False
-    flat = list(chain.from_iterable(items))
-    kinds = set(map(type, flat))
-    if not kinds <= _ROW_ITEMS:
-        return False
-    if dict not in kinds:
-        return True
-    rows = [item for item in flat if type(item) is dict]
-    if set(map(type, chain.from_iterable(rows))) - {str}:
-        return False
-    if "$" in "".join(chain.from_iterable(rows)):
-        return False
-    return set(map(type, chain.from_iterable(map(dict.values, rows)))) <= _PLAIN
+    if not items:
+        return items
+    kinds = set(map(type, items))
+    if kinds <= _PLAIN:
+        return items  # (to the C encoder whole)
+    if len(items) >= _COLUMNS_FROM:
+        if kinds == {list} or kinds == {tuple}:
+            if set(map(type, chain.from_iterable(items))) <= _PLAIN:
+                return items if kinds == {list} else {"$lt": items}
+        elif kinds == {dict} or kinds == _ROWS_OR_NONE:
+            block = _rows_block(items, NoneType in kinds)
+            if block is not None:
+                return block
+        elif kinds == {Event}:
+            return {"$le": [encode(list(map(get, items))) for get in _EVENT_FIELDS]}
+    return [encode(v) for v in items]
 
 
-_ROW_ITEMS = _PLAIN | {dict}
+NoneType = type(None)
+_ROWS_OR_NONE = frozenset({dict, NoneType})
+_EVENT_FIELDS = [attrgetter(f) for f in ("order", "input", "row", "values", "pids", "copy")]
+
+
+def _rows_block(rows: list[Any], absent: bool) -> dict[str, Any] | None:
+    """``rows`` (dicts, and ``None`` when ``absent``) column by column, or None.
+
+    None when the dicts do not all have the same string keys in the same order.
+    """
+    gone: list[int] = []
+    if absent:
+        gone = [i for i, row in enumerate(rows) if row is None]
+        present = [row for row in rows if row is not None]
+        if not present:
+            return None
+    else:
+        present = rows
+    shapes = set(map(tuple, present))
+    if len(shapes) != 1:
+        return None
+    names = shapes.pop()
+    if not names or set(map(type, names)) != {str}:
+        return None
+    if gone:  # a stand-in row where one is absent, so that the columns stay aligned
+        stand_in = dict.fromkeys(names)
+        present = [stand_in if row is None else row for row in rows]
+    columns = [encode(list(map(itemgetter(name), present))) for name in names]
+    return {"$lr": [list(names), gone, *columns]}
+
+
+def _decode_rows(value: list[Any]) -> list[Any]:
+    names, gone, *columns = value
+    rows: list[Any] = list(map(dict, map(zip, repeat(names), zip(*columns, strict=True))))
+    for i in gone:
+        rows[i] = None
+    return rows
 
 
 def _decode_tagged(obj: dict[str, Any]) -> Any:
@@ -153,6 +204,12 @@ def _decode_tagged(obj: dict[str, Any]) -> Any:
         return obj
     if tag == "$t":
         return tuple(value)
+    if tag == "$lr":
+        return _decode_rows(value)
+    if tag == "$lt":
+        return list(map(tuple, value))
+    if tag == "$le":
+        return list(map(Event, *value))
     if tag == "$d":
         return {k: v for k, v in value}
     if tag == "$e":

@@ -46,6 +46,8 @@ import struct
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from itertools import chain, repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -229,19 +231,37 @@ class PartitionState:
             rows[key] = row
 
     def delta(self) -> dict[str, Any]:
-        """The rows the pending batch changed, as they are now (ABSENT when deleted)."""
-        rows = [  # (lists: the store's format writes lists of plain values fastest)
-            [table, value, key, self.data.get(table, {}).get(value, {}).get(key, ABSENT)]
-            for (table, value, key) in self.undo
-        ]
+        """The rows the pending batch changed, as they are now (ABSENT when deleted).
+
+        ``changes``: per table, three columns (partition values, keys, rows), the
+        layout the store's format writes fastest (see :mod:`.codec`).
+        """
+        entries = list(self.undo)
+        changes: dict[str, list[list[Any]]] = {}
+        tables = set(map(itemgetter(0), entries))
+        for table in sorted(tables):
+            mine = entries if len(tables) == 1 else [e for e in entries if e[0] == table]
+            by_value = self.data.get(table, _NONE)
+            rows = [by_value.get(value, _NONE).get(key, ABSENT) for _, value, key in mine]
+            changes[table] = [list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine)), rows]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
-        return {"rows": rows, "meta": self.meta, "token": self.token, "parent": self.token_before}
+        return {
+            "changes": changes,
+            "meta": self.meta,
+            "token": self.token,
+            "parent": self.token_before,
+        }
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
-        for table, value, key, row in delta["rows"]:
-            self._set(table, value, key, row)
+        if "changes" in delta:
+            for table, (values, keys, rows) in delta["changes"].items():
+                for value, key, row in zip(values, keys, rows, strict=True):
+                    self._set(table, value, key, row)
+        else:  # (the layout of earlier versions: one [table, value, key, row] per row)
+            for table, value, key, row in delta["rows"]:
+                self._set(table, value, key, row)
         self.meta = dict(delta["meta"])
         self.token = delta.get("token")
 
@@ -257,6 +277,43 @@ class PartitionState:
                     self.data.get(table, {}).pop(value, None)
         self.token = patch["token"]
         return True
+
+
+_NONE: dict[Any, Any] = {}
+"""An empty dict to look up in (never changed)."""
+
+
+def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
+    """A table's rows (partition value -> key -> row) as three columns: values, keys, rows.
+
+    The store's layout of a table (snapshots, initial rows): lists of plain
+    values and rows that the format writes without a Python step per row
+    (see :mod:`.codec`); built in C (``chain``, ``repeat``) from the dicts.
+    """
+    groups = by_value.values()
+    values = list(chain.from_iterable(map(repeat, by_value, map(len, groups))))
+    keys = list(chain.from_iterable(groups))
+    rows = list(chain.from_iterable(map(dict.values, groups)))
+    return [values, keys, rows]
+
+
+def nested(values: list[Any], keys: list[Any], rows: list[Any]) -> dict[Any, dict[Any, Any]]:
+    """The table that :func:`columns` wrote (partition value -> key -> row)."""
+    table: dict[Any, dict[Any, Any]] = {}
+    for value, key, row in zip(values, keys, rows, strict=True):
+        by_key = table.get(value)
+        if by_key is None:
+            table[value] = by_key = {}
+        by_key[key] = row
+    return table
+
+
+def _table_of(blob: Any) -> dict[Any, dict[Any, Any]]:
+    """An initial-rows file's table (columns; a dict in the layout of earlier versions)."""
+    if isinstance(blob, list):
+        return nested(*blob)
+    table: dict[Any, dict[Any, Any]] = blob
+    return table
 
 
 _CACHE: dict[tuple[str, int], PartitionState] = {}
@@ -408,10 +465,14 @@ class RuntimeStore:
         state = PartitionState()
         if start is None and pdir.exists():
             for init in sorted(pdir.glob("init-*.bin")):
-                state.data[init.stem[len("init-") :]] = load_blob(init)
+                state.data[init.stem[len("init-") :]] = _table_of(load_blob(init))
         if start is not None:
             snap = load_blob(pdir / f"snap-{start:012d}.bin")
-            state.data, state.meta, state.token = snap["data"], snap["meta"], snap.get("token")
+            if "tables" in snap:
+                state.data = {t: nested(*cols) for t, cols in snap["tables"].items()}
+            else:  # (the layout of earlier versions)
+                state.data = snap["data"]
+            state.meta, state.token = snap["meta"], snap.get("token")
             state.version = start
             if start in files["patch"]:  # phase 1 wrote the snapshot, phase 3 patched it
                 state.apply_patch(load_blob(pdir / f"patch-{start:012d}.bin"))
@@ -458,7 +519,13 @@ class RuntimeStore:
         if snapshot:
             write_atomic(
                 pdir / f"snap-{batch:012d}.bin",
-                dump_blob({"data": state.data, "meta": state.meta, "token": state.token}),
+                dump_blob(
+                    {
+                        "tables": {t: columns(rows) for t, rows in state.data.items()},
+                        "meta": state.meta,
+                        "token": state.token,
+                    }
+                ),
             )
         _CACHE[(str(self.root), pid)] = state
         return state.token
@@ -486,7 +553,7 @@ class RuntimeStore:
 
     def write_init(self, pid: int, table: str, values: dict[Any, dict[Any, Any]]) -> None:
         """Write a partition's initial rows of ``table`` (partition value -> key -> row)."""
-        write_atomic(self._pdir(pid) / f"init-{table}.bin", dump_blob(values))
+        write_atomic(self._pdir(pid) / f"init-{table}.bin", dump_blob(columns(values)))
 
     def trim(self, pid: int, keep_from: int) -> None:
         """Delete snapshots and deltas that no restart can need (before ``keep_from``)."""
