@@ -95,6 +95,7 @@ def main() -> None:
         tokens: dict[int, str] = {}
         prev, per_event = -1, []
         for b in range(args.batches):
+            files: dict[str, list[int]] = {}
             for pid in range(P):
                 batch = arrow_batch(stream[b * size : (b + 1) * size], pid, time.time())
                 ctx = BatchContext(
@@ -108,10 +109,12 @@ def main() -> None:
                 payloads = out[0].column("payload").to_pylist()
                 stats = pickle.loads(payloads[kinds.index("stats")])
                 tokens[pid] = stats["token"]
+                files.update(stats["stats"]["files"])
                 if b > 0:
                     per_event.append(1e6 * cpu / batch.num_rows)
                     print(f"batch {b} partition {pid}: {per_event[-1]:.1f} us/event")
-            store.commit(b, {"prev": prev, "tokens": {str(p): t for p, t in tokens.items()}})
+            info = {"prev": prev, "tokens": {str(p): t for p, t in tokens.items()}}
+            store.commit(b, info, files)
             prev = b
         mean = sum(per_event) / len(per_event)
         print(f"mean {mean:.2f} us/event, best batch {min(per_event):.2f} us/event")

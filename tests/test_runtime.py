@@ -964,7 +964,7 @@ def test_a_worker_that_ran_phase1_applies_phase3s_patch_and_loads_nothing(
     for k in range(6):
         state.put("t", k % 3, k, {"k": k, "b": 0})
     t0 = store.save(0, state, 0, snapshot=True)
-    store.commit(0, {"prev": -1})
+    store.commit(0, {"prev": -1}, {})
     state = store.state_for(0, 1, 0, t0)  # worker A, phase 1 of batch 1
     state.put("t", 0, 0, {"k": 0, "b": 1})
     state.put("t", 1, 1, st.ABSENT)
@@ -972,7 +972,7 @@ def test_a_worker_that_ran_phase1_applies_phase3s_patch_and_loads_nothing(
     worker_a = st._CACHE.pop(key)
     values = [(0, {"t": {6: {"k": 6, "b": "phase 3"}}}), (2, {"t": {}})]
     t3 = store.write_patch(0, 1, t1, values)  # phase 3, on any worker
-    store.commit(1, {"prev": 0})
+    store.commit(1, {"prev": 0}, {})
     expected = store.load(0, 1)  # a full reload: the snapshot, the delta, the patch
     assert expected.token == t3
     assert expected.data["t"] == {0: {6: {"k": 6, "b": "phase 3"}}, 1: {4: {"k": 4, "b": 0}}}
@@ -1112,7 +1112,7 @@ def test_run_local_refuses_a_spark_querys_store_and_a_query_refuses_a_local_one(
     spark_store = RuntimeStore(checkpoint / "txstream")
     spark_store.root.mkdir(parents=True)
     (spark_store.root / "job.json").write_text('{"job": "x", "partitions": 2, "outputs": []}')
-    spark_store.commit(0, {"prev": -1})
+    spark_store.commit(0, {"prev": -1}, {})
     for path in (checkpoint, checkpoint / "txstream"):
         with pytest.raises(tx.TxStreamError, match="run_local needs a store"):
             ledger_job().run_local([stream], path, 2)

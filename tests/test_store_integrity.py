@@ -26,6 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import txstream as tx
+from store_checks import assert_markers_name_their_files
 from txstream.spark.runtime import codec, results
 from txstream.spark.runtime import state as state_module
 from txstream.spark.runtime.boundaries import Event
@@ -145,6 +146,68 @@ def test_a_damaged_failure_record_is_detected(tmp_path: Path) -> None:
     with pytest.raises(StoreError) as exc:
         tx.read_failures(tmp_path)
     assert one_line(exc).startswith(f"{part}: checksum mismatch")
+
+
+def test_tasks_checksum_their_files_and_the_driver_reads_none_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver does no per-event work: the marker's CRCs of outputs, histories
+    # and failure records come from the tasks that wrote them (before: the
+    # driver read every file of the batch back at its commit).
+    from txstream.spark.runtime import local
+
+    reported: list[dict[str, list[int]]] = []
+    real_phase1, real_commit = local.phase1, RuntimeStore.commit
+
+    def phase1(*args: Any) -> dict[str, Any]:
+        result = real_phase1(*args)
+        reported.append(dict(result["stats"]["files"]))
+        return result
+
+    def commit(self: RuntimeStore, *args: Any) -> None:
+        real_read = Path.read_bytes
+
+        def read_bytes(path: Path) -> bytes:
+            if {"outputs", "history", "errors"} & set(path.relative_to(self.root).parts):
+                raise AssertionError(f"the driver read {path} back at the commit")
+            return real_read(path)
+
+        with monkeypatch.context() as m:
+            m.setattr(Path, "read_bytes", read_bytes)
+            real_commit(self, *args)
+
+    monkeypatch.setattr(local, "phase1", phase1)
+    monkeypatch.setattr(RuntimeStore, "commit", commit)
+    data = batches(3)  # outputs and histories; a failure (key 13) and an event without a key
+    data[2] += [("ev", {"k": 13, "x": 1.0, "ts": 99.0}), ("ev", {"k": None, "x": 1, "ts": 98.0})]
+    restart()
+    with pytest.warns(tx.TransactionFailuresWarning):
+        counting(history=True).run_local(data, tmp_path, 2)
+    assert assert_markers_name_their_files(tmp_path) == 3 * 2 * 2 + 2
+    markers = {}
+    for _, info in RuntimeStore(tmp_path).chain():
+        markers.update(info["files"])
+    tasks = {rel: entry for files in reported for rel, entry in files.items()}
+    assert tasks and all(markers[rel] == entry for rel, entry in tasks.items())
+    assert [rel for rel in markers if rel not in tasks] == [f"errors/batch-{2:012d}/input.jsonl"]
+
+
+def test_a_file_a_task_reported_and_is_not_there_is_never_committed(tmp_path: Path) -> None:
+    store = RuntimeStore(tmp_path)
+    files = store.write_lines("outputs", "seen", 0, "p00000", ['{"k": 1}'])
+    [(rel, (crc, size))] = files.items()
+    assert (crc, size) == (zlib.crc32(b'{"k": 1}\n'), 9)
+    (tmp_path / rel).write_text('{"k": 12}\n')  # (another writer, after the task)
+    with pytest.raises(StoreError) as exc:
+        store.commit(0, {"prev": -1}, files)
+    assert one_line(exc) == (
+        f"{tmp_path / rel} has 10 bytes, not 9 (its task wrote it in batch 0); the batch is "
+        "not committed and runs again"
+    )
+    (tmp_path / rel).unlink()
+    with pytest.raises(StoreError, match=r"is missing \(its task wrote it in batch 0\)"):
+        store.commit(0, {"prev": -1}, files)
+    assert not store.committed()
 
 
 # -- 2. files that must exist -----------------------------------------------------------------
@@ -486,7 +549,7 @@ def test_long_lists_in_column_layouts_round_trip() -> None:
         assert same(back, value) and repr(back) == repr(value)
         assert not any(a is b for a, b in itertools.pairwise(back) if isinstance(a, dict))
     for odd in ([{"a": 1, "b": object()}] * 9, [(1, object())] * 9, [[object()]] * 9):
-        with pytest.raises(codec.UnstorableValueError, match="type builtins.object"):
+        with pytest.raises(codec.UnstorableValueError, match=r"type builtins\.object"):
             codec.dumps(odd)
 
 

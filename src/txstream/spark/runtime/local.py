@@ -333,8 +333,9 @@ class _LocalPhases(Phases):
         results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
         if self.bad:  # events without a place, reported as a Spark phase-1 task does
             lines = [json.dumps(f, default=str) for f in self.bad]
-            RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, "input", lines)
+            files = RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, "input", lines)
             stats = results[0]["stats"]
+            stats["files"].update(files)
             stats["failures"].extend(self.bad)
             stats["aborted"] += len(self.bad)
         self._shipped = results

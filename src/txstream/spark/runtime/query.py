@@ -652,19 +652,14 @@ class TxQuery:
         outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
         outcome.failures.extend(bad)
         outcome.aborted += len(bad)
+        files: dict[str, list[int]] = {}  # (checksummed as written, never read back)
         for name, lines in outcome.outputs.items():
-            self.store.write_lines("outputs", name, batch_id, "driver", lines)
+            files.update(self.store.write_lines("outputs", name, batch_id, "driver", lines))
         if outcome.failures:
-            self.store.write_lines(
-                "errors",
-                "",
-                batch_id,
-                "driver",
-                [json.dumps(f, default=str) for f in outcome.failures],
-            )
-        self.store.commit(
-            batch_id, {"prev": self._prev, "events": outcome.events, "engine": "driver"}
-        )
+            lines = [json.dumps(f, default=str) for f in outcome.failures]
+            files.update(self.store.write_lines("errors", "", batch_id, "driver", lines))
+        info = {"prev": self._prev, "events": outcome.events, "engine": "driver"}
+        self.store.commit(batch_id, info, files)
         log_failures(self.spec.name, batch_id, outcome.failures)
         stats: dict[str, Any] = outcome.stats()
         stats["held"] = len(self._held.meta.get("held", ()))
@@ -1100,16 +1095,18 @@ def _phase1_outputs(
         if own is not None and own < partitions and own not in events:
             events[own] = []
     out: list[dict[str, Any]] = []
+    files: dict[str, list[int]] = {}
     if bad:  # reported with the batch's failures (read_failures reads these files)
         lines = [json.dumps(f, default=str) for f in one_per_transaction(bad)]
         role = f"input-t{_task_partition()}"
-        RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, role, lines)
+        files = RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, role, lines)
     for pid, evs in sorted(events.items()):
         result = phase1(job, ctx, pid, evs)
         stats = result["stats"]
         if bad and pid == min(events):
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
+            stats["files"].update(files)
         shipped = bool(result["rows"] or result["events"])
         if shipped:  # for phase 2 (see _SparkPhases.deferred)
             shipment = {"rows": result["rows"], "events": result["events"]}
@@ -1130,6 +1127,7 @@ def _phase1_outputs(
             "deferred": 0,
             "failures": bad,
             "latency": {},
+            "files": files,
         }
         summary = {"stats": stats, "pid": -1, "shipped": False, "release": release}
         out.append(_out("stats", -1, summary))

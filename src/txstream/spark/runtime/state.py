@@ -22,7 +22,8 @@ batch's uncommitted outputs before it runs it again.
 
 The commit markers form a chain (each names the batch before it) and each
 names the files of its batch: outputs, histories and failure records with
-their CRC-32 and size (checked by the readers), state files with their size,
+their CRC-32 and size (computed by the tasks as they write them, checked by
+the readers; the driver reads none of them), state files with their size,
 and each partition's committed version (checked at a restart by
 :meth:`RuntimeStore.check_state`, and by every load: the deltas must lead from
 a snapshot to that version).  A missing or changed file is a one-line
@@ -567,13 +568,20 @@ class RuntimeStore:
                     os.unlink(pdir / entry)
 
     # -- per-batch files written by tasks --------------------------------------------
-    def write_lines(self, kind: str, name: str, batch: int, role: str, lines: list[str]) -> None:
-        """Write a task's lines for batch ``batch`` (outputs, history or errors)."""
+    def write_lines(
+        self, kind: str, name: str, batch: int, role: str, lines: list[str]
+    ) -> dict[str, list[int]]:
+        """Write a task's lines for batch ``batch`` (outputs, history or errors).
+
+        Returns the file's entry for the batch's commit marker, ``{path under the
+        store: [crc32, size]}``: the task hands it to the driver with its counters
+        (:meth:`commit`), so the driver never reads the file back.
+        """
         folder = self.batch_dir(kind, name, batch)
-        write_atomic(
-            folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}",
-            ("\n".join(lines) + "\n" if lines else "").encode(),
-        )
+        path = folder / f"{role}.{'txt' if kind == 'history' else 'jsonl'}"
+        payload = ("\n".join(lines) + "\n" if lines else "").encode()
+        write_atomic(path, payload)
+        return {str(path.relative_to(self.root)): [zlib.crc32(payload), len(payload)]}
 
     def write_transient(self, kind: str, batch: int, name: str, obj: Any) -> None:
         """Hand ``obj`` from a task of batch ``batch`` to a later phase (``shipped``, ``back``).
@@ -616,41 +624,41 @@ class RuntimeStore:
         """Whether batch ``batch`` has its commit marker."""
         return (self.root / "commits" / f"{batch:012d}.json").exists()
 
-    def commit(self, batch: int, info: dict[str, Any]) -> None:
+    def commit(self, batch: int, info: dict[str, Any], files: dict[str, list[int]]) -> None:
         """Write batch ``batch``'s commit marker: from now on its files count.
 
-        The marker names every file the batch wrote (:meth:`batch_files`) and,
-        in ``info["prev"]``, the batch committed before it: the readers and a
-        restart check that the markers form a chain and that the files they
-        name are there and unchanged (:meth:`chain`, :meth:`check_files`).
+        ``files``: the outputs, histories and failure records the batch's tasks
+        wrote, each with the ``[crc32, size]`` its task computed as it wrote it
+        (:meth:`write_lines`); the driver checks only that each is there with that
+        size.  The marker names them and the batch's state files
+        (:meth:`state_files`) and, in ``info["prev"]``, the batch committed before
+        it: the readers and a restart check that the markers form a chain and that
+        the files they name are there and unchanged (:meth:`chain`,
+        :meth:`check_files`).
         """
-        info = {**info, **self.batch_files(batch)}
+        for rel, (_crc, size) in sorted(files.items()):
+            path = self.root / rel
+            try:
+                found = path.stat().st_size
+            except FileNotFoundError:
+                found = -1
+            if found != size:
+                what = "is missing" if found < 0 else f"has {found} bytes, not {size}"
+                raise StoreError(
+                    f"{path} {what} (its task wrote it in batch {batch}); the batch is not "
+                    "committed and runs again"
+                )
+        info = {**info, "files": dict(sorted(files.items())), "state": self.state_files(batch)}
         body = json.dumps(info, sort_keys=True)
         payload = json.dumps({"crc": zlib.crc32(body.encode()), "info": info}, sort_keys=True)
         write_atomic(self.root / "commits" / f"{batch:012d}.json", payload.encode())
 
-    def batch_files(self, batch: int) -> dict[str, dict[str, Any]]:
-        """The files batch ``batch`` wrote, by path under the store.
+    def state_files(self, batch: int) -> dict[str, int]:
+        """The partitions' state files of batch ``batch``, by path under the store, with sizes.
 
-        ``files``: outputs, histories and failure records, each with
-        ``[crc32, size]`` (read back in whole by the readers); ``state``: the
-        partitions' state files of the batch, each with its size (they carry
-        their own checksum, checked when they are loaded).
+        They carry their own checksum, checked when they are loaded; the sizes
+        let a restart find one that is missing or cut short (:meth:`check_state`).
         """
-        files: dict[str, Any] = {}
-        suffix = f"batch-{batch:012d}"
-        folders = [self.root / kind / suffix for kind in ("history", "errors")]
-        outputs = self.root / "outputs"
-        if outputs.is_dir():
-            folders += [d / suffix for d in sorted(outputs.iterdir()) if d.is_dir()]
-        for folder in folders:
-            if not folder.is_dir():
-                continue
-            for part in sorted(folder.iterdir()):
-                if part.name.startswith("."):
-                    continue
-                raw = part.read_bytes()
-                files[str(part.relative_to(self.root))] = [zlib.crc32(raw), len(raw)]
         state: dict[str, int] = {}
         names = {f"{kind}-{batch:012d}.bin" for kind in ("snap", "delta", "patch")}
         state_dir = self.root / "state"
@@ -659,7 +667,7 @@ class RuntimeStore:
                 for name in sorted(names.intersection(os.listdir(pdir))):
                     path = pdir / name
                     state[str(path.relative_to(self.root))] = path.stat().st_size
-        return {"files": files, "state": state}
+        return state
 
     def commit_info(self, batch: int) -> dict[str, Any]:
         """The information stored with batch ``batch``'s commit (checked)."""

@@ -106,15 +106,19 @@ _paused = False
 
 def _write(
     store: RuntimeStore, ctx: BatchContext, role: str, outcome: Outcome, job: JobSpec
-) -> None:
+) -> dict[str, list[int]]:
+    """Write a task's outputs, history and failure records; their marker entries."""
+    files: dict[str, list[int]] = {}
     for name, lines in outcome.outputs.items():
-        store.write_lines("outputs", name, ctx.batch, role, lines)
+        files.update(store.write_lines("outputs", name, ctx.batch, role, lines))
     if job.record_history and (outcome.txns or outcome.history):
-        store.write_lines("history", "", ctx.batch, role, outcome.txns + outcome.history)
-    if outcome.failures:
-        store.write_lines(
-            "errors", "", ctx.batch, role, [json.dumps(f, default=str) for f in outcome.failures]
+        files.update(
+            store.write_lines("history", "", ctx.batch, role, outcome.txns + outcome.history)
         )
+    if outcome.failures:
+        lines = [json.dumps(f, default=str) for f in outcome.failures]
+        files.update(store.write_lines("errors", "", ctx.batch, role, lines))
+    return files
 
 
 def release(
@@ -176,8 +180,9 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
     executor.run(ctx.batch, events, ctx.abort)
     token = store.save(pid, state, ctx.batch, ctx.snapshot)
-    _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
+    files = _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
     stats = executor.outcome.stats()
+    stats["files"] = files  # (for the commit marker: the driver reads no file back)
     stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.counted)
     if executor.runs is not None:
         stats["runs"] = executor.runs
@@ -202,8 +207,10 @@ def phase2(
         outcome, back = run_deferred(
             job, ctx.batch, rows, events, ctx.abort, ctx.arrival, ctx.partitions
         )
-    _write(store, ctx, role, outcome, job)
-    return outcome.stats(), back
+    files = _write(store, ctx, role, outcome, job)
+    stats = outcome.stats()
+    stats["files"] = files
+    return stats, back
 
 
 def phase3(job: JobSpec, ctx: BatchContext, pid: int, back: Iterable[Any]) -> str:
@@ -235,7 +242,7 @@ class Phases:
 
 
 def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """Add up per-task stats."""
+    """Add up per-task stats; ``files`` gathers the files the tasks wrote (for the marker)."""
     total: dict[str, Any] = {
         "events": 0,
         "committed": 0,
@@ -244,8 +251,10 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "failures": [],
         "latency": {},
         "committed_inputs": {},
+        "files": {},
     }
     for part in parts:
+        total["files"].update(part.get("files", {}))
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
         total["held"] = total.get("held", 0) + part.get("held", 0)
@@ -306,6 +315,7 @@ def run_batch(
             parts.append(stats2)
             tokens.update(tokens3)
         stats = merge_stats(parts)
+        files = stats.pop("files")
         stats["phase1_s"] = round(phase1_s, 3)
         stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
         new = [
@@ -336,6 +346,7 @@ def run_batch(
                 # merge while there are any (see restart.restarted_meta).
                 "held": stats.get("held", 0),
             },
+            files,
         )
         log_failures(job.name, ctx.batch, stats["failures"])  # (on the driver, once committed)
         stats["latency"] = latencies(stats["latency"], time.time())
