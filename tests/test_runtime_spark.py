@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 import txstream as tx
+from store_checks import assert_markers_name_their_files
 from txstream.bench.ledger import events, ledger_job, opening, serial_oracle, transfer
 from txstream.model import check
 from txstream.spark.runtime.partitioning import partition_of, spark_hash_long, sql_partition
@@ -84,6 +85,16 @@ def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path)
         assert not any((tmp_path / "ckpt" / "txstream" / kind).glob("*/*"))
     verdict = check(tx.read_history(tmp_path / "ckpt"), "csao")
     assert verdict.holds, verdict.evidence
+    # Phase 1's and phase 2's tasks handed their files' CRCs to the markers.
+    roles = {Path(rel).stem for rel in _marker_files(tmp_path / "ckpt" / "txstream")}
+    assert assert_markers_name_their_files(tmp_path / "ckpt" / "txstream") > 0
+    assert "p00000" in roles and any(role.startswith("coord") for role in roles)
+
+
+def _marker_files(root: Path) -> list[str]:
+    from txstream.spark.runtime.state import RuntimeStore
+
+    return [rel for _, info in RuntimeStore(root).chain() for rel in info["files"]]
 
 
 @pytest.mark.parametrize("engine", ["executors", "driver"])
@@ -108,6 +119,9 @@ def test_events_with_a_null_key_or_order_value_are_reported_as_run_local_does(
             ("deposits#2", "SchemaError: the event has a null order value; it was not run"),
             ("deposits#1", "SchemaError: the event has a null key; it was not run"),
         ]  # in the declared order: a null order value counts as 0
+    # The markers name every file with its CRC, handed over by the tasks (or the
+    # driver engine) that wrote it, the failure records of unplaced events too.
+    assert assert_markers_name_their_files(tmp_path / "ckpt" / "txstream") >= 1
 
 
 @pytest.mark.parametrize(
