@@ -292,7 +292,10 @@ def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
     (see :mod:`.codec`); built in C (``chain``, ``repeat``) from the dicts.
     """
     groups = by_value.values()
-    values = list(chain.from_iterable(map(repeat, by_value, map(len, groups))))
+    if len(by_value) == sum(map(len, groups)):  # one row per value (a key that is the value)
+        values = list(by_value)
+    else:
+        values = list(chain.from_iterable(map(repeat, by_value, map(len, groups))))
     keys = list(chain.from_iterable(groups))
     rows = list(chain.from_iterable(map(dict.values, groups)))
     return [values, keys, rows]
@@ -300,6 +303,8 @@ def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
 
 def nested(values: list[Any], keys: list[Any], rows: list[Any]) -> dict[Any, dict[Any, Any]]:
     """The table that :func:`columns` wrote (partition value -> key -> row)."""
+    if len(set(values)) == len(values) == len(keys) == len(rows):  # one row per value
+        return {value: {key: row} for value, key, row in zip(values, keys, rows, strict=True)}
     table: dict[Any, dict[Any, Any]] = {}
     for value, key, row in zip(values, keys, rows, strict=True):
         by_key = table.get(value)
