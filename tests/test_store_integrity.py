@@ -527,6 +527,17 @@ def same_state(a: Any, b: Any) -> bool:
     )
 
 
+def test_a_table_in_columns_round_trips() -> None:
+    for table in (
+        {},
+        {1: {1: {"a": 1}}, "x": {(2, "y"): {"a": 2}}},
+        {1: {}, 2: {"k": {"a": 1}, "l": {"b": 2}}},  # a value without rows is left out
+        {1: {"k": {"a": 1}, "l": {"b": 2}}, 2: {"m": {}}, 3: {}},
+    ):
+        back = state_module.nested(*state_module.columns(table))
+        assert same(back, {v: rows for v, rows in table.items() if rows})
+
+
 def test_long_lists_in_column_layouts_round_trip() -> None:
     rows = [{"k": k, "v": float(k) / 3, "s": "x", "n": None, "b": True} for k in range(9)]
     for value in (

@@ -289,10 +289,11 @@ def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
 
     The store's layout of a table (snapshots, initial rows): lists of plain
     values and rows that the format writes without a Python step per row
-    (see :mod:`.codec`); built in C (``chain``, ``repeat``) from the dicts.
+    (see :mod:`.codec`); built in C (``chain``, ``repeat``) from the dicts.  A
+    value without rows is left out (a lookup finds none either way).
     """
     groups = by_value.values()
-    if len(by_value) == sum(map(len, groups)):  # one row per value (a key that is the value)
+    if set(map(len, groups)) <= {1}:  # one row per value (a key that is the value)
         values = list(by_value)
     else:
         values = list(chain.from_iterable(map(repeat, by_value, map(len, groups))))
