@@ -38,24 +38,34 @@ def check_reading(t: tx.Tx, reading: dict[str, Any]) -> None:
         t.emit("alerts", {"device": reading["device"], "temp": reading["temp"], "ts": reading["ts"]})
 
 
-def start(spark: Any, data: Path, checkpoint: Path, once: bool) -> Any:
-    changes = spark.readStream.schema("device string, low double, high double, ts long")
-    readings = spark.readStream.schema("device string, temp double, ts long")
-    job = (
+def job(specs: Any, changes: Any, readings: Any) -> tx.Job:
+    """The job over its two inputs (DataFrames, or None for ``run_local``)."""
+    return (
         tx.Job("sensor_alerts")
-        .table("specs", key="device", initial=str(data / "specs.json"))
-        .input("changes", changes.option("maxFilesPerTrigger", 2).json(str(data / "changes")), keys="device", order="ts")
-        .input("readings", readings.option("maxFilesPerTrigger", 2).json(str(data / "readings")),
-               keys="device", order="ts")
+        .table("specs", key="device", initial=specs)
+        .input("changes", changes, keys="device", order="ts")
+        .input("readings", readings, keys="device", order="ts")
         .output("alerts", schema="device string, temp double, ts long")
         .boundary("timestamp")
         .option("merge", "event-time")  # whichever input a source hands over first
         .on("changes", change_spec)
         .on("readings", check_reading)
+    )
+
+
+def start(spark: Any, data: Path, checkpoint: Path, once: bool) -> Any:
+    changes = spark.readStream.schema("device string, low double, high double, ts long")
+    readings = spark.readStream.schema("device string, temp double, ts long")
+    return (
+        job(
+            str(data / "specs.json"),
+            changes.option("maxFilesPerTrigger", 2).json(str(data / "changes")),
+            readings.option("maxFilesPerTrigger", 2).json(str(data / "readings")),
+        )
         .option("recordHistory", True)
         .trigger(**({"availableNow": True} if once else {"processingTime": "200 milliseconds"}))
+        .start(checkpoint=checkpoint, spark=spark)
     )
-    return job.start(checkpoint=checkpoint, spark=spark)
 # ---- end of the job ------------------------------------------------------------------
 
 

@@ -1156,17 +1156,7 @@ def test_the_sensor_alerts_example_gives_every_expected_alert_without_spark(
     data = tmp_path / "data"
     expected = example.generate(data, devices=6, files=12, per_file=40, seed=5)
     specs = [json.loads(line) for line in (data / "specs.json").read_text().splitlines()]
-    job = (
-        tx.Job("sensor_alerts")
-        .table("specs", key="device", initial=specs)
-        .input("changes", None, keys="device", order="ts")
-        .input("readings", None, keys="device", order="ts")
-        .output("alerts", schema="device string, temp double, ts long")
-        .boundary("timestamp")
-        .option("merge", "event-time")
-        .on("changes", example.change_spec)
-        .on("readings", example.check_reading)
-    )
+    job = example.job(specs, None, None)
 
     def files(name: str) -> list[list[tuple[str, Any]]]:
         paths = sorted((data / name).glob("*.json"))

@@ -211,17 +211,7 @@ def test_the_readme_quick_start_gives_the_serial_answer_whatever_the_hand_over(
     data = tmp_path / "data"
     expected = example.generate(data, devices=6, files=6, per_file=30, seed=9)
     specs = [json.loads(line) for line in (data / "specs.json").read_text().splitlines()]
-    job = (
-        tx.Job("sensor_alerts")
-        .table("specs", key="device", initial=specs)
-        .input("changes", None, keys="device", order="ts")
-        .input("readings", None, keys="device", order="ts")
-        .output("alerts", schema="device string, temp double, ts long")
-        .boundary("timestamp")
-        .option("merge", "event-time")
-        .on("changes", example.change_spec)
-        .on("readings", example.check_reading)
-    )
+    job = example.job(specs, None, None)
     stream = [
         (name, json.loads(line))
         for name in ("changes", "readings")
