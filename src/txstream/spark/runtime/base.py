@@ -396,6 +396,9 @@ class InputSpec:
     index: int = 0
     broadcast: str | None = None
     """A boolean column: events where it is true reach every partition (no values)."""
+    global_reads: tuple[tuple[str, str | None], ...] = ()
+    """(table, column) pairs this keyless input's transactions aggregate over every
+    partition (``tx.sum``, ``tx.count``); column None: the table's row count only."""
 
     def __post_init__(self) -> None:
         # One getter per declared key, built once: this runs for every event.
@@ -434,6 +437,20 @@ class JobSpec:
     handlers: dict[str, TxnFunction] = field(default_factory=dict)
     boundary: Any = None
     record_history: bool = False
+    cross_partition: str = "forward"
+    """How transactions whose values live on several partitions run: ``forward``
+    (at their home partition in phase 1, rows forwarded between tasks; see
+    :mod:`.forward`) or ``defer`` (phases 2 and 3)."""
+
+    @property
+    def may_cross(self) -> bool:
+        """Whether a transaction can need rows or totals of another partition.
+
+        An input with several partition values per event, or one with global
+        reads; boundaries that group events of several partitions run each
+        partition's part on its own (no rows move).
+        """
+        return any(len(i.keys) > 1 or i.global_reads for i in self.inputs.values())
 
     def for_tasks(self) -> JobSpec:
         """A copy without the input DataFrames and initial contents, to ship to executors."""
@@ -445,6 +462,7 @@ class JobSpec:
             handlers=dict(self.handlers),
             boundary=self.boundary,
             record_history=self.record_history,
+            cross_partition=self.cross_partition,
         )
 
     def validate(self) -> None:
@@ -461,6 +479,19 @@ class JobSpec:
                 raise RuntimeJobError(
                     f".on({name!r}, ...) names no input; inputs: {', '.join(self.inputs)}"
                 )
+        for spec in self.inputs.values():
+            for table, column in spec.global_reads:
+                known = self.tables.get(table)
+                if known is None:
+                    raise RuntimeJobError(
+                        f"input {spec.name!r}: global_reads names no table {table!r}; "
+                        f"tables: {', '.join(self.tables) or '-'}"
+                    )
+                if column is not None and known.columns is not None and column not in known.columns:
+                    raise RuntimeJobError(
+                        f"input {spec.name!r}: global_reads names no column {column!r} of "
+                        f"table {table!r}; columns: {', '.join(known.columns)}"
+                    )
         widths = {len(t.partition_by) for t in self.tables.values()}
         widths |= {len(k) for i in self.inputs.values() for k in i.keys}
         if len(widths) > 1:

@@ -24,6 +24,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from txstream.spark.runtime.base import (
@@ -119,13 +120,17 @@ class Tx:
     """
 
     __slots__ = (
+        "_aggregates",
         "_allowed",
         "_emits",
         "_gid",
+        "_global",
         "_history",
         "_home",
         "_job",
         "_partitions",
+        "_remote",
+        "_remote_ops",
         "_state",
         "_undo",
     )
@@ -141,6 +146,16 @@ class Tx:
         self._home: int | None = None
         """While a keyless event runs: the partition whose rows it may touch (its fragment)."""
         self._partitions = 0
+        self._remote: set[Any] | None = None
+        """Values whose rows were forwarded here from their own partitions (see
+        :mod:`.forward`): their operations are recorded there, so they go to
+        ``_remote_ops`` as (value, operation)."""
+        self._remote_ops: list[tuple[Any, str]] = []
+        self._global: tuple[tuple[str, str | None], ...] = ()
+        """What this transaction may read across all partitions (its input's global_reads)."""
+        self._aggregates: dict[tuple[str, str | None], list[Any]] | None = None
+        """The totals over every partition, when they were gathered for it; None: count
+        them here (this state holds every row: the deferred phase, the driver engine)."""
 
     # -- reads ---------------------------------------------------------------------
     def read(self, table: str, key: Key, default: Any = None) -> Any:
@@ -154,7 +169,7 @@ class Tx:
         if value not in self._allowed:
             self._check_value(table, value)
         if self._history is not None:
-            self._history.append(f"r{self._gid}({item_name(table, key)})")
+            self._log(value, f"r{self._gid}({item_name(table, key)})")
         rows = self._state.data.get(table)
         if rows is None:
             return default
@@ -170,8 +185,9 @@ class Tx:
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
         if self._history is not None:
-            self._history.append(f"r{self._gid}({_set_item(table, value)})")
-            self._history.extend(f"r{self._gid}({item_name(table, k)})" for k in rows)
+            self._log(value, f"r{self._gid}({_set_item(table, value)})")
+            for k in rows:
+                self._log(value, f"r{self._gid}({item_name(table, k)})")
         return [dict(rows[k]) for k in sorted(rows, key=canonical)]
 
     def values(self, table: str) -> list[Key]:
@@ -261,6 +277,40 @@ class Tx:
             raise missing_row(f"delete from {table}", key)
         self._put(table, value, key, ABSENT, structural=True)
 
+    def sum(self, table: str, column: str) -> Any:
+        """The sum of ``column`` over every row of ``table`` in every partition (nulls skipped).
+
+        For an input declared with ``global_reads=["table.column"]``: the total
+        as of this transaction's place in the order, over all partitions.
+        """
+        return self._total(table, column)[0]
+
+    def count(self, table: str) -> int:
+        """The number of rows of ``table`` in every partition (see :meth:`sum`)."""
+        for read_table, column in self._global:
+            if read_table == table:
+                return int(self._total(table, column)[1])
+        raise self._undeclared_total(table, None)
+
+    def _total(self, table: str, column: str | None) -> list[Any]:
+        if (table, column) not in self._global:
+            raise self._undeclared_total(table, column)
+        if self._aggregates is not None:
+            return finish_total(self._aggregates[(table, column)])
+        # Every row is here (the deferred phase, the driver engine): count them now.
+        ops: list[str] | None = [] if self._history is not None else None
+        found = partial_totals(self._state.data, ((table, column),), self._gid, ops)
+        if ops is not None and self._history is not None:
+            self._history.extend(ops)
+        return finish_total(found[(table, column)])
+
+    def _undeclared_total(self, table: str, column: str | None) -> UndeclaredKeyError:
+        what = f"{table}.{column}" if column is not None else table
+        return UndeclaredKeyError(
+            f"a read of {what} across all partitions needs an input without keys declared "
+            f"with global_reads=[{what!r}]"
+        )
+
     def emit(self, output: str, row: Row) -> None:
         """Send ``row`` to ``output`` when (and only if) the transaction commits."""
         self._emits.append((output, emitted_row(self._job, output, row)))
@@ -286,6 +336,15 @@ class Tx:
         if value not in self._allowed:
             self._check_value(spec.name, value)
         return value
+
+    def _log(self, value: Any, op: str) -> None:
+        """Record one operation (history on): here, or for the value's own partition."""
+        remote = self._remote
+        if remote is not None and value in remote:
+            self._remote_ops.append((value, op))
+        else:
+            assert self._history is not None
+            self._history.append(op)
 
     def _check_value(self, table: str, value: Any) -> None:
         if value not in self._allowed:
@@ -314,15 +373,83 @@ class Tx:
         else:
             part[key] = row
         if self._history is not None:
-            self._history.append(f"w{self._gid}({item_name(table, key)})")
+            self._log(value, f"w{self._gid}({item_name(table, key)})")
             if structural:
-                self._history.append(f"w{self._gid}({_set_item(table, value)})")
+                self._log(value, f"w{self._gid}({_set_item(table, value)})")
 
     def _rollback(self) -> None:
         for table, value, key, old in reversed(self._undo):
             self._state.put(table, value, key, old)
         self._undo.clear()
         self._emits.clear()
+
+
+_EXACT = 2**1074
+"""Every finite double is a whole multiple of 2**-1074: float totals are summed exactly
+in these units, so a total does not depend on how rows are split into partitions."""
+
+
+def partial_totals(
+    data: Mapping[str, Mapping[Any, Mapping[Any, Row]]],
+    reads: Iterable[tuple[str, str | None]],
+    gid: str,
+    ops: list[str] | None = None,
+) -> dict[tuple[str, str | None], list[Any]]:
+    """One partition's part of a global read: per (table, column), an exact partial total.
+
+    A partial is ``[int sum, float sum in units of 2**-1074, whether floats were
+    seen, sum of non-finite floats, row count]``; :func:`add_totals` adds
+    partials and :func:`finish_total` gives (sum, count).  ``ops`` (history on)
+    gets the reads of every row and of every value's row set.
+    """
+    out: dict[tuple[str, str | None], list[Any]] = {}
+    for table, column in reads:
+        ints, exact, floats, odd, count = 0, 0, False, 0.0, 0
+        for value, rows in data.get(table, {}).items():
+            count += len(rows)
+            if column is not None:
+                for row in rows.values():
+                    x = row.get(column)
+                    if x is None:
+                        continue
+                    if type(x) is float:
+                        floats = True
+                        if x - x == 0.0:
+                            n, d = x.as_integer_ratio()
+                            exact += n * (_EXACT // d)
+                        else:
+                            odd += x
+                    else:
+                        ints += x
+            if ops is not None:
+                ops.append(f"r{gid}({_set_item(table, value)})")
+                ops.extend(f"r{gid}({item_name(table, k)})" for k in rows)
+        out[(table, column)] = [ints, exact, floats, odd, count]
+    return out
+
+
+def add_totals(into: dict[Any, list[Any]], more: Mapping[Any, list[Any]]) -> None:
+    """Add the partial totals ``more`` to ``into`` (see :func:`partial_totals`)."""
+    for what, (ints, exact, floats, odd, count) in more.items():
+        mine = into.get(what)
+        if mine is None:
+            into[what] = [ints, exact, floats, odd, count]
+        else:
+            mine[0] += ints
+            mine[1] += exact
+            mine[2] = mine[2] or floats
+            mine[3] += odd
+            mine[4] += count
+
+
+def finish_total(total: list[Any]) -> list[Any]:
+    """(sum, count) of a total: an int when no float was summed, else the rounded exact sum."""
+    ints, exact, floats, odd, count = total
+    if not floats:
+        return [ints, count]
+    if odd != 0.0 or odd != odd:  # an infinity or NaN decides the sum, whatever the order
+        return [odd, count]
+    return [float(Fraction(ints * _EXACT + exact, _EXACT)), count]
 
 
 @dataclass
@@ -338,6 +465,12 @@ class Outcome:
     committed: int = 0
     aborted: int = 0
     deferred: int = 0
+    forwarded: int = 0
+    """Multi-partition transactions this task ran at their home with forwarded rows."""
+    messages: int = 0
+    """Messages this task's partitions sent to other partitions (see :mod:`.forward`)."""
+    message_bytes: int = 0
+    """Bytes of the messages that went to another task (over a socket)."""
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
     inputs: dict[int, int] = field(default_factory=dict)
@@ -389,6 +522,9 @@ class Outcome:
             "committed": self.committed,
             "aborted": self.aborted,
             "deferred": self.deferred,
+            "forwarded": self.forwarded,
+            "messages": self.messages,
+            "message_bytes": self.message_bytes,
             "failures": self.failures,
             "committed_inputs": dict(self.inputs),
             "latency": _histogram(self.sent),
@@ -436,7 +572,13 @@ class GroupRunner:
         self.arrival = arrival
         self.partitions = partitions
         self.record = job.record_history
-        self._emit_seq = 0
+        self.remote: set[Any] | None = None
+        """Values whose rows were forwarded for the next :meth:`run` (see :mod:`.forward`)."""
+        self.aggregates: dict[tuple[str, str | None], list[Any]] | None = None
+        """The gathered totals for the next :meth:`run` of a global read (see :class:`Tx`)."""
+        self.remote_ops: list[tuple[Any, str]] = []
+        """After a committed :meth:`run` with ``remote``: the operations on those values."""
+        self.global_reads = {n: i.global_reads for n, i in job.inputs.items() if i.global_reads}
         self.arrival_column: str | None = getattr(arrival, "column", None)
         """The arrival column when ``arrival`` reads one (floats are then read inline)."""
 
@@ -462,13 +604,20 @@ class GroupRunner:
         for event in events:
             allowed.update(event.values)
         tx._partitions = self.partitions
+        if self.remote is not None:
+            tx._remote = self.remote
         handlers = self.job.handlers
+        global_reads = self.global_reads
         current: Event | None = None
         try:
             for current in events:
-                # A keyless event is one fragment per partition: each copy may touch
-                # the rows of the partition it was delivered to, and no others.
-                if not current.values and self.partitions:
+                reads = global_reads.get(current.input) if global_reads else None
+                if reads is not None:
+                    # One run over every partition's totals: it touches no rows.
+                    tx._home, tx._global, tx._aggregates = None, reads, self.aggregates
+                elif not current.values and self.partitions:
+                    # A keyless event is one fragment per partition: each copy may touch
+                    # the rows of the partition it was delivered to, and no others.
                     tx._home = current.pids[0]
                 else:
                     tx._home = None
@@ -491,11 +640,13 @@ class GroupRunner:
         if history is not None:
             outcome.txns.append(f"T {group.gid} c {order[0]!r} {order[1]} {order[2]}")
             outcome.history.extend(history)
+            if self.remote is not None:
+                self.remote_ops = tx._remote_ops
         if tx._emits:
             outputs = outcome.outputs
-            for output, row in tx._emits:
-                row["__order"] = [*order, self._emit_seq]
-                self._emit_seq += 1
+            # Numbered within the transaction: the same whatever ran before it here.
+            for seq, (output, row) in enumerate(tx._emits):
+                row["__order"] = [*order, seq]
                 lines = outputs.get(output)
                 if lines is None:
                     lines = outputs[output] = []
@@ -581,6 +732,7 @@ class PartitionExecutor:
         """Run the batch's events of this partition (sorted by declared order)."""
         self.outcome.events = sum(1 for e in events if e.counted)
         pid, run = self.pid, self.runner.run
+        global_inputs = self.runner.global_reads
         boundary = self.job.boundary
         groups: Iterable[Group] = boundary.groups(batch, events, self.state.meta)
         if boundary.checks_runs:
@@ -607,7 +759,10 @@ class PartitionExecutor:
                 for v, p in zip(e.values, e.pids, strict=True)
                 if p == self.pid
             ]
-            multi = any(not e.copy or any(p != self.pid for p in e.pids) for e in group.events)
+            multi = any(
+                not e.copy or e.input in global_inputs or any(p != self.pid for p in e.pids)
+                for e in group.events
+            )
             if not self.blocked_all and self.blocked and any(not e.values for e in group.events):
                 # A fragment may touch any row here, deferred values' rows included:
                 # it and everything after it wait for them (per-value order).
@@ -624,7 +779,12 @@ class PartitionExecutor:
                     # to phase 2 (shipped_rows), and everything after it waits too.
                     self.blocked_all = True
                 self.outcome.deferred += 1
-                self.shipped_events.extend((group.gid, e) for e in group.events if e.copy)
+                self.shipped_events.extend(
+                    (group.gid, e)
+                    for e in group.events
+                    # a global read runs once: partition 0's copy
+                    if e.copy and (e.input not in global_inputs or e.counted)
+                )
                 continue
             self.runner.run(group, abort)
 

@@ -53,6 +53,29 @@ from txstream.spark.runtime.tasks import stop_on_error
 
 ON_ERROR = ("rollback", "stop")
 
+CROSS_PARTITION = ("forward", "defer")
+"""The ways a multi-partition transaction can run (option ``crossPartition``)."""
+
+
+def _global_reads(name: str, reads: Sequence[str]) -> tuple[tuple[str, str | None], ...]:
+    """``["accounts.balance", "limits"]`` as (table, column) pairs (column None: a count)."""
+    if isinstance(reads, str):
+        reads = [reads]
+    if not isinstance(reads, (list, tuple)):
+        raise RuntimeJobError(
+            f"input {name!r}: global_reads is a list like ['accounts.balance'], not {reads!r}"
+        )
+    out: list[tuple[str, str | None]] = []
+    for item in reads:
+        parts = item.split(".") if isinstance(item, str) else []
+        if not 1 <= len(parts) <= 2 or not all(parts):
+            raise RuntimeJobError(
+                f"input {name!r}: global_reads entry {item!r} is 'table' or 'table.column'"
+            )
+        out.append((parts[0], parts[1] if len(parts) == 2 else None))
+    return tuple(out)
+
+
 NEVER_QUIET = 2**62
 """``idleBatches`` of a bounded ``run_local``: no input counts as quiet before it ends."""
 
@@ -125,6 +148,7 @@ class Job:
         keys: str | Sequence[str | Sequence[str]] = (),
         order: str | None = None,
         broadcast: str | None = None,
+        global_reads: Sequence[str] = (),
     ) -> Job:
         """Declare an input stream (a streaming DataFrame, or a list of dicts for ``run_local``).
 
@@ -137,6 +161,11 @@ class Job:
         ``broadcast`` names a boolean column: the events where it is true reach
         every partition, as the events of an input without keys do (one stream
         that mixes keyed events with queries over every partition, read once).
+        ``global_reads`` (an input without keys only) names what its transactions
+        read across all partitions: ``"table.column"`` (``tx.sum``, ``tx.count``)
+        or ``"table"`` (``tx.count``).  Such a transaction runs once, at its place
+        in the order, over the totals of every partition; it writes no table rows
+        (it may emit).
         """
         _name("input", name, self.spec.inputs)
         if isinstance(keys, str):
@@ -155,8 +184,14 @@ class Job:
                 f"input {name!r}: broadcast={broadcast!r} needs keys (an input without keys "
                 "reaches every partition already)"
             )
+        reads = _global_reads(name, global_reads)
+        if reads and (key_list or broadcast is not None):
+            raise RuntimeJobError(
+                f"input {name!r}: global_reads needs an input without keys and without "
+                "broadcast (its events read every partition)"
+            )
         self.spec.inputs[name] = InputSpec(
-            name, source, key_list, order, len(self.spec.inputs), broadcast
+            name, source, key_list, order, len(self.spec.inputs), broadcast, reads
         )
         return self
 
@@ -211,7 +246,11 @@ class Job:
         ``idleBatches`` (event-time merge: quiet batches before an input stops holding
         the others back, 1), ``allFailLimit`` (stop when that many transactions of an
         input, and none that committed, failed with a schema or undeclared-key error
-        since the start, 20; 0: never, see :mod:`~txstream.spark.runtime.failures`).
+        since the start, 20; 0: never, see :mod:`~txstream.spark.runtime.failures`),
+        ``crossPartition`` (``forward``, the default: a transaction whose values live on
+        several partitions runs in phase 1 at its home partition, the others forwarding
+        their rows, see :mod:`~txstream.spark.runtime.forward`; ``defer``: it and what
+        follows it on its values wait for phases 2 and 3).
         """
         if key == "partitions":
             self._partitions = check_partitions(value, "option partitions")
@@ -247,6 +286,12 @@ class Job:
             if not isinstance(value, bool):
                 raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
             self.spec.record_history = value
+        elif key == "crossPartition":
+            if value not in CROSS_PARTITION:
+                raise RuntimeJobError(
+                    f"option crossPartition is one of {CROSS_PARTITION}, not {value!r}"
+                )
+            self.spec.cross_partition = value
         elif key == "arrivalTime":
             if not isinstance(value, str) or not value:
                 raise RuntimeJobError(
@@ -256,8 +301,9 @@ class Job:
             self._arrival = value
         else:
             raise RuntimeJobError(
-                f"unknown option {key!r}; choose one of: allFailLimit, arrivalTime, idleBatches, "
-                "merge, onError, partitions, recordHistory, snapshotEvery"
+                f"unknown option {key!r}; choose one of: allFailLimit, arrivalTime, "
+                "crossPartition, idleBatches, merge, onError, partitions, recordHistory, "
+                "snapshotEvery"
             )
         return self
 
@@ -333,6 +379,7 @@ class Job:
         store: str | Path,
         partitions: int = 2,
         end_inputs: bool = True,
+        tasks: int = 1,
     ) -> LocalRunner:
         """Run the job in this process over ``batches`` of ``(input, row)``; returns the runner.
 
@@ -343,11 +390,13 @@ class Job:
         merge, ``end_inputs`` (the default) ends the inputs after the last batch:
         when events are held, one more committed batch without events runs them
         (:meth:`LocalRunner.end_inputs`); ``end_inputs=False`` leaves them held
-        for a later run on the same store.
+        for a later run on the same store.  ``tasks`` > 1 runs each batch's phase
+        1 in that many threads that forward rows to each other over local
+        sockets, as Spark's tasks do (a test of the exchange, not a speed-up).
         """
         self.validate()
         merge = self.merge_for("run_local")  # (event-time only when every input is ordered)
-        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, merge)
+        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, merge, tasks)
         runner.arrival = self.arrival_fn()
         if merge == "event-time":
             # A bounded run ends its inputs: without idleBatches chosen, a quiet

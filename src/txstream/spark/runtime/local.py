@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import threading
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -26,6 +29,12 @@ from txstream.spark.runtime.base import (
     null_field,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
+from txstream.spark.runtime.forward import (
+    ExchangeError,
+    SocketTransport,
+    forwarding,
+    new_exchange,
+)
 from txstream.spark.runtime.merge import advance, ended
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
@@ -36,6 +45,7 @@ from txstream.spark.runtime.tasks import (
     committed_frontier,
     committed_tokens,
     phase1,
+    phase1_forward,
     phase2,
     phase3,
     run_batch,
@@ -151,16 +161,20 @@ class LocalRunner:
         partitions: int = 2,
         snapshot_every: int = 10,
         merge: str = "batch",
+        tasks: int = 1,
     ) -> None:
         """Open (or create) the store for ``job``.
 
         ``merge`` is recorded with the store (a restart may not leave
         ``event-time`` while events are held); :meth:`Job.run_local` sets
-        ``idle_batches`` for it.
+        ``idle_batches`` for it.  ``tasks`` > 1 runs phase 1 in that many
+        threads, each hosting some partitions and forwarding rows to the others
+        over local sockets, as Spark's phase-1 tasks do (see :mod:`.forward`).
         """
         job.validate()
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
+        self.tasks = check_partitions(tasks, "run_local tasks")
         self.store = RuntimeStore(usable_directory(Path(store), "store"))
         lock = _local_store(self.store, job, self.partitions, job_shape(job, merge))
         try:
@@ -309,7 +323,9 @@ class LocalRunner:
                     self.frontier, seen, self.idle_batches, declared
                 )
             ctx.frontier = self.frontier
-        stats = run_batch(self.job, _LocalPhases(self.job, per_partition, bad), ctx, self.store)
+        stats = run_batch(
+            self.job, _LocalPhases(self.job, per_partition, bad, self.tasks), ctx, self.store
+        )
         self.prev = self.batch
         self.batch += 1
         self.stats.append(stats)
@@ -322,15 +338,29 @@ class LocalRunner:
 
 class _LocalPhases(Phases):
     def __init__(
-        self, job: JobSpec, events: dict[int, list[Event]], bad: list[dict[str, Any]]
+        self,
+        job: JobSpec,
+        events: dict[int, list[Event]],
+        bad: list[dict[str, Any]],
+        tasks: int = 1,
     ) -> None:
         self.job = job
+        self.tasks = tasks
         self.events = events
         self.bad = bad
         self._shipped: list[dict[str, Any]] = []
 
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
-        results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
+        if self.job.may_cross and forwarding(self.job):
+            # Every partition in one scheduler: messages between them stay in memory.
+            events = {pid: list(evs) for pid, evs in self.events.items()}
+            if self.tasks > 1:
+                done = _threaded_phase1(self.job, ctx, events, self.tasks)
+            else:
+                done = phase1_forward(self.job, ctx, events)
+            results = [done[pid] for pid in self.events]
+        else:
+            results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
         if self.bad:  # events without a place, reported as a Spark phase-1 task does
             lines = [json.dumps(f, default=str) for f in self.bad]
             files = RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, "input", lines)
@@ -351,6 +381,39 @@ class _LocalPhases(Phases):
             by_pid[_owner(self.job, value, len(self.events))].append((value, tables))
         tokens = {pid: phase3(self.job, ctx, pid, items) for pid, items in by_pid.items() if items}
         return stats, tokens
+
+
+def _threaded_phase1(
+    job: JobSpec, ctx: BatchContext, events: dict[int, list[Event]], tasks: int
+) -> dict[int, dict[str, Any]]:
+    """Phase 1 in ``tasks`` threads exchanging messages over local sockets (as on Spark)."""
+    exchange = new_exchange(tasks)
+    folder = Path(ctx.store) / "rendezvous" / f"local-{ctx.batch}-{uuid.uuid4().hex}"
+    results: dict[int, dict[str, Any]] = {}
+    errors: list[BaseException] = []
+
+    def task(me: int) -> None:
+        transport = SocketTransport(
+            me, tasks, folder, exchange["secret"], "127.0.0.1", cancelled=lambda: bool(errors)
+        )
+        try:
+            mine = {p: evs for p, evs in events.items() if p % tasks == me}
+            results.update(phase1_forward(job, ctx, mine, transport, lambda p: p % tasks))
+        except BaseException as exc:  # (reported by the caller, after every thread ended)
+            errors.append(exc)
+        finally:
+            transport.close()
+
+    threads = [threading.Thread(target=task, args=(q,), daemon=True) for q in range(tasks)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    shutil.rmtree(folder, ignore_errors=True)
+    first = [e for e in errors if not isinstance(e, ExchangeError)] or errors
+    if first:
+        raise first[0]
+    return results
 
 
 def _owner(job: JobSpec, value: Any, partitions: int) -> int:

@@ -47,6 +47,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.failures import log_failures
+from txstream.spark.runtime.forward import SocketTransport, forwarding, new_exchange
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_partition
 from txstream.spark.runtime.restart import KEY_KINDS, first_meta, job_shape, restarted_meta
@@ -67,6 +68,7 @@ from txstream.spark.runtime.tasks import (
     committed_tokens,
     merge_stats,
     phase1,
+    phase1_forward,
     phase2,
     phase3,
     release,
@@ -285,6 +287,11 @@ class TxQuery:
         self._frontier = committed_frontier(self.store)
         self._barrier: bool | None = None
         """Whether phase 1 runs as a barrier stage (see :meth:`_gathers`); None: not known yet."""
+        self.tasks = partitions
+        """Phase-1 tasks per batch (see :meth:`_phase1_tasks`)."""
+        self.task_routes: list[int] = []
+        self.forward = False
+        """Whether multi-partition transactions are forwarded between phase-1 tasks."""
         self._held = PartitionState()
         """The driver engine's events held by the event-time merge (it cannot resume)."""
         self._watch = job.failure_watch(f"tx.read_failures({str(root)!r}) or query.failures()")
@@ -511,9 +518,34 @@ class TxQuery:
         # Computed in Python: a Spark job here cost 2-3 s of the start (the
         # session's first job warms up the JVM).
         self.routes = spark_routes(self.partitions)
+        self.tasks = self._phase1_tasks()
+        if self.tasks < self.partitions:
+            # Phase-1 task q hosts partitions q, q + tasks, ... (see forward.py).
+            mine = spark_routes(self.tasks)
+            self.task_routes = [mine[p % self.tasks] for p in range(self.partitions)]
+        else:
+            self.task_routes = list(self.routes)
 
-    def _route_expr(self, pid_column: str) -> str:
-        array = ", ".join(f"cast({r} as bigint)" for r in self.routes)
+    def _phase1_tasks(self) -> int:
+        """How many phase-1 tasks a batch has: one per partition, or one per task slot.
+
+        A job whose transactions can span partitions forwards rows between the
+        phase-1 tasks (see :mod:`.forward`), which must then all run at once: a
+        barrier stage of at most one task per slot, each hosting whole
+        partitions.  Without slots for that (dynamic allocation), such
+        transactions are deferred to phases 2 and 3 instead.
+        """
+        self.forward = False
+        if not (self.spec.may_cross and forwarding(self.spec)):
+            return self.partitions
+        sc = self.spark.sparkContext
+        if sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true":
+            return self.partitions
+        self.forward = True
+        return max(1, min(self.partitions, int(sc.defaultParallelism)))
+
+    def _route_expr(self, pid_column: str, routes: list[int] | None = None) -> str:
+        array = ", ".join(f"cast({r} as bigint)" for r in (routes or self.routes))
         return f"element_at(array({array}), greatest({pid_column}, 0) + 1)"
 
     def _load_initial(self) -> None:
@@ -695,9 +727,9 @@ class TxQuery:
             .selectExpr(
                 "*",
                 "(size(__pids) = 0 or __pid = __pids[0]) as __copy",
-                f"{self._route_expr('__pid')} as __route",
+                f"{self._route_expr('__pid', self.task_routes)} as __route",
             )
-            .repartition(P, "__route")
+            .repartition(self.tasks, "__route")
         )
         snapshot_every = self.job._snapshot_every
         gather = self._gathers()
@@ -720,13 +752,19 @@ class TxQuery:
                 "idle": self.job._idle_batches,
                 "nonce": f"{batch_id}-{uuid.uuid4().hex}",  # a folder no earlier run used
             }
-        phases = _SparkPhases(self.spec.for_tasks(), prepared, P)
+        spec = self.spec.for_tasks()
+        if self.forward:
+            ctx.exchange = {**new_exchange(self.tasks), "nonce": f"x{batch_id}-{uuid.uuid4().hex}"}
+        elif spec.may_cross:
+            spec.cross_partition = "defer"  # (no barrier stage possible: see _phase1_tasks)
+        phases = _SparkPhases(spec, prepared, P)
         try:
             stats = run_batch(phases.job, phases, ctx, self.store)
             self.store.drop_transient(batch_id)
         finally:
-            if ctx.gather is not None:
-                shutil.rmtree(rendezvous_folder(self.store.root, ctx.gather), ignore_errors=True)
+            for exchange in (ctx.gather, ctx.exchange):
+                if exchange is not None:
+                    shutil.rmtree(rendezvous_folder(self.store.root, exchange), ignore_errors=True)
         self._prev = batch_id
         self._frontier = ctx.frontier
         self._tokens = dict(ctx.tokens)
@@ -760,7 +798,7 @@ class TxQuery:
         if self._barrier is None:
             sc = self.spark.sparkContext
             dynamic = sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true"
-            self._barrier = not dynamic and self.partitions <= sc.defaultParallelism
+            self._barrier = not dynamic and self.tasks <= sc.defaultParallelism
         return self._barrier
 
     def _advance(self, df: Any) -> tuple[Bound | None, dict[str, Any]]:
@@ -971,11 +1009,11 @@ class _SparkPhases(Phases):
         def run(batches: Iterator[Any]) -> Iterator[Any]:
             return _phase1_task(job, ctx, partitions, names, batches)
 
-        barrier = ctx.gather is not None
+        barrier = ctx.gather is not None or ctx.exchange is not None
         rows = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).select("payload")
         stats = [pickle.loads(r[0]) for r in rows.collect()]
         ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
-        if barrier:  # every task found the same frontier; the commit stores it
+        if ctx.gather is not None:  # every task found the same frontier; the commit stores it
             ctx.release_upto, ctx.frontier = stats[0]["release"]
         return [s["stats"] for s in stats], any(s["shipped"] for s in stats)
 
@@ -1100,10 +1138,13 @@ def _phase1_outputs(
         lines = [json.dumps(f, default=str) for f in one_per_transaction(bad)]
         role = f"input-t{_task_partition()}"
         files = RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, role, lines)
-    for pid, evs in sorted(events.items()):
-        result = phase1(job, ctx, pid, evs)
+    if ctx.exchange is not None:
+        results = _forwarded_phase1(job, ctx, partitions, events)
+    else:
+        results = {pid: phase1(job, ctx, pid, evs) for pid, evs in sorted(events.items())}
+    for pid, result in sorted(results.items()):
         stats = result["stats"]
-        if bad and pid == min(events):
+        if bad and pid == min(results):
             stats["failures"].extend(bad)
             stats["aborted"] += len(bad)
             stats["files"].update(files)
@@ -1119,7 +1160,7 @@ def _phase1_outputs(
             "release": release,
         }
         out.append(_out("stats", pid, summary))
-    if bad and not events:
+    if bad and not results:
         stats = {
             "events": 0,
             "committed": 0,
@@ -1132,6 +1173,31 @@ def _phase1_outputs(
         summary = {"stats": stats, "pid": -1, "shipped": False, "release": release}
         out.append(_out("stats", -1, summary))
     return out
+
+
+def _forwarded_phase1(
+    job: JobSpec, ctx: BatchContext, partitions: int, events: dict[int, list[Event]]
+) -> dict[int, dict[str, Any]]:
+    """Phase 1 of the partitions this barrier task hosts, forwarding rows to the others.
+
+    Task ``q`` of ``tasks`` hosts partitions ``q, q + tasks, ...``: every one of
+    them runs, with or without events of its own (a global read needs every
+    partition's totals; a partition may hold events of earlier batches).
+    """
+    from pyspark import BarrierTaskContext
+
+    exchange = ctx.exchange
+    assert exchange is not None
+    task = BarrierTaskContext.get()
+    me, tasks = task.partitionId(), int(exchange["tasks"])
+    hosted = {p: events.get(p, []) for p in range(me, partitions, tasks)}
+    folder = rendezvous_folder(ctx.store, exchange)
+    host = task.getTaskInfos()[me].address.rsplit(":", 1)[0]
+    transport = SocketTransport(me, tasks, folder, exchange["secret"], host)
+    try:
+        return phase1_forward(job, ctx, hosted, transport, lambda pid: pid % tasks)
+    finally:
+        transport.close()
 
 
 def _highest(high: dict[int, float], inputs: list[int], orders: list[float | None]) -> None:

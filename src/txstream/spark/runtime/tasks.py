@@ -30,6 +30,7 @@ from txstream.spark.runtime.executor import (
     run_deferred,
 )
 from txstream.spark.runtime.failures import log_failures
+from txstream.spark.runtime.forward import ForwardScheduler, SocketTransport
 from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.results import one_per_transaction
 from txstream.spark.runtime.state import RuntimeStore
@@ -65,6 +66,9 @@ class BatchContext:
     phase1_tokens: dict[int, str] = field(default_factory=dict)
     partitions: int = 0
     """The job's number of partitions (keyless fragments check their rows' placement)."""
+    exchange: dict[str, Any] | None = None
+    """Forwarded multi-partition transactions: ``{"secret", "tasks", "nonce"}`` of the
+    batch's barrier stage (see :mod:`.forward`); None when phase 1 exchanges nothing."""
 
 
 @contextmanager
@@ -194,6 +198,47 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     }
 
 
+def phase1_forward(
+    job: JobSpec,
+    ctx: BatchContext,
+    events: dict[int, list[Event]],
+    transport: SocketTransport | None = None,
+    task_of: Callable[[int], int] | None = None,
+) -> dict[int, dict[str, Any]]:
+    """Phase 1 of the partitions in ``events`` with multi-partition transactions forwarded.
+
+    The partitions run together in one :class:`~txstream.spark.runtime.forward.
+    ForwardScheduler` (the rest of the batch's partitions through ``transport``);
+    nothing is deferred.  Returns, per partition, what :func:`phase1` returns.
+    """
+    with collector_paused():
+        store = RuntimeStore(ctx.store)
+        hosted: dict[int, tuple[Any, Any]] = {}
+        counted: dict[int, int] = {}
+        for pid, evs in sorted(events.items()):
+            state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+            if ctx.release_upto is not None:
+                evs = release(state, evs, ctx.release_upto, job.boundary)
+            evs.sort(key=_order)
+            counted[pid] = sum(1 for e in evs if e.counted)
+            hosted[pid] = (state, job.boundary.groups(ctx.batch, evs, state.meta))
+        scheduler = ForwardScheduler(
+            job, ctx.partitions, hosted, ctx.abort, ctx.arrival, transport, task_of
+        )
+        outcomes = scheduler.run()
+        results: dict[int, dict[str, Any]] = {}
+        for pid, outcome in outcomes.items():
+            state = hosted[pid][0]
+            outcome.events = counted[pid]
+            token = store.save(pid, state, ctx.batch, ctx.snapshot)
+            files = _write(store, ctx, f"p{pid:05d}", outcome, job)
+            stats = outcome.stats()
+            stats["files"] = files
+            stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.counted)
+            results[pid] = {"token": token, "stats": stats, "rows": [], "events": []}
+        return results
+
+
 def phase2(
     job: JobSpec, ctx: BatchContext, rows: Iterable[Any], events: Iterable[Any], role: str = "coord"
 ) -> tuple[dict[str, Any], list[Any]]:
@@ -248,6 +293,9 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "committed": 0,
         "aborted": 0,
         "deferred": 0,
+        "forwarded": 0,
+        "messages": 0,
+        "message_bytes": 0,
         "failures": [],
         "latency": {},
         "committed_inputs": {},
@@ -257,6 +305,8 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["files"].update(part.get("files", {}))
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
+        for key in ("forwarded", "messages", "message_bytes"):
+            total[key] += part.get(key, 0)
         total["held"] = total.get("held", 0) + part.get("held", 0)
         total["failures"].extend(part["failures"])
         for index, count in part.get("committed_inputs", {}).items():

@@ -1,0 +1,723 @@
+"""Multi-partition transactions in phase 1, in parallel: rows forwarded to a home partition.
+
+Calvin (Thomson et al., SIGMOD 2012) fixes the order of a batch's transactions
+before executing them; every partition then executes its part of a
+multi-partition transaction at the transaction's place in its own order and
+forwards its local reads to the other participants: no locks across
+partitions, no two-phase commit, no aborts for conflicts.  Here the order is the
+declared one, fixed before the batch runs, and one participant executes the
+transaction, its *home*: the partition of its first partition value (partition
+0 for a global read).  Every other participant, when the transaction is first
+in line for all of its values there, forwards those values' rows (an ``up``
+message); the home runs the function once over its own rows and the forwarded
+ones and sends each participant back what changed of its values (``back``),
+with the operations on them when the history is recorded.  A transaction that
+raises is rolled back at its home, the only place it ran.
+
+Per partition a deterministic lock manager in the declared order (Calvin's):
+each transaction waits in the queue of each of its values on this partition
+and runs when it is first in all of them.  A transaction waiting for a message
+holds only its own values, so the partition runs later transactions on other
+values meanwhile and idles only when nothing of its own is ready.  Per value,
+transactions therefore run in the declared order, and since a transaction
+touches only rows of its declared values, the history is conflict-serializable
+in arrival order.  A keyless fragment, and a global read's part, touch or read
+every row of the partition: each waits until everything before it on the
+partition finished, and everything after it waits for it (a barrier of that
+partition only).
+
+A global read (an input declared with ``global_reads``): every partition, at
+the read's place, forwards its partial totals to partition 0, which runs the
+function over the totals and answers each partition, so every partition stops
+for that one transaction only.
+
+This runs for the per-event boundary, whose transactions have the same id on
+every partition; a boundary that groups events cuts each partition's events on
+its own, so its multi-partition transactions are deferred (phases 2 and 3).
+
+Ownership: a :class:`ForwardScheduler` runs on its task's thread, owns the
+partitions it hosts for the batch (exclusive access, not preempted), and is the
+only user of its transport.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pickle
+import secrets
+import selectors
+import socket
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from txstream.errors import TxStreamError
+from txstream.spark.runtime.base import JobSpec, Row
+from txstream.spark.runtime.boundaries import Event, Group
+from txstream.spark.runtime.executor import (
+    GroupRunner,
+    Outcome,
+    add_totals,
+    partial_totals,
+)
+from txstream.spark.runtime.state import ABSENT, PartitionState
+
+EXCHANGE_TIMEOUT_S = 600.0
+"""How long a partition waits for a message from another task before giving up."""
+
+ADMIT_CHUNK = 512
+"""Transactions admitted per partition between looks at the messages that arrived."""
+
+Message = tuple[int, int, str, str, Any]
+"""(destination partition, source partition, transaction id, ``up``|``back``, payload)."""
+
+
+class ExchangeError(TxStreamError):
+    """The tasks of a batch could not exchange their messages (a peer is gone or silent)."""
+
+
+def forwarding(job: JobSpec) -> bool:
+    """Whether ``job``'s multi-partition transactions run forwarded in phase 1.
+
+    With ``crossPartition="forward"`` (the default) and the per-event boundary;
+    otherwise they are deferred to phases 2 and 3 (see the module docstring).
+    """
+    boundary = job.boundary
+    return job.cross_partition == "forward" and not getattr(boundary, "may_span", True)
+
+
+@dataclass(eq=False, slots=True)
+class _Item:
+    """One transaction's part on one partition, from admission until it finished."""
+
+    group: Group
+    kind: str
+    """``local``, ``fragment`` (a keyless event's part), ``home`` or ``part``."""
+    values: list[Any]
+    """Its partition values on this partition (distinct)."""
+    barrier: bool = False
+    home: int = -1
+    parts: tuple[int, ...] = ()
+    """At the home: the other participants."""
+    need: int = 0
+    """Queues of its values in which it is not first yet."""
+    queued: bool = False
+    ups: dict[int, Any] = field(default_factory=dict)
+    """At the home: each participant's forwarded rows (or totals)."""
+    sent: dict[Any, dict[str, dict[Any, Row]]] = field(default_factory=dict)
+
+
+class _Partition:
+    """One partition's transactions of the batch: admission, queues, execution."""
+
+    def __init__(
+        self,
+        sched: ForwardScheduler,
+        pid: int,
+        state: PartitionState,
+        groups: Iterator[Group],
+    ) -> None:
+        self.sched = sched
+        self.job = sched.job
+        self.pid = pid
+        self.state = state
+        self.outcome = Outcome()
+        self.runner = GroupRunner(sched.job, state, self.outcome, sched.arrival, sched.partitions)
+        self.global_reads = self.runner.global_reads
+        self.pending = groups
+        self.admitted_all = False
+        self.unfinished = 0
+        self.locks: dict[Any, deque[_Item]] = {}
+        self.inflight = 0
+        """Items in the lock queues, not finished (a barrier waits for none)."""
+        self.barrier: _Item | None = None
+        self.behind: deque[_Item] = deque()
+        """Items admitted while a barrier is unfinished: they enter after it."""
+        self.ready: deque[_Item] = deque()
+        self.waiting: dict[str, _Item] = {}
+        self.early: dict[str, list[tuple[int, str, Any]]] = {}
+        """Messages that arrived before their transaction was first in line here."""
+
+    # -- admission ------------------------------------------------------------------
+    def admit(self, limit: int) -> None:
+        """Admit up to ``limit`` more transactions, in the declared order."""
+        run, abort = self.runner.run, self.sched.abort
+        pid, global_reads = self.pid, self.global_reads
+        for _ in range(limit):
+            group = next(self.pending, None)
+            if group is None:
+                self.admitted_all = True
+                return
+            e = group.events[0]  # (the per-event boundary: one event per group)
+            values, pids = e.values, e.pids
+            if e.copy and values and pids.count(pid) == len(pids):
+                # The common case: all its values live here.  It runs now unless an
+                # earlier transaction still holds one of them.
+                if self.barrier is None and (not self.locks or self._free(values)):
+                    run(group, abort)
+                    continue
+                self._enter(_Item(group, "local", _distinct(values)))
+                continue
+            self._enter(self._classify(group, e, global_reads))
+
+    def _free(self, values: list[Any]) -> bool:
+        locks = self.locks
+        return all(v not in locks for v in values)
+
+    def _classify(self, group: Group, e: Event, global_reads: Mapping[str, Any]) -> _Item:
+        pid = self.pid
+        if e.input in global_reads:
+            if pid == 0:
+                parts = tuple(range(1, self.sched.partitions))
+                return _Item(group, "home", [], barrier=True, home=0, parts=parts)
+            return _Item(group, "part", [], barrier=True, home=0)
+        if not e.values:
+            return _Item(group, "fragment", [], barrier=True)
+        mine = _distinct([v for v, p in zip(e.values, e.pids, strict=True) if p == pid])
+        home = e.pids[0]
+        if home == pid:
+            parts = tuple(sorted(set(e.pids) - {pid}))
+            return _Item(group, "home", mine, home=pid, parts=parts)
+        return _Item(group, "part", mine, home=home)
+
+    def _enter(self, item: _Item) -> None:
+        self.unfinished += 1
+        if self.barrier is not None:
+            self.behind.append(item)
+            return
+        if item.barrier:
+            self.barrier = item
+            if self.inflight == 0:
+                self.ready.append(item)
+            return
+        need = 0
+        locks = self.locks
+        for v in item.values:
+            queue = locks.get(v)
+            if queue is None:
+                locks[v] = deque((item,))
+            else:
+                queue.append(item)
+                need += 1
+        item.need = need
+        item.queued = True
+        self.inflight += 1
+        if need == 0:
+            self.ready.append(item)
+
+    # -- execution ------------------------------------------------------------------
+    def drain(self) -> None:
+        """Run or start every transaction that is first in line."""
+        ready = self.ready
+        while ready:
+            self._start(ready.popleft())
+
+    def _start(self, item: _Item) -> None:
+        kind = item.kind
+        if kind == "local" or kind == "fragment":
+            self.runner.run(item.group, self.sched.abort)
+            self._finish(item)
+            return
+        gid = item.group.gid
+        early = self.early.pop(gid, ())
+        if kind == "part":
+            self.waiting[gid] = item
+            self.sched.send(item.home, self.pid, gid, "up", self._forward(item))
+            for src, what, payload in early:  # (a back cannot come before the up)
+                self.receive(src, gid, what, payload)
+            return
+        for src, _what, payload in early:
+            item.ups[src] = payload
+        if len(item.ups) == len(item.parts):
+            self._execute(item)
+        else:
+            self.waiting[gid] = item
+
+    def _forward(self, item: _Item) -> Any:
+        """What a participant sends its home: its values' rows, or its partial totals."""
+        if not item.values:  # a global read's part
+            reads = self.global_reads[item.group.events[0].input]
+            return {"totals": partial_totals(self.state.data, reads, item.group.gid)}
+        data = self.state.data
+        rows = []
+        for v in item.values:
+            tables = {}
+            for table in self.job.tables:
+                by_value = data.get(table)
+                found = by_value.get(v) if by_value is not None else None
+                if found:
+                    tables[table] = dict(found)
+            rows.append((v, tables))
+        return {"rows": rows}
+
+    def receive(self, src: int, gid: str, what: str, payload: Any) -> None:
+        """A message for this partition (see :data:`Message`)."""
+        item = self.waiting.get(gid)
+        if item is None:
+            self.early.setdefault(gid, []).append((src, what, payload))
+            return
+        if what == "up":
+            item.ups[src] = payload
+            if len(item.ups) == len(item.parts):
+                del self.waiting[gid]
+                self._execute(item)
+        else:
+            del self.waiting[gid]
+            self._take_back(item, payload)
+        self.drain()
+
+    def _execute(self, item: _Item) -> None:
+        """At the home: run the transaction over its own and the forwarded rows; answer."""
+        group, state, runner = item.group, self.state, self.runner
+        injected: dict[Any, dict[str, dict[Any, Row]]] = {}
+        owner: dict[Any, int] = {}
+        aggregates = None
+        if not item.barrier:
+            data = state.data
+            for src, payload in item.ups.items():
+                for value, tables in payload["rows"]:
+                    owner[value] = src
+                    injected[value] = {t: dict(rows) for t, rows in tables.items()}
+                    for table, rows in tables.items():
+                        data.setdefault(table, {})[value] = rows
+            runner.remote = set(injected)
+        else:  # a global read: this partition's totals and everyone's
+            reads = self.global_reads[group.events[0].input]
+            aggregates = partial_totals(state.data, reads, group.gid)
+            for payload in item.ups.values():
+                add_totals(aggregates, payload["totals"])
+            runner.aggregates = aggregates
+        runner.remote_ops = []
+        committed_before = self.outcome.committed
+        try:
+            runner.run(group, self.sched.abort)
+        finally:
+            runner.remote, runner.aggregates = None, None
+        committed = self.outcome.committed > committed_before
+        self.outcome.forwarded += 1
+        backs: dict[int, dict[str, Any]] = {
+            p: {"rows": [], "ops": [], "committed": committed} for p in item.parts
+        }
+        if injected:
+            self._take_out(injected, owner, backs)
+            record = self.job.record_history and committed
+            for value, op in runner.remote_ops if record else ():
+                backs[owner[value]]["ops"].append(op)
+        for p, back in backs.items():
+            self.sched.send(p, self.pid, group.gid, "back", back)
+        self._finish(item)
+
+    def _take_out(
+        self,
+        injected: dict[Any, dict[str, dict[Any, Row]]],
+        owner: dict[Any, int],
+        backs: dict[int, dict[str, Any]],
+    ) -> None:
+        """Remove the forwarded values' rows from this state; what changed goes back."""
+        data, undo = self.state.data, self.state.undo
+        for value, before in injected.items():
+            changed = {}
+            for table in self.job.tables:
+                by_value = data.get(table)
+                after = by_value.pop(value, None) if by_value is not None else None
+                old = before.get(table, {})
+                if (after or {}) != old:
+                    changed[table] = after or {}
+                # The undo log makes this partition's delta: these rows are not its own.
+                for key in set(old).union(after or ()):
+                    undo.pop((table, value, key), None)
+            if changed:
+                backs[owner[value]]["rows"].append((value, changed))
+
+    def _take_back(self, item: _Item, back: dict[str, Any]) -> None:
+        """At a participant: the home's answer; its rows replace this partition's."""
+        state = self.state
+        for value, tables in back["rows"]:
+            for table, rows in tables.items():
+                old = state.data.get(table, {}).get(value, {})
+                for key in [k for k in old if k not in rows]:
+                    state.put(table, value, key, ABSENT)
+                for key, row in rows.items():
+                    if old.get(key) != row:
+                        state.put(table, value, key, row)
+        if self.job.record_history and back["committed"]:
+            if item.barrier:  # a global read's part: its reads of every row here
+                reads = self.global_reads[item.group.events[0].input]
+                ops: list[str] = []
+                partial_totals(state.data, reads, item.group.gid, ops)
+                self.outcome.history.extend(ops)
+            else:
+                self.outcome.history.extend(back["ops"])
+        self._finish(item)
+
+    def _finish(self, item: _Item) -> None:
+        self.unfinished -= 1
+        if item.queued:
+            locks, ready = self.locks, self.ready
+            for v in item.values:
+                queue = locks[v]
+                queue.popleft()
+                if queue:
+                    nxt = queue[0]
+                    nxt.need -= 1
+                    if nxt.need == 0:
+                        ready.append(nxt)
+                else:
+                    del locks[v]
+            self.inflight -= 1
+            barrier = self.barrier
+            if self.inflight == 0 and barrier is not None and barrier is not item:
+                self.ready.append(barrier)
+        if item.barrier:
+            self.barrier = None
+            behind = self.behind
+            while behind and self.barrier is None:
+                self.unfinished -= 1  # (_enter counts it again)
+                self._enter(behind.popleft())
+
+    def done(self) -> bool:
+        """Whether every transaction of the batch finished here."""
+        return self.admitted_all and self.unfinished == 0
+
+
+def _distinct(values: list[Any]) -> list[Any]:
+    if len(values) < 2:
+        return list(values)
+    return list(dict.fromkeys(values))
+
+
+class ForwardScheduler:
+    """Runs the batch on the partitions one task hosts, exchanging messages with the rest.
+
+    ``hosted``: partition -> (its state, begun for the batch; its groups in the
+    declared order).  ``transport`` carries messages to partitions hosted by
+    other tasks (``task_of`` says which); None when every partition is here.
+    """
+
+    def __init__(
+        self,
+        job: JobSpec,
+        partitions: int,
+        hosted: Mapping[int, tuple[PartitionState, Iterable[Group]]],
+        abort: Mapping[str, Mapping[str, Any]],
+        arrival: Callable[[Row], float | None] | None = None,
+        transport: SocketTransport | None = None,
+        task_of: Callable[[int], int] | None = None,
+    ) -> None:
+        self.job = job
+        self.partitions = partitions
+        self.abort = abort
+        self.arrival = arrival
+        self.transport = transport
+        self.task_of = task_of
+        self.hosted = {
+            pid: _Partition(self, pid, state, iter(groups))
+            for pid, (state, groups) in sorted(hosted.items())
+        }
+        self.mailbox: deque[Message] = deque()
+
+    def send(self, dest: int, src: int, gid: str, what: str, payload: Any) -> None:
+        """Send a message to partition ``dest`` (here, or through the transport)."""
+        self.hosted[src].outcome.messages += 1
+        if dest in self.hosted:
+            self.mailbox.append((dest, src, gid, what, payload))
+            return
+        if self.transport is None or self.task_of is None:
+            raise ExchangeError(f"partition {dest} is not hosted here and there is no transport")
+        self.transport.send(self.task_of(dest), (dest, src, gid, what, payload))
+
+    def run(self) -> dict[int, Outcome]:
+        """Run every hosted partition's transactions to the end; their outcomes."""
+        parts = list(self.hosted.values())
+        while not all(p.admitted_all for p in parts):
+            for part in parts:
+                if not part.admitted_all:
+                    part.admit(ADMIT_CHUNK)
+                    part.drain()
+            self._pump(block=False)
+        deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+        while not all(p.done() for p in parts):
+            if self._pump(block=True):
+                deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+            elif time.monotonic() > deadline:
+                waiting = sorted(g for p in parts for g in p.waiting)[:3]
+                raise ExchangeError(
+                    f"no message from the other tasks in {EXCHANGE_TIMEOUT_S:.0f} s; "
+                    f"waiting for transactions {waiting}"
+                )
+        for part in parts:
+            if part.early:
+                raise ExchangeError(
+                    f"partition {part.pid} got messages for transactions it never ran: "
+                    f"{sorted(part.early)[:3]} (the partitions disagree on the batch)"
+                )
+        if self.transport is not None:
+            self.transport.flush(wait=True)
+            first = parts[0].outcome if parts else None
+            if first is not None:
+                first.message_bytes += self.transport.bytes_sent
+        return {pid: p.outcome for pid, p in self.hosted.items()}
+
+    def _pump(self, block: bool) -> bool:
+        """Deliver what arrived (waiting for something when ``block``); whether anything did."""
+        got = False
+        while self.mailbox:
+            dest, src, gid, what, payload = self.mailbox.popleft()
+            self.hosted[dest].receive(src, gid, what, payload)
+            got = True
+        if self.transport is None:
+            if block and not got:
+                raise ExchangeError(
+                    "the batch's partitions wait for each other with nothing in flight "
+                    "(a transaction's participants disagree on it)"
+                )
+            return got
+        self.transport.flush()
+        for dest, src, gid, what, payload in self.transport.poll(
+            0.0 if (got or not block) else 0.05
+        ):
+            self.hosted[dest].receive(src, gid, what, payload)
+            got = True
+        return got
+
+
+# -- the transport between tasks -----------------------------------------------------
+
+_HEADER = struct.Struct("!I")
+_HELLO = struct.Struct("!32sII")
+"""A connection's first bytes: the batch's secret, the sender's task and the receiver's."""
+_WELCOME = b"+"
+FLUSH_AT = 256
+"""Messages buffered for one task before they go out without waiting for a flush."""
+
+
+def new_exchange(tasks: int) -> dict[str, Any]:
+    """A batch attempt's exchange settings: a secret that peers prove, and the task count."""
+    return {"secret": secrets.token_hex(16), "tasks": tasks}
+
+
+class SocketTransport:
+    """Messages between the tasks of one barrier stage, over TCP.
+
+    Each task listens on a port of its own and publishes its address as a file
+    in ``folder`` (in the store, which every task can read, as the event-time
+    frontier's exchange does); a task connects to a peer the first time it has
+    a message for it and proves the batch's secret before anything else is
+    read.  Messages are pickled in frames (the peers are this job's own tasks,
+    and a connection that does not know the secret is closed unread).  Sockets
+    do not block: a task keeps reading while its own writes wait, so two tasks
+    that send to each other at once cannot wedge.
+    """
+
+    def __init__(
+        self,
+        me: int,
+        tasks: int,
+        folder: Path,
+        secret: str,
+        host: str,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> None:
+        self.me = me
+        self.cancelled = cancelled
+        """Says when another task failed (threads in one process; Spark kills a barrier
+        stage's tasks itself)."""
+        self.tasks = tasks
+        self.folder = folder
+        self.secret = secret.encode()
+        self.selector = selectors.DefaultSelector()
+        self.server = socket.create_server(("", 0))
+        self.server.setblocking(False)
+        self.selector.register(self.server, selectors.EVENT_READ, "accept")
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".t{me}.tmp"
+        tmp.write_text(json.dumps({"host": host, "port": self.server.getsockname()[1]}))
+        os.replace(tmp, folder / f"t{me}.addr")  # peers see all of it or nothing
+        self.outgoing: dict[int, socket.socket] = {}
+        self.welcomed: set[int] = set()
+        self.connecting: dict[int, float] = {}
+        """When the first connection to each peer not yet welcomed was tried."""
+        self.queued: dict[int, list[Message]] = {}
+        self.unsent: dict[int, bytearray] = {}
+        self.incoming: dict[socket.socket, bytearray] = {}
+        self.verified: set[socket.socket] = set()
+        self.arrived: list[Message] = []
+        self.bytes_sent = 0
+
+    def send(self, task: int, message: Message) -> None:
+        """Queue ``message`` for ``task``; it goes out at the next flush (or when many wait)."""
+        queue = self.queued.setdefault(task, [])
+        queue.append(message)
+        if len(queue) >= FLUSH_AT:
+            self._frame(task)
+            self._write(task)
+
+    def flush(self, wait: bool = False) -> None:
+        """Send what is queued; with ``wait``, until every byte is out."""
+        for task in list(self.queued):
+            if self.queued[task]:
+                self._frame(task)
+        for task in list(self.unsent):
+            self._write(task)
+        deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+        while wait and any(self.unsent.values()):
+            if time.monotonic() > deadline:
+                raise ExchangeError(f"task {self.me} could not send its messages")
+            self._select(0.01)
+            for task in list(self.unsent):
+                self._write(task)
+
+    def _frame(self, task: int) -> None:
+        body = pickle.dumps(self.queued[task], protocol=pickle.HIGHEST_PROTOCOL)
+        self.queued[task] = []
+        buffer = self.unsent.setdefault(task, bytearray())
+        buffer += _HEADER.pack(len(body))
+        buffer += body
+        self.bytes_sent += len(body) + _HEADER.size
+
+    def _write(self, task: int) -> None:
+        buffer = self.unsent.get(task)
+        if not buffer:
+            return
+        if task not in self.welcomed:
+            if task not in self.outgoing:
+                self._connect(task)
+            return  # (the welcome's arrival writes)
+        sock = self.outgoing[task]
+        try:
+            sent = sock.send(buffer)
+        except BlockingIOError:
+            sent = 0
+        except OSError as exc:
+            raise ExchangeError(
+                f"task {self.me} lost its connection to task {task}: {exc}"
+            ) from None
+        del buffer[:sent]
+        key = self.selector.get_map().get(sock)
+        if buffer and key is None:
+            self.selector.register(sock, selectors.EVENT_WRITE, ("out", task))
+        elif not buffer and key is not None:
+            self.selector.unregister(sock)
+
+    def _connect(self, task: int) -> None:
+        """Start a connection to ``task``: it writes once ``task`` welcomes it.
+
+        The peers connect to each other at once, so nobody waits here for a
+        welcome.  An address file may be stale (a failed attempt of the stage
+        wrote it, its port is closed or now another task's): the connection is
+        then refused or closed unwelcomed, and a later flush reads the file again.
+        """
+        path = self.folder / f"t{task}.addr"
+        first = self.connecting.setdefault(task, time.monotonic())
+        if time.monotonic() - first > EXCHANGE_TIMEOUT_S:
+            raise ExchangeError(f"task {task} did not publish its address in {path.parent}")
+        try:
+            address = json.loads(path.read_text())
+            sock = socket.create_connection((address["host"], address["port"]), timeout=10)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.sendall(_HELLO.pack(self.secret, self.me, task))
+        except (OSError, ValueError, KeyError):
+            return  # (not published yet, or stale: tried again at the next flush)
+        sock.setblocking(False)
+        self.outgoing[task] = sock
+        self.selector.register(sock, selectors.EVENT_READ, ("hello", task))
+
+    def _welcome(self, task: int) -> None:
+        sock = self.outgoing[task]
+        self.selector.unregister(sock)
+        try:
+            answer = sock.recv(1)
+        except BlockingIOError:
+            self.selector.register(sock, selectors.EVENT_READ, ("hello", task))
+            return
+        except OSError:
+            answer = b""
+        if answer != _WELCOME:  # refused: stale address; a later flush connects again
+            sock.close()
+            del self.outgoing[task]
+            return
+        self.welcomed.add(task)
+        self.connecting.pop(task, None)
+        self._write(task)
+
+    def poll(self, timeout: float) -> list[Message]:
+        """Messages that arrived (waiting up to ``timeout`` seconds for the first)."""
+        if not self.arrived:
+            self._select(timeout)
+        out, self.arrived = self.arrived, []
+        return out
+
+    def _select(self, timeout: float) -> None:
+        if self.cancelled is not None and self.cancelled():
+            raise ExchangeError(f"task {self.me}: another task of the batch failed")
+        out = self.arrived
+        for key, mask in self.selector.select(timeout):
+            tag = key.data
+            if tag == "accept":
+                self._accept()
+            elif isinstance(tag, tuple) and tag[0] == "hello":
+                self._welcome(tag[1])
+            elif isinstance(tag, tuple):  # an outgoing socket can take more bytes
+                self._write(tag[1])
+            elif mask & selectors.EVENT_READ:
+                self._read(key.fileobj, out)  # type: ignore[arg-type]
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self.server.accept()
+            except BlockingIOError:
+                return
+            sock.setblocking(False)
+            self.incoming[sock] = bytearray()
+            self.selector.register(sock, selectors.EVENT_READ, "in")
+
+    def _read(self, sock: socket.socket, out: list[Message]) -> None:
+        buffer = self.incoming[sock]
+        while True:
+            try:
+                chunk = sock.recv(1 << 20)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:  # the peer finished (or died: its missing answers time out)
+                self.selector.unregister(sock)
+                del self.incoming[sock]
+                self.verified.discard(sock)
+                sock.close()
+                return
+            buffer += chunk
+        if sock not in self.verified:
+            if len(buffer) < _HELLO.size:
+                return
+            secret, _peer, target = _HELLO.unpack_from(buffer)
+            if secret != self.secret or target != self.me:  # not for this task: read nothing
+                self.selector.unregister(sock)
+                del self.incoming[sock]
+                sock.close()
+                return
+            del buffer[: _HELLO.size]
+            self.verified.add(sock)
+            sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
+        while len(buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(buffer)
+            if len(buffer) < _HEADER.size + size:
+                break
+            body = bytes(buffer[_HEADER.size : _HEADER.size + size])
+            del buffer[: _HEADER.size + size]
+            out.extend(pickle.loads(body))
+
+    def close(self) -> None:
+        """Close every socket (after :meth:`flush` with ``wait``)."""
+        for sock in [*self.outgoing.values(), *self.incoming, self.server]:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(sock)
+            sock.close()
+        self.selector.close()
