@@ -22,6 +22,7 @@ import txstream as tx
 from txstream.bench.ledger import events, ledger_job, serial_oracle
 from txstream.model import check
 from txstream.spark.runtime import executor as executor_module
+from txstream.spark.runtime import forward as forward_module
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore, StoreError, StoreLockedError
 
@@ -52,6 +53,7 @@ def split(stream: list[Any], sizes: list[int]) -> list[list[Any]]:
     cross=st.sampled_from([0, 20, 100]),
     partitions=st.integers(1, 4),
     sizes=st.lists(st.integers(1, 40), max_size=4),
+    mode=st.sampled_from(["forward", "defer"]),
 )
 def test_ledger_equals_serial_execution_in_arrival_order(
     tmp_path_factory: pytest.TempPathFactory,
@@ -60,10 +62,11 @@ def test_ledger_equals_serial_execution_in_arrival_order(
     cross: int,
     partitions: int,
     sizes: list[int],
+    mode: str,
 ) -> None:
     stream = list(events(60, accounts, cross, seed))
     store = tmp_path_factory.mktemp("ledger")
-    job = ledger_job().option("recordHistory", True)
+    job = ledger_job().option("recordHistory", True).option("crossPartition", mode)
     job.run_local(split(stream, sizes), store, partitions=partitions)
     balance, outcomes = serial_oracle(stream)
     got = [(r["id"], r["ok"]) for r in tx.read_output(store, "transfers_done")]
@@ -74,10 +77,18 @@ def test_ledger_equals_serial_execution_in_arrival_order(
     assert verdict.holds, verdict.evidence
 
 
-def test_multi_partition_transfers_are_deferred_and_still_correct(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["forward", "defer"])
+def test_multi_partition_transfers_run_forwarded_or_deferred_and_correct(
+    tmp_path: Path, mode: str
+) -> None:
     stream = list(events(400, 30, 50, seed=3))
-    runner = ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 2)
-    assert runner.stats[0]["deferred"] > 0
+    job = ledger_job().option("recordHistory", True).option("crossPartition", mode)
+    stats = job.run_local([stream], tmp_path, 2).stats[0]
+    if mode == "defer":
+        assert stats["deferred"] > 0 and stats["forwarded"] == 0
+    else:  # each one at its home, its other partition's rows forwarded there and back
+        assert stats["deferred"] == 0 and stats["forwarded"] > 0
+        assert stats["messages"] == 2 * stats["forwarded"]
     balance, outcomes = serial_oracle(stream)
     assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
     assert balances(tmp_path, 2) == balance
@@ -86,7 +97,7 @@ def test_multi_partition_transfers_are_deferred_and_still_correct(tmp_path: Path
 
 def test_a_broken_executor_is_caught_by_the_oracle_and_the_checker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> None:  # (the deferring executor; the forwarding one: the test below)
     # Run multi-partition transfers as if they were local, ignoring the values
     # other partitions hold: the per-value order breaks.  The evidence must fail.
     def run_everything_locally(self: Any, batch: int, evs: list[Any], abort: set[str]) -> None:
@@ -98,7 +109,34 @@ def test_a_broken_executor_is_caught_by_the_oracle_and_the_checker(
     monkeypatch.setattr(executor_module.PartitionExecutor, "run", run_everything_locally)
     monkeypatch.setattr(executor_module.Tx, "_check_value", lambda self, table, value: None)
     stream = list(events(300, 8, 100, seed=5))
-    ledger_job().option("recordHistory", True).run_local([stream], tmp_path, 2)
+    job = ledger_job().option("recordHistory", True).option("crossPartition", "defer")
+    job.run_local([stream], tmp_path, 2)
+    _, outcomes = serial_oracle(stream)
+    got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")]
+    assert got != outcomes
+    assert not check(tx.read_history(tmp_path), "csao").holds
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_broken_forwarding_is_caught_by_the_oracle_and_the_checker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks: int
+) -> None:
+    # A participant forwards its rows as soon as it sees the transaction, not when
+    # the transaction is first in line for its values, and holds no place in line:
+    # later transactions there run before the home's write-back.  Both must notice.
+    enter = forward_module._Partition._enter
+
+    def enter_without_waiting(self: Any, item: Any) -> None:
+        if item.kind == "part" and not item.barrier:
+            self.unfinished += 1
+            self._start(item)
+            return
+        enter(self, item)
+
+    monkeypatch.setattr(forward_module._Partition, "_enter", enter_without_waiting)
+    stream = list(events(300, 8, 100, seed=5))
+    job = ledger_job().option("recordHistory", True)
+    job.run_local([stream], tmp_path, 2, tasks=tasks)
     _, outcomes = serial_oracle(stream)
     got = [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")]
     assert got != outcomes
@@ -809,7 +847,9 @@ def run_on_random_workers(
         m.setattr(local, "phase1", on_a_worker(local.phase1))
         m.setattr(local, "phase3", on_a_worker(local.phase3))
         m.setattr(state_module.PartitionState, "apply_patch", count)
-        ledger_job().run_local(split(stream, sizes), store, partitions=2)
+        ledger_job().option("crossPartition", "defer").run_local(
+            split(stream, sizes), store, partitions=2
+        )
     return sum(patched)
 
 

@@ -72,23 +72,33 @@ def transfer_outcomes(checkpoint: Path) -> list[tuple[int, bool]]:
     return [(r["id"], r["ok"]) for r in tx.read_output(checkpoint, "transfers_done")]
 
 
-def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["forward", "defer"])
+def test_ledger_on_executors_equals_serial_execution(spark: Any, tmp_path: Path, mode: str) -> None:
     stream = list(events(1500, 40, 30, seed=11))
     write_ledger_input(tmp_path / "in", stream, files=3)
     job = ledger_job(*ledger_streams(spark, tmp_path / "in")).option("recordHistory", True)
-    query = run_available(job, tmp_path / "ckpt", spark)
+    query = run_available(job.option("crossPartition", mode), tmp_path / "ckpt", spark)
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     progress = query.recentProgress
     assert len(progress) == 3 and sum(p["numInputRows"] for p in progress) == len(stream)
-    assert sum(p["deferred"] for p in progress) > 0  # multi-partition transfers took phase 2
+    forwarded = sum(p["multiPartition"]["transactions"] for p in progress)
+    roles = {Path(rel).stem for rel in _marker_files(tmp_path / "ckpt" / "txstream")}
+    if mode == "defer":
+        assert sum(p["deferred"] for p in progress) > 0  # multi-partition transfers took phase 2
+        assert forwarded == 0 and any(role.startswith("coord") for role in roles)
+    else:  # they ran in phase 1, at their home, with rows sent between the two tasks
+        assert sum(p["deferred"] for p in progress) == 0 and forwarded > 0
+        assert sum(p["multiPartition"]["bytes"] for p in progress) > 0
+        assert not any(role.startswith("coord") for role in roles)
+        rendezvous = tmp_path / "ckpt" / "txstream" / "rendezvous"  # used, then cleaned up
+        assert not any(rendezvous.glob("*"))
     for kind in ("shipped", "back"):  # the phases' hand-over files go with the commit
         assert not any((tmp_path / "ckpt" / "txstream" / kind).glob("*/*"))
     verdict = check(tx.read_history(tmp_path / "ckpt"), "csao")
     assert verdict.holds, verdict.evidence
-    # Phase 1's and phase 2's tasks handed their files' CRCs to the markers.
-    roles = {Path(rel).stem for rel in _marker_files(tmp_path / "ckpt" / "txstream")}
+    # The tasks handed their files' CRCs to the markers.
     assert assert_markers_name_their_files(tmp_path / "ckpt" / "txstream") > 0
-    assert "p00000" in roles and any(role.startswith("coord") for role in roles)
+    assert "p00000" in roles
 
 
 def _marker_files(root: Path) -> list[str]:

@@ -898,6 +898,13 @@ def _progress(
         "committed": stats["committed"],
         "aborted": stats["aborted"],
         "deferred": stats["deferred"],
+        # Transactions run at their home with rows forwarded (see forward.py), the
+        # messages between partitions, and the bytes of those between tasks.
+        "multiPartition": {
+            "transactions": stats.get("forwarded", 0),
+            "messages": stats.get("messages", 0),
+            "bytes": stats.get("message_bytes", 0),
+        },
         "held": stats.get("held", 0),
         "failed": len(stats["failures"]),
         "durationMs": round(seconds * 1000),
