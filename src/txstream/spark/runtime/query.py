@@ -80,6 +80,9 @@ if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
 
 OUT_SCHEMA = "kind string, pid int, payload binary"
+BARRIER_ATTEMPTS = 4
+"""Runs of a batch's barrier phase-1 stage that a failed task (a lost executor) may take
+(as ``spark.stage.maxConsecutiveAttempts``)."""
 RECENT = 100
 """How many batches' progress ``TxQuery.recentProgress`` keeps (as Spark's default)."""
 ENGINES = ("executors", "driver")
@@ -1017,8 +1020,23 @@ class _SparkPhases(Phases):
             return _phase1_task(job, ctx, partitions, names, batches)
 
         barrier = ctx.gather is not None or ctx.exchange is not None
-        rows = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).select("payload")
-        stats = [pickle.loads(r[0]) for r in rows.collect()]
+        for attempt in range(1, BARRIER_ATTEMPTS + 1):
+            # (the function is pickled into the plan: a new attempt needs a new plan)
+            rows = self.prepared.mapInArrow(run, OUT_SCHEMA, barrier=barrier).select("payload")
+            try:
+                stats = [pickle.loads(r[0]) for r in rows.collect()]
+                break
+            except Exception as exc:
+                if not barrier or "barrier" not in str(exc) or attempt == BARRIER_ATTEMPTS:
+                    raise
+                # Spark does not retry a failed barrier stage whose results go to the
+                # driver (an executor died): run it again, with rendezvous of its own.
+                for exchange in (ctx.gather, ctx.exchange):
+                    if exchange is not None:
+                        shutil.rmtree(rendezvous_folder(ctx.store, exchange), ignore_errors=True)
+                        exchange.update(new_exchange(int(exchange.get("tasks", 0))))
+                        exchange["nonce"] = f"{exchange['nonce'].split('~')[0]}~{attempt}"
+                RuntimeStore(ctx.store).clear_uncommitted(ctx.batch)
         ctx.phase1_tokens = {s["pid"]: s["token"] for s in stats if s["pid"] >= 0}
         if ctx.gather is not None:  # every task found the same frontier; the commit stores it
             ctx.release_upto, ctx.frontier = stats[0]["release"]
