@@ -11,9 +11,11 @@ Call order, for every micro-batch ``b`` (enforced by the runtime)::
     order   the batch's events get their arrival position (batch, order value,
             input, source position): the *declared order*, fixed before execution
     group   the boundary turns the ordered events into transactions (groups)
-    phase 1 every partition runs its single-partition transactions in order;
-            a transaction on a partition value that an earlier multi-partition
-            transaction of the batch touched is *deferred* (per-value chains)
+    phase 1 every partition runs its transactions in order; a multi-partition
+            one runs at its home partition with the others' rows forwarded
+            (``forward``, see :mod:`.forward`), or, deferring, a transaction on
+            a partition value that an earlier multi-partition transaction of
+            the batch touched is *deferred* (per-value chains)
     phase 2 one coordinator task runs the deferred transactions in order over the
             rows of the deferred values, shipped to it (only when any exist)
     phase 3 the owners take the coordinator's rows back (only after phase 2)
