@@ -578,6 +578,9 @@ class GroupRunner:
         """The gathered totals for the next :meth:`run` of a global read (see :class:`Tx`)."""
         self.remote_ops: list[tuple[Any, str]] = []
         """After a committed :meth:`run` with ``remote``: the operations on those values."""
+        self.changed: list[tuple[str, Any, Any, Any]] = []
+        """After a committed :meth:`run` with ``remote``: its undo log, (table, value, key,
+        old row), whose keys are the rows it changed."""
         self.global_reads = {n: i.global_reads for n, i in job.inputs.items() if i.global_reads}
         self.arrival_column: str | None = getattr(arrival, "column", None)
         """The arrival column when ``arrival`` reads one (floats are then read inline)."""
@@ -642,6 +645,8 @@ class GroupRunner:
             outcome.history.extend(history)
             if self.remote is not None:
                 self.remote_ops = tx._remote_ops
+        if self.remote is not None:
+            self.changed = tx._undo
         if tx._emits:
             outputs = outcome.outputs
             # Numbered within the transaction: the same whatever ran before it here.

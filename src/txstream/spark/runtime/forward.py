@@ -71,6 +71,9 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 EXCHANGE_TIMEOUT_S = 600.0
 """How long a partition waits for a message from another task before giving up."""
 
+_NONE: dict[Any, Any] = {}
+"""An empty dict to look up in (never changed)."""
+
 ADMIT_CHUNK = 512
 """Transactions admitted per partition between looks at the messages that arrived."""
 
@@ -110,7 +113,6 @@ class _Item:
     queued: bool = False
     ups: dict[int, Any] = field(default_factory=dict)
     """At the home: each participant's forwarded rows (or totals)."""
-    sent: dict[Any, dict[str, dict[Any, Row]]] = field(default_factory=dict)
 
 
 class _Partition:
@@ -241,20 +243,19 @@ class _Partition:
 
     def _forward(self, item: _Item) -> Any:
         """What a participant sends its home: its values' rows, or its partial totals."""
-        if not item.values:  # a global read's part
+        if item.barrier:  # a global read's part: its partial totals
             reads = self.global_reads[item.group.events[0].input]
-            return {"totals": partial_totals(self.state.data, reads, item.group.gid)}
+            return partial_totals(self.state.data, reads, item.group.gid)
         data = self.state.data
         rows = []
         for v in item.values:
             tables = {}
             for table in self.job.tables:
-                by_value = data.get(table)
-                found = by_value.get(v) if by_value is not None else None
+                found = data.get(table, _NONE).get(v)
                 if found:
-                    tables[table] = dict(found)
+                    tables[table] = dict(found)  # (the home changes its copy)
             rows.append((v, tables))
-        return {"rows": rows}
+        return rows
 
     def receive(self, src: int, gid: str, what: str, payload: Any) -> None:
         """A message for this partition (see :data:`Message`)."""
@@ -275,25 +276,22 @@ class _Partition:
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
         group, state, runner = item.group, self.state, self.runner
-        injected: dict[Any, dict[str, dict[Any, Row]]] = {}
+        data = state.data
         owner: dict[Any, int] = {}
-        aggregates = None
         if not item.barrier:
-            data = state.data
             for src, payload in item.ups.items():
-                for value, tables in payload["rows"]:
+                for value, tables in payload:
                     owner[value] = src
-                    injected[value] = {t: dict(rows) for t, rows in tables.items()}
                     for table, rows in tables.items():
                         data.setdefault(table, {})[value] = rows
-            runner.remote = set(injected)
+            runner.remote = set(owner)
         else:  # a global read: this partition's totals and everyone's
             reads = self.global_reads[group.events[0].input]
-            aggregates = partial_totals(state.data, reads, group.gid)
+            aggregates = partial_totals(data, reads, group.gid)
             for payload in item.ups.values():
-                add_totals(aggregates, payload["totals"])
+                add_totals(aggregates, payload)
             runner.aggregates = aggregates
-        runner.remote_ops = []
+        runner.remote_ops, runner.changed = [], []
         committed_before = self.outcome.committed
         try:
             runner.run(group, self.sched.abort)
@@ -301,59 +299,44 @@ class _Partition:
             runner.remote, runner.aggregates = None, None
         committed = self.outcome.committed > committed_before
         self.outcome.forwarded += 1
-        backs: dict[int, dict[str, Any]] = {
-            p: {"rows": [], "ops": [], "committed": committed} for p in item.parts
+        backs: dict[int, tuple[list[Any], list[str], bool]] = {
+            p: ([], [], committed) for p in item.parts
         }
-        if injected:
-            self._take_out(injected, owner, backs)
-            record = self.job.record_history and committed
-            for value, op in runner.remote_ops if record else ():
-                backs[owner[value]]["ops"].append(op)
+        if owner:
+            # What changed of the forwarded rows goes back, row by row; they leave this
+            # state, and the undo log, which makes this partition's delta.
+            undo = state.undo
+            for table, value, key, _old in runner.changed if committed else ():
+                if value in owner:
+                    row = data.get(table, _NONE).get(value, _NONE).get(key)
+                    backs[owner[value]][0].append((table, value, key, row))
+                    undo.pop((table, value, key), None)
+            for value in owner:
+                for table in self.job.tables:
+                    by_value = data.get(table)
+                    if by_value is not None:
+                        by_value.pop(value, None)
+            if self.job.record_history and committed:
+                for value, op in runner.remote_ops:
+                    backs[owner[value]][1].append(op)
         for p, back in backs.items():
             self.sched.send(p, self.pid, group.gid, "back", back)
         self._finish(item)
 
-    def _take_out(
-        self,
-        injected: dict[Any, dict[str, dict[Any, Row]]],
-        owner: dict[Any, int],
-        backs: dict[int, dict[str, Any]],
-    ) -> None:
-        """Remove the forwarded values' rows from this state; what changed goes back."""
-        data, undo = self.state.data, self.state.undo
-        for value, before in injected.items():
-            changed = {}
-            for table in self.job.tables:
-                by_value = data.get(table)
-                after = by_value.pop(value, None) if by_value is not None else None
-                old = before.get(table, {})
-                if (after or {}) != old:
-                    changed[table] = after or {}
-                # The undo log makes this partition's delta: these rows are not its own.
-                for key in set(old).union(after or ()):
-                    undo.pop((table, value, key), None)
-            if changed:
-                backs[owner[value]]["rows"].append((value, changed))
-
-    def _take_back(self, item: _Item, back: dict[str, Any]) -> None:
-        """At a participant: the home's answer; its rows replace this partition's."""
-        state = self.state
-        for value, tables in back["rows"]:
-            for table, rows in tables.items():
-                old = state.data.get(table, {}).get(value, {})
-                for key in [k for k in old if k not in rows]:
-                    state.put(table, value, key, ABSENT)
-                for key, row in rows.items():
-                    if old.get(key) != row:
-                        state.put(table, value, key, row)
-        if self.job.record_history and back["committed"]:
+    def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
+        """At a participant: the home's answer; the rows it changed replace these."""
+        changes, ops, committed = back
+        put = self.state.put
+        for table, value, key, row in changes:
+            put(table, value, key, ABSENT if row is None else row)
+        if self.job.record_history and committed:
             if item.barrier:  # a global read's part: its reads of every row here
                 reads = self.global_reads[item.group.events[0].input]
-                ops: list[str] = []
-                partial_totals(state.data, reads, item.group.gid, ops)
-                self.outcome.history.extend(ops)
+                found: list[str] = []
+                partial_totals(self.state.data, reads, item.group.gid, found)
+                self.outcome.history.extend(found)
             else:
-                self.outcome.history.extend(back["ops"])
+                self.outcome.history.extend(ops)
         self._finish(item)
 
     def _finish(self, item: _Item) -> None:

@@ -1,0 +1,327 @@
+"""Forwarded multi-partition transactions and global reads (``forward.py``), without Spark.
+
+Random ledgers (deposits, transfers between any two accounts, limit changes,
+keyless fragments and audits that read every balance) run on 1 to 6
+partitions, in one scheduler or in several threads that forward rows over
+local sockets as Spark's phase-1 tasks do; each run is compared with a
+brute-force serial execution in arrival order, and its recorded history with
+the CSAO checker.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txstream as tx
+from txstream.model import check
+from txstream.spark.runtime import forward as forward_module
+from txstream.spark.runtime.base import RuntimeJobError
+from txstream.spark.runtime.forward import ExchangeError, SocketTransport, new_exchange
+
+INPUTS = ("deposits", "transfers", "limits", "sweeps", "audits")
+
+
+def deposit(t: Any, e: dict[str, Any]) -> None:
+    if t.read("accounts", e["acct"]) is None:
+        t.insert("accounts", {"acct": e["acct"], "balance": 0, "limit": 0})
+    t.increment("accounts", e["acct"], "balance", e["amount"])
+
+
+def transfer(t: Any, e: dict[str, Any]) -> None:
+    src, dst = t.read("accounts", e["src"]), t.read("accounts", e["dst"])
+    ok = src is not None and dst is not None and src["balance"] + src["limit"] >= e["amount"]
+    if ok:
+        t.increment("accounts", e["src"], "balance", -e["amount"])
+        t.increment("accounts", e["dst"], "balance", e["amount"])
+    if e["amount"] == 13:
+        raise ValueError("unlucky amount")  # rolled back, at its home and everywhere
+    t.emit("transfers_done", {"id": e["id"], "ok": ok})
+
+
+def limit(t: Any, e: dict[str, Any]) -> None:
+    if t.read("accounts", e["acct"]) is not None:
+        t.update("accounts", e["acct"], limit=e["limit"])
+
+
+def sweep(t: Any, e: dict[str, Any]) -> None:
+    # A keyless fragment: on its partition, every account with a negative balance.
+    for value in t.values("accounts"):
+        row = t.read("accounts", value)
+        if row["balance"] < 0:
+            t.emit("overdrawn", {"id": e["id"], "acct": value, "balance": row["balance"]})
+
+
+def audit(t: Any, e: dict[str, Any]) -> None:
+    total, n = t.sum("accounts", "balance"), t.count("accounts")
+    t.emit("audits", {"id": e["id"], "total": total, "accounts": n})
+
+
+def bank() -> tx.Job:
+    return (
+        tx.Job("bank")
+        .table("accounts", key="acct", schema="acct long, balance long, limit long")
+        .input("deposits", None, keys="acct")
+        .input("transfers", None, keys=["src", "dst"])
+        .input("limits", None, keys="acct")
+        .input("sweeps", None)
+        .input("audits", None, global_reads=["accounts.balance"])
+        .output("transfers_done")
+        .output("overdrawn")
+        .output("audits")
+        .on("deposits", deposit)
+        .on("transfers", transfer)
+        .on("limits", limit)
+        .on("sweeps", sweep)
+        .on("audits", audit)
+        .option("recordHistory", True)
+    )
+
+
+def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
+    """The ledger run one event after the other in arrival order (inputs in declared
+    order within a batch, the batch merge's order)."""
+    accounts: dict[int, dict[str, int]] = {}
+    out: dict[str, list[dict[str, Any]]] = {"transfers_done": [], "overdrawn": [], "audits": []}
+    for batch in batches:
+        for name, e in sorted(batch, key=lambda item: INPUTS.index(item[0])):
+            if name == "deposits":
+                row = accounts.setdefault(e["acct"], {"balance": 0, "limit": 0})
+                row["balance"] += e["amount"]
+            elif name == "limits" and e["acct"] in accounts:
+                accounts[e["acct"]]["limit"] = e["limit"]
+            elif name == "transfers":
+                src, dst = accounts.get(e["src"]), accounts.get(e["dst"])
+                ok = src is not None and dst is not None
+                ok = ok and src["balance"] + src["limit"] >= e["amount"]  # type: ignore[index]
+                if e["amount"] == 13:
+                    continue
+                if ok:
+                    accounts[e["src"]]["balance"] -= e["amount"]
+                    accounts[e["dst"]]["balance"] += e["amount"]
+                out["transfers_done"].append({"id": e["id"], "ok": ok})
+            elif name == "sweeps":
+                out["overdrawn"] += [
+                    {"id": e["id"], "acct": a, "balance": r["balance"]}
+                    for a, r in accounts.items()
+                    if r["balance"] < 0
+                ]
+            elif name == "audits":
+                total = sum(r["balance"] for r in accounts.values())
+                out["audits"].append({"id": e["id"], "total": total, "accounts": len(accounts)})
+    out["accounts"] = {a: (r["balance"], r["limit"]) for a, r in accounts.items()}
+    return out
+
+
+@st.composite
+def ledgers(draw: Any) -> list[list[tuple[str, dict[str, Any]]]]:
+    accounts = draw(st.integers(1, 12))
+    acct = st.integers(0, accounts - 1)
+    event = st.one_of(
+        st.builds(lambda a, m: ("deposits", {"acct": a, "amount": m}), acct, st.integers(1, 60)),
+        st.builds(
+            lambda s, d, m: ("transfers", {"src": s, "dst": d, "amount": m}),
+            acct,
+            acct,
+            st.integers(1, 80),
+        ),
+        st.builds(lambda a, m: ("limits", {"acct": a, "limit": m}), acct, st.integers(0, 50)),
+        st.just(("sweeps", {})),
+        st.just(("audits", {})),
+    )
+    batches = draw(st.lists(st.lists(event, min_size=1, max_size=40), min_size=1, max_size=4))
+    k = 0
+    for batch in batches:
+        for _, e in batch:
+            e["id"] = k
+            k += 1
+    return batches
+
+
+def result(store: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {name: tx.read_output(store, name) for name in ("transfers_done",)}
+    out["audits"] = tx.read_output(store, "audits")
+    out["overdrawn"] = sorted(
+        tx.read_output(store, "overdrawn"), key=lambda r: (r["id"], r["acct"])
+    )
+    rows = tx.read_table(store, "accounts") if (store / "commits").is_dir() else []
+    out["accounts"] = {r["acct"]: (r["balance"], r["limit"]) for r in rows}
+    return out
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    batches=ledgers(),
+    partitions=st.integers(1, 6),
+    tasks=st.integers(1, 3),
+)
+def test_forwarded_ledger_equals_serial_execution_and_is_csao(
+    tmp_path_factory: pytest.TempPathFactory,
+    batches: list[list[tuple[str, dict[str, Any]]]],
+    partitions: int,
+    tasks: int,
+) -> None:
+    tasks = min(tasks, partitions)
+    store = tmp_path_factory.mktemp("bank")
+    runner = bank().run_local(batches, store, partitions=partitions, tasks=tasks)
+    expected = serial(batches)
+    got = result(store)
+    expected["overdrawn"].sort(key=lambda r: (r["id"], r["acct"]))
+    assert got == expected
+    assert sum(s["deferred"] for s in runner.stats) == 0
+    failures = tx.read_failures(store)  # each failing transfer once, with its position
+    unlucky = [e for b in batches for n, e in b if n == "transfers" and e["amount"] == 13]
+    assert len(failures) == len(unlucky)
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+def test_a_transaction_that_raises_at_its_home_changes_nothing_anywhere(tmp_path: Path) -> None:
+    batches = [
+        [("deposits", {"acct": a, "amount": 100, "id": a}) for a in range(6)],
+        [("transfers", {"src": 0, "dst": 5, "amount": 13, "id": 10})],
+    ]
+    bank().run_local(batches, tmp_path, partitions=3, tasks=2)
+    balances = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")}
+    assert balances == dict.fromkeys(range(6), 100)
+    [failure] = tx.read_failures(tmp_path)
+    assert failure["position"] == "transfers#b1+0" and "unlucky" in failure["error"]
+
+
+def test_float_totals_are_exact_whatever_the_partitions(tmp_path: Path) -> None:
+    values = [0.1, 1e16, -1e16, 0.7, 3.3e-5, 2.0**-60, 123.456, -0.1, 1e-300]
+
+    def put(t: Any, e: dict[str, Any]) -> None:
+        t.insert("x", {"k": e["k"], "v": e["v"]})
+
+    def total(t: Any, e: dict[str, Any]) -> None:
+        t.emit("totals", {"sum": t.sum("x", "v"), "n": t.count("x")})
+
+    def job() -> tx.Job:
+        return (
+            tx.Job("floats")
+            .table("x", key="k", schema="k long, v double")
+            .input("puts", None, keys="k")
+            .input("totals", None, global_reads=["x.v"])
+            .output("totals")
+            .on("puts", put)
+            .on("totals", total)
+        )
+
+    batch = [("puts", {"k": k, "v": v}) for k, v in enumerate(values)] + [("totals", {})]
+    exact = float(sum(map(Fraction, values)))
+    assert exact != sum(values)  # (the naive sum is not the exact one here)
+    for partitions in (1, 2, 5):
+        store = tmp_path / f"p{partitions}"
+        job().run_local([batch], store, partitions=partitions)
+        assert tx.read_output(store, "totals") == [{"sum": exact, "n": len(values)}]
+    assert math.isclose(exact, math.fsum(values))
+
+
+def test_global_reads_are_declared_and_checked(tmp_path: Path) -> None:
+    def read_other(t: Any, e: dict[str, Any]) -> None:
+        t.emit("out", {"n": t.sum("accounts", "limit")})
+
+    with pytest.raises(RuntimeJobError, match="global_reads needs an input without keys"):
+        tx.Job("j").input("a", None, keys="acct", global_reads=["accounts.balance"])
+    with pytest.raises(RuntimeJobError, match=r"'table' or 'table\.column'"):
+        tx.Job("j").input("a", None, global_reads=["a.b.c"])
+    job = bank().input("bad", None, global_reads=["nosuch.x"]).on("bad", audit)
+    with pytest.raises(RuntimeJobError, match="global_reads names no table 'nosuch'"):
+        job.run_local([[("bad", {"id": 1})]], tmp_path / "a")
+    job = bank().input("bad", None, global_reads=["accounts.nosuch"]).on("bad", audit)
+    with pytest.raises(RuntimeJobError, match="names no column 'nosuch'"):
+        job.run_local([[("bad", {"id": 1})]], tmp_path / "b")
+    # A function reading a total its input did not declare fails, saying what to declare.
+    job = bank().input("other", None, global_reads=["accounts.balance"]).output("out")
+    job.on("other", read_other)
+    with pytest.warns(tx.TransactionFailuresWarning):
+        job.run_local([[("other", {"id": 1})]], tmp_path / "c", partitions=2)
+    [failure] = tx.read_failures(tmp_path / "c")
+    assert "global_reads=['accounts.limit']" in failure["error"]
+
+
+def test_forwarding_is_the_default_and_defer_the_option(tmp_path: Path) -> None:
+    batch = [("deposits", {"acct": a, "amount": 5, "id": a}) for a in range(8)]
+    batch += [("transfers", {"src": a, "dst": 7 - a, "amount": 1, "id": 10 + a}) for a in range(8)]
+    forwarded = bank().run_local([batch], tmp_path / "f", partitions=2).stats[0]
+    deferred = bank().option("crossPartition", "defer").run_local([batch], tmp_path / "d").stats[0]
+    assert forwarded["forwarded"] > 0 and forwarded["deferred"] == 0
+    assert deferred["forwarded"] == 0 and deferred["deferred"] > 0
+    assert result(tmp_path / "f") == result(tmp_path / "d")
+    with pytest.raises(RuntimeJobError, match="crossPartition is one of"):
+        bank().option("crossPartition", "calvin")
+
+
+def test_a_connection_without_the_secret_is_closed_unread(tmp_path: Path) -> None:
+    exchange = new_exchange(2)
+    receiver = SocketTransport(0, 2, tmp_path, exchange["secret"], "127.0.0.1")
+    sender = SocketTransport(1, 2, tmp_path, new_exchange(2)["secret"], "127.0.0.1")
+    try:
+        sender.send(0, (0, 1, "T1", "up", ["forged"]))
+        sender.flush()
+        for _ in range(20):  # the receiver reads the hello, refuses it; nothing arrives
+            assert receiver.poll(0.01) == []
+            sender.flush()
+        assert 0 not in sender.welcomed
+    finally:
+        sender.close()
+        receiver.close()
+
+
+def test_a_silent_peer_is_an_error_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Partition 1's task never starts: partition 0's transfers wait for its rows.
+    monkeypatch.setattr(forward_module, "EXCHANGE_TIMEOUT_S", 0.5)
+    from txstream.spark.runtime.boundaries import Event
+    from txstream.spark.runtime.partitioning import partition_of
+    from txstream.spark.runtime.tasks import BatchContext, phase1_forward
+
+    src, dst = next(
+        (a, b) for a in range(9) for b in range(9) if partition_of(a, 2) == 0 != partition_of(b, 2)
+    )
+    row = {"src": src, "dst": dst, "amount": 1, "id": 0}
+    event = Event((0.0, 1, 0), "transfers", row, [src, dst], [0, 1], True)
+    exchange = new_exchange(2)
+    transport = SocketTransport(0, 2, tmp_path / "x", exchange["secret"], "127.0.0.1")
+    ctx = BatchContext(str(tmp_path), 0, -1, partitions=2)
+    try:
+        with pytest.raises(ExchangeError, match="no message from the other tasks"):
+            phase1_forward(bank().spec, ctx, {0: [event]}, transport, lambda p: p)
+    finally:
+        transport.close()
+
+
+def test_sockets_carry_large_frames_both_ways_at_once(tmp_path: Path) -> None:
+    # Two tasks that send each other megabytes at the same time must not wedge.
+    exchange = new_exchange(2)
+    a = SocketTransport(0, 2, tmp_path, exchange["secret"], "127.0.0.1")
+    b = SocketTransport(1, 2, tmp_path, exchange["secret"], "127.0.0.1")
+    blob = "x" * 100_000
+    try:
+        for i in range(60):
+            a.send(1, (1, 0, f"a{i}", "up", blob))
+            b.send(0, (0, 1, f"b{i}", "up", blob))
+        got_a: list[Any] = []
+        got_b: list[Any] = []
+        for _ in range(2000):
+            a.flush()
+            b.flush()
+            got_a += a.poll(0.001)
+            got_b += b.poll(0.001)
+            if len(got_a) == len(got_b) == 60:
+                break
+        assert [m[2] for m in got_a] == [f"b{i}" for i in range(60)]
+        assert [m[2] for m in got_b] == [f"a{i}" for i in range(60)]
+    finally:
+        a.close()
+        b.close()
+    assert isinstance(socket.gethostname(), str)
