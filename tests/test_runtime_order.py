@@ -69,23 +69,27 @@ def test_one_ordered_input_keeps_the_batch_merge_by_default(tmp_path: Path) -> N
     assert json.loads((tmp_path / "job.json").read_text())["merge"] == "batch"
 
 
-def test_start_wants_the_merge_of_several_ordered_inputs_chosen_in_one_line() -> None:
-    # A Spark query cannot end its inputs: under the event-time merge its last
-    # events wait for later ones, under the batch merge the answer depends on
-    # the hand-over.  start() refuses before Spark starts until the choice is made.
-    with pytest.raises(tx.RuntimeJobError) as caught:
-        ledger_job(merge=None).start("/nonexistent/ckpt")
-    message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(
-        "job 'ledger' has 2 inputs with an order column (deposits, transfers): under "
-        "merge='batch' an event of a later micro-batch runs after the earlier ones"
-    )
-    assert "choose .option('merge', 'event-time')" in message
-    assert message.endswith("or .option('merge', 'batch') (keep micro-batch order)")
+def test_start_takes_the_event_time_merge_for_several_ordered_inputs_and_mixed_ones_choose() -> (
+    None
+):
+    # A Spark query now ends its inputs at the end of a bounded run (see
+    # test_spark_end_inputs.py), so start() defaults to the event-time merge as
+    # run_local does; it used to refuse until the merge was chosen.  A job that
+    # mixes ordered and unordered inputs is still refused before Spark starts.
+    assert ledger_job(merge=None).merge_for("start") == "event-time"
+    assert ledger_job(merge="batch").merge_for("start") == "batch"
     mixed = ledger_job(merge=None).input("notes", None, keys="acct").on("notes", lambda t, e: None)
-    with pytest.raises(tx.RuntimeJobError, match=r"add order=\.\.\. to input\(s\) notes"):
-        mixed.run_local([], "/nonexistent/store")
+    for run in (lambda: mixed.start("/nonexistent/ckpt"), lambda: mixed.run_local([], "/x")):
+        with pytest.raises(tx.RuntimeJobError) as caught:
+            run()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(
+            "job 'ledger' has 2 inputs with an order column (deposits, transfers): under "
+            "merge='batch' an event of a later micro-batch runs after the earlier ones"
+        )
+        assert "choose add order=... to input(s) notes (the event-time merge), or" in message
+        assert message.endswith("or .option('merge', 'batch') (keep micro-batch order)")
 
 
 def test_a_store_of_the_old_default_batch_merge_restarts_under_the_event_time_merge(
@@ -246,15 +250,16 @@ def test_non_finite_order_values_on_spark_are_failures_that_move_no_frontier(
     job = ordered_two(read("a"), read("b"))
     job.input("c", read("c"), keys="k", order="ts").on("c", lambda t, e: None)
     job.option("merge", "event-time").trigger(availableNow=True)
-    with pytest.warns(UserWarning):  # failures, and the events Spark cannot end
+    with pytest.warns(UserWarning):  # the failures
         query = job.start(tmp_path / "ckpt", spark=spark, partitions=2, engine=engine)
         try:
             query.awaitTermination()
         finally:
             query.stop()
-    # The frontier is min(3.0, 2.5, 2.0): 1.0 and 2.0 run (c's event emits nothing).
-    assert [r["n"] for r in tx.read_output(tmp_path / "ckpt", "o")] == [0]
-    assert query.lastProgress["held"] == 2  # 3.0 and 2.5: the inputs do not end on Spark
+    # The frontier is min(3.0, 2.5, 2.0): 1.0 and 2.0 run (c's event emits nothing),
+    # 3.0 and 2.5 are held; then the availableNow run ends its inputs: they run.
+    assert query.recentProgress[0]["held"] == 2 and query.lastProgress["held"] == 0
+    assert [r["n"] for r in tx.read_output(tmp_path / "ckpt", "o")] == [0, 4, 2]
     errors = sorted(
         (f["position"].split("#")[0], f["error"]) for f in tx.read_failures(tmp_path / "ckpt")
     )

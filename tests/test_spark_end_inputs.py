@@ -125,7 +125,9 @@ def test_a_bounded_run_ends_its_inputs_with_nothing_held(
 ) -> None:
     stream = ledger_stream()
     write_inputs(tmp_path / "in", stream, CUTS)
-    job = ledger_job(*streams(spark, tmp_path / "in"), merge="event-time")
+    # The quick start's shape (docs/spark.md): no merge chosen, start() takes event-time.
+    merge = None if how == "processAllAvailable" else "event-time"
+    job = ledger_job(*streams(spark, tmp_path / "in"), merge=merge)
     ckpt = tmp_path / "ckpt"
     if how == "awaitTermination":
         job.trigger(availableNow=True)
@@ -137,6 +139,8 @@ def test_a_bounded_run_ends_its_inputs_with_nothing_held(
             query.processAllAvailable()
     finally:
         query.stop()
+    if engine == "executors":  # (the driver engine writes no job record)
+        assert json.loads((ckpt / "txstream" / "job.json").read_text())["merge"] == "event-time"
     progress = query.recentProgress
     # Three micro-batches; the last held the events after the other input's last
     # (the five closing transfers at least); one more batch, without input, ran them
@@ -311,3 +315,28 @@ def _alive(pid: int) -> bool:
     from txstream.spark.jvmwatchdog import start_time
 
     return start_time(pid) is not None
+
+
+def test_a_continuous_query_stopped_keeps_its_held_events_until_told_to_end_them(
+    spark: Any, tmp_path: Path
+) -> None:
+    # A processingTime query stopped while its sources may still deliver is paused,
+    # not ended (later events of a slower input would otherwise be late): its held
+    # events stay in the checkpoint and a warning says how to end them.
+    stream = ledger_stream()
+    write_inputs(tmp_path / "in", stream, CUTS)
+    ckpt = tmp_path / "ckpt"
+    query = job_on(spark, tmp_path / "in").start(ckpt, spark=spark, partitions=2)
+    try:
+        while len(query.recentProgress) < 3:  # its three micro-batches (no drain)
+            assert query.isActive, query.status
+            time.sleep(0.1)
+    finally:
+        with pytest.warns(UserWarning, match=r"held .* stop\(end_inputs=True\) ends the inputs"):
+            query.stop()
+    assert query.lastProgress["held"] >= 5 and spark_logs(ckpt) == (2, 2)
+    # Restarted and stopped with end_inputs=True: it reads what is there, then ends.
+    query = job_on(spark, tmp_path / "in").start(ckpt, spark=spark, partitions=2)
+    query.stop(end_inputs=True)
+    assert [p["batchId"] for p in query.recentProgress] == [3]
+    check_exactly_once(ckpt, stream)
