@@ -284,3 +284,89 @@ def test_an_input_that_has_delivered_nothing_holds_the_others_until_it_is_quiet(
     bound, _ = advance(frontier, {"b": 6.5}, 3, index)
     assert bound == (6.5, 1)
     assert advance({}, {"a": 5.0}, 1, index)[0] == (5.0, 0)  # idleBatches=1: as before
+
+
+class _Stream:
+    """A Spark query's handle as TxQuery sees it: active or ended, no failure."""
+
+    def __init__(self, active: bool) -> None:
+        self.isActive = active
+        self.drains = 0
+
+    def processAllAvailable(self) -> None:
+        self.drains += 1
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        return not self.isActive
+
+    def exception(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.isActive = False
+
+    @property
+    def status(self) -> dict[str, bool]:
+        return {"isTriggerActive": False, "isDataAvailable": False}
+
+
+@pytest.mark.parametrize(
+    ("trigger", "active", "drained", "end_inputs", "ends"),
+    [
+        ({"availableNow": True}, False, False, None, True),  # finished by itself
+        ({"availableNow": True}, True, False, None, False),  # stopped before its end
+        ({"processingTime": "0 seconds"}, True, False, None, False),  # paused
+        ({"processingTime": "0 seconds"}, True, True, None, True),  # drained, then stopped
+        ({"processingTime": "0 seconds"}, True, False, True, True),  # told to end
+        ({"availableNow": True}, False, False, False, False),  # told not to
+    ],
+)
+def test_stop_ends_the_inputs_of_a_run_that_read_all_its_input_and_only_then(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger: dict[str, Any],
+    active: bool,
+    drained: bool,
+    end_inputs: bool | None,
+    ends: bool,
+) -> None:
+    from txstream.spark.runtime.query import TxQuery
+
+    job = ledger_job(merge="event-time").trigger(**trigger)
+    query = TxQuery(job, tmp_path, None, 2, "executors")
+    query.query = stream = _Stream(active)
+    ended: list[bool] = []
+    monkeypatch.setattr(query, "_end_locked", lambda: ended.append(True))
+    if drained:
+        query.processAllAvailable()
+    query.stop(end_inputs=end_inputs)
+    assert ended == ([True] if ends else [])
+    assert stream.drains == int(drained or bool(end_inputs))
+    # Once stopped, a bounded run's awaitTermination() ends nothing more (nor a
+    # stop() again): the store is given up, and a stop() before the run's end
+    # must not pass for its end.
+    query.awaitTermination()
+    query.stop()
+    assert ended == ([True] if ends else [])
+
+
+def test_a_bounded_run_that_finished_by_itself_ends_when_awaited_or_drained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txstream.spark.runtime.query import TxQuery
+
+    for trigger, finished, call, ends in [
+        ({"availableNow": True}, True, "awaitTermination", True),
+        ({"availableNow": True}, True, "processAllAvailable", True),
+        ({"availableNow": True}, False, "awaitTermination", False),  # (a timeout: running)
+        ({"processingTime": "0 seconds"}, True, "awaitTermination", False),  # stopped by someone
+        ({"processingTime": "0 seconds"}, False, "processAllAvailable", False),  # goes on
+    ]:
+        job = ledger_job(merge="event-time").trigger(**trigger)
+        query = TxQuery(job, tmp_path, None, 2, "executors")
+        query.query = _Stream(not finished)
+        ended: list[bool] = []
+        monkeypatch.setattr(query, "_end_locked", lambda ended=ended: ended.append(True))
+        getattr(query, call)()
+        assert ended == ([True] if ends else []), (trigger, call)
+        query._lock.release()

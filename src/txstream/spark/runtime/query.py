@@ -25,6 +25,7 @@ import json
 import pickle
 import re
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -307,6 +308,10 @@ class TxQuery:
         """``_batches`` when :meth:`processAllAvailable` last returned (None: never)."""
         self._ending = False
         """Whether the batch being run ends the inputs (see :meth:`_end_inputs`)."""
+        self._end_lock = threading.Lock()
+        """One end at a time (a sink's stop() and the caller's awaitTermination() may meet)."""
+        self._stopping = False
+        """Whether :meth:`stop` has begun: a query it stops has not finished by itself."""
         self._schema: Any = None
         """The schema of the micro-batches' rows (an ending batch has none of them)."""
 
@@ -395,8 +400,8 @@ class TxQuery:
         )
 
     def _end_if_finished(self) -> None:
-        """End the inputs of a bounded run that has finished (not yet stopped by :meth:`stop`)."""
-        if self._status != "stopped" and self._finished():
+        """End the inputs of a bounded run that has finished by itself (not by :meth:`stop`)."""
+        if not self._stopping and self._finished():
             self._end_inputs()
 
     def stop(self, settle_s: float = 0.0, end_inputs: bool | None = None) -> None:
@@ -441,7 +446,8 @@ class TxQuery:
                 if end_inputs and self.query.isActive and self._status != "stopped":
                     self._wrap(self.query.processAllAvailable)
                     self._drained = self._batches
-                finished = self._bounded() and self._finished()
+                finished = self._bounded() and self._finished() and not self._stopping
+                self._stopping = True
                 deadline = time.time() + settle_s
                 while time.time() < deadline and self._busy():
                     time.sleep(0.05)
@@ -449,7 +455,7 @@ class TxQuery:
                 self.query.stop()
                 drained = self._drained == self._batches  # no micro-batch since the drain
                 end = end_inputs if end_inputs is not None else finished or drained
-            if end and self._status != "stopped":
+            if end:
                 self._end_inputs()
             if self.driver is not None and self.spec.record_history:
                 from txstream.model import format_history
@@ -485,6 +491,11 @@ class TxQuery:
         before Spark's checkpoint records the batch, is completed at the next
         start (:func:`reconcile_commit_log`).
         """
+        with self._end_lock:
+            if self._status != "stopped":  # (a stopped query gave the store up)
+                self._end_locked()
+
+    def _end_locked(self) -> None:
         if self._merge != "event-time" or self._failure is not None:
             return
         committed = self.store.committed()
