@@ -6,7 +6,7 @@ of the earlier ones, whatever its order value.  It is the default for a job
 with at most one input with an order column, where it is the serial order
 (see :meth:`~txstream.spark.runtime.job.Job.merge_for`).
 
-``merge="event-time"`` (``run_local``'s default for several ordered inputs):
+``merge="event-time"`` (the default for several ordered inputs, see ``Job.merge_for``):
 the order is the order value across micro-batches. A source may hand one
 input's events over ahead of another's (a file source that groups files
 differently after a restart, a change stream that runs ahead of the readings);
