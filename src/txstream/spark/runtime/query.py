@@ -511,9 +511,9 @@ class TxQuery:
             return
         batch = last + 1
         sc = self.spark.sparkContext
-        # A partition per Spark partition, without a row (phase 1 runs every
-        # partition under the event-time merge, see _phase1_outputs).
-        empty = self.spark.createDataFrame(sc.parallelize([], self.partitions), self._schema)
+        # One Spark partition per phase-1 task, without a row: under the event-time
+        # merge each task runs the partitions it hosts (see _phase1_outputs).
+        empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
         self._ending = True
         try:
             self._run(empty, batch)
@@ -863,7 +863,7 @@ class TxQuery:
             )
             .repartition(self.tasks, "__route")
         )
-        if self._ending:  # its rows: none, in P partitions (every partition runs)
+        if self._ending:  # its rows: none, one Spark partition per task (all of them run)
             prepared = df
         snapshot_every = self.job._snapshot_every
         gather = self._gathers()
