@@ -370,3 +370,37 @@ def test_a_bounded_run_that_finished_by_itself_ends_when_awaited_or_drained(
         getattr(query, call)()
         assert ended == ([True] if ends else []), (trigger, call)
         query._lock.release()
+
+
+def test_await_termination_returns_after_a_stop_in_another_thread_has_ended_the_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sink's stop() runs in a thread of its own: Spark's query stops first, then
+    # the inputs end.  The caller's awaitTermination() used to return in between,
+    # and the outputs it then read lacked the end's batch.
+    import threading
+
+    from txstream.spark.runtime.query import TxQuery
+
+    job = ledger_job(merge="event-time")
+    query = TxQuery(job, tmp_path, None, 2, "executors")
+    query.query = _Stream(active=True)
+    entered, release = threading.Event(), threading.Event()
+    happened: list[str] = []
+
+    def end() -> None:
+        entered.set()
+        release.wait()
+        happened.append("ended")
+
+    monkeypatch.setattr(query, "_end_locked", end)
+    stopper = threading.Thread(target=lambda: query.stop(end_inputs=True))
+    stopper.start()
+    entered.wait()  # Spark's query has stopped; the end runs
+    waiter = threading.Thread(target=lambda: (query.awaitTermination(), happened.append("back")))
+    waiter.start()
+    waiter.join(0.2)  # (a slow machine only makes this check weaker, never fail)
+    release.set()
+    waiter.join()
+    stopper.join()
+    assert happened == ["ended", "back"]

@@ -312,6 +312,8 @@ class TxQuery:
         """One end at a time (a sink's stop() and the caller's awaitTermination() may meet)."""
         self._stopping = False
         """Whether :meth:`stop` has begun: a query it stops has not finished by itself."""
+        self._stopped = threading.Event()
+        """Set when :meth:`stop` has done all it does (the end of the inputs included)."""
         self._schema: Any = None
         """The schema of the micro-batches' rows (an ending batch has none of them)."""
 
@@ -379,7 +381,11 @@ class TxQuery:
                 done = self._wrap(self.query.awaitTermination)
             else:
                 done = self._wrap(lambda: self.query.awaitTermination(timeout))
-            if self._bounded():
+            if self._stopping and not self._thread.inside():
+                # A stop (a sink's, in a thread of its own) stopped Spark's query
+                # and may still be ending the inputs: the caller reads the outputs next.
+                self._stopped.wait(timeout)
+            elif self._bounded():
                 self._end_if_finished()
             return done  # type: ignore[no-any-return]
         finally:
@@ -467,6 +473,7 @@ class TxQuery:
         finally:
             self._lock.release()
             self._status = "stopped"
+            self._stopped.set()
         held = (self.lastProgress or {}).get("held", 0)
         if held:
             warnings.warn(
