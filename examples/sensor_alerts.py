@@ -105,8 +105,9 @@ def generate(out: Path, devices: int, files: int, per_file: int, seed: int) -> l
             path.write_text("".join(line + "\n" for line in text))
             os.utime(path, (1_700_000_000 + n, 1_700_000_000 + n))
     # The event-time merge runs a timestamp once a later one has arrived (as a
-    # watermark holds Spark's last window): the sensors' last word is a reading
-    # one tick later, inside its device's range, which stays held.
+    # watermark holds Spark's last window) or the inputs end (a bounded run ends
+    # them): the sensors' last word is a reading one tick later, inside its
+    # device's range, so that a continuously running query runs the others too.
     d = names[0]
     last = (f(specs[d][0]) + f(specs[d][1])) / 2 if ts >= switch[d] else sum(specs[d]) / 2
     path = out / "readings" / f"part-{files:04d}.json"

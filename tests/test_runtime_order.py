@@ -69,23 +69,27 @@ def test_one_ordered_input_keeps_the_batch_merge_by_default(tmp_path: Path) -> N
     assert json.loads((tmp_path / "job.json").read_text())["merge"] == "batch"
 
 
-def test_start_wants_the_merge_of_several_ordered_inputs_chosen_in_one_line() -> None:
-    # A Spark query cannot end its inputs: under the event-time merge its last
-    # events wait for later ones, under the batch merge the answer depends on
-    # the hand-over.  start() refuses before Spark starts until the choice is made.
-    with pytest.raises(tx.RuntimeJobError) as caught:
-        ledger_job(merge=None).start("/nonexistent/ckpt")
-    message = str(caught.value)
-    assert "\n" not in message
-    assert message.startswith(
-        "job 'ledger' has 2 inputs with an order column (deposits, transfers): under "
-        "merge='batch' an event of a later micro-batch runs after the earlier ones"
-    )
-    assert "choose .option('merge', 'event-time')" in message
-    assert message.endswith("or .option('merge', 'batch') (keep micro-batch order)")
+def test_start_takes_the_event_time_merge_for_several_ordered_inputs_and_mixed_ones_choose() -> (
+    None
+):
+    # A Spark query now ends its inputs at the end of a bounded run (see
+    # test_spark_end_inputs.py), so start() defaults to the event-time merge as
+    # run_local does; it used to refuse until the merge was chosen.  A job that
+    # mixes ordered and unordered inputs is still refused before Spark starts.
+    assert ledger_job(merge=None).merge_for("start") == "event-time"
+    assert ledger_job(merge="batch").merge_for("start") == "batch"
     mixed = ledger_job(merge=None).input("notes", None, keys="acct").on("notes", lambda t, e: None)
-    with pytest.raises(tx.RuntimeJobError, match=r"add order=\.\.\. to input\(s\) notes"):
-        mixed.run_local([], "/nonexistent/store")
+    for run in (lambda: mixed.start("/nonexistent/ckpt"), lambda: mixed.run_local([], "/x")):
+        with pytest.raises(tx.RuntimeJobError) as caught:
+            run()
+        message = str(caught.value)
+        assert "\n" not in message
+        assert message.startswith(
+            "job 'ledger' has 2 inputs with an order column (deposits, transfers): under "
+            "merge='batch' an event of a later micro-batch runs after the earlier ones"
+        )
+        assert "choose add order=... to input(s) notes (the event-time merge), or" in message
+        assert message.endswith("or .option('merge', 'batch') (keep micro-batch order)")
 
 
 def test_a_store_of_the_old_default_batch_merge_restarts_under_the_event_time_merge(
@@ -246,15 +250,16 @@ def test_non_finite_order_values_on_spark_are_failures_that_move_no_frontier(
     job = ordered_two(read("a"), read("b"))
     job.input("c", read("c"), keys="k", order="ts").on("c", lambda t, e: None)
     job.option("merge", "event-time").trigger(availableNow=True)
-    with pytest.warns(UserWarning):  # failures, and the events Spark cannot end
+    with pytest.warns(UserWarning):  # the failures
         query = job.start(tmp_path / "ckpt", spark=spark, partitions=2, engine=engine)
         try:
             query.awaitTermination()
         finally:
             query.stop()
-    # The frontier is min(3.0, 2.5, 2.0): 1.0 and 2.0 run (c's event emits nothing).
-    assert [r["n"] for r in tx.read_output(tmp_path / "ckpt", "o")] == [0]
-    assert query.lastProgress["held"] == 2  # 3.0 and 2.5: the inputs do not end on Spark
+    # The frontier is min(3.0, 2.5, 2.0): 1.0 and 2.0 run (c's event emits nothing),
+    # 3.0 and 2.5 are held; then the availableNow run ends its inputs: they run.
+    assert query.recentProgress[0]["held"] == 2 and query.lastProgress["held"] == 0
+    assert [r["n"] for r in tx.read_output(tmp_path / "ckpt", "o")] == [0, 4, 2]
     errors = sorted(
         (f["position"].split("#")[0], f["error"]) for f in tx.read_failures(tmp_path / "ckpt")
     )
@@ -279,3 +284,123 @@ def test_an_input_that_has_delivered_nothing_holds_the_others_until_it_is_quiet(
     bound, _ = advance(frontier, {"b": 6.5}, 3, index)
     assert bound == (6.5, 1)
     assert advance({}, {"a": 5.0}, 1, index)[0] == (5.0, 0)  # idleBatches=1: as before
+
+
+class _Stream:
+    """A Spark query's handle as TxQuery sees it: active or ended, no failure."""
+
+    def __init__(self, active: bool) -> None:
+        self.isActive = active
+        self.drains = 0
+
+    def processAllAvailable(self) -> None:
+        self.drains += 1
+
+    def awaitTermination(self, timeout: float | None = None) -> bool:
+        return not self.isActive
+
+    def exception(self) -> None:
+        return None
+
+    def stop(self) -> None:
+        self.isActive = False
+
+    @property
+    def status(self) -> dict[str, bool]:
+        return {"isTriggerActive": False, "isDataAvailable": False}
+
+
+@pytest.mark.parametrize(
+    ("trigger", "active", "drained", "end_inputs", "ends"),
+    [
+        ({"availableNow": True}, False, False, None, True),  # finished by itself
+        ({"availableNow": True}, True, False, None, False),  # stopped before its end
+        ({"processingTime": "0 seconds"}, True, False, None, False),  # paused
+        ({"processingTime": "0 seconds"}, True, True, None, True),  # drained, then stopped
+        ({"processingTime": "0 seconds"}, True, False, True, True),  # told to end
+        ({"availableNow": True}, False, False, False, False),  # told not to
+    ],
+)
+def test_stop_ends_the_inputs_of_a_run_that_read_all_its_input_and_only_then(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    trigger: dict[str, Any],
+    active: bool,
+    drained: bool,
+    end_inputs: bool | None,
+    ends: bool,
+) -> None:
+    from txstream.spark.runtime.query import TxQuery
+
+    job = ledger_job(merge="event-time").trigger(**trigger)
+    query = TxQuery(job, tmp_path, None, 2, "executors")
+    query.query = stream = _Stream(active)
+    ended: list[bool] = []
+    monkeypatch.setattr(query, "_end_locked", lambda: ended.append(True))
+    if drained:
+        query.processAllAvailable()
+    query.stop(end_inputs=end_inputs)
+    assert ended == ([True] if ends else [])
+    assert stream.drains == int(drained or bool(end_inputs))
+    # Once stopped, a bounded run's awaitTermination() ends nothing more (nor a
+    # stop() again): the store is given up, and a stop() before the run's end
+    # must not pass for its end.
+    query.awaitTermination()
+    query.stop()
+    assert ended == ([True] if ends else [])
+
+
+def test_a_bounded_run_that_finished_by_itself_ends_when_awaited_or_drained(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txstream.spark.runtime.query import TxQuery
+
+    for trigger, finished, call, ends in [
+        ({"availableNow": True}, True, "awaitTermination", True),
+        ({"availableNow": True}, True, "processAllAvailable", True),
+        ({"availableNow": True}, False, "awaitTermination", False),  # (a timeout: running)
+        ({"processingTime": "0 seconds"}, True, "awaitTermination", False),  # stopped by someone
+        ({"processingTime": "0 seconds"}, False, "processAllAvailable", False),  # goes on
+    ]:
+        job = ledger_job(merge="event-time").trigger(**trigger)
+        query = TxQuery(job, tmp_path, None, 2, "executors")
+        query.query = _Stream(not finished)
+        ended: list[bool] = []
+        monkeypatch.setattr(query, "_end_locked", lambda ended=ended: ended.append(True))
+        getattr(query, call)()
+        assert ended == ([True] if ends else []), (trigger, call)
+        query._lock.release()
+
+
+def test_await_termination_returns_after_a_stop_in_another_thread_has_ended_the_inputs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A sink's stop() runs in a thread of its own: Spark's query stops first, then
+    # the inputs end.  The caller's awaitTermination() used to return in between,
+    # and the outputs it then read lacked the end's batch.
+    import threading
+
+    from txstream.spark.runtime.query import TxQuery
+
+    job = ledger_job(merge="event-time")
+    query = TxQuery(job, tmp_path, None, 2, "executors")
+    query.query = _Stream(active=True)
+    entered, release = threading.Event(), threading.Event()
+    happened: list[str] = []
+
+    def end() -> None:
+        entered.set()
+        release.wait()
+        happened.append("ended")
+
+    monkeypatch.setattr(query, "_end_locked", end)
+    stopper = threading.Thread(target=lambda: query.stop(end_inputs=True))
+    stopper.start()
+    entered.wait()  # Spark's query has stopped; the end runs
+    waiter = threading.Thread(target=lambda: (query.awaitTermination(), happened.append("back")))
+    waiter.start()
+    waiter.join(0.2)  # (a slow machine only makes this check weaker, never fail)
+    release.set()
+    waiter.join()
+    stopper.join()
+    assert happened == ["ended", "back"]

@@ -59,9 +59,9 @@ def ledger_job(
 
     ``initial``: the opening rows of ``accounts`` (a list, a DataFrame or a file).
     ``merge``: ``batch`` by default, a choice made explicitly: the benchmark and
-    the tests hand both inputs over in id order, batch after batch, and a Spark
-    query cannot end its inputs (``start`` wants the choice made, see
-    ``Job.merge_for``); None leaves the job's default.
+    the tests hand both inputs over in id order, batch after batch, where it is
+    the serial order without holding events; None leaves the job's default
+    (``event-time``, see ``Job.merge_for``).
     """
     job = (
         Job(name)

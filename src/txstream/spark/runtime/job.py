@@ -104,7 +104,7 @@ class Job:
         self._arrival: str | None = None
         self._sinks: dict[str, list[Any]] = {}
         self._merge = "batch"
-        """The merge :meth:`start` runs (``batch`` unless chosen, see :meth:`merge_for`)."""
+        """The merge chosen with ``.option("merge", ...)`` (the runs take :meth:`merge_for`)."""
         self._merge_chosen = False
         self._idle_batches = 1
         self._idle_chosen = False
@@ -332,11 +332,13 @@ class Job:
         serial answer (order value first within each micro-batch, which is the
         whole order): ``batch``.  With several, ``batch`` runs a later
         micro-batch after an earlier one whatever its order value, so the answer
-        depends on how the sources hand files over: ``run_local`` (``runner``
-        ``"run_local"``), which ends its inputs, takes ``event-time``; ``start``
-        refuses in one line until the choice is made, because an unbounded
-        Spark query cannot end its inputs and the event-time merge holds the
-        last events until later ones arrive (see docs/spark.md, merge).
+        depends on how the sources hand files over: both ``run_local``
+        (``runner`` ``"run_local"``) and ``start`` take ``event-time``, and both
+        end their inputs at the end of a bounded run (``run_local``'s last
+        batch; on Spark an ``availableNow`` run, or ``processAllAvailable()``
+        then ``stop()``: see ``TxQuery.stop``).  A job that mixes ordered and
+        unordered inputs is refused in one line until it chooses.  ``runner``
+        is kept for the callers' sake: both runners now choose alike.
         """
         if self._merge_chosen:
             return self._merge
@@ -345,15 +347,9 @@ class Job:
         if len(ordered) < 2:
             return "batch"
         unordered = [n for n in inputs if n not in ordered]
-        if runner == "run_local" and not unordered:
+        if not unordered:
             return "event-time"
-        fix = (
-            f"add order=... to input(s) {', '.join(unordered)} (the event-time merge), or "
-            if unordered
-            else ".option('merge', 'event-time') (the serial answer whatever way the sources "
-            "hand files over; the last events wait for later ones, see docs/spark.md, merge) "
-            "or "
-        )
+        fix = f"add order=... to input(s) {', '.join(unordered)} (the event-time merge), or "
         raise RuntimeJobError(
             f"job {self.spec.name!r} has {len(ordered)} inputs with an order column "
             f"({', '.join(ordered)}): under merge='batch' an event of a later micro-batch runs "
@@ -445,7 +441,7 @@ class Job:
         ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
         """
         self.validate()
-        self.merge_for("start")  # several ordered inputs: a merge chosen (see there)
+        self.merge_for("start")  # ordered and unordered inputs: a merge chosen (see there)
         from txstream.spark.runtime.query import TxQuery
 
         if partitions is not None:  # (0 is refused, not taken for "the default")

@@ -6,7 +6,7 @@ of the earlier ones, whatever its order value.  It is the default for a job
 with at most one input with an order column, where it is the serial order
 (see :meth:`~txstream.spark.runtime.job.Job.merge_for`).
 
-``merge="event-time"`` (``run_local``'s default for several ordered inputs):
+``merge="event-time"`` (the default for several ordered inputs, see ``Job.merge_for``):
 the order is the order value across micro-batches. A source may hand one
 input's events over ahead of another's (a file source that groups files
 differently after a restart, a change stream that runs ahead of the readings);
@@ -24,7 +24,8 @@ a frontier already passed (late) runs in the batch it arrives in.
 
 An input can be *ended* (:func:`ended`): ``run_local`` ends its inputs after
 its last batch with one more committed batch, which releases everything held
-(see :meth:`~txstream.spark.runtime.local.LocalRunner.end_inputs`).
+(see :meth:`~txstream.spark.runtime.local.LocalRunner.end_inputs`); so does a
+Spark query at the end of a bounded run (see ``TxQuery.end_inputs``).
 
 NaN and infinite order values have no place in the order: such events are
 reported as failures with their input position and not run (see
@@ -92,8 +93,11 @@ def ended(frontier: dict[str, Any], idle_batches: int) -> tuple[Bound, dict[str,
     """The release bound and bookkeeping of a batch that ends every input (releases all).
 
     Every input counts as quiet afterwards (an input that delivers again is
-    active again; its events below the old frontier are late).
+    active again; its events below the old frontier are late).  The bookkeeping
+    says ``"ended": True`` (stored with the batch's commit marker, where a
+    restart recognises the batch that ended a Spark query's inputs); the next
+    :func:`advance` drops it.
     """
     high: dict[str, float] = dict(frontier.get("high", {}))
     quiet = {name: max(idle_batches, n) for name, n in frontier.get("quiet", {}).items()}
-    return (math.inf, 0), {"high": high, "quiet": quiet}
+    return (math.inf, 0), {"high": high, "quiet": quiet, "ended": True}

@@ -25,6 +25,7 @@ import json
 import pickle
 import re
 import shutil
+import threading
 import time
 import uuid
 import warnings
@@ -48,7 +49,7 @@ from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
 from txstream.spark.runtime.failures import log_failures
 from txstream.spark.runtime.forward import SocketTransport, forwarding, new_exchange
-from txstream.spark.runtime.merge import Bound, advance
+from txstream.spark.runtime.merge import Bound, advance, ended
 from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_partition
 from txstream.spark.runtime.restart import KEY_KINDS, first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY, one_per_transaction
@@ -299,6 +300,22 @@ class TxQuery:
         """The driver engine's events held by the event-time merge (it cannot resume)."""
         self._watch = job.failure_watch(f"tx.read_failures({str(root)!r}) or query.failures()")
         """Failed transactions since the start: warnings, the all-fail stop (:mod:`.failures`)."""
+        self._merge = job.merge_for("start")
+        """The merge this query runs (:meth:`Job.merge_for`)."""
+        self._batches = 0
+        """``foreachBatch`` calls so far (a stop right after a drain ends the inputs)."""
+        self._drained: int | None = None
+        """``_batches`` when :meth:`processAllAvailable` last returned (None: never)."""
+        self._ending = False
+        """Whether the batch being run ends the inputs (see :meth:`_end_inputs`)."""
+        self._end_lock = threading.Lock()
+        """One end at a time (a sink's stop() and the caller's awaitTermination() may meet)."""
+        self._stopping = False
+        """Whether :meth:`stop` has begun: a query it stops has not finished by itself."""
+        self._stopped = threading.Event()
+        """Set when :meth:`stop` has done all it does (the end of the inputs included)."""
+        self._schema: Any = None
+        """The schema of the micro-batches' rows (an ending batch has none of them)."""
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -334,25 +351,66 @@ class TxQuery:
     def processAllAvailable(self) -> None:
         """Block until every available input has been processed and committed.
 
+        A bounded run (``trigger(availableNow=True)`` or ``once``) then waits
+        for the query to finish and ends the inputs (see :meth:`stop`); a
+        continuously running query goes on, and a :meth:`stop` right after
+        this call ends them.
+
         Warns (:class:`~txstream.spark.runtime.failures.TransactionFailuresWarning`)
         with the number of transactions that failed since the last warning, if any;
         as do :meth:`awaitTermination` and :meth:`stop`.
         """
         try:
             self._wrap(self.query.processAllAvailable)
+            if self._bounded():
+                self._wrap(self.query.awaitTermination)
+                self._end_if_finished()
+            else:
+                self._drained = self._batches
         finally:
             self._watch.warn(stacklevel=3)
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
-        """Wait for the job to end (as ``StreamingQuery.awaitTermination``); warns as above."""
+        """Wait for the job to end (as ``StreamingQuery.awaitTermination``); warns as above.
+
+        When a bounded run (``availableNow``, ``once``) has finished, its inputs
+        end first (see :meth:`stop`).
+        """
         try:
             if timeout is None:
-                return self._wrap(self.query.awaitTermination)  # type: ignore[no-any-return]
-            return self._wrap(lambda: self.query.awaitTermination(timeout))  # type: ignore[no-any-return]
+                done = self._wrap(self.query.awaitTermination)
+            else:
+                done = self._wrap(lambda: self.query.awaitTermination(timeout))
+            if self._stopping and not self._thread.inside():
+                # A stop (a sink's, in a thread of its own) stopped Spark's query
+                # and may still be ending the inputs: the caller reads the outputs next.
+                self._stopped.wait(timeout)
+            elif self._bounded():
+                self._end_if_finished()
+            return done  # type: ignore[no-any-return]
         finally:
             self._watch.warn(stacklevel=3)
 
-    def stop(self, settle_s: float = 0.0) -> None:
+    def _bounded(self) -> bool:
+        """Whether the trigger runs over what the inputs hold at the start, then stops."""
+        trigger = self.job._trigger
+        return bool(trigger.get("availableNow") or trigger.get("once"))
+
+    def _finished(self) -> bool:
+        """Whether Spark's query ended by itself (a bounded run's end), without a failure."""
+        return (
+            self.query is not None
+            and not self.query.isActive
+            and self._failure is None
+            and self.query.exception() is None
+        )
+
+    def _end_if_finished(self) -> None:
+        """End the inputs of a bounded run that has finished by itself (not by :meth:`stop`)."""
+        if not self._stopping and self._finished():
+            self._end_inputs()
+
+    def stop(self, settle_s: float = 0.0, end_inputs: bool | None = None) -> None:
         """Stop the job and give the store up (the driver engine writes its history first).
 
         The micro-batch in flight finishes first (for at most :data:`STOP_WAIT_S`):
@@ -368,20 +426,43 @@ class TxQuery:
         own thread (Spark would wait for the thread to end, which is waiting for
         it): it returns at once, and the job stops in a thread of its own as soon
         as the batch has finished (``awaitTermination()`` returns then).
+
+        Under the event-time merge, ``end_inputs`` says whether the inputs end
+        (:meth:`_end_inputs`: the events held for later ones run in one more
+        committed batch).  By default (None) they end when the run read all its
+        input: a bounded run (``availableNow``, ``once``) that finished, or a
+        query stopped right after :meth:`processAllAvailable` returned (no
+        micro-batch since).  A continuously running query stopped otherwise is
+        paused, not ended: its held events stay in the checkpoint and run after
+        a restart once the inputs move past them (events below the frontier of an
+        ended input would be late), and a warning counts them.  ``True``: read
+        what the inputs hold now (``processAllAvailable``), stop, and end them;
+        ``False``: never end them.
         """
         try:
-            self._thread.stop(partial(self._stop, settle_s), name=f"stop {self.name}")
+            stop = partial(self._stop, settle_s, end_inputs)
+            self._thread.stop(stop, name=f"stop {self.name}")
         finally:
             self._watch.warn(stacklevel=3)
 
-    def _stop(self, settle_s: float) -> None:
+    def _stop(self, settle_s: float, end_inputs: bool | None = None) -> None:
+        end = False
         try:
             if self.query is not None:
+                if end_inputs and self.query.isActive and self._status != "stopped":
+                    self._wrap(self.query.processAllAvailable)
+                    self._drained = self._batches
+                finished = self._bounded() and self._finished() and not self._stopping
+                self._stopping = True
                 deadline = time.time() + settle_s
                 while time.time() < deadline and self._busy():
                     time.sleep(0.05)
                 self._thread.wait_idle(STOP_WAIT_S)
                 self.query.stop()
+                drained = self._drained == self._batches  # no micro-batch since the drain
+                end = end_inputs if end_inputs is not None else finished or drained
+            if end:
+                self._end_inputs()
             if self.driver is not None and self.spec.record_history:
                 from txstream.model import format_history
 
@@ -392,14 +473,67 @@ class TxQuery:
         finally:
             self._lock.release()
             self._status = "stopped"
+            self._stopped.set()
         held = (self.lastProgress or {}).get("held", 0)
         if held:
             warnings.warn(
                 f"job {self.spec.name!r} stopped with {held} event(s) held by the event-time "
-                "merge: they run when a later event arrives on every input still delivering "
+                "merge: they stay in the checkpoint and run when a later event arrives on "
+                "every input still delivering; stop(end_inputs=True) ends the inputs "
                 "(see docs/spark.md, merge)",
                 stacklevel=4,  # (the caller of stop(), through BatchThread.stop)
             )
+
+    def _end_inputs(self) -> None:
+        """End every input: one more committed batch, without events, that releases all held.
+
+        It runs once Spark's query has stopped, as batch ``n + 1`` after Spark's
+        last batch ``n``, and only when Spark's checkpoint has committed every
+        batch it planned (a batch planned and not run holds input that has
+        not ended).  Its commit marker says so (``frontier["ended"]``); Spark's
+        checkpoint then records it as a batch without input (offsets and
+        commit of ``n`` copied to ``n + 1``, :func:`forward_spark_log`), so
+        that a restart goes on with batch ``n + 2``.  A crash before the marker
+        leaves the events held (a later end runs the batch); a crash after it,
+        before Spark's checkpoint records the batch, is completed at the next
+        start (:func:`reconcile_commit_log`).
+        """
+        with self._end_lock:
+            if self._status != "stopped":  # (a stopped query gave the store up)
+                self._end_locked()
+
+    def _end_locked(self) -> None:
+        if self._merge != "event-time" or self._failure is not None:
+            return
+        committed = self.store.committed()
+        if not committed:
+            return
+        last = committed[-1]
+        if self.engine == "driver":
+            held = len(self._held.meta.get("held", ()))
+        else:
+            held = int(self.store.commit_info(last).get("held", 0))
+        spark_dir = self.root / "spark"
+        if not held or spark_log_ends(spark_dir) != (last, last):
+            return
+        batch = last + 1
+        sc = self.spark.sparkContext
+        # One Spark partition per phase-1 task, without a row: under the event-time
+        # merge each task runs the partitions it hosts (see _phase1_outputs).
+        empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
+        self._ending = True
+        try:
+            self._run(empty, batch)
+        except TxStreamError:
+            raise
+        except Exception as exc:
+            raise TxStreamError(
+                f"job {self.name!r} could not end its inputs: {one_line(exc)}"
+            ) from None
+        finally:
+            self._ending = False
+            if self.store.is_committed(batch):  # (also when a sink or onError=stop raised)
+                forward_spark_log(spark_dir, batch)
 
     def _busy(self) -> bool:
         """Whether Spark runs a batch of the job or has input for one."""
@@ -473,7 +607,7 @@ class TxQuery:
                 )
             partitions = int(meta["partitions"])
         key_types = check_inputs(job)
-        shape = job_shape(job.spec, job._merge, key_types)
+        shape = job_shape(job.spec, job.merge_for("start"), key_types)
         if meta is not None and engine != "driver":  # (the driver engine does not resume)
             meta = restarted_meta(store, meta, shape, job.spec, f"checkpoint {root}")
         usable_directory(root, "checkpoint")
@@ -620,6 +754,7 @@ class TxQuery:
         union = parts[0]
         for part in parts[1:]:
             union = union.unionByName(part)
+        self._schema = union.schema
         writer = (
             union.writeStream.queryName(self.spec.name)
             .option("checkpointLocation", str(self.root / "spark"))
@@ -632,6 +767,7 @@ class TxQuery:
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
         with self._thread.running():
+            self._batches += 1
             try:
                 self._run(df, int(batch_id))
             except TxStreamError as exc:
@@ -703,7 +839,7 @@ class TxQuery:
 
     def _run(self, df: Any, batch_id: int) -> None:
         if self.store.is_committed(batch_id):
-            return  # a replayed batch: its effects are already committed
+            return  # a replayed batch (or the one that ended the inputs): already committed
         started = time.time()
         if self.engine == "driver":
             self.store.clear_uncommitted(batch_id)
@@ -734,6 +870,8 @@ class TxQuery:
             )
             .repartition(self.tasks, "__route")
         )
+        if self._ending:  # its rows: none, one Spark partition per task (all of them run)
+            prepared = df
         snapshot_every = self.job._snapshot_every
         gather = self._gathers()
         upto, frontier = (None, self._frontier) if gather else self._advance(df)
@@ -796,7 +934,7 @@ class TxQuery:
         job and one read of the batch less than :meth:`_advance`.  That needs a
         task slot for every partition, and no dynamic allocation.
         """
-        if self.job._merge != "event-time":
+        if self._merge != "event-time" or self._ending:
             return False
         if self._barrier is None:
             sc = self.spark.sparkContext
@@ -806,8 +944,10 @@ class TxQuery:
 
     def _advance(self, df: Any) -> tuple[Bound | None, dict[str, Any]]:
         """The batch's release frontier under the event-time merge (None: batch order)."""
-        if self.job._merge != "event-time":
+        if self._merge != "event-time":
             return None, {}
+        if self._ending:  # (no rows: every input ends)
+            return ended(self._frontier, self.job._idle_batches)
         from pyspark.sql import functions as F
 
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
@@ -833,8 +973,50 @@ class TxQuery:
                 self.store.trim(int(pdir.name[1:]), snaps[-2])
 
 
+def _log_ids(folder: Path) -> list[int]:
+    """The batch ids of one of Spark's checkpoint logs (``offsets``, ``commits``), in order."""
+    if not folder.is_dir():
+        return []
+    return sorted(int(p.name) for p in folder.iterdir() if p.name.isdigit())
+
+
+def spark_log_ends(spark_dir: Path) -> tuple[int, int]:
+    """The last batch of Spark's commit log and of its offset log (-1: none)."""
+    commits, offsets = _log_ids(spark_dir / "commits"), _log_ids(spark_dir / "offsets")
+    return (commits[-1] if commits else -1), (offsets[-1] if offsets else -1)
+
+
+def forward_spark_log(spark_dir: Path, batch: int) -> None:
+    """Record in Spark's checkpoint that batch ``batch`` ran without input (the inputs' end).
+
+    The batch that ends the inputs is txstream's alone (Spark's query has
+    stopped): its offsets are those of batch ``batch - 1`` (no input read) and
+    it is committed.  Copying both files of ``batch - 1`` (each after its
+    ``.crc``, which Hadoop checks when it is there) makes Spark count it done
+    and resume with ``batch + 1``; otherwise a restart would run new input as
+    ``batch``, whose marker already exists.  The offsets go first: a crash
+    between the two leaves a batch that Spark runs again without input, which
+    txstream skips as committed.  Files already there are kept.
+    """
+    for log in ("offsets", "commits"):
+        folder = spark_dir / log
+        if (folder / str(batch)).exists():
+            continue
+        for name in (".{}.crc", "{}"):
+            source = folder / name.format(batch - 1)
+            if source.exists():
+                write_atomic(folder / name.format(batch), source.read_bytes())
+
+
 def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
-    """Make Spark run again a batch it counts as done whose txstream marker is missing.
+    """Make Spark's checkpoint agree with txstream's commit markers before Spark starts.
+
+    A batch that ended the inputs (:meth:`TxQuery._end_inputs`) and committed
+    before Spark's checkpoint recorded it (a crash between the two) is recorded
+    now (:func:`forward_spark_log`): Spark would otherwise run new input as that
+    batch, which txstream would skip as committed.
+
+    Spark runs again a batch it counts as done whose txstream marker is missing.
 
     Spark's checkpoint records a batch's offsets (``offsets/<n>``) before it
     runs and counts it done in ``commits/<n>`` after ``foreachBatch`` returned.
@@ -849,9 +1031,19 @@ def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
     commits, offsets = spark_dir / "commits", spark_dir / "offsets"
     if not commits.is_dir():
         return
-    done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     chain = store.chain()
     last = chain[-1][0] if chain else -1
+    spark_done, spark_planned = spark_log_ends(spark_dir)
+    if chain and chain[-1][1].get("frontier", {}).get("ended") and last > spark_done:
+        if spark_done != last - 1 or spark_planned not in (last - 1, last):
+            raise StoreError(
+                f"{store.root / 'commits' / f'{last:012d}.json'} ended the inputs after "
+                f"batch {last - 1}, but Spark's checkpoint {spark_dir} has offsets up to "
+                f"batch {spark_planned} and commits up to batch {spark_done}; start on a new "
+                "checkpoint or restore both from one backup"
+            )
+        forward_spark_log(spark_dir, last)
+    done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     lost = [n for n in done if n > last]
     if not lost:
         return
