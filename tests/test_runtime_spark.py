@@ -8,6 +8,7 @@ subprocesses for what needs its own Spark application (SIGKILL of the driver,
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -30,6 +31,7 @@ from txstream.spark.runtime.partitioning import partition_of, spark_hash_long, s
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "sensor_alerts.py"
+LEDGER_AUDIT = ROOT / "examples" / "ledger_audit.py"
 
 
 def write_ledger_input(folder: Path, stream: list[Any], files: int) -> None:
@@ -345,9 +347,11 @@ def test_a_by_batch_whose_groups_interleave_fails_the_query_with_group_order_err
     assert tx.read_output(tmp_path / "ckpt", "o") == []
 
 
-def run_example(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+def run_example(
+    *args: str, example: Path = EXAMPLE, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(EXAMPLE), *args], capture_output=True, text=True, check=False, **kwargs
+        [sys.executable, str(example), *args], capture_output=True, text=True, check=False, **kwargs
     )
 
 
@@ -402,8 +406,84 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
     assert verdict.holds and kills == 10
 
 
+def test_ledger_audit_survives_sigkills_mid_run_exactly_once(tmp_path: Path) -> None:
+    # examples/ledger_audit.py: forwarded transfers between any accounts and audits
+    # (global reads) in every micro-batch; the driver and its JVM are SIGKILLed
+    # while batches run (after the k-th commit, at a random moment of the next
+    # ones), three times, then the input is run to its end: every output once,
+    # every audit ok, every final row as serial execution gives them.
+    data, ckpt = tmp_path / "data", tmp_path / "ckpt"
+    made = run_example(
+        "generate",
+        "--out",
+        str(data),
+        "--accounts",
+        "60",
+        "--files",
+        "60",
+        "--per-file",
+        "80",
+        example=LEDGER_AUDIT,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    rng = random.Random(3)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    commits = ckpt / "txstream" / "commits"
+    at_kill = []
+    for n, target in enumerate((2, 12, 24)):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(LEDGER_AUDIT),
+                "run",
+                "--continuous",
+                "--partitions",
+                "3",
+                "--data",
+                str(data),
+                "--checkpoint",
+                str(ckpt),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=(tmp_path / f"run{n}.err").open("w"),
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.time() + 300  # (a bound on a hang, not a speed requirement)
+            while proc.poll() is None and time.time() < deadline:
+                if commits.exists() and len(list(commits.glob("*.json"))) >= target:
+                    break
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 0.6))
+            assert proc.poll() is None, (tmp_path / f"run{n}.err").read_text()[-3000:]
+            at_kill.append(len(list(commits.glob("*.json"))))
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
+            proc.wait()
+    assert at_kill[1] < 60  # two kills came before the input's end: mid-run, not after it
+    final = run_example(
+        "run",
+        "--data",
+        str(data),
+        "--checkpoint",
+        str(ckpt),
+        "--partitions",
+        "3",
+        example=LEDGER_AUDIT,
+        env=env,
+    )
+    assert final.returncode == 0, final.stderr[-2000:]
+    shown = run_example(
+        "show", "--data", str(data), "--checkpoint", str(ckpt), example=LEDGER_AUDIT
+    )
+    assert '"audits_failed": 0' in shown.stdout and '"exactly_as_expected": true' in shown.stdout
+    verdict = check(tx.read_history(ckpt), "csao")
+    assert verdict.holds, verdict.evidence
+
+
 CLUSTER_JOB = """
-import json, os, sys
+import importlib.util, json, os, sys
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_runtime_spark import ledger_streams
@@ -413,7 +493,16 @@ from txstream.spark import local_session
 
 spark = local_session("cluster-test", master={master!r})
 folder, ckpt, kill = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "kill"
-job = ledger_job(*ledger_streams(spark, folder)).option("merge", sys.argv[4])
+if sys.argv[5] == "ledger_audit":  # audits (global reads) amid the transfers
+    spec = importlib.util.spec_from_file_location("ledger_audit", {example!r})
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    streams = [spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+               .json(str(folder / name)) for name, schema in example.INPUTS.items()]
+    job = example.job(str(folder / "accounts.json"), *streams)
+else:
+    job = ledger_job(*ledger_streams(spark, folder))
+job.option("merge", sys.argv[4])
 if kill:
     # The first task of batch 1 takes its executor JVM down with it (once).
     marker = ckpt.parent / "killed"
@@ -430,26 +519,59 @@ try:
     query.awaitTermination()
 finally:
     query.stop()
-print(json.dumps([[r["id"], r["ok"]] for r in tx.read_output(ckpt, "transfers_done")]))
+got = {{name: tx.read_output(ckpt, name) for name in job.spec.outputs}}
+if sys.argv[5] == "ledger_audit":
+    got["accounts"] = tx.read_table(ckpt, "accounts")
+forwarded = sum(p["multiPartition"]["transactions"] for p in query.recentProgress)
+print(json.dumps({{"got": got, "forwarded": forwarded}}))
 """
 
 
-@pytest.mark.parametrize("merge", ["batch", "event-time"])  # event-time: a barrier stage
+@pytest.mark.parametrize(
+    ("merge", "which"),
+    [
+        ("batch", "ledger_audit"),  # examples/ledger_audit.py: transfers and audits
+        ("event-time", "ledger"),  # event-time: a barrier stage
+    ],
+)
 def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
-    tmp_path: Path, merge: str
+    tmp_path: Path, merge: str, which: str
 ) -> None:
-    stream = list(events(1200, 30, 30, seed=21))
-    if merge == "event-time":  # a last deposit (held itself) releases every transfer
-        stream.append(("deposits", {"acct": 0, "amount": 0, "id": 10**6}))
-    write_ledger_input(tmp_path / "in", stream, files=3)
-    _, outcomes = serial_oracle(stream)
+    # The executor dies inside a forwarded multi-partition batch (ids 400-799 of
+    # 1,200 in 3 files); with the example, audits run before and after the kill's
+    # place in that batch, each a global read over both executors' partitions.
+    if which == "ledger_audit":
+        spec = importlib.util.spec_from_file_location("ledger_audit", LEDGER_AUDIT)
+        assert spec is not None and spec.loader is not None
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        expected = example.generate(tmp_path / "in", accounts=30, files=3, per_file=400, seed=21)
+    else:
+        stream = list(events(1200, 30, 30, seed=21))
+        if merge == "event-time":  # a last deposit (held itself) releases every transfer
+            stream.append(("deposits", {"acct": 0, "amount": 0, "id": 10**6}))
+        write_ledger_input(tmp_path / "in", stream, files=3)
+        outcomes = serial_oracle(stream)[1]
+        expected = {"transfers_done": [{"id": i, "ok": ok} for i, ok in outcomes]}
     script = tmp_path / "job.py"
     script.write_text(
-        CLUSTER_JOB.format(tests=str(ROOT / "tests"), master="local-cluster[2,1,1024]")
+        CLUSTER_JOB.format(
+            tests=str(ROOT / "tests"),
+            master="local-cluster[2,1,1024]",
+            example=str(LEDGER_AUDIT),
+        )
     )
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "ckpt"), "kill", merge],
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "in"),
+            str(tmp_path / "ckpt"),
+            "kill",
+            merge,
+            which,
+        ],
         capture_output=True,
         text=True,
         env=env,
@@ -458,8 +580,12 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "killed").exists()  # an executor really died mid-batch
-    got = [tuple(x) for x in json.loads(result.stdout.strip().splitlines()[-1])]
-    assert got == outcomes
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    assert answer["got"] == expected
+    assert answer["forwarded"] > 0  # multi-partition transfers ran forwarded, not deferred
+    if which == "ledger_audit":
+        audits = answer["got"]["audits"]
+        assert all(a["ok"] for a in audits) and any(500 < a["id"] < 800 for a in audits)
 
 
 KILLED_DRIVER = """
