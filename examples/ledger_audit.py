@@ -41,6 +41,7 @@ INPUTS = {
 
 # ---- the job: what a user writes --------------------------------------------------
 def deposit(t: tx.Tx, e: dict[str, Any]) -> None:
+    """Add ``amount`` to ``acct`` (opening it) and to what it was ever deposited."""
     row = t.read("accounts", e["acct"]) or {"balance": 0, "deposited": 0, "overdraft": 0}
     row["balance"] += e["amount"]
     row["deposited"] += e["amount"]
@@ -48,11 +49,13 @@ def deposit(t: tx.Tx, e: dict[str, Any]) -> None:
 
 
 def set_limit(t: tx.Tx, e: dict[str, Any]) -> None:
+    """Set ``acct``'s overdraft limit (opening it empty)."""
     row = t.read("accounts", e["acct"]) or {"balance": 0, "deposited": 0}
     t.upsert("accounts", {**row, "acct": e["acct"], "overdraft": e["overdraft"]})
 
 
 def transfer(t: tx.Tx, e: dict[str, Any]) -> None:
+    """Move ``amount`` from ``src`` to ``dst`` unless ``src`` would pass its limit."""
     src, dst = t.read("accounts", e["src"]), t.read("accounts", e["dst"])
     ok = src is not None and dst is not None and src["balance"] - e["amount"] >= -src["overdraft"]
     if ok:
@@ -62,6 +65,7 @@ def transfer(t: tx.Tx, e: dict[str, Any]) -> None:
 
 
 def audit(t: tx.Tx, e: dict[str, Any]) -> None:
+    """Total every balance and deposit, over all partitions, at this place in the order."""
     total, deposited = t.sum("accounts", "balance"), t.sum("accounts", "deposited")
     t.emit("audits", {"id": e["id"], "total": total, "deposited": deposited,
                       "accounts": t.count("accounts"), "ok": total == deposited})
@@ -87,6 +91,7 @@ def job(accounts: Any, deposits: Any, transfers: Any, limits: Any, audits: Any) 
 
 
 def start(spark: Any, data: Path, checkpoint: Path, once: bool, partitions: int = 4) -> Any:
+    """Start the job on the files under ``data`` (one file of each input per batch)."""
     streams = [spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
                .json(str(data / name)) for name, schema in INPUTS.items()]
     return (
@@ -183,6 +188,7 @@ def generate(out: Path, accounts: int, files: int, per_file: int, seed: int) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: generate, run, show."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     gen = sub.add_parser("generate", help="write an input")
