@@ -47,7 +47,7 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
 from txstream.spark.runtime.failures import ALL_FAIL_LIMIT, FailureWatch
 from txstream.spark.runtime.local import LocalRunner
-from txstream.spark.runtime.merge import MERGES
+from txstream.spark.runtime.merge import MERGES, plan_watermarks, watermark_delay
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.tasks import stop_on_error
 
@@ -109,6 +109,8 @@ class Job:
         self._idle_batches = 1
         self._idle_chosen = False
         self._all_fail_limit = ALL_FAIL_LIMIT
+        self._watermarks: dict[str, float] = {}
+        """Each input's watermark delay: declared, or (after :meth:`start`) from ``withWatermark``."""
 
     # -- declarations ----------------------------------------------------------------
     def table(
@@ -149,6 +151,7 @@ class Job:
         order: str | None = None,
         broadcast: str | None = None,
         global_reads: Sequence[str] = (),
+        watermark: Any = None,
     ) -> Job:
         """Declare an input stream (a streaming DataFrame, or a list of dicts for ``run_local``).
 
@@ -166,6 +169,15 @@ class Job:
         or ``"table"`` (``tx.count``).  Such a transaction runs once, at its place
         in the order, over the totals of every partition; it writes no table rows
         (it may emit).
+        ``watermark`` (event-time merge, needs ``order``): how far below the
+        largest order value it has delivered this input may still deliver an
+        event, in order-value units (seconds for a timestamp column) or as an
+        interval (``"10 seconds"``, ``"2 minutes"``).  Its frontier is its largest
+        value less the delay: the other inputs are held only that far, and its
+        events further behind are late (they run in the batch they arrive in).
+        On Spark, without it, ``withWatermark`` on the DataFrame's order column
+        gives the delay.  A watermark makes the event-time merge the default,
+        even for one input; ``merge='batch'`` refuses it.
         """
         _name("input", name, self.spec.inputs)
         if isinstance(keys, str):
@@ -190,6 +202,13 @@ class Job:
                 f"input {name!r}: global_reads needs an input without keys and without "
                 "broadcast (its events read every partition)"
             )
+        if watermark is not None:
+            if order is None:
+                raise RuntimeJobError(
+                    f"input {name!r}: a watermark is a delay in the order column's values; "
+                    "declare order=... too"
+                )
+            self._watermarks[name] = watermark_delay(watermark, f"input {name!r}")
         self.spec.inputs[name] = InputSpec(
             name, source, key_list, order, len(self.spec.inputs), broadcast, reads
         )
@@ -323,6 +342,12 @@ class Job:
                 f"option merge='event-time' merges inputs by their order column; "
                 f"input(s) {', '.join(unordered)} declare none (add order=...)"
             )
+        if self._watermarks and self._merge_chosen and self._merge == "batch":
+            raise RuntimeJobError(
+                f"input(s) {', '.join(self._watermarks)} declare a watermark, which delays the "
+                "event-time merge's frontier; option merge='batch' has none (choose "
+                "merge='event-time', or leave the watermark out)"
+            )
         self.spec.boundary.validate(self.spec.inputs)
 
     def merge_for(self, runner: str) -> str:
@@ -344,7 +369,7 @@ class Job:
             return self._merge
         inputs = self.spec.inputs
         ordered = [n for n, spec in inputs.items() if spec.order is not None]
-        if len(ordered) < 2:
+        if len(ordered) < 2 and not self._watermarks:  # (a watermark asks for event-time)
             return "batch"
         unordered = [n for n in inputs if n not in ordered]
         if not unordered:
@@ -392,7 +417,9 @@ class Job:
         """
         self.validate()
         merge = self.merge_for("run_local")  # (event-time only when every input is ordered)
-        runner = LocalRunner(self.spec, store, partitions, self._snapshot_every, merge, tasks)
+        runner = LocalRunner(
+            self.spec, store, partitions, self._snapshot_every, merge, tasks, self._watermarks
+        )
         runner.arrival = self.arrival_fn()
         if merge == "event-time":
             # A bounded run ends its inputs: without idleBatches chosen, a quiet
@@ -440,6 +467,7 @@ class Job:
         ``engine``: ``executors`` (partitions on Spark executors, the default) or
         ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
         """
+        self._dataframe_watermarks()
         self.validate()
         self.merge_for("start")  # ordered and unordered inputs: a merge chosen (see there)
         from txstream.spark.runtime.query import TxQuery
@@ -448,6 +476,36 @@ class Job:
             partitions = check_partitions(partitions, "start partitions")
         chosen = self._partitions if partitions is None else partitions
         return TxQuery.start(self, Path(checkpoint), spark, chosen, engine)
+
+    def _dataframe_watermarks(self) -> None:
+        """Take an input's watermark from ``withWatermark`` on its DataFrame, if not declared.
+
+        Read from the analyzed plan's text before Spark starts anything; a
+        watermark on another column than the input's order column is refused
+        (the merge delays order values only).
+        """
+        for name, spec in self.spec.inputs.items():
+            plan = _plan_text(spec.source)
+            if plan is None:
+                continue
+            marks = plan_watermarks(plan)
+            other = [column for column, _ in marks if column != spec.order]
+            if other and name not in self._watermarks:
+                raise RuntimeJobError(
+                    f"input {name!r}: withWatermark is on column {other[0]!r}, not on the "
+                    f"order column {spec.order!r}; put it on {spec.order!r}, or give "
+                    ".input(..., watermark=...)"
+                )
+            if marks and name not in self._watermarks:
+                self._watermarks[name] = watermark_delay(marks[-1][1], f"input {name!r}")
+
+
+def _plan_text(source: Any) -> str | None:
+    """A DataFrame's analyzed logical plan as text (None: not a Spark DataFrame)."""
+    jdf = getattr(source, "_jdf", None)
+    if jdf is None:
+        return None
+    return str(jdf.queryExecution().analyzed().toString())
 
 
 class ArrivalColumn:

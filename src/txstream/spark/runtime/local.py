@@ -162,6 +162,7 @@ class LocalRunner:
         snapshot_every: int = 10,
         merge: str = "batch",
         tasks: int = 1,
+        watermarks: dict[str, float] | None = None,
     ) -> None:
         """Open (or create) the store for ``job``.
 
@@ -170,13 +171,15 @@ class LocalRunner:
         ``idle_batches`` for it.  ``tasks`` > 1 runs phase 1 in that many
         threads, each hosting some partitions and forwarding rows to the others
         over local sockets, as Spark's phase-1 tasks do (see :mod:`.forward`).
+        ``watermarks``: the inputs' watermark delays (see :func:`.merge.advance`).
         """
         job.validate()
+        self.watermarks = dict(watermarks or {})
         self.job = job
         self.partitions = check_partitions(partitions, "run_local partitions")
         self.tasks = check_partitions(tasks, "run_local tasks")
         self.store = RuntimeStore(usable_directory(Path(store), "store"))
-        lock = _local_store(self.store, job, self.partitions, job_shape(job, merge))
+        lock = _local_store(self.store, job, self.partitions, job_shape(job, merge, watermarks=self.watermarks))
         try:
             self.store.check_state()  # a restart never runs on a broken chain
         except BaseException:
@@ -320,7 +323,7 @@ class LocalRunner:
                 ctx.release_upto, self.frontier = ended(self.frontier, self.idle_batches)
             else:
                 ctx.release_upto, self.frontier = advance(
-                    self.frontier, seen, self.idle_batches, declared
+                    self.frontier, seen, self.idle_batches, declared, self.watermarks
                 )
             ctx.frontier = self.frontier
         stats = run_batch(

@@ -20,7 +20,16 @@ an input that has delivered nothing yet holds them back for as long.
 is set: its inputs hold each other back until they deliver or end, so its
 answer is the serial one whatever the hand-over.  Held events live in their
 partition's state, saved with each batch. An event whose order value is below
-a frontier already passed (late) runs in the batch it arrives in.
+a frontier already passed (late) runs in the batch it arrives in, after the
+events released before it (no report: its place in the order is lost).
+
+An input may declare a *watermark* delay (``.input(..., watermark=10.0)``,
+or ``withWatermark`` on its order column on Spark, see :func:`watermark_delay`
+and :func:`plan_watermarks`): it may deliver events up to that delay below the
+largest order value it has delivered, so its contribution to the frontier is
+``max_seen - delay`` rather than ``max_seen``.  The others are held only that
+far, its own events above the frontier wait as usual, and its events further
+than ``delay`` behind are late, as above.
 
 An input can be *ended* (:func:`ended`): ``run_local`` ends its inputs after
 its last batch with one more committed batch, which releases everything held
@@ -45,8 +54,12 @@ micro-batches the sources cut it into.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+
+from txstream.spark.runtime.base import RuntimeJobError
 
 MERGES = ("batch", "event-time")
 
@@ -60,6 +73,7 @@ def advance(
     seen: dict[str, float],
     idle_batches: int,
     index: Mapping[str, int],
+    delays: Mapping[str, float] | None = None,
 ) -> tuple[Bound, dict[str, Any]]:
     """The release bound of a batch that delivered ``seen`` (input -> max order value).
 
@@ -67,7 +81,10 @@ def advance(
     ``index`` gives each input's declaration index.  Returns the bound (the
     frontier, and the smallest index of an input still delivering that has
     reached it: it may deliver more events of that value, which come before
-    those of later inputs) and the bookkeeping after this batch.
+    those of later inputs) and the bookkeeping after this batch.  ``delays``:
+    each input's watermark delay (none: 0): its contribution is its largest
+    order value less the delay (the bookkeeping keeps the largest values, so a
+    restart with another delay moves the frontier from the same values).
     """
     high: dict[str, float] = dict(frontier.get("high", {}))
     quiet: dict[str, int] = dict(frontier.get("quiet", {}))
@@ -84,8 +101,10 @@ def advance(
         return (math.inf, 0), {"high": high, "quiet": quiet}
     if any(n not in high for n in active):
         return (-math.inf, 0), {"high": high, "quiet": quiet}  # releases nothing
-    upto = min(high[n] for n in active)
-    first = min(index.get(n, 0) for n in active if high[n] == upto)
+    delays = delays or {}
+    reach = {n: high[n] - delays.get(n, 0.0) for n in active}
+    upto = min(reach.values())
+    first = min(index.get(n, 0) for n in active if reach[n] == upto)
     return (upto, first), {"high": high, "quiet": quiet}
 
 
@@ -101,3 +120,73 @@ def ended(frontier: dict[str, Any], idle_batches: int) -> tuple[Bound, dict[str,
     high: dict[str, float] = dict(frontier.get("high", {}))
     quiet = {name: max(idle_batches, n) for name, n in frontier.get("quiet", {}).items()}
     return (math.inf, 0), {"high": high, "quiet": quiet, "ended": True}
+
+
+_UNITS = {
+    "microsecond": 1e-6,
+    "millisecond": 1e-3,
+    "second": 1.0,
+    "minute": 60.0,
+    "hour": 3600.0,
+    "day": 86400.0,
+    "week": 604800.0,
+    "us": 1e-6,
+    "ms": 1e-3,
+    "sec": 1.0,
+    "s": 1.0,
+    "min": 60.0,
+    "h": 3600.0,
+}
+_PART = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)\s*")
+
+
+def watermark_delay(value: Any, what: str) -> float:
+    """A watermark delay in order-value units (seconds for a timestamp column).
+
+    ``value``: a number >= 0, a :class:`~datetime.timedelta`, or Spark's
+    interval text (``"10 seconds"``, ``"interval 2 minutes"``, ``"1 hours 30
+    seconds"``; months and years have no fixed length and are refused).
+    Anything else: a one-line :class:`RuntimeJobError` naming ``what``.
+    """
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        delay = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        text = text[len("interval") :] if text.startswith("interval") else text
+        delay, end = 0.0, 0
+        for match in _PART.finditer(text):
+            unit = match.group(2)
+            unit = unit if unit in _UNITS else unit[:-1]  # seconds, mins
+            if match.start() != end or unit not in _UNITS:
+                break
+            delay += float(match.group(1)) * _UNITS[unit]
+            end = match.end()
+        if not text.strip() or end != len(text):
+            raise RuntimeJobError(
+                f"{what}: watermark {value!r} is not a delay; give a number of order-value "
+                "units (seconds for a timestamp) or an interval such as '10 seconds'"
+            )
+    else:
+        raise RuntimeJobError(
+            f"{what}: watermark is a number >= 0 or an interval such as '10 seconds', "
+            f"not {value!r}"
+        )
+    if not math.isfinite(delay) or delay < 0:
+        raise RuntimeJobError(f"{what}: watermark must be a finite delay >= 0, not {value!r}")
+    return delay
+
+
+_WATERMARK = re.compile(
+    r"EventTimeWatermark\s+(?:[0-9a-fA-F-]{36},\s*)?`?([^#`]+?)`?#\d+:\s*[^,]*,\s*(.+?)\s*$"
+)
+
+
+def plan_watermarks(plan: str) -> list[tuple[str, str]]:
+    """The ``(column, delay text)`` of each ``withWatermark`` in a logical plan's text.
+
+    Spark prints the node as ``EventTimeWatermark [<id>, ]<col>#<n>: <type>,
+    <interval>`` (the id since Spark 4).
+    """
+    return [(m.group(1), m.group(2)) for m in map(_WATERMARK.search, plan.splitlines()) if m]

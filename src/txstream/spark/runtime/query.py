@@ -607,7 +607,7 @@ class TxQuery:
                 )
             partitions = int(meta["partitions"])
         key_types = check_inputs(job)
-        shape = job_shape(job.spec, job.merge_for("start"), key_types)
+        shape = job_shape(job.spec, job.merge_for("start"), key_types, job._watermarks)
         if meta is not None and engine != "driver":  # (the driver engine does not resume)
             meta = restarted_meta(store, meta, shape, job.spec, f"checkpoint {root}")
         usable_directory(root, "checkpoint")
@@ -891,6 +891,7 @@ class TxQuery:
             ctx.gather = {
                 "frontier": self._frontier,
                 "idle": self.job._idle_batches,
+                "watermarks": self.job._watermarks,
                 "nonce": f"{batch_id}-{uuid.uuid4().hex}",  # a folder no earlier run used
             }
         spec = self.spec.for_tasks()
@@ -958,7 +959,7 @@ class TxQuery:
         rows = df.groupBy("__input").agg(F.max(usable)).collect()
         seen = {names[int(r[0])]: float(r[1]) for r in rows if r[1] is not None}
         index = {spec.name: spec.index for spec in self.spec.inputs.values()}
-        return advance(self._frontier, seen, self.job._idle_batches, index)
+        return advance(self._frontier, seen, self.job._idle_batches, index, self.job._watermarks)
 
     def _trim(self, batch_id: int) -> None:
         snaps = []
@@ -1472,7 +1473,7 @@ def _gathered_release(
         for name, value in json.loads(path.read_text()).items():
             seen[name] = max(value, seen.get(name, value))
     index = {name: inp for inp, name in names.items()}
-    return advance(gather["frontier"], seen, gather["idle"], index)
+    return advance(gather["frontier"], seen, gather["idle"], index, gather.get("watermarks"))
 
 
 def rendezvous_folder(store: str | Path, gather: dict[str, Any]) -> Path:

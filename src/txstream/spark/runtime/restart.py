@@ -14,8 +14,11 @@ compares the job with it (:func:`restarted_meta`):
   stay in the store and come back if it is declared again), another boundary
   (except a timeslice of other seconds), another key column of an input with
   values of the same type, another merge (except leaving the event-time merge
-  while it holds events), options such as ``snapshotEvery``, ``onError`` and
-  the trigger;
+  while it holds events), another watermark delay of an input (the merge keeps
+  each input's largest order value, not the frontier: the new delay moves the
+  frontier from there on; a larger one may hold events a little longer, a
+  smaller one makes more of a late input's events late), options such as
+  ``snapshotEvery``, ``onError`` and the trigger;
 * **refused** in one line naming the change: another number of partitions,
   inputs added, removed, renamed or reordered, a table's ``key`` or
   ``partition_by``, a table's declared columns (a schema's column added,
@@ -50,12 +53,16 @@ KEY_KINDS = {
 
 
 def job_shape(
-    spec: JobSpec, merge: str, key_types: dict[str, list[str]] | None = None
+    spec: JobSpec,
+    merge: str,
+    key_types: dict[str, list[str]] | None = None,
+    watermarks: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """What of the job the store's contents depend on (recorded in ``job.json``).
 
     ``key_types``: per input, the type of each key column (``integer``,
     ``string``, ``boolean``) when known (Spark knows the DataFrames' schemas).
+    ``watermarks``: the inputs' watermark delays (recorded; a restart may change them).
     """
     boundary = spec.boundary
     shape: dict[str, Any] = {
@@ -74,6 +81,7 @@ def job_shape(
         "orders": {name: i.order for name, i in spec.inputs.items()},
         "merge": merge,
         "timeslice": boundary.seconds if getattr(boundary, "name", "") == "timeslice" else None,
+        "watermarks": dict(watermarks or {}),
     }
     if key_types is not None:
         shape["key_types"] = key_types
