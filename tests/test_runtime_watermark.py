@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +83,7 @@ def test_a_watermark_on_one_input_makes_the_event_time_merge_hold_its_own_events
     )
     # One ordered input would take the batch merge; a watermark asks for event time.
     assert job.merge_for("run_local") == "event-time" == job.merge_for("start")
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     at = [t0 + timedelta(seconds=s) for s in (5, 6, 3, 9, 7, 4)]  # 4 is 5 s behind 9: late
     job.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path, 1)
     assert [t.second for t in seen] == [3, 5, 6, 4, 7, 9]  # 4: late, run where it arrived
@@ -189,10 +189,10 @@ def _sequence_job(source: Any, watermark: Any = None) -> tx.Job:
 def test_spark_takes_the_watermark_from_withwatermark_on_the_order_column(
     spark: Any, tmp_path: Path
 ) -> None:
-    t0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
     # One file per micro-batch; an event is at most 3 s behind the largest before it
-    # (without the watermark 8, delivered after 9, would be late).
-    files = [[5, 6, 3], [9, 7], [8, 10, 12], [11, 13]]
+    # (without the watermark 7, delivered after 9 of its key, would run after it).
+    files = [[5, 6, 3], [9, 8], [7, 10, 12], [11, 13]]
     local: list[list[Event]] = []
     (tmp_path / "in").mkdir()
     for k, part in enumerate(files):
@@ -215,16 +215,16 @@ def test_spark_takes_the_watermark_from_withwatermark_on_the_order_column(
         query.awaitTermination()
     finally:
         query.stop()
-    assert query.job._watermarks == {"e": 3.0} and query.lastProgress["held"] == 0
-    assert json.loads((tmp_path / "ckpt" / "txstream" / "job.json").read_text())[
-        "watermarks"
-    ] == {"e": 3.0}
     _sequence_job(None, watermark=3).run_local(local, tmp_path / "local", 2)
     got = sorted((r["k"], r["n"], r["prev"]) for r in tx.read_output(tmp_path / "ckpt", "seq"))
     want = sorted((r["k"], r["n"], r["prev"]) for r in tx.read_output(tmp_path / "local", "seq"))
     last: dict[int, int] = {}
     serial = []
-    for n in range(3, 14):  # each key's events in time order
+    for n in sorted(n for part in files for n in part):  # each key's events in time order
         serial.append((n % 2, n, last.get(n % 2, -1)))
         last[n % 2] = n
     assert got == want == sorted(serial)
+    assert query.job._watermarks == {"e": 3.0} and query.lastProgress["held"] == 0
+    assert json.loads((tmp_path / "ckpt" / "txstream" / "job.json").read_text())["watermarks"] == {
+        "e": 3.0
+    }

@@ -110,7 +110,7 @@ class Job:
         self._idle_chosen = False
         self._all_fail_limit = ALL_FAIL_LIMIT
         self._watermarks: dict[str, float] = {}
-        """Each input's watermark delay: declared, or (after :meth:`start`) from ``withWatermark``."""
+        """Each input's watermark delay: declared, or from ``withWatermark`` (:meth:`start`)."""
 
     # -- declarations ----------------------------------------------------------------
     def table(

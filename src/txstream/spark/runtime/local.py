@@ -179,7 +179,8 @@ class LocalRunner:
         self.partitions = check_partitions(partitions, "run_local partitions")
         self.tasks = check_partitions(tasks, "run_local tasks")
         self.store = RuntimeStore(usable_directory(Path(store), "store"))
-        lock = _local_store(self.store, job, self.partitions, job_shape(job, merge, watermarks=self.watermarks))
+        shape = job_shape(job, merge, watermarks=self.watermarks)
+        lock = _local_store(self.store, job, self.partitions, shape)
         try:
             self.store.check_state()  # a restart never runs on a broken chain
         except BaseException:

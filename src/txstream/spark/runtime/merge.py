@@ -170,8 +170,7 @@ def watermark_delay(value: Any, what: str) -> float:
             )
     else:
         raise RuntimeJobError(
-            f"{what}: watermark is a number >= 0 or an interval such as '10 seconds', "
-            f"not {value!r}"
+            f"{what}: watermark is a number >= 0 or an interval such as '10 seconds', not {value!r}"
         )
     if not math.isfinite(delay) or delay < 0:
         raise RuntimeJobError(f"{what}: watermark must be a finite delay >= 0, not {value!r}")
