@@ -151,6 +151,40 @@ def test_the_watermark_of_a_spark_plan_is_read() -> None:
     assert plan_watermarks("Project [ts#2]") == []
 
 
+class _Plan:
+    """Stands for a Spark DataFrame: ``_jdf.queryExecution().analyzed().toString()``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._jdf = self
+
+    def queryExecution(self) -> _Plan:
+        return self
+
+    def analyzed(self) -> _Plan:
+        return self
+
+    def toString(self) -> str:
+        return self.text
+
+
+def test_withwatermark_is_taken_only_on_the_order_column_and_never_over_watermark() -> None:
+    mark = "+- ~EventTimeWatermark 6a5fece3-6434-4690-8c5e-7b5b0c9a5661, {}#2: timestamp, {}"
+    job = tx.Job("j").input("e", _Plan(mark.format("ts", "2 minutes")), keys="k", order="ts")
+    job._dataframe_watermarks()
+    assert job._watermarks == {"e": 120.0} and job.merge_for("start") == "event-time"
+    declared = tx.Job("j").input(
+        "e", _Plan(mark.format("ts", "2 minutes")), keys="k", order="ts", watermark=5
+    )
+    declared._dataframe_watermarks()
+    assert declared._watermarks == {"e": 5.0}  # watermark= wins
+    for order, match in (("ts", "withWatermark is on column 'w', not on"), (None, "order='w'")):
+        job = tx.Job("j").input("e", _Plan(mark.format("w", "1 second")), keys="k", order=order)
+        with pytest.raises(RuntimeJobError, match=match) as err:
+            job._dataframe_watermarks()
+        assert "\n" not in str(err.value)
+
+
 # -- restarts ----------------------------------------------------------------------------------
 def test_a_restart_may_change_the_watermark_and_records_it(tmp_path: Path) -> None:
     stream = list(events(200, 4, 30, seed=9, deposit_pct=20.0))

@@ -490,6 +490,12 @@ class Job:
                 continue
             marks = plan_watermarks(plan)
             other = [column for column, _ in marks if column != spec.order]
+            if other and name not in self._watermarks and spec.order is None:
+                raise RuntimeJobError(
+                    f"input {name!r}: withWatermark is on column {other[0]!r}, and the input "
+                    f"declares no order column; declare order={other[0]!r} (the merge delays "
+                    "order values), or leave withWatermark out"
+                )
             if other and name not in self._watermarks:
                 raise RuntimeJobError(
                     f"input {name!r}: withWatermark is on column {other[0]!r}, not on the "
