@@ -659,7 +659,11 @@ class GroupRunner:
                 group, failed["error"], failed["kind"], failed["position"], failed.get("at")
             )
             return
-        self._execute(group.events, group.gid, group, 0)
+        events = group.events
+        if len(events) == 1 and events[0].values and self.remote is None:
+            self._execute_one(events[0], group.gid, group, 0)
+        else:
+            self._execute(events, group.gid, group, 0)
 
     def run_event(self, event: Event, batch: int, abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Execute one event with keys as its own transaction: the ``event`` boundary's group.
@@ -674,7 +678,66 @@ class GroupRunner:
             if gid in abort:
                 self.run(Group(gid, [event]), abort)
                 return
-        self._execute([event], gid, None, batch)
+        if self.remote is None:
+            self._execute_one(event, gid, None, batch)
+        else:
+            self._execute([event], gid, None, batch)
+
+    def _execute_one(self, event: Event, gid: str | None, group: Group | None, batch: int) -> None:
+        """:meth:`_execute` of one event with values, no rows forwarded: the common case.
+
+        The same steps, without the loops and the cases that cannot arise here
+        (a keyless fragment, a global read, forwarded rows): this runs for
+        nearly every event.
+        """
+        outcome = self.outcome
+        history = outcome.history if self.record else None
+        recorded = len(history) if history is not None else 0
+        tx = self.tx
+        tx._gid = gid
+        tx._history = history
+        tx._remote = None
+        tx._home = None
+        if tx._undo:
+            tx._undo.clear()
+        emits = tx._emits
+        if emits:
+            emits.clear()
+        if tx._global:
+            tx._global, tx._aggregates = (), None
+        allowed = tx._allowed
+        allowed.clear()
+        allowed.update(event.values)
+        row = event.row
+        try:
+            self.handlers[event.input](tx, row)
+        except Exception as exc:
+            tx._rollback()
+            if history is not None:
+                del history[recorded:]
+            if group is None:
+                group = Group(gid or event_gid(batch, event), [event])
+            kind = "abort" if isinstance(exc, TransactionAborted) else "error"
+            self._aborted(group, f"{type(exc).__name__}: {exc}", kind, event.position, event.order)
+            return
+        order = event.order
+        outcome.committed += 1  # (Outcome.committed_txn of one event)
+        counts, index = outcome.inputs, order[1]
+        counts[index] = counts.get(index, 0) + 1
+        if history is not None:
+            outcome.txns.append(f"T {gid} c {order[0]!r} {index} {order[2]}")
+        if emits:
+            self._emit_lines(emits, order)
+        column = self.arrival_column
+        if column is not None:
+            value = row.get(column)
+            if type(value) is float and value - value == 0.0:  # finite, the common case
+                outcome.sent.append(value)
+                return
+        if self.arrival is not None:
+            seconds = self.arrival(row)
+            if seconds is not None:
+                outcome.sent.append(seconds)
 
     def _execute(
         self, events: list[Event], gid: str | None, group: Group | None, batch: int
@@ -745,22 +808,7 @@ class GroupRunner:
         if self.remote is not None:
             self.changed = tx._undo
         if tx._emits:
-            outputs = outcome.outputs
-            head = _order_head(order)
-            # Numbered within the transaction: the same whatever ran before it here.
-            for seq, (output, emitted) in enumerate(tx._emits):
-                if isinstance(emitted, str) and head is not None:  # _json_line's text, faster
-                    line = f"{{{emitted}{head}{seq}]}}" if emitted else f"{{{head[2:]}{seq}]}}"
-                else:
-                    # (an order that is not plain, not on Spark's path: plain values
-                    # read back exactly)
-                    row = json.loads(f"{{{emitted}}}") if isinstance(emitted, str) else emitted
-                    row["__order"] = [*order, seq]
-                    line = _json_line(row)
-                lines = outputs.get(output)
-                if lines is None:
-                    lines = outputs[output] = []
-                lines.append(line)
+            self._emit_lines(tx._emits, order)
         if self.arrival_column is not None:
             column, sent = self.arrival_column, outcome.sent
             for event in events:
@@ -776,6 +824,27 @@ class GroupRunner:
                 seconds = self.arrival(event.row)
                 if seconds is not None:
                     outcome.sent.append(seconds)
+
+    def _emit_lines(
+        self, emits: list[tuple[str, Row | str]], order: tuple[float, int, int]
+    ) -> None:
+        """A committed transaction's emitted rows, as the lines of its outputs."""
+        outputs = self.outcome.outputs
+        head = _order_head(order)
+        # Numbered within the transaction: the same whatever ran before it here.
+        for seq, (output, emitted) in enumerate(emits):
+            if isinstance(emitted, str) and head is not None:  # _json_line's text, faster
+                line = f"{{{emitted}{head}{seq}]}}" if emitted else f"{{{head[2:]}{seq}]}}"
+            else:
+                # (an order that is not plain, not on Spark's path: plain values read
+                # back exactly)
+                row = json.loads(f"{{{emitted}}}") if isinstance(emitted, str) else emitted
+                row["__order"] = [*order, seq]
+                line = _json_line(row)
+            lines = outputs.get(output)
+            if lines is None:
+                lines = outputs[output] = []
+            lines.append(line)
 
     def _aborted(
         self,
