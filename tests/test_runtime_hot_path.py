@@ -238,3 +238,55 @@ def test_a_transaction_after_a_global_read_reads_no_totals(tmp_path: Path) -> No
     assert outcome.outputs["totals"] == ['{"total": 0, "__order": [0.0, 0, 0, 0]}']
     assert [f["txn"] for f in outcome.failures] == ["d"]
     assert "UndeclaredKeyError" in outcome.failures[0]["error"]
+
+
+typed = st.fixed_dictionaries(
+    {
+        "a": st.none() | st.integers(-(2**70), 2**70),
+        "b": st.none() | st.text(max_size=6),
+        "c": st.none() | st.integers(-5, 5) | st.floats(),
+        "d": st.none() | st.booleans(),
+    }
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(row=typed, order=st.permutations(["a", "b", "c", "d"]))
+def test_a_row_of_an_output_with_a_schema_is_checked_and_written_as_json_dumps(
+    row: dict[str, Any], order: list[str]
+) -> None:
+    # Any order of the columns, NaN and infinities (the C encoder's spelling),
+    # ints in a double column: the line is json.dumps of the row and its order.
+    job = tx.Job("e").table("t", key="k").input("i", None, keys="k")
+    job.output("out", schema="a long, b string, c double, d boolean")
+    job.on("i", lambda t, e: t.emit("out", e["row"]))
+    outcome = Outcome()
+    runner = GroupRunner(job.spec.for_tasks(), PartitionState(), outcome)
+    emitted = {name: row[name] for name in order}
+    runner.run(Group("g", [Event((1.5, 0, 7), "i", {"k": 1, "row": emitted}, [1], [0])]), {})
+    assert outcome.outputs["out"] == [json.dumps({**emitted, "__order": [1.5, 0, 7, 0]})]
+
+
+@pytest.mark.parametrize(
+    ("row", "error"),
+    [
+        ({"a": True, "b": "x", "c": 1.0, "d": None}, "column 'a' is long, got True"),
+        ({"a": 1, "b": "x", "c": 1.0}, "missing columns ['d']"),
+        ({"a": 1, "b": "x", "c": 1.0, "d": None, "e": 2}, "unknown columns ['e']"),
+        ({"a": 1, "b": "x", "c": 1.0, "e": None}, "missing columns ['d'], unknown columns ['e']"),
+        ({"a": 1, "b": 2, "c": 1.0, "d": None}, "column 'b' is string, got 2"),
+    ],
+)
+def test_a_row_that_does_not_fit_the_schema_fails_its_transaction(
+    row: dict[str, Any], error: str
+) -> None:
+    job = tx.Job("e").table("t", key="k").input("i", None, keys="k")
+    job.output("out", schema="a long, b string, c double, d boolean")
+    job.on("i", lambda t, e: t.emit("out", e["row"]))
+    outcome = Outcome()
+    runner = GroupRunner(job.spec.for_tasks(), PartitionState(), outcome)
+    runner.run(Group("g", [Event((1.5, 0, 7), "i", {"k": 1, "row": row}, [1], [0])]), {})
+    assert "out" not in outcome.outputs
+    assert len(outcome.failures) == 1
+    assert "SchemaError" in outcome.failures[0]["error"]
+    assert error in outcome.failures[0]["error"]

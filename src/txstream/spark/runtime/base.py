@@ -458,11 +458,16 @@ class OutputSpec:
         # Built once: ``emit`` checks every emitted row against these.
         types = exact_types(self.columns)
         object.__setattr__(self, "column_types", None if types is None else tuple(types.items()))
+        fast = types is not None and "__order" not in types  # (see below)
+        object.__setattr__(self, "types_by_name", types if fast else None)
 
     column_types: tuple[tuple[str, frozenset[type]], ...] | None = field(
         init=False, repr=False, compare=False
     )
     """The columns with the exact types that fit them (see :func:`exact_types`)."""
+    types_by_name: dict[str, frozenset[type]] | None = field(init=False, repr=False, compare=False)
+    """The same by column name, for ``emit``'s one pass over a row; None without a
+    schema, or with a column ``__order`` (which the row's order then replaces)."""
 
 
 TxnFunction = Callable[[Any, Row], None]

@@ -367,9 +367,37 @@ class Tx:
 
     def emit(self, output: str, row: Row) -> None:
         """Send ``row`` to ``output`` when (and only if) the transaction commits."""
-        check_emitted(self._job, output, row)
         # Its JSON members now, when it is plain (see _plain_members): the text is
-        # the copy that later changes of ``row`` must not reach.
+        # the copy that later changes of ``row`` must not reach.  For an output
+        # with a schema, one pass checks each column's exact type and spells it.
+        spec = self._job.outputs.get(output)
+        types = spec.types_by_name if spec is not None else None
+        if types is not None and type(row) is dict and len(row) == len(types):
+            parts = []
+            for key, value in row.items():
+                kind = type(value)
+                if kind not in types.get(key, ()):
+                    break  # (a wrong or missing column: the full check says which)
+                if kind is int:
+                    text = f"{value}"
+                elif kind is str:
+                    text = _ESCAPE(value)
+                elif kind is bool:
+                    text = "true" if value else "false"
+                elif value is None:
+                    text = "null"
+                elif kind is float and value - value == 0.0:
+                    text = repr(value)
+                else:
+                    break
+                name = _KEYS.get(key)
+                if name is None:
+                    name = _key_text(key)
+                parts.append(name + text)
+            else:
+                self._emits.append((output, ", ".join(parts)))
+                return
+        check_emitted(self._job, output, row)
         members = _plain_members(row)
         self._emits.append((output, dict(row) if members is None else members))
 
@@ -913,11 +941,17 @@ def _plain_members(row: Row) -> str | None:
         if name is None:
             if type(key) is not str or key == "__order":
                 return None
-            if len(_KEYS) > 10_000:  # (column names: few, unless rows are odd dicts)
-                _KEYS.clear()
-            name = _KEYS[key] = f"{_ESCAPE(key)}: "
+            name = _key_text(key)
         parts.append(name + text)
     return ", ".join(parts)
+
+
+def _key_text(key: str) -> str:
+    """A column name's JSON text and separator, remembered in :data:`_KEYS`."""
+    if len(_KEYS) > 10_000:  # (column names: few, unless rows are odd dicts)
+        _KEYS.clear()
+    name = _KEYS[key] = f"{_ESCAPE(key)}: "
+    return name
 
 
 def _order_head(order: tuple[float, int, int]) -> str | None:
