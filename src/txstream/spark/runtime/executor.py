@@ -833,8 +833,8 @@ class GroupRunner:
             outcome.txns.append(f"T {gid} c {order[0]!r} {order[1]} {order[2]}")
             if remote is not None:
                 self.remote_ops = tx._remote_ops
-        if self.remote is not None:
-            self.changed = tx._undo
+        if remote is not None:  # (a copy: the runner's one Tx reuses its undo list)
+            self.changed = [(t, v, k, old) for (t, v, k), old in tx._undo]
         if tx._emits:
             self._emit_lines(tx._emits, order)
         if self.arrival_column is not None:
