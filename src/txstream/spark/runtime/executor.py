@@ -752,10 +752,26 @@ class GroupRunner:
         outcome.committed += 1  # (Outcome.committed_txn of one event)
         counts, index = outcome.inputs, order[1]
         counts[index] = counts.get(index, 0) + 1
-        if history is not None:
-            outcome.txns.append(f"T {gid} c {order[0]!r} {index} {order[2]}")
-        if emits:
-            self._emit_lines(emits, order)
+        if history is not None or emits:
+            # The order's text once for the history's line and the outputs' orders
+            # (a float's repr and a 70-bit int's digits are the costly part).
+            at, mid = order[0], order[2]
+            plain = type(at) is float and at - at == 0.0 and type(index) is int and type(mid) is int
+            at_text, mid_text = repr(at), f"{mid}"
+            if history is not None:
+                outcome.txns.append(f"T {gid} c {at_text} {index} {mid_text}")
+            if emits:
+                output, emitted = emits[0]
+                if len(emits) == 1 and plain and isinstance(emitted, str):
+                    # (_emit_lines of one plain row: its line has seq 0)
+                    head = f'"__order": [{at_text}, {index}, {mid_text}, 0]}}'
+                    line = f"{{{emitted}, {head}" if emitted else f"{{{head}"
+                    lines = outcome.outputs.get(output)
+                    if lines is None:
+                        lines = outcome.outputs[output] = []
+                    lines.append(line)
+                else:
+                    self._emit_lines(emits, order)
         column = self.arrival_column
         if column is not None:
             value = row.get(column)
