@@ -145,6 +145,19 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
         raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
 
 
+def exact_types(columns: dict[str, str] | None) -> dict[str, frozenset[type]] | None:
+    """Per column, the exact types of the values that fit it (None included); None for None.
+
+    The hot paths test ``type(value) in types`` inline and call
+    :func:`check_value` only when that fails: a value of exactly one of these
+    types always fits (``bool`` is listed only for boolean columns), and
+    anything else (a subclass, a wrong type) gets the full check.
+    """
+    if columns is None:
+        return None
+    return {name: frozenset({*_TYPES[kind], type(None)}) for name, kind in columns.items()}
+
+
 def check_key(what: str, spec: TableSpec, key: Key) -> None:
     """Raise :class:`SchemaError` when ``key`` does not fit the types of ``spec``'s key columns.
 
@@ -242,12 +255,23 @@ def finite(value: float | None) -> bool:
 
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
     """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
+    check_emitted(job, output, row)
+    return dict(row)
+
+
+def check_emitted(job: JobSpec, output: str, row: Row) -> None:
+    """Raise :class:`SchemaError` unless ``row`` may go to ``output`` (the check of ``emit``)."""
     spec = job.outputs.get(output)
     if spec is None:
         raise SchemaError(f"emit to unknown output {output!r}; outputs: {', '.join(job.outputs)}")
     if spec.columns is not None:
-        check_row(f"emit to {output}", spec.columns, row)
-    return dict(row)
+        # The full check only when the fast one (a dict of the columns' exact types) fails.
+        if type(row) is not dict or len(row) != len(spec.columns):
+            check_row(f"emit to {output}", spec.columns, row)
+        for name, fits in spec.column_types or ():
+            if type(row.get(name, row)) not in fits:  # (a missing column: the row, a dict)
+                check_row(f"emit to {output}", spec.columns, row)
+                break
 
 
 def key_of_row(spec: TableSpec, row: Row) -> Key:
@@ -351,10 +375,16 @@ class TableSpec:
             types = tuple(frozenset({*_TYPES[self.columns[c]], type(None)}) for c in self.key)
         object.__setattr__(self, "_key_types", types)
         object.__setattr__(self, "key_types", types[0] if types and len(types) == 1 else None)
+        object.__setattr__(self, "simple", len(self.key) == 1)
+        object.__setattr__(self, "column_types", exact_types(self.columns))
 
     key_types: frozenset[type] | None = field(init=False, repr=False, compare=False)
     """For a one-column key of a table with a schema: the exact types that fit it
     (the hot verbs test ``type(key) in key_types`` inline); None otherwise."""
+    simple: bool = field(init=False, repr=False, compare=False)
+    """Whether the key is one column, so that a key is its own partition value."""
+    column_types: dict[str, frozenset[type]] | None = field(init=False, repr=False, compare=False)
+    """Per column, the exact types that fit it (see :func:`exact_types`); None without a schema."""
 
     def key_fits(self, key: Key) -> bool:
         """Whether ``key``'s values are of the exact types of the key columns (a fast test).
@@ -423,6 +453,21 @@ class OutputSpec:
 
     name: str
     columns: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        # Built once: ``emit`` checks every emitted row against these.
+        types = exact_types(self.columns)
+        object.__setattr__(self, "column_types", None if types is None else tuple(types.items()))
+        fast = types is not None and "__order" not in types  # (see below)
+        object.__setattr__(self, "types_by_name", types if fast else None)
+
+    column_types: tuple[tuple[str, frozenset[type]], ...] | None = field(
+        init=False, repr=False, compare=False
+    )
+    """The columns with the exact types that fit them (see :func:`exact_types`)."""
+    types_by_name: dict[str, frozenset[type]] | None = field(init=False, repr=False, compare=False)
+    """The same by column name, for ``emit``'s one pass over a row; None without a
+    schema, or with a column ``__order`` (which the row's order then replaces)."""
 
 
 TxnFunction = Callable[[Any, Row], None]

@@ -33,20 +33,23 @@ import zlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from txstream.errors import UnknownNameError
 from txstream.spark.runtime.base import Row, RuntimeJobError
 
 
-@dataclass(slots=True)
-class Event:
+class Event(NamedTuple):
     """One input event inside a partition.
 
     ``order`` is the declared order within the batch: (order value, input index,
     source position); ``values`` are its declared partition values and ``pids``
     their partitions; ``copy`` is False for the marker copies a multi-partition
     event leaves on its other partitions.
+
+    A named tuple (never changed once made), so that a task can make a batch's
+    events in C: ``map(tuple.__new__, repeat(Event), zip(orders, ...))`` runs no
+    Python code per event (see ``query._phase1_outputs``).
     """
 
     order: tuple[float, int, int]
@@ -171,7 +174,12 @@ class PerEvent(Boundary):
     def groups(self, batch: int, events: list[Event], meta: dict[str, Any]) -> Iterator[Group]:
         """See :meth:`Boundary.groups`."""
         for event in events:
-            yield Group(f"b{batch}_{event.order[2]}", [event])
+            yield Group(event_gid(batch, event), [event])
+
+
+def event_gid(batch: int, event: Event) -> str:
+    """The id of the transaction of one event of batch ``batch`` (the ``event`` boundary's)."""
+    return f"b{batch}_{event.order[2]}"
 
 
 class _ByValue(Boundary):

@@ -32,6 +32,9 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import replace
 from functools import partial
+from itertools import chain, compress, repeat
+from math import isfinite
+from operator import add, getitem, itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -1300,6 +1303,11 @@ def _phase1_outputs(
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
         if ctx.gather is not None:
             _highest(high, cols["__input"], cols["__ordv"])
+        made = _column_events(job, names, batch, cols, base, partitions)
+        if made is not None:  # (the common case: a batch without a bad event)
+            for pid, part in made.items():
+                events.setdefault(pid, []).extend(part)
+            continue
         for k, (inp, ordv, pids, place, pid, copy) in enumerate(
             zip(
                 cols["__input"],
@@ -1416,6 +1424,100 @@ def _forwarded_phase1(
         return phase1_forward(job, ctx, hosted, transport, lambda pid: pid % tasks)
     finally:
         transport.close()
+
+
+def _column_events(
+    job: JobSpec,
+    names: dict[int, str],
+    batch: Any,
+    cols: dict[str, list[Any]],
+    base: int,
+    partitions: int,
+) -> dict[int, list[Event]] | None:
+    """The events of one Arrow batch per partition, made column by column; None: use the loop.
+
+    What the row loop of :func:`_phase1_outputs` makes, with no Python code
+    per event in the common case (``map``, ``zip``, ``chain`` run in C; the
+    events are named tuples): ~3 us per event less on the ledger.  The key
+    values come from the Arrow struct's key columns, from which the rows were
+    made.  Any batch with something to report (a null key, an order value
+    that is null or not finite) or a key that Spark and Python place
+    differently is left to the loop, which reports it exactly as before.
+    """
+    inputs, ordvs, pids, pid_of = cols["__input"], cols["__ordv"], cols["__pids"], cols["__pid"]
+    n = len(inputs)
+    if n == 0 or None in ordvs or not all(map(isfinite, ordvs)):
+        return None
+    if min(pid_of) < 0 or min(chain.from_iterable(pids), default=0) < 0:
+        return None
+    by_input: dict[int, tuple[list[Any], list[Any]]] = {}
+    for inp, name in names.items():
+        spec = job.inputs[name]
+        struct = batch.column(f"__in{inp}")
+        keys = [
+            struct.field(k[0]).to_pylist()
+            if len(k) == 1
+            else list(zip(*(struct.field(c).to_pylist() for c in k), strict=True))
+            for k in spec.keys
+        ]
+        values = list(map(list, zip(*keys, strict=True))) if keys else [[] for _ in range(n)]
+        if spec.broadcast is not None:  # (InputSpec.values_of: no values where it is true)
+            for i, on in enumerate(struct.field(spec.broadcast).to_pylist()):
+                if on:
+                    values[i] = []
+        by_input[inp] = (cols[f"__in{inp}"], values)
+    if len(by_input) == 1:
+        ((rows, values),) = by_input.values()
+    else:  # each row's own input's row and values
+        pick = [by_input.get(i, ([], []))[0] for i in range(max(by_input) + 1)]
+        rows = list(map(getitem, map(pick.__getitem__, inputs), range(n)))
+        pick = [by_input.get(i, ([], []))[1] for i in range(max(by_input) + 1)]
+        values = list(map(getitem, map(pick.__getitem__, inputs), range(n)))
+    # The loop's check (Spark and Python place each first value alike), once per
+    # distinct value: partition_of costs about 1 us.  Integer and string values
+    # (the recommended key types, which no other type equals) are remembered by
+    # the worker across batches and compared in C; others (tuples, floats: 1,
+    # 1.0 and True are one dict key) per batch, with their types.
+    firsts = list(map(itemgetter(0), compress(values, values)))
+    spark = list(map(itemgetter(0), compress(pids, values)))
+    if set(map(type, firsts)) <= _PLAIN_KEYS:
+        placed = _PLACED.setdefault(partitions, {})
+        if len(placed) > _PLACED_MAX:
+            placed.clear()
+        known = list(map(placed.get, firsts))
+        if known != spark:
+            for first, pid, was in zip(firsts, spark, known, strict=True):
+                if was != pid:
+                    if was is not None or partition_of(first, partitions) != pid:
+                        return None  # (the loop names the event)
+                    placed[first] = pid
+    else:
+        seen: dict[tuple[type, Any], int] = {}
+        for kind, first, pid in set(zip(map(type, firsts), firsts, spark, strict=True)):
+            was = seen.get((kind, first))
+            if was is None:
+                was = seen[kind, first] = partition_of(first, partitions)
+            if was != pid:
+                return None
+    if not all(pids):  # (an event without values reaches its partition: [pid])
+        pids = [p or [q] for p, q in zip(pids, pid_of, strict=True)]
+    mids = map(add, repeat(base), cols["__mid"])
+    orders = zip(ordvs, inputs, mids, strict=True)
+    named = map(names.__getitem__, inputs)
+    fields = zip(orders, named, rows, values, pids, cols["__copy"], strict=True)
+    made = list(map(tuple.__new__, repeat(Event), fields))
+    if len(set(pid_of)) == 1:
+        return {pid_of[0]: made}
+    out: dict[int, list[Event]] = {}
+    for pid, event in zip(pid_of, made, strict=True):
+        out.setdefault(pid, []).append(event)
+    return out
+
+
+_PLACED: dict[int, dict[Any, int]] = {}
+"""Per partition count, the partition of each int or str key value checked (see above)."""
+_PLAIN_KEYS = frozenset({int, str})
+_PLACED_MAX = 1_000_000
 
 
 def _highest(high: dict[int, float], inputs: list[int], orders: list[float | None]) -> None:

@@ -243,8 +243,11 @@ class PartitionState:
         for table in sorted(tables):
             mine = entries if len(tables) == 1 else [e for e in entries if e[0] == table]
             by_value = self.data.get(table, _NONE)
-            rows = [by_value.get(value, _NONE).get(key, ABSENT) for _, value, key in mine]
-            changes[table] = [list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine)), rows]
+            values, keys = list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine))
+            # Each changed row as it is now, looked up in C (no Python code per row).
+            parts = map(by_value.get, values, repeat(_NONE))
+            rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
+            changes[table] = [values, keys, rows]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
         return {
