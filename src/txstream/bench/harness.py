@@ -31,7 +31,10 @@ class Figure:
     """One plot: ``y`` against ``x``, a line per ``series`` value, a panel per ``facet``.
 
     ``y`` may name several metric columns; each then becomes a line of its own
-    (and ``series`` further splits them).
+    (and ``series`` further splits them: a colour per series value, a line style
+    per metric).  ``kind="bar"``: grouped bars instead of lines, a group per ``x``
+    value (in the rows' order) and a bar per series, for categories such as
+    workloads.
     """
 
     name: str
@@ -45,6 +48,7 @@ class Figure:
     ylabel: str | None = None
     hline: float | None = None  # a target line, e.g. a speed goal
     where: tuple[tuple[str, Any], ...] = ()  # plot only rows with these (column, value)s
+    kind: str = "line"  # or "bar"
 
 
 @dataclass(frozen=True)
@@ -306,15 +310,54 @@ def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
 
     data = aggregate(rows, fig)
     facets = list(data) or [None]
+    metrics = (fig.y,) if isinstance(fig.y, str) else fig.y
+    # bars: the groups in the order the rows first show them (the grid's order)
+    shown = [
+        r.get(fig.x)
+        for r in rows
+        if all(r.get(k) == v for k, v in fig.where) and any(r.get(m) is not None for m in metrics)
+    ]
+    order = {x: i for i, x in enumerate(dict.fromkeys(shown))}
     width = 5.5 * len(facets)
+    if fig.kind == "bar":
+        width = max(width, 1.2 * len(order) + 3)
     figure, axes = plt.subplots(1, len(facets), figsize=(width, 4.2), squeeze=False)
+    styles = ("-", "--", ":", "-.")
     for ax, facet in zip(axes[0], facets, strict=True):
-        for series, points in data.get(facet, {}).items():
-            xs = [p[0] for p in points]
+        series_all = list(data.get(facet, {}).items())
+        colours: dict[Any, Any] = {}
+        for n, (series, points) in enumerate(series_all):
             means = [p[1] for p in points]
             lows = [max(0.0, p[1] - p[2]) for p in points]
             highs = [max(0.0, p[3] - p[1]) for p in points]
-            ax.errorbar(xs, means, yerr=[lows, highs], marker="o", capsize=3, label=str(series))
+            if fig.kind == "bar":
+                step = 0.8 / max(1, len(series_all))
+                xs = [order[p[0]] - 0.4 + step * (n + 0.5) for p in points]
+                ax.bar(xs, means, step, yerr=[lows, highs], capsize=2, label=str(series))
+                continue
+            xs = [p[0] for p in points]
+            style = "-"
+            if fig.series and len(metrics) > 1:
+                # "<series value> <metric>": one colour per series value, a style per metric
+                head, _, metric = str(series).rpartition(" ")
+                style = styles[metrics.index(metric) % len(styles)] if metric in metrics else "-"
+                colour = colours.setdefault(head, f"C{len(colours) % 10}")
+            else:
+                colour = f"C{n % 10}"
+            ax.errorbar(
+                xs,
+                means,
+                yerr=[lows, highs],
+                marker="o",
+                capsize=3,
+                label=str(series),
+                color=colour,
+                linestyle=style,
+            )
+        if fig.kind == "bar" and order:
+            ticks = sorted(order.items(), key=lambda kv: kv[1])
+            ax.set_xticks([i for _, i in ticks])
+            ax.set_xticklabels([str(x) for x, _ in ticks], rotation=30, ha="right")
         if fig.hline is not None:
             ax.axhline(fig.hline, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(fig.x)
