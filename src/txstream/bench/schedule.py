@@ -174,3 +174,41 @@ def keys_of(stream: Iterable[tuple[str, dict[str, Any]]]) -> list[Txn]:
         else:
             out.append(())
     return out
+
+
+INPUTS: tuple[tuple[str, str, float, int, int], ...] = (
+    ("uniform, 100,000 accounts", "uniform", 0.0, 100_000, 0),
+    ("uniform, 1,000 accounts", "uniform", 0.0, 1_000, 0),
+    ("zipf 0.8, 100,000 (hot floor)", "zipf", 0.8, 100_000, 0),
+    ("zipf 1.2, 100,000 (hot floor)", "zipf", 1.2, 100_000, 0),
+    ("uniform + an audit every 1,000", "uniform", 0.0, 100_000, 1_000),
+)
+"""The benchmark's inputs that :func:`table` counts: label, pattern, skew, accounts, audits."""
+
+
+def table(events: int = 300_000, seed: int = 1, batch: int = 72_000) -> str:
+    """Serial share (and hot floor for zipf) of the benchmark's inputs at 2, 8 and 32 partitions.
+
+    A Markdown table, as in docs/benchmarks.md: ``python -m txstream.bench.schedule``.
+    """
+    from txstream.bench.ledger import events as ledger_events
+
+    parts = (2, 8, 32)
+    lines = ["| input | " + " | ".join(f"P = {p}" for p in parts) + " |"]
+    lines.append("|---|" + "---|" * len(parts))
+    for label, pattern, skew, accounts, audit_every in INPUTS:
+        stream = ledger_events(
+            events, accounts, 0, seed, pattern=pattern, skew=skew, audit_every=audit_every
+        )
+        txns = keys_of(stream)
+        cells = []
+        for p in parts:
+            share, floor = batched(txns, p, batch)
+            cell = f"{100 * share:.1f}%"
+            cells.append(cell + (f" ({100 * floor:.1f}%)" if pattern == "zipf" else ""))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table())
