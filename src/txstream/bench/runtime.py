@@ -18,7 +18,19 @@ measures capacity).  Measured, after the warm-up:
 * ``p99_latency_s``, ``max_latency_s``: batch commit time - ``sent``;
 * ``errors``: transfer outcomes that differ from serial execution in arrival
   order (lost, duplicated or wrong), plus final balances that differ, plus 1
-  when the total balance is not the sum of the deposits (warm-up included).
+  when the total balance is not the sum of the deposits (warm-up included),
+  plus ``audit_violations`` (see :func:`audit_violations`);
+* ``serial_share``, ``hot_floor``, ``cross_share``: counted from the timed input
+  (:func:`schedule_metrics`, :mod:`txstream.bench.schedule`), not timed;
+* ``msgs_per_mp_txn``, ``bytes_per_mp_txn``: what the runtime sent between
+  tasks per multi-partition transaction (:func:`multi_partition`).
+
+Parameters of a point (issue 28; ``--set`` changes them in every point):
+``pattern`` (``cross`` with ``cross_partition_pct``, ``uniform``, ``zipf`` with
+``skew``: see :func:`~txstream.bench.ledger.events`), ``accounts``,
+``audit_every`` (an audit reading every balance after every N ledger events,
+0: none), ``partitions`` (the master's cores unless set) and ``cross_mode``
+(the job's ``crossPartition`` option, ``forward`` or ``defer``).
 
 Each run's store (with its recorded history) stays in ``DIR/runtime/<point>``,
 so ``txstream check --criterion csao DIR/runtime`` judges every run.
