@@ -652,3 +652,8 @@ def test_bar_figure_groups_categories_in_the_rows_order(tmp_path: Path) -> None:
     plot(rows, Figure("l", x="p", y=("s", "f"), series="w", title="t"), tmp_path / "l.png")
     for name in ("b.png", "l.png"):
         assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    # a frozenset in where: any of its values
+    from txstream.bench.harness import aggregate
+
+    some = Figure("a", x="p", y="y", series="w", title="t", where=(("w", frozenset({"cross"})),))
+    assert aggregate(rows, some) == {None: {"cross": [(2, 20.0, 20.0, 20.0)]}}

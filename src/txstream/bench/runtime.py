@@ -133,13 +133,14 @@ ONE_K = 1_000
 def _workloads(master: str) -> list[dict[str, Any]]:
     """Issue 28's workload points on ``master``: cross 0, uniform, zipf 0.8 and 1.2, audits."""
     n = WORKLOAD_EVENTS
+    patterns = (("cross", 0.0), ("uniform", 0.0), ("zipf", 0.8), ("zipf", 1.2))
     return [
-        *(
-            _point("executors", master, 0, n, FLOOD, pattern=pattern, skew=skew, accounts=accts)
-            for accts in (ONE_K, ACCOUNTS)
-            for pattern, skew in (("cross", 0.0), ("uniform", 0.0), ("zipf", 0.8), ("zipf", 1.2))
-        ),
+        *(_point("executors", master, 0, n, FLOOD, pat, skew) for pat, skew in patterns),
         _point("executors", master, 0, n, FLOOD, pattern="uniform", audit_every=1000),
+        *(
+            _point("executors", master, 0, n, FLOOD, pat, skew, accounts=ONE_K)
+            for pat, skew in patterns
+        ),
     ]
 
 
@@ -155,11 +156,11 @@ def _partitioned(parts: int) -> list[dict[str, Any]]:
 
 
 GRID = [
-    *(_point("executors", m, c, WORKLOAD_EVENTS, FLOOD) for m in MASTERS for c in (1, 10)),
-    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD),
-    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
     *_workloads("local[1]"),
     *_workloads("local[2]"),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
+    *(_point("executors", m, c, WORKLOAD_EVENTS, FLOOD) for m in MASTERS for c in (1, 10)),
     *_partitioned(8),
     *_partitioned(32),
     # the same input through today's phases 2 and 3: forward against defer in one run
@@ -849,9 +850,16 @@ EXPERIMENT = Experiment(
             y=("serial_share", "hot_floor"),
             series="workload",
             logx=True,
-            title="serial share (counted) against partitions",
+            title="serial share (solid, counted) and hot floor (dashed)",
             ylabel="share of a batch's events",
-            where=(("engine", "executors"), ("cross_mode", "forward"), ("rate", FLOOD)),
+            where=(
+                ("engine", "executors"),
+                ("cross_mode", "forward"),
+                ("rate", FLOOD),
+                ("accounts", ACCOUNTS),
+                ("pattern", frozenset({"uniform", "zipf"})),
+                ("partitions", frozenset({2, 8, 32})),
+            ),
         ),
         Figure(
             name="runtime",
