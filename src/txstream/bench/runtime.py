@@ -371,7 +371,7 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     audited = bool(point.get("audit_every"))
     inputs = ("deposits", "transfers", "audits") if audited else ("deposits", "transfers")
     stream = _stream(point)
-    chunk = CHUNK
+    chunk = int(point.get("chunk", CHUNK))
     files = _render(stream, chunk, inputs)
     warm_files = -(-warmup // chunk)
     feed_dir = folder.parent.parent / "runtime-input" / folder.name
