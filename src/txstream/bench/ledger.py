@@ -60,9 +60,9 @@ def ledger_job(
 ) -> Job:
     """The job; ``deposits``/``transfers`` are streaming DataFrames (None to run locally).
 
-    ``audits``: a third input, without keys, whose :func:`audit` reads every
-    balance across all partitions (a global read) and emits to ``audits_done``;
-    None: no audits (the job then needs no global reads).
+    ``audits``: a third input (a list for ``run_local``), without keys, whose
+    :func:`audit` reads every balance across all partitions (a global read) and
+    emits to ``audits_done``; None: no audits (the job then needs no global reads).
     ``initial``: the opening rows of ``accounts`` (a list, a DataFrame or a file).
     ``merge``: ``batch`` by default, a choice made explicitly: the benchmark and
     the tests hand both inputs over in id order, batch after batch, where it is
