@@ -182,6 +182,9 @@ QUICK = [
     _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=8),
     _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=32),
     _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", cross_mode="defer"),
+    # issue 13's latency goal, and the cluster's results equal the others'
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, LOAD),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
 ]
 
 
