@@ -657,3 +657,19 @@ def test_bar_figure_groups_categories_in_the_rows_order(tmp_path: Path) -> None:
 
     some = Figure("a", x="p", y="y", series="w", title="t", where=(("w", frozenset({"cross"})),))
     assert aggregate(rows, some) == {None: {"cross": [(2, 20.0, 20.0, 20.0)]}}
+
+
+def test_runtime_heartbeat_writes_a_neutral_row_into_every_input(tmp_path: Path) -> None:
+    import json
+
+    from txstream.bench.runtime import SPACING, _heartbeat
+
+    inputs = ("deposits", "transfers", "audits")
+    for name in (*inputs, "staging"):
+        (tmp_path / name).mkdir()
+    _heartbeat(tmp_path, 5 * SPACING + 1, "t", inputs)
+    rows = {n: json.loads((tmp_path / n / "beat-t.json").read_text()) for n in inputs}
+    assert {r["id"] for r in rows.values()} == {5 * SPACING + 1}  # between two events' ids
+    assert rows["deposits"]["amount"] == rows["transfers"]["amount"] == 0
+    assert rows["transfers"]["src"] == rows["transfers"]["dst"]
+    assert not list((tmp_path / "staging").iterdir())

@@ -62,6 +62,7 @@ from txstream.bench.schedule import batched, keys_of
 from txstream.errors import TxStreamError
 from txstream.spark.runtime import Job
 from txstream.spark.runtime.base import RuntimeJobError
+from txstream.spark.runtime.job import NEVER_QUIET
 from txstream.spark.runtime.partitioning import partition_of
 
 POINT_TIMEOUT = 900
@@ -355,6 +356,25 @@ def _missing_feature(point: dict[str, Any]) -> str | None:
     return None
 
 
+def bench_job(deposits: Any, transfers: Any, audits: Any, initial: Any) -> Job:
+    """The benchmark's ledger job (``audits`` None: no audits), with the options of a point."""
+    return (
+        ledger_job(deposits, transfers, name="ledger_bench", initial=initial, audits=audits)
+        .option("arrivalTime", "sent")
+        .option("recordHistory", True)
+        # The inputs are separate file sources: one may hand a file over a batch
+        # before another's file of the same events, and the oracle is serial
+        # execution by id.
+        .option("merge", "event-time")
+        # No input stops holding the others back for being quiet: Spark lists
+        # the sources one after another, so in a batch that starts while the
+        # feeder writes one may see a file that another does not yet, and a
+        # quiet input would let the other's later events run first.  Heartbeats
+        # into every input end the feed instead (see wait_for in child).
+        .option("idleBatches", NEVER_QUIET)
+    )
+
+
 def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     """One point, in this process: feed, run, check against the oracle."""
     missing = _missing_feature(point)
@@ -396,22 +416,13 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         if audited
         else None
     )
-    job = (
-        ledger_job(
-            deposits,
-            transfers,
-            name="ledger_bench",
-            initial=spark.range(accounts).selectExpr(
-                "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
-            ),
-            audits=audits,
-        )
-        .option("arrivalTime", "sent")
-        .option("recordHistory", True)
-        # The inputs are separate file sources: one may hand a file over a batch
-        # before another's file of the same events, and the oracle is serial
-        # execution by id.
-        .option("merge", "event-time")
+    job = bench_job(
+        deposits,
+        transfers,
+        audits,
+        spark.range(accounts).selectExpr(
+            "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
+        ),
     )
     notes = []
     try:
@@ -428,27 +439,38 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         seen.update((p["batchId"], p) for p in query.recentProgress)
         return sum(p["numInputRows"] for p in seen.values())
 
-    beats = 0
+    beats = 0  # heartbeat rows sent
+    held_beats = 0  # of which the merge still holds (see wait_for)
 
     def wait_for(count: int, after: int) -> None:
         """Wait until ``count`` events are committed, sending heartbeats after id ``after``.
 
-        The event-time merge holds an input's events until the other input has
-        passed them; at the end of a feed only a later event releases them: a
-        heartbeat (a deposit of 0 to account 0, ids between the events').
+        The event-time merge holds an input's events until every input has
+        passed them; at the end of a feed only later events release them: a
+        heartbeat round, one row of id ``after + n`` into every input (a deposit
+        of 0 to account 0, a transfer of 0 from account 0 to itself, an audit
+        that expects nothing; ids between the events', their output rows left
+        out of the checks).  A round releases everything before it and its
+        first input's row; the other inputs' rows (``len(inputs) - 1``) stay
+        held until the next round or the next events.
         """
-        nonlocal beats
-        sent = 0
+        nonlocal beats, held_beats
+        rounds = 0
         last = time.time()
-        while committed() < count + beats and query.isActive and time.time() < deadline:
+
+        def done() -> bool:
+            return committed() >= count + beats - (len(inputs) - 1 if rounds else 0)
+
+        while not done() and query.isActive and time.time() < deadline:
             latest = seen[max(seen)] if seen else {}
             inside = committed() + latest.get("held", 0) >= count + beats  # all fed, some held
-            if inside and time.time() - last > HEARTBEAT_S and sent < SPACING - 1:
-                sent += 1
-                _heartbeat(feed_dir, after + sent, f"{after}-{sent}")
-                beats += 1
+            if inside and time.time() - last > HEARTBEAT_S and rounds < SPACING - 1:
+                rounds += 1
+                _heartbeat(feed_dir, after + rounds, f"{after}-{rounds}", inputs)
+                beats += len(inputs)
                 last = time.time()
             time.sleep(0.05)
+        held_beats = len(inputs) - 1 if rounds else 0
 
     started: list[float] = []
     try:
@@ -486,14 +508,17 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
             histogram[int(ms)] = histogram.get(int(ms), 0) + count
     total = sum(p["numInputRows"] for p in progress)
     balance, outcomes = serial_oracle(stream, accounts)
-    got = [(r["id"], r["ok"]) for r in query.output("transfers_done")]
+    # (heartbeats' rows have ids between the events', which are multiples of SPACING)
+    got = [(r["id"], r["ok"]) for r in query.output("transfers_done") if r["id"] % SPACING == 0]
     errors = sum(1 for a, b in zip(got, outcomes, strict=False) if a != b)
     errors += abs(len(got) - len(outcomes))
     errors += sum(1 for k in balance if final_balances.get(k) != balance[k])
     deposited = sum(e["amount"] for n, e in stream if n == "deposits")
     if sum(final_balances.values()) != accounts * OPENING_BALANCE + deposited:
         errors += 1
-    audit_rows = query.output("audits_done") if audited else []
+    audit_rows = (
+        [r for r in query.output("audits_done") if r["id"] % SPACING == 0] if audited else []
+    )
     violations = audit_violations(audit_rows, audit_totals(stream, accounts))
     errors += violations
     # the batch that committed the last event (heartbeats are released after it, or with it)
@@ -513,7 +538,7 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         "max_latency_s": _percentile(histogram, 1.0),
         "errors": errors,
         "batches": len(progress),
-        "committed_events": total - beats,
+        "committed_events": total - (beats - held_beats),
         "warmup_events": warm_count,
         "heartbeats": beats,
         **model,
@@ -606,12 +631,21 @@ def _marker(folder: Path, batch: int) -> Path:
     return folder / "txstream" / "commits" / f"{batch:012d}.json"
 
 
-def _heartbeat(folder: Path, event_id: int, tag: str) -> None:
-    """A deposit of 0 to account 0 with id ``event_id``: releases what the merge holds."""
-    line = json.dumps({"acct": 0, "amount": 0, "id": event_id, "sent": None}) + "\n"
-    tmp = folder / "staging" / f"beat-{tag}.json"
-    tmp.write_text(line)
-    os.replace(tmp, folder / "deposits" / f"beat-{tag}.json")
+BEATS: dict[str, dict[str, Any]] = {
+    "deposits": {"acct": 0, "amount": 0},
+    "transfers": {"src": 0, "dst": 0, "amount": 0},
+    "audits": {"expected": None},
+}
+"""A heartbeat row of each input: it changes no balance."""
+
+
+def _heartbeat(folder: Path, event_id: int, tag: str, inputs: tuple[str, ...]) -> None:
+    """A row of id ``event_id`` into each of ``inputs`` (:data:`BEATS`): releases held events."""
+    for name in inputs:
+        line = json.dumps({**BEATS[name], "id": event_id, "sent": None}) + "\n"
+        tmp = folder / "staging" / f"beat-{name}-{tag}.json"
+        tmp.write_text(line)
+        os.replace(tmp, folder / name / f"beat-{tag}.json")
 
 
 def _balances(query: Any, job: Any, folder: Path, partitions: int, accounts: int) -> dict[int, int]:
