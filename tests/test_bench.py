@@ -598,6 +598,17 @@ def test_runtime_grids_hold_the_issue_28_points() -> None:
         "local[2] P=8 defer"
     )
     assert workload({"pattern": "zipf", "skew": 1.2, "accounts": ACCOUNTS}) == "zipf 1.2 100k"
+    # the same workload is the same input in every setup of a run
+    from txstream.bench.runtime import _stream
+
+    small = {"events": 300, "warmup": 100, "accounts": 1000}
+    one, two = (
+        {**p, **small, "seed": i}
+        for i, p in enumerate(
+            q for q in QUICK if workload(q) == "uniform 100k" and q["partitions"] in (1, 32)
+        )
+    )
+    assert one["master"] != two["master"] and _stream(one) == _stream(two)
 
 
 def test_runtime_set_checks_the_new_parameters(tmp_path: Path) -> None:

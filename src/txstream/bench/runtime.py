@@ -73,6 +73,10 @@ WARMUP = 24_000
 MASTERS = {"local[1]": 1, "local[2]": 2, "local-cluster[2,1,1024]": 2}
 
 
+INPUT_SEED = 1
+"""The seed of every point's events (``--set input_seed=N`` for others)."""
+
+
 def _point(
     engine: str,
     master: str,
@@ -99,6 +103,9 @@ def _point(
         "cross_mode": cross_mode,
         "events": n,
         "rate": rate,
+        # The input's seed, the same in every point: local[1] and local[2] (or 2
+        # and 32 partitions) of a workload then run the same events.
+        "input_seed": INPUT_SEED,
     }
 
 
@@ -316,7 +323,7 @@ def _stream(point: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
             int(point.get("warmup", WARMUP)) + point["events"],
             int(point.get("accounts", ACCOUNTS)),
             point.get("cross_partition_pct", 0),
-            point["seed"],
+            int(point.get("input_seed", point["seed"])),
             pattern=point.get("pattern", "cross"),
             skew=float(point.get("skew", 0.0)),
             audit_every=int(point.get("audit_every", 0)),
@@ -868,6 +875,7 @@ EXPERIMENT = Experiment(
         "partitions": Param(int, lo=1, hi=1024),
         "cross_mode": Param(str, choices=("forward", "defer")),
         "cross_partition_pct": Param(int, lo=0, hi=100),
+        "input_seed": Param(int, lo=0, hi=2**63 - 1),
     },
     figures=[
         Figure(
