@@ -310,10 +310,10 @@ def test_runtime_steady_rate_is_the_commit_rate_without_the_drain(tmp_path: Path
 
 
 def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
-    from txstream.bench.runtime import FLOOD, LOAD, SWEEP, summarize
+    from txstream.bench.runtime import FLOOD, LOAD, ONE_K, SWEEP, summarize
 
     def row(
-        engine: str, master: str, cross: int, rate: int, tps: int, p99: float
+        engine: str, master: str, cross: int, rate: int, tps: int, p99: float, **more: Any
     ) -> dict[str, Any]:
         return {
             "engine": engine,
@@ -325,29 +325,362 @@ def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
             "p99_latency_s": p99,
             "max_latency_s": p99,
             "errors": 0,
+            **more,
         }
 
-    text = summarize(
-        [
-            row("executors", "local[1]", 0, FLOOD, 40_000, 9.0),
-            row("executors", "local[2]", 0, FLOOD, 60_000, 8.0),
-            row("executors", "local[2]", 0, LOAD, 49_500, 1.5),
-            row("executors", "local[2]", 0, SWEEP[0], 38_000, 0.9),
-            row("executors", "local[2]", 10, LOAD, 49_500, 2.5),
-            row("executors", "local[2]", 10, FLOOD, 30_000, 9.0),
-            row("driver", "local[2]", 10, FLOOD, 15_000, 9.0),
-        ]
-    )
-    assert "local[2] / local[1] at 0% cross: 1.50x" in text
+    uniform = {"pattern": "uniform"}
+    rows = [
+        row("executors", "local[1]", 0, FLOOD, 40_000, 9.0),
+        row("executors", "local[2]", 0, FLOOD, 60_000, 8.0),
+        row("executors", "local[2]", 0, LOAD, 49_500, 1.5),
+        row("executors", "local[2]", 0, SWEEP[0], 38_000, 0.9),
+        row("executors", "local[2]", 10, LOAD, 49_500, 2.5),
+        row("executors", "local[2]", 10, FLOOD, 30_000, 9.0),
+        row("driver", "local[2]", 10, FLOOD, 15_000, 9.0),
+        row("executors", "local[1]", 0, FLOOD, 30_000, 9.0, **uniform, partitions=1),
+        row("executors", "local[2]", 0, FLOOD, 57_000, 9.0, **uniform, serial_share=0.0),
+        # another setup, not the one the ratios are about
+        row(
+            "executors",
+            "local[2]",
+            0,
+            FLOOD,
+            99_000,
+            9.0,
+            **uniform,
+            partitions=8,
+            serial_share=0.02,
+        ),
+        row("executors", "local[2]", 0, FLOOD, 90_000, 9.0, **uniform, cross_mode="defer"),
+        row(
+            "executors",
+            "local[2]",
+            0,
+            FLOOD,
+            47_000,
+            9.0,
+            **uniform,
+            partitions=32,
+            serial_share=0.06,
+        ),
+        row("executors", "local[2]", 0, FLOOD, 44_000, 9.0, **uniform, accounts=ONE_K),
+        row(
+            "executors",
+            "local[2]",
+            0,
+            FLOOD,
+            50_000,
+            9.0,
+            pattern="zipf",
+            skew=0.8,
+            serial_share=0.2,
+            hot_floor=0.25,
+        ),
+        row(
+            "executors",
+            "local[2]",
+            0,
+            FLOOD,
+            54_000,
+            9.0,
+            **uniform,
+            audit_every=1000,
+            audits=300,
+            audit_violations=2,
+            note="something to say",
+        ),
+    ]
+    text = summarize(rows)
+    assert "local[2] / local[1] at cross 0: 1.50x (60,000 / 40,000; goal 1.5x: met)" in text
+    assert "local[2] / local[1] at uniform: 1.90x (57,000 / 30,000; goal 1.5x: met)" in text
+    assert "uniform / cross 0 (100k accounts): 0.95x (57,000 / 60,000; goal 0.9x: met)" in text
+    assert "uniform with 1k accounts / cross 0 (100k): 0.73x" in text
+    assert "zipf 0.8 / cross 0: 0.83x" in text
+    assert "audit every 1,000 events / without: 0.95x (54,000 / 57,000" in text
+    assert "forward / defer 0.63x (57,000 / 90,000)" in text
+    assert "audits: 300 in 1 runs, 2 violations (goal 0)" in text
+    assert "P=2: 0.0%, P=8: 2.0%, P=32: 6.0% (goal at most 5.0%: not met)" in text
+    assert "zipf 0.8 100k: P=2: 20.0% (hot floor 25.0%)" in text
+    assert "local[2] P=2, uniform 100k +audit/1000: something to say" in text
     assert "executors / driver engine at 10% cross: 2.00x" in text
     # the goal is judged on the steady commit rate, which the drain does not lower
     assert "0% cross: 50,500 txn/s steady (49,500 overall), p99 1.5 s: goal" in text
     assert "p99 1.5 s: goal 50,000 txn/s with p99 under 2 s met" in text
     assert "p99 2.5 s: goal 50,000 txn/s with p99 under 2 s not met" in text
     assert "39,000 txn/s steady (38,000 overall), p99 0.9 s: goal 50,000 txn/s" in text
-    assert text.count("not met") == 2  # 39,000 txn/s is too few, 2.5 s too late
+    assert text.count("not met") == 4  # 39,000 too few, 2.5 s too late, 0.73x, 6%
     # every offered-load point, the lower ones first
     lower = text.index(f"at {SWEEP[0]:,} events/s offered, 0% cross")
     assert lower < text.index(f"at {LOAD:,} events/s offered")
     assert f"at {FLOOD:,}" not in text
     assert "errors in all runs: 0" in text
+
+
+def test_ledger_cross_pattern_is_todays_stream_at_two_partitions() -> None:
+    import hashlib
+    import json
+
+    from txstream.bench.ledger import events
+
+    # digests of the stream before the patterns existed (main at ef80880)
+    for args, digest in [
+        ((3000, 100, 10, 3), "74d9f95a29d41775"),
+        ((2000, 7, 50, 1), "a562e80225cb4499"),
+    ]:
+        got = hashlib.sha256(json.dumps(list(events(*args))).encode()).hexdigest()[:16]
+        assert got == digest
+
+
+def _transfers(stream: list[Any]) -> list[dict[str, Any]]:
+    return [e for name, e in stream if name == "transfers"]
+
+
+def test_ledger_cross_share_holds_on_any_partitions() -> None:
+    from txstream.bench.ledger import events
+    from txstream.spark.runtime.partitioning import partition_of
+
+    for parts in (2, 3, 8, 32):
+        for pct in (0, 10, 100):
+            moves = _transfers(list(events(4000, 1000, pct, seed=7, partitions=parts)))
+            crossing = sum(
+                partition_of(t["src"], parts) != partition_of(t["dst"], parts) for t in moves
+            )
+            assert crossing / len(moves) == pytest.approx(pct / 100, abs=0.03), (parts, pct)
+
+
+def test_ledger_uniform_crosses_one_minus_one_over_p_and_never_to_itself() -> None:
+    from txstream.bench.ledger import events
+    from txstream.bench.runtime import schedule_metrics
+
+    stream = list(events(6000, 100_000, 0, seed=2, pattern="uniform"))
+    assert all(t["src"] != t["dst"] for t in _transfers(stream))
+    for parts in (2, 8, 32):
+        share = schedule_metrics(stream, parts, 72_000)["cross_share"]
+        assert share == pytest.approx(1 - 1 / parts, abs=0.03)
+    # the partitions the input is made for do not change a uniform input
+    assert list(events(500, 1000, 0, 2, pattern="uniform", partitions=8)) == list(
+        events(500, 1000, 0, 2, pattern="uniform")
+    )
+
+
+def test_ledger_zipf_is_deterministic_and_skewed_by_its_exponent() -> None:
+    from collections import Counter
+
+    from txstream.bench.ledger import events
+
+    def top_share(skew: float, seed: int = 4) -> float:
+        stream = list(events(20_000, 10_000, 0, seed, pattern="zipf", skew=skew))
+        drawn = Counter(a for t in _transfers(stream) for a in (t["src"], t["dst"]))
+        return drawn.most_common(1)[0][1] / sum(drawn.values())
+
+    one = list(events(3000, 1000, 0, 9, pattern="zipf", skew=0.8))
+    assert one == list(events(3000, 1000, 0, 9, pattern="zipf", skew=0.8))
+    assert one != list(events(3000, 1000, 0, 10, pattern="zipf", skew=0.8))
+    # rank 1's weight over the sum of r**-s for r = 1..10,000
+    for skew in (0.8, 1.2):
+        expected = 1 / sum((r + 1) ** -skew for r in range(10_000))
+        # (dst != src redraws lower the hottest account's share a little)
+        assert top_share(skew) == pytest.approx(expected, rel=0.15)
+    assert top_share(1.2) > 2 * top_share(0.8) > 10 * top_share(0.0)
+    # the hot accounts are shuffled by the seed, not the smallest ids
+    firsts = {
+        Counter(
+            t["src"] for t in _transfers(list(events(3000, 1000, 0, s, pattern="zipf", skew=1.2)))
+        ).most_common(1)[0][0]
+        for s in range(4)
+    }
+    assert len(firsts) > 1
+    with pytest.raises(ValueError, match="pattern is one of"):
+        list(events(10, 10, 0, 1, pattern="nope"))
+
+
+def test_ledger_audits_carry_the_serial_total_and_leave_the_ledger_events_alone() -> None:
+    from txstream.bench.ledger import audit_totals, events, serial_oracle
+
+    plain = list(events(2500, 50, 10, seed=5))
+    audited = list(events(2500, 50, 10, seed=5, audit_every=1000))
+    audits = [e for name, e in audited if name == "audits"]
+    assert [e["id"] for e in audits] == [1000, 2001]  # after every 1,000 ledger events
+    ends = [e["id"] for n, e in events(3000, 50, 10, 5, audit_every=1000) if n == "audits"]
+    assert ends == [1000, 2001, 3002]  # and after the last when it is a 1,000th
+    assert [
+        (n, {k: v for k, v in e.items() if k != "id"}) for n, e in audited if n != "audits"
+    ] == [(n, {k: v for k, v in e.items() if k != "id"}) for n, e in plain]
+    totals = audit_totals(audited, 50)
+    assert [t for _, t in totals] == [e["expected"] for e in audits]
+    for audit_id, total in totals:
+        prefix = [(n, e) for n, e in audited if e["id"] < audit_id]
+        assert sum(serial_oracle(prefix, 50)[0].values()) == total
+    # the oracle ignores the audits (they only read)
+    assert [ok for _, ok in serial_oracle(audited, 50)[1]] == [
+        ok for _, ok in serial_oracle(plain, 50)[1]
+    ]
+
+
+def test_runtime_audit_violations_count_wrong_missing_and_extra_audits() -> None:
+    from txstream.bench.runtime import audit_violations
+
+    want = [(10, 500), (20, 510), (30, 530)]
+    good = [{"id": i, "total": t, "ok": True} for i, t in want]
+    assert audit_violations(good, want) == 0
+    assert audit_violations(good[:2], want) == 1  # one missing
+    assert audit_violations([*good, good[0]], want) == 1  # one twice
+    assert audit_violations([*good, {"id": 40, "total": 1, "ok": True}], want) == 1
+    wrong = [good[0], {"id": 20, "total": 511, "ok": False}, good[2]]
+    assert audit_violations(wrong, want) == 1
+    # a total equal to the serial one that the job itself found wrong is a violation too
+    assert audit_violations([good[0], {**good[1], "ok": False}, good[2]], want) == 1
+
+
+def test_runtime_multi_partition_counts_sum_over_the_timed_batches() -> None:
+    from txstream.bench.runtime import multi_partition
+
+    timed = [
+        {"multiPartition": {"transactions": 10, "messages": 30, "bytes": 2000}},
+        {"multiPartition": {"transactions": 0, "messages": 0, "bytes": 0}},
+        {"multiPartition": {"transactions": 30, "messages": 50, "bytes": 6000}},
+    ]
+    assert multi_partition(timed) == {
+        "mp_txns": 40,
+        "msgs_per_mp_txn": 2.0,
+        "bytes_per_mp_txn": 200.0,
+    }
+    # a runtime that reports none (before issue 28)
+    assert multi_partition([{"numInputRows": 5}]) == {
+        "mp_txns": None,
+        "msgs_per_mp_txn": None,
+        "bytes_per_mp_txn": None,
+    }
+
+
+def test_runtime_render_writes_a_file_per_input_with_audits() -> None:
+    from txstream.bench.ledger import events
+    from txstream.bench.runtime import _render
+
+    stream = list(events(30, 10, 0, seed=1, audit_every=10))
+    files = _render(stream, 11, ("deposits", "transfers", "audits"))
+    assert [len(f["audits"]) for f in files] == [1, 1, 1]
+    assert sum(len(v) for f in files for v in f.values()) == len(stream)
+
+
+def test_runtime_grids_hold_the_issue_28_points() -> None:
+    from txstream.bench.runtime import ACCOUNTS, GRID, QUICK, run_name, setup, workload
+
+    def has(grid: list[dict[str, Any]], master: str, label: str, parts: int | None = None) -> bool:
+        return any(
+            p["master"] == master
+            and workload(p) == label
+            and (parts is None or p["partitions"] == parts)
+            and p["cross_mode"] == "forward"
+            and p["engine"] == "executors"
+            for p in grid
+        )
+
+    for m in ("local[1]", "local[2]"):
+        assert has(QUICK, m, "cross 0% 100k") and has(QUICK, m, "uniform 100k")
+    for label in ("uniform 1k", "zipf 0.8 100k", "uniform 100k +audit/1000"):
+        assert has(QUICK, "local[2]", label, 2)
+    assert has(QUICK, "local[2]", "uniform 100k", 8) and has(QUICK, "local[2]", "uniform 100k", 32)
+    assert any(p["cross_mode"] == "defer" for p in QUICK)
+    for m in ("local[1]", "local[2]"):
+        for accounts in ("1k", "100k"):
+            for label in ("cross 0%", "uniform", "zipf 0.8", "zipf 1.2"):
+                assert has(GRID, m, f"{label} {accounts}"), (m, label, accounts)
+        assert has(GRID, m, "uniform 100k +audit/1000")
+    for parts in (8, 32):
+        for label in ("uniform 100k", "zipf 0.8 100k", "zipf 1.2 100k"):
+            assert has(GRID, "local[2]", label, parts)
+    # every point of a grid runs in a folder of its own, named by what varies
+    for grid in (GRID, QUICK):
+        names = [run_name(p, 0) for p in grid]
+        assert len(set(names)) == len(names)
+    assert setup({"master": "local[2]", "partitions": 8, "cross_mode": "defer"}) == (
+        "local[2] P=8 defer"
+    )
+    assert workload({"pattern": "zipf", "skew": 1.2, "accounts": ACCOUNTS}) == "zipf 1.2 100k"
+    # the same workload is the same input in every setup of a run
+    from txstream.bench.runtime import _stream
+
+    small = {"events": 300, "warmup": 100, "accounts": 1000}
+    one, two = (
+        {**p, **small, "seed": i}
+        for i, p in enumerate(
+            q for q in QUICK if workload(q) == "uniform 100k" and q["partitions"] in (1, 32)
+        )
+    )
+    assert one["master"] != two["master"] and _stream(one) == _stream(two)
+
+
+def test_runtime_set_checks_the_new_parameters(tmp_path: Path) -> None:
+    from txstream.bench.harness import apply_overrides
+    from txstream.bench.runtime import EXPERIMENT
+
+    exp = apply_overrides(
+        EXPERIMENT, ["pattern=zipf", "skew=1.5", "accounts=500", "partitions=4", "cross_mode=defer"]
+    )
+    assert all(
+        (p["pattern"], p["skew"], p["accounts"], p["partitions"], p["cross_mode"])
+        == ("zipf", 1.5, 500, 4, "defer")
+        for p in exp.quick_grid
+    )
+    for bad in ("pattern=hot", "partitions=0", "accounts=1", "audit_every=-1", "cross_mode=2pc"):
+        with pytest.raises(TxStreamError, match=bad.split("=")[0]):
+            apply_overrides(EXPERIMENT, [bad])
+
+
+def test_runtime_audit_points_say_when_the_runtime_has_no_global_reads(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from txstream.bench import runtime
+
+    class Before:
+        def input(self, name: str, source: Any, keys: Any = (), order: Any = None) -> None:
+            pass
+
+    class After:
+        def input(self, name: str, source: Any, keys: Any = (), global_reads: Any = None) -> None:
+            pass
+
+    monkeypatch.setattr(runtime, "Job", Before)
+    assert "no global reads" in str(runtime._missing_feature({"audit_every": 1000}))
+    assert runtime._missing_feature({"audit_every": 0}) is None
+    got = runtime.child({"audit_every": 1000, "master": "local[2]"}, Path("unused"))
+    assert got["errors"] == -1 and "no global reads" in got["note"]  # before Spark starts
+    monkeypatch.setattr(runtime, "Job", After)
+    assert runtime._missing_feature({"audit_every": 1000}) is None
+
+
+def test_bar_figure_groups_categories_in_the_rows_order(tmp_path: Path) -> None:
+    from txstream.bench.harness import plot
+
+    rows = [
+        {"w": "uniform", "m": "local[1]", "y": 10.0, "s": 0.1, "f": 0.2, "p": 2},
+        {"w": "uniform", "m": "local[2]", "y": 18.0, "s": 0.0, "f": 0.1, "p": 8},
+        {"w": "cross", "m": "local[2]", "y": 20.0, "s": 0.3, "f": 0.3, "p": 2},
+        {"w": "skip", "m": "local[2]", "y": None, "s": None, "f": None, "p": 2},
+    ]
+    plot(rows, Figure("b", x="w", y="y", series="m", kind="bar", title="t"), tmp_path / "b.png")
+    plot(rows, Figure("l", x="p", y=("s", "f"), series="w", title="t"), tmp_path / "l.png")
+    for name in ("b.png", "l.png"):
+        assert (tmp_path / name).read_bytes().startswith(b"\x89PNG")
+    # a frozenset in where: any of its values
+    from txstream.bench.harness import aggregate
+
+    some = Figure("a", x="p", y="y", series="w", title="t", where=(("w", frozenset({"cross"})),))
+    assert aggregate(rows, some) == {None: {"cross": [(2, 20.0, 20.0, 20.0)]}}
+
+
+def test_runtime_heartbeat_writes_a_neutral_row_into_every_input(tmp_path: Path) -> None:
+    import json
+
+    from txstream.bench.runtime import SPACING, _heartbeat
+
+    inputs = ("deposits", "transfers", "audits")
+    for name in (*inputs, "staging"):
+        (tmp_path / name).mkdir()
+    _heartbeat(tmp_path, 5 * SPACING + 1, "t", inputs)
+    rows = {n: json.loads((tmp_path / n / "beat-t.json").read_text()) for n in inputs}
+    assert {r["id"] for r in rows.values()} == {5 * SPACING + 1}  # between two events' ids
+    assert rows["deposits"]["amount"] == rows["transfers"]["amount"] == 0
+    assert rows["transfers"]["src"] == rows["transfers"]["dst"]
+    assert not list((tmp_path / "staging").iterdir())

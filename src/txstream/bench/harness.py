@@ -31,7 +31,10 @@ class Figure:
     """One plot: ``y`` against ``x``, a line per ``series`` value, a panel per ``facet``.
 
     ``y`` may name several metric columns; each then becomes a line of its own
-    (and ``series`` further splits them).
+    (and ``series`` further splits them: a colour per series value, a line style
+    per metric).  ``kind="bar"``: grouped bars instead of lines, a group per ``x``
+    value (in the rows' order) and a bar per series, for categories such as
+    workloads.
     """
 
     name: str
@@ -45,6 +48,8 @@ class Figure:
     ylabel: str | None = None
     hline: float | None = None  # a target line, e.g. a speed goal
     where: tuple[tuple[str, Any], ...] = ()  # plot only rows with these (column, value)s
+    # (a frozenset value: any of its values)
+    kind: str = "line"  # or "bar"
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,13 @@ def write_csv(rows: list[dict[str, Any]], path: Path) -> None:
         writer.writerows(rows)
 
 
+def _wanted(row: dict[str, Any], fig: Figure) -> bool:
+    """Whether ``row`` passes ``fig.where`` (a frozenset value allows any of its values)."""
+    return all(
+        row.get(k) in v if isinstance(v, frozenset) else row.get(k) == v for k, v in fig.where
+    )
+
+
 def aggregate(
     rows: list[dict[str, Any]], fig: Figure
 ) -> dict[Any, dict[Any, list[tuple[Any, float, float, float]]]]:
@@ -275,7 +287,7 @@ def aggregate(
     )
     metrics = (fig.y,) if isinstance(fig.y, str) else fig.y
     for row in rows:
-        if any(row.get(k) != v for k, v in fig.where):
+        if not _wanted(row, fig):
             continue
         facet = row.get(fig.facet) if fig.facet else None
         for metric in metrics:
@@ -306,27 +318,90 @@ def plot(rows: list[dict[str, Any]], fig: Figure, path: Path) -> None:
 
     data = aggregate(rows, fig)
     facets = list(data) or [None]
+    metrics = (fig.y,) if isinstance(fig.y, str) else fig.y
+    # bars: the groups in the order the rows first show them (the grid's order)
+    shown = [
+        r.get(fig.x) for r in rows if _wanted(r, fig) and any(r.get(m) is not None for m in metrics)
+    ]
+    order = {x: i for i, x in enumerate(dict.fromkeys(shown))}
     width = 5.5 * len(facets)
-    figure, axes = plt.subplots(1, len(facets), figsize=(width, 4.2), squeeze=False)
+    height = 4.2
+    if max((len(v) for v in data.values()), default=0) > 6:
+        width += 4  # room for the legend beside the plot
+    if fig.kind == "bar":
+        width, height = max(width, 1.1 * len(order) + 4), 5.2
+    figure, axes = plt.subplots(1, len(facets), figsize=(width, height), squeeze=False)
+    styles = ("-", "--", ":", "-.")
     for ax, facet in zip(axes[0], facets, strict=True):
-        for series, points in data.get(facet, {}).items():
-            xs = [p[0] for p in points]
+        series_all = list(data.get(facet, {}).items())
+        colours: dict[Any, Any] = {}
+        widths: list[float] = []
+        for n, (series, points) in enumerate(series_all):
             means = [p[1] for p in points]
             lows = [max(0.0, p[1] - p[2]) for p in points]
             highs = [max(0.0, p[3] - p[1]) for p in points]
-            ax.errorbar(xs, means, yerr=[lows, highs], marker="o", capsize=3, label=str(series))
+            if fig.kind == "bar":
+                # a group holds the bars of the series it has, side by side, centred
+                xs = []
+                for p in points:
+                    there = [
+                        m for m, (_, pts) in enumerate(series_all) if any(q[0] == p[0] for q in pts)
+                    ]
+                    step = 0.8 / len(there)
+                    xs.append(order[p[0]] - 0.4 + step * (there.index(n) + 0.5))
+                    widths.append(step)
+                ax.bar(
+                    xs,
+                    means,
+                    widths[-len(points) :],
+                    yerr=[lows, highs],
+                    capsize=2,
+                    label=str(series),
+                    color=f"C{n % 10}",
+                )
+                continue
+            xs = [p[0] for p in points]
+            style = "-"
+            if fig.series and len(metrics) > 1:
+                # "<series value> <metric>": one colour per series value, a style per metric
+                head, _, metric = str(series).rpartition(" ")
+                style = styles[metrics.index(metric) % len(styles)] if metric in metrics else "-"
+                colour = colours.setdefault(head, f"C{len(colours) % 10}")
+            else:
+                colour = f"C{n % 10}"
+            ax.errorbar(
+                xs,
+                means,
+                yerr=[lows, highs],
+                marker="o",
+                capsize=3,
+                label=str(series),
+                color=colour,
+                linestyle=style,
+            )
+        if fig.kind == "bar" and order:
+            ticks = sorted(order.items(), key=lambda kv: kv[1])
+            ax.set_xticks([i for _, i in ticks])
+            ax.set_xticklabels([str(x) for x, _ in ticks], rotation=30, ha="right")
         if fig.hline is not None:
             ax.axhline(fig.hline, color="grey", linestyle="--", linewidth=1)
         ax.set_xlabel(fig.x)
         ax.set_ylabel(fig.ylabel or (fig.y if isinstance(fig.y, str) else ", ".join(fig.y)))
         if fig.logx:
             ax.set_xscale("log")
+            ticks = sorted({p[0] for pts in data.get(facet, {}).values() for p in pts})
+            if ticks and all(isinstance(t, int | float) for t in ticks):
+                # the values themselves (1, 2, 8, 32), not powers of ten
+                ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+                ax.minorticks_off()
         if fig.logy:
             ax.set_yscale("log")
         ax.set_title(f"{fig.title}" + (f" ({fig.facet}={facet})" if fig.facet else ""))
         ax.grid(True, alpha=0.3)
         if not data.get(facet):  # e.g. a figure of points that --only left out
             ax.text(0.5, 0.5, "no points in these runs", ha="center", transform=ax.transAxes)
+        elif fig.kind == "bar" or len(data.get(facet, {})) > 6:
+            ax.legend(title=fig.series, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         elif fig.series or not isinstance(fig.y, str):
             ax.legend(title=fig.series)
     figure.tight_layout()

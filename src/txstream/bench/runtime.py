@@ -18,7 +18,19 @@ measures capacity).  Measured, after the warm-up:
 * ``p99_latency_s``, ``max_latency_s``: batch commit time - ``sent``;
 * ``errors``: transfer outcomes that differ from serial execution in arrival
   order (lost, duplicated or wrong), plus final balances that differ, plus 1
-  when the total balance is not the sum of the deposits (warm-up included).
+  when the total balance is not the sum of the deposits (warm-up included),
+  plus ``audit_violations`` (see :func:`audit_violations`);
+* ``serial_share``, ``hot_floor``, ``cross_share``: counted from the timed input
+  (:func:`schedule_metrics`, :mod:`txstream.bench.schedule`), not timed;
+* ``msgs_per_mp_txn``, ``bytes_per_mp_txn``: what the runtime sent between
+  tasks per multi-partition transaction (:func:`multi_partition`).
+
+Parameters of a point (issue 28; ``--set`` changes them in every point):
+``pattern`` (``cross`` with ``cross_partition_pct``, ``uniform``, ``zipf`` with
+``skew``: see :func:`~txstream.bench.ledger.events`), ``accounts``,
+``audit_every`` (an audit reading every balance after every N ledger events,
+0: none), ``partitions`` (the master's cores unless set) and ``cross_mode``
+(the job's ``crossPartition`` option, ``forward`` or ``defer``).
 
 Each run's store (with its recorded history) stays in ``DIR/runtime/<point>``,
 so ``txstream check --criterion csao DIR/runtime`` judges every run.
@@ -26,6 +38,7 @@ so ``txstream check --criterion csao DIR/runtime`` judges every run.
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import shutil
@@ -36,9 +49,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure
-from txstream.bench.ledger import OPENING_BALANCE, events, ledger_job, serial_oracle
+from txstream.bench.harness import Experiment, Figure, Param
+from txstream.bench.ledger import (
+    OPENING_BALANCE,
+    PATTERNS,
+    audit_totals,
+    events,
+    ledger_job,
+    serial_oracle,
+)
+from txstream.bench.schedule import batched, keys_of
 from txstream.errors import TxStreamError
+from txstream.spark.runtime import Job
+from txstream.spark.runtime.base import RuntimeJobError
+from txstream.spark.runtime.job import NEVER_QUIET
+from txstream.spark.runtime.partitioning import partition_of
 
 POINT_TIMEOUT = 900
 ACCOUNTS = 100_000
@@ -48,14 +73,39 @@ WARMUP = 24_000
 MASTERS = {"local[1]": 1, "local[2]": 2, "local-cluster[2,1,1024]": 2}
 
 
-def _point(engine: str, master: str, cross: int, n: int, rate: int) -> dict[str, Any]:
+INPUT_SEED = 1
+"""The seed of every point's events (``--set input_seed=N`` for others)."""
+
+
+def _point(
+    engine: str,
+    master: str,
+    cross: int,
+    n: int,
+    rate: int,
+    pattern: str = "cross",
+    skew: float = 0.0,
+    accounts: int = ACCOUNTS,
+    audit_every: int = 0,
+    partitions: int | None = None,
+    cross_mode: str = "forward",
+) -> dict[str, Any]:
     return {
         "engine": engine,
         "master": master,
         "cores": MASTERS[master],
+        "pattern": pattern,
         "cross_partition_pct": cross,
+        "skew": skew,
+        "accounts": accounts,
+        "audit_every": audit_every,
+        "partitions": MASTERS[master] if partitions is None else partitions,
+        "cross_mode": cross_mode,
         "events": n,
         "rate": rate,
+        # The input's seed, the same in every point: local[1] and local[2] (or 2
+        # and 32 partitions) of a workload then run the same events.
+        "input_seed": INPUT_SEED,
     }
 
 
@@ -83,28 +133,109 @@ LONG = 1_200_000
 """Events of an offered-load point: about 23 s of feed at :data:`LOAD`, so that the steady
 state outweighs the ramp-up (the first batches after the warm-up are small) and the drain."""
 
+WORKLOAD_EVENTS = 300_000
+"""Timed events of a workload point (pattern, accounts, audits, partitions), as in issue 28."""
+ONE_K = 1_000
+
+
+def _workloads(master: str) -> list[dict[str, Any]]:
+    """Issue 28's workload points on ``master``: cross 0, uniform, zipf 0.8 and 1.2, audits."""
+    n = WORKLOAD_EVENTS
+    patterns = (("cross", 0.0), ("uniform", 0.0), ("zipf", 0.8), ("zipf", 1.2))
+    return [
+        *(_point("executors", master, 0, n, FLOOD, pat, skew) for pat, skew in patterns),
+        _point("executors", master, 0, n, FLOOD, pattern="uniform", audit_every=1000),
+        *(
+            _point("executors", master, 0, n, FLOOD, pat, skew, accounts=ONE_K)
+            for pat, skew in patterns
+        ),
+    ]
+
+
+def _partitioned(parts: int) -> list[dict[str, Any]]:
+    """local[2] points at ``parts`` partitions, for the serial-share columns."""
+    n = WORKLOAD_EVENTS
+    return [
+        _point("executors", "local[2]", 0, n, FLOOD, pattern="uniform", partitions=parts),
+        _point("executors", "local[2]", 0, n, FLOOD, "zipf", 0.8, partitions=parts),
+        _point("executors", "local[2]", 0, n, FLOOD, "zipf", 1.2, partitions=parts),
+        _point("executors", "local[2]", 0, n, FLOOD, "uniform", audit_every=1000, partitions=parts),
+    ]
+
+
 GRID = [
-    *(_point("executors", m, c, 600_000, FLOOD) for m in MASTERS for c in (0, 1, 10)),
+    *_workloads("local[1]"),
+    *_workloads("local[2]"),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
+    *(_point("executors", m, c, WORKLOAD_EVENTS, FLOOD) for m in MASTERS for c in (1, 10)),
+    *_partitioned(8),
+    *_partitioned(32),
+    # the same input through today's phases 2 and 3: forward against defer in one run
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", cross_mode="defer"),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "zipf", 0.8, cross_mode="defer"),
     *(_point("executors", "local[2]", c, LONG, LOAD) for c in (0, 10)),
     *(_point("executors", "local[2]", 0, LONG, rate) for rate in SWEEP),
     *(_point("driver", "local[2]", c, 200_000, FLOOD) for c in (0, 10)),
 ]
 QUICK = [
-    *(_point("executors", m, 0, 300_000, FLOOD) for m in ("local[1]", "local[2]")),
-    _point("executors", "local[2]", 0, 300_000, LOAD),
-    _point("executors", "local[2]", 10, 300_000, FLOOD),
-    _point("executors", "local-cluster[2,1,1024]", 10, 300_000, FLOOD),
-    _point("driver", "local[2]", 10, 100_000, FLOOD),
+    *(_point("executors", m, 0, WORKLOAD_EVENTS, FLOOD) for m in ("local[1]", "local[2]")),
+    *(
+        _point("executors", m, 0, WORKLOAD_EVENTS, FLOOD, "uniform")
+        for m in ("local[1]", "local[2]")
+    ),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", accounts=ONE_K),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "zipf", 0.8),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", audit_every=1000),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=8),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=32),
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", cross_mode="defer"),
+    # issue 13's latency goal, and the cluster's results equal the others'
+    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, LOAD),
+    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
 ]
+
+
+def workload(point: dict[str, Any]) -> str:
+    """A short label of the point's input: pattern, accounts, audits (``uniform 100k +audit/1000``).
+
+    (Partitions and the cross-partition mode are the point's :func:`setup`.)
+    """
+    pattern = point.get("pattern", "cross")
+    if pattern == "cross":
+        label = f"cross {point.get('cross_partition_pct', 0)}%"
+    elif pattern == "zipf":
+        label = f"zipf {point.get('skew', 0.0):g}"
+    else:
+        label = str(pattern)
+    accounts = int(point.get("accounts", ACCOUNTS))
+    label += f" {accounts // 1000}k" if accounts % 1000 == 0 else f" {accounts}"
+    if point.get("audit_every"):
+        label += f" +audit/{point['audit_every']}"
+    return label
+
+
+def setup(point: dict[str, Any]) -> str:
+    """Where the point ran: master, partitions and the cross-partition mode (``local[2] P=8``)."""
+    label = f"{point['master']} P={point.get('partitions', MASTERS[point['master']])}"
+    return label + (" defer" if point.get("cross_mode") == "defer" else "")
+
+
+def run_name(point: dict[str, Any], seed: int) -> str:
+    """The folder name of ``point``'s run with ``seed``: every parameter that varies, readable."""
+    slug = "".join(c if c.isalnum() or c in ".-" else "_" for c in workload(point))
+    return (
+        f"{point['engine']}-{point['master'].replace('[', '').replace(']', '')}"
+        f"-{slug}-P{_get(point, 'partitions')}-{_get(point, 'cross_mode')}"
+        f"-e{point['events']}-r{point['rate']}-s{seed}"
+    ).replace(",", "_")
 
 
 def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
     """Run one point in a child process; returns its metrics."""
     out = Path(point.pop("_out", "bench-out")) / "runtime"
-    name = (
-        f"{point['engine']}-{point['master'].replace('[', '').replace(']', '')}"
-        f"-x{point['cross_partition_pct']}-r{point['rate']}-s{seed}"
-    ).replace(",", "_")
+    labels = {"workload": workload(point), "setup": setup(point)}
+    name = run_name(point, seed)
     folder = out / name
     if folder.exists():
         shutil.rmtree(folder)
@@ -123,6 +254,7 @@ def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
         )
     except subprocess.TimeoutExpired:
         return {
+            **labels,
             "txn_per_s": 0.0,
             "p99_latency_s": None,
             "max_latency_s": None,
@@ -133,12 +265,16 @@ def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
     if result.returncode != 0 or not lines:
         tail = result.stderr.strip().splitlines()[-1:] or ["no output"]
         raise TxStreamError(f"bench runtime point {name} failed: {tail[0]}")
-    metrics: dict[str, Any] = json.loads(lines[-1])
+    metrics: dict[str, Any] = {**labels, **json.loads(lines[-1])}
     return metrics
 
 
-def _render(stream: list[tuple[str, dict[str, Any]]], chunk: int) -> list[dict[str, list[str]]]:
-    """Each file's lines per input, JSON up to the ``sent`` value (stamped when sent).
+def _render(
+    stream: list[tuple[str, dict[str, Any]]],
+    chunk: int,
+    inputs: tuple[str, ...] = ("deposits", "transfers"),
+) -> list[dict[str, list[str]]]:
+    """Each file's lines per input of ``inputs``, JSON up to the ``sent`` value (stamped when sent).
 
     Rendered before the clock starts: the feeder stands for another system and
     shares this machine's two cores with the job, so it must cost next to nothing
@@ -146,7 +282,7 @@ def _render(stream: list[tuple[str, dict[str, Any]]], chunk: int) -> list[dict[s
     """
     files = []
     for start in range(0, len(stream), chunk):
-        lines: dict[str, list[str]] = {"deposits": [], "transfers": []}
+        lines: dict[str, list[str]] = {name: [] for name in inputs}
         for name, event in stream[start : start + chunk]:
             lines[name].append(json.dumps(event)[:-1] + ', "sent": ')
         files.append(lines)
@@ -178,27 +314,101 @@ def _feed(
             os.replace(tmp, folder / name / f"part-{first + n:06d}.json")
 
 
+def _stream(point: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The point's events, warm-up first, ids spaced by :data:`SPACING` (room for heartbeats)."""
+    partitions = int(point.get("partitions", MASTERS[point["master"]]))
+    return [
+        (name, {**e, "id": e["id"] * SPACING})
+        for name, e in events(
+            int(point.get("warmup", WARMUP)) + point["events"],
+            int(point.get("accounts", ACCOUNTS)),
+            point.get("cross_partition_pct", 0),
+            int(point.get("input_seed", point["seed"])),
+            pattern=point.get("pattern", "cross"),
+            skew=float(point.get("skew", 0.0)),
+            audit_every=int(point.get("audit_every", 0)),
+            # cross: against at least 2 partitions, so local[1] runs local[2]'s input
+            partitions=max(2, partitions),
+        )
+    ]
+
+
+def schedule_metrics(
+    stream: list[tuple[str, dict[str, Any]]], partitions: int, batch: int
+) -> dict[str, float]:
+    """Counted from the input (no timing): serial share, hot floor, cross share at ``partitions``.
+
+    Over ``stream`` (the timed events) in batches of ``batch`` events, the
+    micro-batch size the source is capped at (the runtime schedules each
+    micro-batch on its own); the same numbers in every run of the point.
+    ``cross_share``: the transfers whose two accounts are on different partitions.
+    """
+    txns = keys_of(stream)
+    share, floor = batched(txns, partitions, batch)
+    pairs = [t for t in txns if len(t) == 2]
+    crossing = sum(
+        1 for a, b in pairs if partition_of(a, partitions) != partition_of(b, partitions)
+    )
+    return {
+        "serial_share": round(share, 4),
+        "hot_floor": round(floor, 4),
+        "cross_share": round(crossing / len(pairs), 4) if pairs else 0.0,
+    }
+
+
+def _missing_feature(point: dict[str, Any]) -> str | None:
+    """What the runtime on the path lacks for ``point`` (audits need global reads), if anything."""
+    if point.get("audit_every") and "global_reads" not in inspect.signature(Job.input).parameters:
+        return "this runtime has no global reads (Job.input(..., global_reads=...)): no audits"
+    return None
+
+
+def bench_job(deposits: Any, transfers: Any, audits: Any, initial: Any) -> Job:
+    """The benchmark's ledger job (``audits`` None: no audits), with the options of a point."""
+    return (
+        ledger_job(deposits, transfers, name="ledger_bench", initial=initial, audits=audits)
+        .option("arrivalTime", "sent")
+        .option("recordHistory", True)
+        # The inputs are separate file sources: one may hand a file over a batch
+        # before another's file of the same events, and the oracle is serial
+        # execution by id.
+        .option("merge", "event-time")
+        # No input stops holding the others back for being quiet: Spark lists
+        # the sources one after another, so in a batch that starts while the
+        # feeder writes one may see a file that another does not yet, and a
+        # quiet input would let the other's later events run first.  Heartbeats
+        # into every input end the feed instead (see wait_for in child).
+        .option("idleBatches", NEVER_QUIET)
+    )
+
+
 def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     """One point, in this process: feed, run, check against the oracle."""
+    missing = _missing_feature(point)
+    if missing is not None:
+        return {
+            "txn_per_s": 0.0,
+            "p99_latency_s": None,
+            "max_latency_s": None,
+            "errors": -1,
+            "note": missing,
+        }
     from txstream.spark import local_session
 
     spark = local_session("bench-runtime", cores=point["cores"], master=point["master"])
     accounts = int(point.get("accounts", ACCOUNTS))
     warmup = int(point.get("warmup", WARMUP))
-    stream = [
-        (name, {**e, "id": e["id"] * SPACING})
-        for name, e in events(
-            warmup + point["events"], accounts, point["cross_partition_pct"], point["seed"]
-        )
-    ]
-    chunk = CHUNK
-    files = _render(stream, chunk)
+    audited = bool(point.get("audit_every"))
+    inputs = ("deposits", "transfers", "audits") if audited else ("deposits", "transfers")
+    stream = _stream(point)
+    chunk = int(point.get("chunk", CHUNK))
+    files = _render(stream, chunk, inputs)
     warm_files = -(-warmup // chunk)
     feed_dir = folder.parent.parent / "runtime-input" / folder.name
     if feed_dir.exists():
         shutil.rmtree(feed_dir)
     feed_dir.mkdir(parents=True)
-    for name in ("deposits", "transfers"):
+    for name in inputs:
         (feed_dir / name).mkdir()
     per_batch = int(point.get("files_per_batch", FILES_PER_BATCH))
     reader = spark.readStream.option("maxFilesPerTrigger", per_batch)
@@ -208,23 +418,26 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     transfers = reader.schema("src long, dst long, amount long, id long, sent double").json(
         str(feed_dir / "transfers")
     )
-    job = (
-        ledger_job(
-            deposits,
-            transfers,
-            name="ledger_bench",
-            initial=spark.range(accounts).selectExpr(
-                "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
-            ),
-        )
-        .option("arrivalTime", "sent")
-        .option("recordHistory", True)
-        # The two inputs are two file sources: one may hand a file over a batch
-        # before the other's file of the same events, and the oracle is serial
-        # execution by id.
-        .option("merge", "event-time")
+    audits = (
+        reader.schema("id long, expected long, sent double").json(str(feed_dir / "audits"))
+        if audited
+        else None
     )
-    partitions = 1 if point["master"] == "local[1]" else 2
+    job = bench_job(
+        deposits,
+        transfers,
+        audits,
+        spark.range(accounts).selectExpr(
+            "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
+        ),
+    )
+    notes = []
+    try:
+        job.option("crossPartition", point.get("cross_mode", "forward"))
+    except RuntimeJobError:
+        # a runtime before issue 28: multi-partition transactions in phases 2/3
+        notes.append("this runtime has no option crossPartition: ran its phases 2/3 (defer)")
+    partitions = int(point.get("partitions", MASTERS[point["master"]]))
     query = job.start(folder, spark=spark, partitions=partitions, engine=point["engine"])
     seen: dict[int, dict[str, Any]] = {}  # batch id -> progress (recentProgress is capped)
     deadline = time.time() + POINT_TIMEOUT - 60
@@ -233,27 +446,38 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         seen.update((p["batchId"], p) for p in query.recentProgress)
         return sum(p["numInputRows"] for p in seen.values())
 
-    beats = 0
+    beats = 0  # heartbeat rows sent
+    held_beats = 0  # of which the merge still holds (see wait_for)
 
     def wait_for(count: int, after: int) -> None:
         """Wait until ``count`` events are committed, sending heartbeats after id ``after``.
 
-        The event-time merge holds an input's events until the other input has
-        passed them; at the end of a feed only a later event releases them: a
-        heartbeat (a deposit of 0 to account 0, ids between the events').
+        The event-time merge holds an input's events until every input has
+        passed them; at the end of a feed only later events release them: a
+        heartbeat round, one row of id ``after + n`` into every input (a deposit
+        of 0 to account 0, a transfer of 0 from account 0 to itself, an audit
+        that expects nothing; ids between the events', their output rows left
+        out of the checks).  A round releases everything before it and its
+        first input's row; the other inputs' rows (``len(inputs) - 1``) stay
+        held until the next round or the next events.
         """
-        nonlocal beats
-        sent = 0
+        nonlocal beats, held_beats
+        rounds = 0
         last = time.time()
-        while committed() < count + beats and query.isActive and time.time() < deadline:
+
+        def done() -> bool:
+            return committed() >= count + beats - (len(inputs) - 1 if rounds else 0)
+
+        while not done() and query.isActive and time.time() < deadline:
             latest = seen[max(seen)] if seen else {}
             inside = committed() + latest.get("held", 0) >= count + beats  # all fed, some held
-            if inside and time.time() - last > HEARTBEAT_S and sent < SPACING - 1:
-                sent += 1
-                _heartbeat(feed_dir, after + sent, f"{after}-{sent}")
-                beats += 1
+            if inside and time.time() - last > HEARTBEAT_S and rounds < SPACING - 1:
+                rounds += 1
+                _heartbeat(feed_dir, after + rounds, f"{after}-{rounds}", inputs)
+                beats += len(inputs)
                 last = time.time()
             time.sleep(0.05)
+        held_beats = len(inputs) - 1 if rounds else 0
 
     started: list[float] = []
     try:
@@ -272,7 +496,7 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         feeder.join()
         wait_for(len(stream), stream[-1][1]["id"])
         committed()
-        final_balances = _balances(query, job, folder, partitions)
+        final_balances = _balances(query, job, folder, partitions, accounts)
         if query.engine == "driver":
             # The driver engine records in the transaction manager; its history
             # goes beside the executor runs' stores.
@@ -291,13 +515,19 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
             histogram[int(ms)] = histogram.get(int(ms), 0) + count
     total = sum(p["numInputRows"] for p in progress)
     balance, outcomes = serial_oracle(stream, accounts)
-    got = [(r["id"], r["ok"]) for r in query.output("transfers_done")]
+    # (heartbeats' rows have ids between the events', which are multiples of SPACING)
+    got = [(r["id"], r["ok"]) for r in query.output("transfers_done") if r["id"] % SPACING == 0]
     errors = sum(1 for a, b in zip(got, outcomes, strict=False) if a != b)
     errors += abs(len(got) - len(outcomes))
     errors += sum(1 for k in balance if final_balances.get(k) != balance[k])
     deposited = sum(e["amount"] for n, e in stream if n == "deposits")
     if sum(final_balances.values()) != accounts * OPENING_BALANCE + deposited:
         errors += 1
+    audit_rows = (
+        [r for r in query.output("audits_done") if r["id"] % SPACING == 0] if audited else []
+    )
+    violations = audit_violations(audit_rows, audit_totals(stream, accounts))
+    errors += violations
     # the batch that committed the last event (heartbeats are released after it, or with it)
     total_events = len(stream) + warm_beats
     done_at, cum = None, 0
@@ -308,20 +538,66 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
             break
     elapsed = max(1e-9, _commit_time(folder, done_at) - started[0]) if started else 0.0
     measured = len(stream) - warm_count if done_at is not None else 0
+    model = schedule_metrics(stream[warm_count:], partitions, chunk * per_batch)
     return {
         "txn_per_s": round(measured / elapsed) if elapsed else 0.0,
         "p99_latency_s": _percentile(histogram, 0.99),
         "max_latency_s": _percentile(histogram, 1.0),
         "errors": errors,
         "batches": len(progress),
-        "committed_events": total - beats,
+        "committed_events": total - (beats - held_beats),
         "warmup_events": warm_count,
         "heartbeats": beats,
-        "deferred": sum(p["deferred"] for p in timed),
+        **model,
+        **multi_partition(timed),
+        "audits": len(audit_rows),
+        "audit_violations": violations,
+        "deferred": sum(p.get("deferred", 0) for p in timed),
         "phase1_s": round(sum(p.get("phase1Ms", 0) for p in timed) / 1000, 1),
         "deferred_phases_s": round(sum(p.get("deferredPhasesMs", 0) for p in timed) / 1000, 1),
         "batch_s": round(sum(p["durationMs"] for p in timed) / 1000, 1),
         "steady_txn_per_s": _steady(folder, timed),
+        **({"note": "; ".join(notes)} if notes else {}),
+    }
+
+
+def audit_violations(rows: list[dict[str, Any]], expected: list[tuple[int, int]]) -> int:
+    """Audits whose total is not the serial one, missing, repeated, unknown or not ``ok``.
+
+    ``rows``: the ``audits_done`` rows (``id``, ``total``, ``ok``); ``expected``:
+    :func:`~txstream.bench.ledger.audit_totals` of the input.
+    """
+    want = dict(expected)
+    got: dict[int, dict[str, Any]] = {}
+    bad = 0
+    for row in rows:
+        if row["id"] in got or row["id"] not in want:
+            bad += 1  # an audit twice, or one that the input has not
+        else:
+            got[row["id"]] = row
+    for i, total in want.items():
+        found = got.get(i)
+        if found is None or found["total"] != total or not found["ok"]:
+            bad += 1
+    return bad
+
+
+def multi_partition(timed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Multi-partition transactions and what they sent between tasks, over the timed batches.
+
+    From each batch's progress ``multiPartition`` (``transactions``, ``messages``,
+    ``bytes``); None where the runtime reports none (before issue 28).
+    """
+    parts = [p["multiPartition"] for p in timed if p.get("multiPartition") is not None]
+    if not parts:
+        return {"mp_txns": None, "msgs_per_mp_txn": None, "bytes_per_mp_txn": None}
+    txns = sum(int(p.get("transactions", 0)) for p in parts)
+    msgs = sum(int(p.get("messages", 0)) for p in parts)
+    size = sum(int(p.get("bytes", 0)) for p in parts)
+    return {
+        "mp_txns": txns,
+        "msgs_per_mp_txn": round(msgs / txns, 3) if txns else None,
+        "bytes_per_mp_txn": round(size / txns, 1) if txns else None,
     }
 
 
@@ -362,22 +638,31 @@ def _marker(folder: Path, batch: int) -> Path:
     return folder / "txstream" / "commits" / f"{batch:012d}.json"
 
 
-def _heartbeat(folder: Path, event_id: int, tag: str) -> None:
-    """A deposit of 0 to account 0 with id ``event_id``: releases what the merge holds."""
-    line = json.dumps({"acct": 0, "amount": 0, "id": event_id, "sent": None}) + "\n"
-    tmp = folder / "staging" / f"beat-{tag}.json"
-    tmp.write_text(line)
-    os.replace(tmp, folder / "deposits" / f"beat-{tag}.json")
+BEATS: dict[str, dict[str, Any]] = {
+    "deposits": {"acct": 0, "amount": 0},
+    "transfers": {"src": 0, "dst": 0, "amount": 0},
+    "audits": {"expected": None},
+}
+"""A heartbeat row of each input: it changes no balance."""
 
 
-def _balances(query: Any, job: Any, folder: Path, partitions: int) -> dict[int, int]:
+def _heartbeat(folder: Path, event_id: int, tag: str, inputs: tuple[str, ...]) -> None:
+    """A row of id ``event_id`` into each of ``inputs`` (:data:`BEATS`): releases held events."""
+    for name in inputs:
+        line = json.dumps({**BEATS[name], "id": event_id, "sent": None}) + "\n"
+        tmp = folder / "staging" / f"beat-{name}-{tag}.json"
+        tmp.write_text(line)
+        os.replace(tmp, folder / name / f"beat-{tag}.json")
+
+
+def _balances(query: Any, job: Any, folder: Path, partitions: int, accounts: int) -> dict[int, int]:
     if query.engine == "driver":
         tm = query.driver.tm
         with tm.begin(read_only=True) as txn:
             table = tm.table("accounts")
             return {
                 k: txn.read(table, k)["balance"]
-                for k in range(2 * ACCOUNTS)
+                for k in range(2 * accounts)
                 if txn.read(table, k) is not None
             }
     from txstream.spark.runtime.state import RuntimeStore
@@ -407,62 +692,220 @@ def _count(value: float | None) -> str:
     return "–" if value is None or value != value else f"{value:,.0f}"  # None, NaN: no value
 
 
+DEFAULTS: dict[str, Any] = {
+    "pattern": "cross",
+    "skew": 0.0,
+    "accounts": ACCOUNTS,
+    "audit_every": 0,
+    "cross_mode": "forward",
+    "cross_partition_pct": 0,
+}
+"""A row's parameter values where it has none (rows of runs before these parameters)."""
+
+
+def _get(row: dict[str, Any], key: str) -> Any:
+    if key == "partitions":
+        return row.get("partitions", MASTERS.get(row.get("master", ""), 2))
+    return row.get(key, DEFAULTS.get(key))
+
+
+def _share(value: Any) -> str:
+    return "–" if value is None else f"{100 * float(value):.1f}%"
+
+
+def _ratio(num: float, den: float, goal: float, what: str) -> str | None:
+    if not num or not den:
+        return None
+    met = "met" if num / den >= goal else "not met"
+    return f"- {what}: {num / den:.2f}x ({num:,.0f} / {den:,.0f}; goal {goal}x: {met})"
+
+
 def summarize(rows: list[dict[str, Any]]) -> str:
-    """The goals of the runtime issue, checked on this run's rows."""
+    """The goals of the runtime issues (13 and 28), checked on this run's rows."""
 
     def best(**where: Any) -> float:
-        vals = [r["txn_per_s"] for r in rows if all(r.get(k) == v for k, v in where.items())]
+        vals = [r["txn_per_s"] for r in rows if all(_get(r, k) == v for k, v in where.items())]
         return max(vals, default=0.0)
 
+    def capacity(master: str, **where: Any) -> float:
+        where = {**DEFAULTS, **where}
+        return best(
+            engine="executors",
+            master=master,
+            rate=FLOOD,
+            partitions=MASTERS[master],
+            **where,
+        )
+
     lines = [
-        "| engine | master | cross % | offered events/s | txn/s | steady txn/s | p99 s | max s "
-        "| errors |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| engine | setup | workload | offered events/s | txn/s | steady txn/s | p99 s | max s "
+        "| serial share | hot floor | cross share | msgs/mp txn | bytes/mp txn | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    notes = []
     for r in rows:
         lines.append(
-            f"| {r['engine']} | {r['master']} | {r['cross_partition_pct']} | {r['rate']:,} | "
-            f"{r['txn_per_s']:,} | {_count(r.get('steady_txn_per_s'))} | "
-            f"{r['p99_latency_s']} | {r['max_latency_s']} | {r['errors']} |"
+            f"| {r['engine']} | {r.get('setup') or setup(r)} | {r.get('workload') or workload(r)} "
+            f"| {r['rate']:,} | {r['txn_per_s']:,} | {_count(r.get('steady_txn_per_s'))} "
+            f"| {r['p99_latency_s']} | {r['max_latency_s']} | {_share(r.get('serial_share'))} "
+            f"| {_share(r.get('hot_floor'))} | {_share(r.get('cross_share'))} "
+            f"| {r.get('msgs_per_mp_txn') if r.get('msgs_per_mp_txn') is not None else '–'} "
+            f"| {r.get('bytes_per_mp_txn') if r.get('bytes_per_mp_txn') is not None else '–'} "
+            f"| {r['errors']} |"
         )
-    one, two = (
-        best(engine="executors", master="local[1]", cross_partition_pct=0, rate=FLOOD),
-        best(engine="executors", master="local[2]", cross_partition_pct=0, rate=FLOOD),
-    )
-    drv = best(engine="driver", cross_partition_pct=10, rate=FLOOD)
-    exe = best(engine="executors", master="local[2]", cross_partition_pct=10, rate=FLOOD)
+        if r.get("note"):
+            notes.append(f"- {r.get('setup') or setup(r)}, {workload(r)}: {r['note']}")
     lines.append("")
-    if one:
-        lines.append(f"- capacity, local[2] / local[1] at 0% cross: {two / one:.2f}x (goal 1.4x)")
-    if drv:
+    cross0 = capacity("local[2]")
+    uniform = capacity("local[2]", pattern="uniform")
+    checks = [
+        _ratio(cross0, capacity("local[1]"), 1.5, "capacity, local[2] / local[1] at cross 0"),
+        _ratio(
+            uniform,
+            capacity("local[1]", pattern="uniform"),
+            1.5,
+            "capacity, local[2] / local[1] at uniform",
+        ),
+        _ratio(uniform, cross0, 0.9, "local[2], uniform / cross 0 (100k accounts)"),
+        _ratio(
+            capacity("local[2]", pattern="uniform", accounts=ONE_K),
+            cross0,
+            0.8,
+            "local[2], uniform with 1k accounts / cross 0 (100k)",
+        ),
+        _ratio(
+            capacity("local[2]", pattern="zipf", skew=0.8),
+            cross0,
+            0.8,
+            "local[2], zipf 0.8 / cross 0",
+        ),
+        _ratio(
+            capacity("local[2]", pattern="uniform", audit_every=1000),
+            uniform,
+            0.9,
+            "local[2], uniform with an audit every 1,000 events / without",
+        ),
+    ]
+    lines += [c for c in checks if c]
+    defer = capacity("local[2]", pattern="uniform", cross_mode="defer")
+    if defer and uniform:
+        lines.append(
+            f"- local[2], uniform: crossPartition forward / defer {uniform / defer:.2f}x "
+            f"({uniform:,.0f} / {defer:,.0f})"
+        )
+    audited = [r for r in rows if _get(r, "audit_every") and r.get("audits") is not None]
+    if audited:
+        bad = sum(int(r.get("audit_violations") or 0) for r in audited)
+        lines.append(
+            f"- audits: {sum(int(r['audits']) for r in audited):,} in {len(audited)} runs, "
+            f"{bad} violations (goal 0)"
+        )
+    shares: dict[tuple[str, float], dict[int, tuple[float, float]]] = {}
+    for r in rows:
+        if (
+            r.get("serial_share") is not None
+            and _get(r, "accounts") == ACCOUNTS
+            and not _get(r, "audit_every")
+            and _get(r, "pattern") in ("uniform", "zipf")
+        ):
+            key = (_get(r, "pattern"), float(_get(r, "skew")))
+            shares.setdefault(key, {})[_get(r, "partitions")] = (
+                float(r["serial_share"]),
+                float(r.get("hot_floor") or 0.0),
+            )
+    for (pattern, skew), by_p in sorted(shares.items()):
+        counted = ", ".join(
+            f"P={n}: {_share(v[0])}" + (f" (hot floor {_share(v[1])})" if pattern == "zipf" else "")
+            for n, v in sorted(by_p.items())
+        )
+        if pattern == "uniform":
+            met = all(v[0] <= 0.05 for n, v in by_p.items() if n > 1)
+            lines.append(
+                f"- serial share, uniform 100k: {counted} (goal at most 5.0%: "
+                + ("met" if met else "not met")
+                + ")"
+            )
+        else:
+            lines.append(f"- serial share, zipf {skew:g} 100k: {counted}")
+    drv = best(engine="driver", cross_partition_pct=10, rate=FLOOD)
+    exe = capacity("local[2]", cross_partition_pct=10)
+    if drv and exe:
         lines.append(
             f"- capacity, executors / driver engine at 10% cross: {exe / drv:.2f}x (goal 5x)"
         )
-    for r in sorted(rows, key=lambda r: (r["cross_partition_pct"], r["rate"])):
+    for r in sorted(rows, key=lambda r: (_get(r, "cross_partition_pct"), r["rate"])):
         if r["engine"] == "executors" and r["master"] == "local[2]" and r["rate"] < FLOOD:
             steady, p99 = r.get("steady_txn_per_s"), r["p99_latency_s"]
             met = steady is not None and steady >= 50_000 and p99 is not None and p99 < 2
             lines.append(
-                f"- local[2] at {r['rate']:,} events/s offered, {r['cross_partition_pct']}% "
+                f"- local[2] at {r['rate']:,} events/s offered, {_get(r, 'cross_partition_pct')}% "
                 f"cross: {_count(steady)} txn/s steady ({r['txn_per_s']:,} overall), "
                 f"p99 {p99} s: goal 50,000 txn/s with p99 under 2 s "
                 + ("met" if met else "not met")
             )
     lines.append(f"- errors in all runs: {sum(abs(r['errors']) for r in rows)} (goal 0)")
+    if notes:
+        lines += ["", "Notes:", *notes]
     return "\n".join(lines)
 
+
+CROSS_ONLY = (
+    ("pattern", "cross"),
+    ("accounts", ACCOUNTS),
+    ("audit_every", 0),
+    ("cross_mode", "forward"),
+)
+"""The rows of the cross-share figures (those of issue 13): today's input, any partitions."""
 
 EXPERIMENT = Experiment(
     name="runtime",
     description="Streaming Ledger on the executor runtime (local[1], local[2], local-cluster) "
-    "and on the SS2PL driver engine",
+    "and on the SS2PL driver engine: cross-partition, uniform and Zipf transfers, audits",
     grid=GRID,
     quick_grid=QUICK,
     run=run_point,
     repetitions=1,
     quick_repetitions=1,
     wants_out=True,
+    params={
+        "pattern": Param(str, choices=PATTERNS),
+        "skew": Param(float, lo=0, hi=10),
+        "accounts": Param(int, lo=2, hi=100_000_000),
+        "audit_every": Param(int, lo=0, hi=100_000_000),
+        "partitions": Param(int, lo=1, hi=1024),
+        "cross_mode": Param(str, choices=("forward", "defer")),
+        "cross_partition_pct": Param(int, lo=0, hi=100),
+        "input_seed": Param(int, lo=0, hi=2**63 - 1),
+    },
     figures=[
+        Figure(
+            name="runtime_workloads",
+            x="workload",
+            y="txn_per_s",
+            series="setup",
+            kind="bar",
+            title="capacity per workload, txn/s (dashed: 50k)",
+            ylabel="transactions / s",
+            hline=50_000.0,
+            where=(("rate", FLOOD), ("engine", "executors")),
+        ),
+        Figure(
+            name="runtime_serial_share",
+            x="partitions",
+            y=("serial_share", "hot_floor"),
+            series="workload",
+            logx=True,
+            title="serial share (solid, counted) and hot floor (dashed)",
+            ylabel="share of a batch's events",
+            where=(
+                ("engine", "executors"),
+                ("cross_mode", "forward"),
+                ("rate", FLOOD),
+                ("accounts", ACCOUNTS),
+                ("pattern", frozenset({"uniform", "zipf"})),
+                ("partitions", frozenset({2, 8, 32})),
+            ),
+        ),
         Figure(
             name="runtime",
             x="cross_partition_pct",
@@ -472,7 +915,7 @@ EXPERIMENT = Experiment(
             title="capacity, txn/s (dashed: 50k)",
             ylabel="transactions / s",
             hline=50_000.0,
-            where=(("rate", FLOOD),),
+            where=(("rate", FLOOD), *CROSS_ONLY),
         ),
         Figure(
             name="runtime_latency",
@@ -483,7 +926,7 @@ EXPERIMENT = Experiment(
             title=f"p99 s at {LOAD // 1000}k/s offered (dashed: 2 s)",
             ylabel="seconds",
             hline=2.0,
-            where=(("rate", LOAD),),
+            where=(("rate", LOAD), *CROSS_ONLY),
         ),
         Figure(
             name="runtime_latency_load",
@@ -493,7 +936,12 @@ EXPERIMENT = Experiment(
             ylabel="p99 latency, seconds",
             logy=True,
             hline=2.0,
-            where=(("engine", "executors"), ("master", "local[2]"), ("cross_partition_pct", 0)),
+            where=(
+                ("engine", "executors"),
+                ("master", "local[2]"),
+                ("cross_partition_pct", 0),
+                *CROSS_ONLY,
+            ),
         ),
     ],
     summarize=summarize,
