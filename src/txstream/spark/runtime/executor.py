@@ -25,8 +25,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
-from itertools import repeat
-from operator import mul
+from itertools import chain, repeat
+from operator import itemgetter, mul
 from typing import Any
 
 from txstream.spark.runtime.base import (
@@ -490,26 +490,40 @@ def partial_totals(
     """
     out: dict[tuple[str, str | None], list[Any]] = {}
     for table, column in reads:
-        ints, exact, floats, odd, count = 0, 0, False, 0.0, 0
-        for value, rows in data.get(table, {}).items():
-            count += len(rows)
-            if column is not None:
-                for row in rows.values():
-                    x = row.get(column)
-                    if x is None:
-                        continue
-                    if type(x) is float:
-                        floats = True
-                        if x - x == 0.0:
-                            n, d = x.as_integer_ratio()
-                            exact += n * (_EXACT // d)
+        by_value = data.get(table, {})
+        count = sum(map(len, by_value.values()))
+        ints, exact, floats, odd = 0, 0, False, 0.0
+        if column is not None:
+            # Every row of the partition, read in C when the column holds integers only
+            # (an audit reads them all); nulls, floats or a row without it: one by one.
+            every: Any = dict.values
+            try:
+                total = sum(
+                    map(itemgetter(column), chain.from_iterable(map(every, by_value.values())))
+                )
+            except (TypeError, KeyError):
+                total = None
+            if type(total) is int:
+                ints = total
+            else:
+                for part in by_value.values():
+                    for row in part.values():
+                        x = row.get(column)
+                        if x is None:
+                            continue
+                        if type(x) is float:
+                            floats = True
+                            if x - x == 0.0:
+                                n, d = x.as_integer_ratio()
+                                exact += n * (_EXACT // d)
+                            else:
+                                odd += x
                         else:
-                            odd += x
-                    else:
-                        ints += x
-            if ops is not None:
+                            ints += x
+        if ops is not None:
+            for value, part in by_value.items():
                 ops.append(f"r{gid}({_set_item(table, value)})")
-                ops.extend(f"r{gid}({item_name(table, k)})" for k in rows)
+                ops.extend(f"r{gid}({item_name(table, k)})" for k in part)
         out[(table, column)] = [ints, exact, floats, odd, count]
     return out
 
@@ -1180,9 +1194,9 @@ def deferred_chains(
         chains.setdefault(root(first[gid]), []).append((gid, event))
     load = [0] * tasks
     where: dict[Any, int] = {}
-    for chain, events in chains.items():  # in the order of their first event
+    for chain_root, events in chains.items():  # in the order of their first event
         k = load.index(min(load))
-        where[chain] = k
+        where[chain_root] = k
         load[k] += len(events)
         shares[k][1].extend(events)
     for item in shipped_rows:
