@@ -571,6 +571,8 @@ class Outcome:
     """Messages this task's partitions sent to other partitions (see :mod:`.forward`)."""
     message_bytes: int = 0
     """Bytes of the messages that went to another task (over a socket)."""
+    wait_ms: int = 0
+    """Milliseconds from a task's last admitted transaction to its last answer (forward.py)."""
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
     inputs: dict[int, int] = field(default_factory=dict)
@@ -625,6 +627,7 @@ class Outcome:
             "forwarded": self.forwarded,
             "messages": self.messages,
             "message_bytes": self.message_bytes,
+            "wait_ms": self.wait_ms,
             "failures": self.failures,
             "committed_inputs": dict(self.inputs),
             "latency": _histogram(self.sent),

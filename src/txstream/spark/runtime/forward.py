@@ -424,7 +424,8 @@ class ForwardScheduler:
                     part.admit(ADMIT_CHUNK)
                     part.drain()
             self._pump(block=False)
-        deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+        admitted = time.monotonic()
+        deadline = admitted + EXCHANGE_TIMEOUT_S
         while not all(p.done() for p in parts):
             if self._pump(block=True):
                 deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
@@ -440,9 +441,13 @@ class ForwardScheduler:
                     f"partition {part.pid} got messages for transactions it never ran: "
                     f"{sorted(part.early)[:3]} (the partitions disagree on the batch)"
                 )
+        first = parts[0].outcome if parts else None
+        if first is not None:
+            # Time from the last admission until the last answer: what the task spent
+            # waiting for other tasks (and running what their answers released).
+            first.wait_ms += round((time.monotonic() - admitted) * 1000)
         if self.transport is not None:
             self.transport.flush(wait=True)
-            first = parts[0].outcome if parts else None
             if first is not None:
                 first.message_bytes += self.transport.bytes_sent
         return {pid: p.outcome for pid, p in self.hosted.items()}

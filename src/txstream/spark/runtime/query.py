@@ -1103,6 +1103,7 @@ def _progress(
             "transactions": stats.get("forwarded", 0),
             "messages": stats.get("messages", 0),
             "bytes": stats.get("message_bytes", 0),
+            "waitMs": stats.get("wait_ms", 0),
         },
         "held": stats.get("held", 0),
         "failed": len(stats["failures"]),

@@ -297,6 +297,7 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         "forwarded": 0,
         "messages": 0,
         "message_bytes": 0,
+        "wait_ms": 0,
         "failures": [],
         "latency": {},
         "committed_inputs": {},
@@ -306,7 +307,7 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["files"].update(part.get("files", {}))
         for key in ("events", "committed", "aborted", "deferred"):
             total[key] += part[key]
-        for key in ("forwarded", "messages", "message_bytes"):
+        for key in ("forwarded", "messages", "message_bytes", "wait_ms"):
             total[key] += part.get(key, 0)
         total["held"] = total.get("held", 0) + part.get("held", 0)
         total["failures"].extend(part["failures"])
