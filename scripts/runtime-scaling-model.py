@@ -1,0 +1,175 @@
+"""A throughput model of the executor runtime on N cores, checked against local[1] and local[2].
+
+The Streaming Ledger (100,000 accounts, 30% deposits) runs on 2 partitions,
+once on ``local[1]`` (one core: both partitions in one task, messages in
+memory) and once on ``local[2]``, with transfers inside a partition only
+(``cross 0``) and between any two accounts (``uniform``), under availableNow
+over the same files (4 micro-batches).  The model:
+
+    batch time T(N) = F + n * c(N) / (N * (1 - s(N)))
+    c(N)            = c_local + x(N) * c_mp
+
+``F`` is a micro-batch's fixed cost (driver, planning, commit), measured on a
+run of tiny batches; ``c_local`` (core time per event without multi-partition
+transactions) and ``c_mp`` (extra core time per multi-partition transaction)
+are fitted on ``local[1]`` alone; ``x(N)`` is the share of events that are
+multi-partition transactions on N partitions (uniform: transfers times
+1 - 1/N) and ``s(N)`` the counted serial share (``txstream.bench.schedule``).
+The prediction for ``local[2]`` is then compared with its measurement, and
+N = 4 .. 32 are predicted (one partition per core).
+
+    PYTHONPATH=src .venv/bin/python scripts/runtime-scaling-model.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from txstream.bench.ledger import events
+from txstream.bench.schedule import keys_of, serial_share
+
+FILES = 4
+DEPOSITS = 0.30
+
+
+def write_input(folder: Path, stream: list[Any], files: int) -> None:
+    """The stream as ``files`` JSON files per input (file n of each input: the same ids)."""
+    size = -(-len(stream) // files)
+    for name in ("deposits", "transfers"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    for n in range(files):
+        part = stream[n * size : (n + 1) * size]
+        for name in ("deposits", "transfers"):
+            lines = "".join(json.dumps(e) + "\n" for kind, e in part if kind == name)
+            (folder / name / f"part-{n:04d}.json").write_text(lines)
+
+
+def run_master(master: str, n: int) -> dict[str, Any]:
+    """In a child process: every workload on ``master``; per-batch seconds (warm batches)."""
+    from txstream.bench.ledger import ledger_job
+    from txstream.spark import local_session
+
+    spark = local_session("scaling-model", master=master)
+    out: dict[str, Any] = {}
+    root = Path(tempfile.mkdtemp(prefix="scaling-"))
+    try:
+        workloads = (
+            ("tiny", 0, 400, "forward"),
+            ("cross 0", 0, n, "forward"),
+            ("uniform", 50, n, "forward"),
+            ("uniform defer", 50, n, "defer"),
+        )
+        for label, cross, count, mode in workloads:
+            stream = list(events(count, 100_000, cross, seed=7))
+            for rep in range(2):  # the first warms the session up; the second counts
+                folder = root / f"{label}-{rep}"
+                write_input(folder / "in", stream, FILES)
+                schemas = {
+                    "deposits": "acct long, amount long, id long",
+                    "transfers": "src long, dst long, amount long, id long",
+                }
+                streams = [
+                    spark.readStream.schema(schemas[name])
+                    .option("maxFilesPerTrigger", 1)
+                    .json(str(folder / "in" / name))
+                    for name in ("deposits", "transfers")
+                ]
+                job = ledger_job(*streams).option("merge", "batch")
+                job.option("crossPartition", mode)
+                query = job.trigger(availableNow=True).start(
+                    folder / "ckpt", spark=spark, partitions=2
+                )
+                try:
+                    query.awaitTermination()
+                finally:
+                    query.stop()
+                batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+                out[label] = {
+                    "seconds": [p["durationMs"] / 1000 for p in batches],
+                    "events": [p["numInputRows"] for p in batches],
+                }
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def measure(master: str, n: int) -> dict[str, Any]:
+    """Run :func:`run_master` in a child process (one Spark application per master)."""
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+    cmd = [sys.executable, __file__, "--child", master, "--events", str(n)]
+    result = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if result.returncode != 0 or not lines:
+        raise SystemExit(f"{master}: {result.stderr.strip().splitlines()[-1:]}")
+    data: dict[str, Any] = json.loads(lines[-1])
+    return data
+
+
+def per_batch(data: dict[str, Any], label: str) -> tuple[float, float]:
+    """Mean seconds and events of a workload's batches."""
+    seconds, counts = data[label]["seconds"], data[label]["events"]
+    return sum(seconds) / len(seconds), sum(counts) / len(counts)
+
+
+def main() -> None:
+    """Measure local[1] and local[2], fit on local[1], predict local[2] and more cores."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=120_000)
+    parser.add_argument("--child", default=None)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(run_master(args.child, args.events)))
+        return
+    one, two = measure("local[1]", args.events), measure("local[2]", args.events)
+    fixed = per_batch(one, "tiny")[0]
+    t_local, n = per_batch(one, "cross 0")
+    t_uniform, _ = per_batch(one, "uniform")
+    c_local = (t_local - fixed) / n
+    transfers = 1 - DEPOSITS
+
+    def mp_share(parts: int) -> float:
+        return transfers * (1 - 1 / parts)
+
+    c_mp = (t_uniform - fixed - n * c_local) / (n * mp_share(2))
+    stream = list(events(72_000, 100_000, 50, seed=7))
+    print(f"F = {fixed * 1000:.0f} ms per batch; c_local = {c_local * 1e6:.1f} us per event; ")
+    print(f"c_mp = {c_mp * 1e6:.1f} us per multi-partition transaction (fitted on local[1])")
+    print()
+    print("| workload | local[2] measured txn/s | predicted | error |")
+    print("|---|---|---|---|")
+    for label, x in (("cross 0", 0.0), ("uniform", mp_share(2))):
+        seconds, count = per_batch(two, label)
+        share = serial_share(keys_of(stream), 2) if x else 0.0
+        predicted = fixed + count * (c_local + x * c_mp) / (2 * (1 - share))
+        error = (count / predicted) / (count / seconds) - 1
+        print(f"| {label} | {count / seconds:,.0f} | {count / predicted:,.0f} | {error:+.0%} |")
+    print()
+    print("| measured txn/s (4 batches) | cross 0 | uniform | uniform, defer |")
+    print("|---|---|---|---|")
+    for master, data in (("local[1]", one), ("local[2]", two)):
+        rates = []
+        for label in ("cross 0", "uniform", "uniform defer"):
+            seconds, count = per_batch(data, label)
+            rates.append(f"{count / seconds:,.0f}")
+        print(f"| {master} | {' | '.join(rates)} |")
+    print()
+    print("| cores = partitions | serial share (uniform) | predicted uniform txn/s | cross 0 |")
+    print("|---|---|---|---|")
+    for cores in (1, 2, 4, 8, 16, 32):
+        share = serial_share(keys_of(stream), cores) if cores > 1 else 0.0
+        x = mp_share(cores) if cores > 1 else 0.0
+        batch = n * (c_local + x * c_mp) / (cores * (1 - share)) + fixed
+        flat = n * c_local / cores + fixed
+        print(f"| {cores} | {share:.1%} | {n / batch:,.0f} | {n / flat:,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
