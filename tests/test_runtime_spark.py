@@ -420,7 +420,7 @@ def test_ledger_audit_survives_sigkills_mid_run_exactly_once(tmp_path: Path) -> 
         "--accounts",
         "60",
         "--files",
-        "60",
+        "30",
         "--per-file",
         "80",
         example=LEDGER_AUDIT,
@@ -430,7 +430,7 @@ def test_ledger_audit_survives_sigkills_mid_run_exactly_once(tmp_path: Path) -> 
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     commits = ckpt / "txstream" / "commits"
     at_kill = []
-    for n, target in enumerate((2, 12, 24)):
+    for n, target in enumerate((2, 8, 14)):
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -461,7 +461,7 @@ def test_ledger_audit_survives_sigkills_mid_run_exactly_once(tmp_path: Path) -> 
         finally:
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
             proc.wait()
-    assert at_kill[1] < 60  # two kills came before the input's end: mid-run, not after it
+    assert at_kill[1] < 30  # two kills came before the input's end: mid-run, not after it
     final = run_example(
         "run",
         "--data",
