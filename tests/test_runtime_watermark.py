@@ -8,6 +8,7 @@ so such out-of-order events still run in order; further behind they are late.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import random
 from datetime import UTC, datetime, timedelta
@@ -73,7 +74,7 @@ def test_a_watermark_gives_the_serial_answer_for_events_out_of_order_within_it(
 
 
 def test_a_watermark_on_one_input_makes_the_event_time_merge_hold_its_own_events(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     seen: list[float] = []
     job = (
@@ -85,9 +86,21 @@ def test_a_watermark_on_one_input_makes_the_event_time_merge_hold_its_own_events
     assert job.merge_for("run_local") == "event-time" == job.merge_for("start")
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     at = [t0 + timedelta(seconds=s) for s in (5, 6, 3, 9, 7, 4)]  # 4 is 5 s behind 9: late
-    job.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path, 1)
+    with caplog.at_level(logging.WARNING, logger="txstream.runtime"):
+        runner = job.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path, 1)
     assert [t.second for t in seen] == [3, 5, 6, 4, 7, 9]  # 4: late, run where it arrived
     assert json.loads((tmp_path / "job.json").read_text())["watermarks"] == {"e": 3.0}
+    # ... and said: counted in its batch's progress and warned about, once.
+    assert [s["late"] for s in runner.stats] == [0, 0, 0, 0, 0, 1, 0]
+    [warning] = [r.getMessage() for r in caplog.records if "ran late" in r.getMessage()]
+    assert "batch 5: 1 event(s)" in warning and "raise the input's watermark" in warning
+    # With a delay that covers the disorder nothing is late.
+    seen.clear()
+    wide = tx.Job("one").input("e", None, keys="k", order="ts", watermark="6 seconds")
+    wide.on("e", lambda t, e: seen.append(e["ts"]))
+    runner = wide.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path / "w", 1)
+    assert [t.second for t in seen] == [3, 4, 5, 6, 7, 9]
+    assert sum(s["late"] for s in runner.stats) == 0
 
 
 # -- the frontier arithmetic ----------------------------------------------------------------

@@ -64,6 +64,23 @@ def is_job_error(failure: Mapping[str, Any]) -> bool:
     )
 
 
+def log_late(job: str, batch: int, late: int) -> None:
+    """Warn on the ``txstream.runtime`` logger that ``late`` events of a batch ran late.
+
+    An event is late when its partition had already run an event that comes
+    after it in the declared order (the event-time merge had released past it):
+    it ran out of order, so the answer may differ from the serial one.
+    """
+    if late:
+        log.warning(
+            "job %r batch %d: %d event(s) arrived after later ones had run and ran late, "
+            "out of the declared order; raise the input's watermark (or idleBatches)",
+            job,
+            batch,
+            late,
+        )
+
+
 def log_failures(job: str, batch: int, failures: list[dict[str, Any]]) -> None:
     """Log the committed batch ``batch``'s ``failures`` (bounded, see the module docstring)."""
     for failure in failures[:LOGGED_PER_BATCH]:

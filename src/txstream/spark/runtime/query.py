@@ -50,7 +50,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.executor import deferred_chains, latencies
-from txstream.spark.runtime.failures import log_failures
+from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import SocketTransport, forwarding, new_exchange
 from txstream.spark.runtime.merge import Bound, advance, ended
 from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_partition
@@ -821,8 +821,9 @@ class TxQuery:
                 Event((float(ordv or 0.0), inp, mid), name, row, spec.values_of(row), [0])
             )
         upto, self._frontier = self._advance(df)
+        counts: dict[str, int] = {}
         if upto is not None:  # the event-time merge, as on executors (held in memory here)
-            events = release(self._held, events, upto, self.spec.boundary, self.driver.meta)
+            events = release(self._held, events, upto, self.spec.boundary, self.driver.meta, counts)
         outcome = self.driver.run_batch(batch_id, events, self.job.arrival_fn())
         outcome.failures.extend(bad)
         outcome.aborted += len(bad)
@@ -835,8 +836,10 @@ class TxQuery:
         info = {"prev": self._prev, "events": outcome.events, "engine": "driver"}
         self.store.commit(batch_id, info, files)
         log_failures(self.spec.name, batch_id, outcome.failures)
+        log_late(self.spec.name, batch_id, counts.get("late", 0))
         stats: dict[str, Any] = outcome.stats()
         stats["held"] = len(self._held.meta.get("held", ()))
+        stats["late"] = counts.get("late", 0)
         stats["latency"] = latencies(stats["latency"], time.time())
         return stats
 
@@ -1106,6 +1109,8 @@ def _progress(
             "waitMs": stats.get("wait_ms", 0),
         },
         "held": stats.get("held", 0),
+        # Events that ran after later ones had run (see tasks.release): out of order.
+        "late": stats.get("late", 0),
         "failed": len(stats["failures"]),
         "durationMs": round(seconds * 1000),
         "partitions": partitions,

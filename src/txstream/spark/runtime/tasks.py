@@ -30,7 +30,7 @@ from txstream.spark.runtime.executor import (
     latencies,
     run_deferred,
 )
-from txstream.spark.runtime.failures import log_failures
+from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import ForwardScheduler, SocketTransport
 from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.results import one_per_transaction
@@ -132,6 +132,7 @@ def release(
     upto: Bound | Sequence[float],
     boundary: Boundary | None = None,
     meta: dict[str, Any] | None = None,
+    counts: dict[str, int] | None = None,
 ) -> list[Event]:
     """The events to run now: those held before and the new ones up to ``upto``, in order.
 
@@ -140,8 +141,32 @@ def release(
     ``boundary`` releases no part of a transaction that later events may still
     join (``meta``: its durable state, default the partition's).  The rest wait
     in the partition's state (``meta["held"]``, saved with the batch) until a
-    later batch's bound passes them.
+    later batch's bound passes them.  A new event that comes before one this
+    partition already ran (``meta["ran"]``: the largest ``(order value, input)``
+    released) is *late*: it runs now, out of the declared order, and
+    ``counts["late"]`` counts it (the runtime reports it: raise the input's
+    watermark or ``idleBatches``).
     """
+    ran = state.meta.get("ran")
+    if ran is not None and counts is not None and events:
+        mark = (ran[0], ran[1])
+        late = sum(1 for e in events if (e.order[0], e.order[1]) < mark and e.counted)
+        counts["late"] = counts.get("late", 0) + late
+    ready = _release(state, events, upto, boundary, meta)
+    if ready:
+        last = max((e.order[0], e.order[1]) for e in ready)
+        if ran is None or last > (ran[0], ran[1]):
+            state.meta["ran"] = [last[0], last[1]]
+    return ready
+
+
+def _release(
+    state: Any,
+    events: list[Event],
+    upto: Bound | Sequence[float],
+    boundary: Boundary | None,
+    meta: dict[str, Any] | None,
+) -> list[Event]:
     pool = list(state.meta.get("held", ())) + events
     value, first = upto[0], upto[1]
     if value == math.inf:  # every input is quiet: everything runs
@@ -179,8 +204,9 @@ def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> di
 def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
     store = RuntimeStore(ctx.store)
     state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+    counts: dict[str, int] = {}
     if ctx.release_upto is not None:
-        events = release(state, events, ctx.release_upto, job.boundary)
+        events = release(state, events, ctx.release_upto, job.boundary, counts=counts)
     events.sort(key=_order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
     executor.run(ctx.batch, events, ctx.abort)
@@ -189,6 +215,7 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
     stats = executor.outcome.stats()
     stats["files"] = files  # (for the commit marker: the driver reads no file back)
     stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.counted)
+    stats["late"] = counts.get("late", 0)
     if executor.runs is not None:
         stats["runs"] = executor.runs
     return {
@@ -216,10 +243,12 @@ def phase1_forward(
         store = RuntimeStore(ctx.store)
         hosted: dict[int, tuple[Any, Any]] = {}
         counted: dict[int, int] = {}
+        late: dict[int, dict[str, int]] = {}
         for pid, evs in sorted(events.items()):
             state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+            late[pid] = {}
             if ctx.release_upto is not None:
-                evs = release(state, evs, ctx.release_upto, job.boundary)
+                evs = release(state, evs, ctx.release_upto, job.boundary, counts=late[pid])
             evs.sort(key=_order)
             counted[pid] = sum(1 for e in evs if e.counted)
             hosted[pid] = (state, job.boundary.groups(ctx.batch, evs, state.meta))
@@ -236,6 +265,7 @@ def phase1_forward(
             stats = outcome.stats()
             stats["files"] = files
             stats["held"] = sum(1 for e in state.meta.get("held", ()) if e.counted)
+            stats["late"] = late[pid].get("late", 0)
             results[pid] = {"token": token, "stats": stats, "rows": [], "events": []}
         return results
 
@@ -310,6 +340,7 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("forwarded", "messages", "message_bytes", "wait_ms"):
             total[key] += part.get(key, 0)
         total["held"] = total.get("held", 0) + part.get("held", 0)
+        total["late"] = total.get("late", 0) + part.get("late", 0)
         total["failures"].extend(part["failures"])
         for index, count in part.get("committed_inputs", {}).items():
             total["committed_inputs"][index] = total["committed_inputs"].get(index, 0) + count
@@ -401,6 +432,7 @@ def run_batch(
             files,
         )
         log_failures(job.name, ctx.batch, stats["failures"])  # (on the driver, once committed)
+        log_late(job.name, ctx.batch, stats.get("late", 0))
         stats["latency"] = latencies(stats["latency"], time.time())
         return stats
     raise TxStreamError(
