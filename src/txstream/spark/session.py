@@ -42,7 +42,7 @@ Spark's planner runs for every micro-batch, and the JVM's optimizing compiler
 0.2-0.7 CPU seconds per second, about twice the Spark tasks, on a machine with
 two cores (``-Xlog:jit+compilation``).  C1 alone compiles quickly and once;
 its code is slower, but a micro-batch's fixed cost fell from about 260-300 ms
-to 205-220 ms (``scripts/runtime-batch-overhead.py``, docs/benchmarks.md).
+to 205-220 ms (``scripts/runtime-batch-overhead.py``, docs/benchmarks-history.md).
 """
 
 
