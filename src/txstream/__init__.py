@@ -13,6 +13,32 @@ job (tables, inputs, boundary, transaction functions, outputs) that
 runs in this process; ``tx.read_output``, ``tx.read_table`` and ``tx.read_history`` read what it
 committed.  ``tx.SparkCQ`` runs a continuous query whose windows never mix
 table versions, with the join on executors (``docs/cq.md``).
+
+A bank ledger run in this process (the examples write their stores under the
+current directory)::
+
+    >>> import txstream as tx
+    >>> def deposit(t, e):
+    ...     row = t.read("accounts", e["acct"], default={"balance": 0})
+    ...     t.upsert("accounts", {"acct": e["acct"], "balance": row["balance"] + e["amount"]})
+    ...     t.emit("receipts", {"acct": e["acct"], "amount": e["amount"]})
+    >>> job = (
+    ...     tx.Job("bank")
+    ...     .table("accounts", key="acct")
+    ...     .input("deposits", None, keys="acct")
+    ...     .output("receipts", schema="acct long, amount long")
+    ...     .on("deposits", deposit)
+    ... )
+    >>> batches = [[("deposits", {"acct": 1, "amount": 5})],    # micro-batch 0
+    ...            [("deposits", {"acct": 1, "amount": 7})]]    # micro-batch 1
+    >>> _ = job.run_local(batches, "ckpt/bank")
+    >>> tx.read_table("ckpt/bank", "accounts")
+    [{'acct': 1, 'balance': 12}]
+    >>> tx.read_output("ckpt/bank", "receipts")
+    [{'acct': 1, 'amount': 5}, {'acct': 1, 'amount': 7}]
+
+On Spark the same job reads streaming DataFrames (``.input("deposits", df,
+keys="acct")``) and runs with ``job.start(checkpoint=...)``.
 """
 
 from txstream.errors import NotationError, TransientError, TxStreamError, UnknownNameError

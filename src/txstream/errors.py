@@ -14,6 +14,13 @@ class TxStreamError(Exception):
 
     The message says what was wrong and, where it can, what to do about it; the
     command line prints it as one line and exits non-zero.
+
+    >>> import txstream as tx
+    >>> try:
+    ...     tx.Job().table("accounts", key="acct").table("accounts", key="acct")
+    ... except tx.TxStreamError as exc:
+    ...     print(f"{type(exc).__name__}: {exc}")
+    RuntimeJobError: table 'accounts' is declared twice
     """
 
 
@@ -22,11 +29,26 @@ class TransientError(TxStreamError):
 
     Deadlock victims and optimistic-validation failures raise subclasses of this,
     so a retry loop needs to catch exactly one type.
+
+    >>> import txstream as tx
+    >>> from txstream.txn.base import DeadlockError, ValidationError
+    >>> issubclass(DeadlockError, tx.TransientError), issubclass(ValidationError, tx.TransientError)
+    (True, True)
+    >>> issubclass(tx.DuplicateKeyError, tx.TransientError)       # retrying repeats it
+    False
     """
 
 
 class UnknownNameError(TxStreamError, KeyError):
-    """A name typed by a user (criterion, protocol, experiment ...) is not known."""
+    """A name typed by a user (criterion, protocol, experiment ...) is not known.
+
+    >>> import txstream as tx
+    >>> exc = tx.UnknownNameError("protocol", "s2pl", ["ss2pl", "optimistic"])
+    >>> print(exc)
+    unknown protocol 's2pl'; choose one of: optimistic, ss2pl
+    >>> isinstance(exc, KeyError), exc.known
+    (True, ['optimistic', 'ss2pl'])
+    """
 
     def __init__(self, kind: str, name: str, known: list[str]) -> None:
         self.kind = kind
@@ -45,6 +67,14 @@ class NotationError(TxStreamError, ValueError):
     ``line`` and ``column`` are 1-based; ``token`` is the offending text, which
     the message quotes cut to :attr:`MAX_SHOWN` characters (a megabyte of
     garbage without a space is one token).
+
+    >>> import txstream as tx
+    >>> from txstream.model import parse_one
+    >>> try:
+    ...     parse_one("r1(x) w2(x c2", source="h.txt")
+    ... except tx.NotationError as exc:
+    ...     print(exc.line, exc.column, "|", exc)
+    1 7 | h.txt:1:7: not an operation: a read or write looks like r1(x) or w1[x] (at 'w2(x')
     """
 
     MAX_SHOWN = 60

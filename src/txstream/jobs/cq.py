@@ -110,6 +110,24 @@ class SparkCQ:
 
     ``tm`` owns the tables (``make_manager(strategy)`` gives one with the
     protocol the strategy needs); ``strategy`` is one of :data:`MODES`.
+
+    The query is declared without Spark; ``.stream`` takes a streaming DataFrame,
+    so the last steps need a live Spark session:
+
+    >>> import txstream as tx
+    >>> from txstream.cq import make_manager
+    >>> tm = make_manager("s2pl")
+    >>> tx.SparkCQ("mean_price", tm, strategy="s2pl").strategy
+    's2pl'
+    >>> tx.SparkCQ("mean_price", tm, strategy="snapshot")
+    Traceback (most recent call last):
+    txstream.cq.base.CQError: strategy 'snapshot' needs a transaction manager with protocol
+    'snapshot', not 'ss2pl' (use txstream.cq.make_manager('snapshot'))
+    >>> query = (tx.SparkCQ("mean_price", tm, strategy="s2pl")     # doctest: +SKIP
+    ...          .stream(spark.readStream.csv("events/", schema="id long, part long"), order="id")
+    ...          .join("parts", on="part", schema="price long")
+    ...          .window("avg", "price", r=5, s=2)
+    ...          .start(checkpoint="ckpt/cq"))
     """
 
     def __init__(self, name: str, tm: TransactionManager, strategy: str = "snapshot") -> None:

@@ -133,7 +133,23 @@ def _tag(value: Any) -> str:
 
 
 class Boundary(ABC):
-    """Cuts one partition's ordered events of batch ``batch`` into groups."""
+    """Cuts one partition's ordered events of batch ``batch`` into groups.
+
+    The boundaries by name are :data:`BOUNDARIES` (``tx.BOUNDARIES``):
+
+    >>> import txstream as tx
+    >>> for name, cls in sorted(tx.BOUNDARIES.items()):
+    ...     print(f"{name:12} {cls.summary}")
+    batch        one transaction per micro-batch
+    by           one transaction per run of events with the same group(event) value
+    event        one transaction per event (StreamBase)
+    punctuation  one transaction per run of events closed by a CTI/punctuation (StreamInsight)
+    seconds      one transaction per n seconds of event time
+    timeslice    one transaction per timeslice of one input; late events aborted (Coral8)
+    timestamp    one transaction per timestamp across all inputs (STREAM)
+    >>> isinstance(tx.boundary("event"), tx.Boundary), tx.boundary("event").may_span
+    (True, False)
+    """
 
     name: ClassVar[str]
     summary: ClassVar[str]
@@ -338,7 +354,24 @@ def _plain(value: Any) -> Any:
 
 
 class GroupOrderError(RuntimeJobError):
-    """The ``by`` boundary's runs of two values interleave in a batch: it is refused."""
+    """The ``by`` boundary's runs of two values interleave in a batch: it is refused.
+
+    Nothing of such a batch commits (its transactions would depend on the
+    partition count).
+
+    >>> import txstream as tx
+    >>> def add(t, e):
+    ...     row = t.read("totals", e["g"], default={"n": 0})
+    ...     t.upsert("totals", {"g": e["g"], "n": row["n"] + 1})
+    >>> job = (tx.Job().table("totals", key="g").input("ev", None, keys="g")
+    ...        .boundary("by", group=lambda e: e["g"]).on("ev", add))
+    >>> job.run_local([[("ev", {"g": 1}), ("ev", {"g": 3}), ("ev", {"g": 1})]], "ckpt/by")
+    Traceback (most recent call last):
+    txstream.spark.runtime.boundaries.GroupOrderError: batch 0: boundary 'by': the events of group 1
+    (from ev#0 to ev#2) and of group 3 (from ev#1) interleave; 'by' needs each value's events
+    consecutive in the declared order across all inputs (e.g. a function of event time), otherwise
+    the transactions would depend on the partition count
+    """
 
 
 Run = list[Any]
@@ -532,7 +565,20 @@ BOUNDARIES: dict[str, type[Boundary]] = {
 
 
 def boundary(name: str | Boundary, **options: Any) -> Boundary:
-    """The boundary called ``name`` with its options (e.g. ``boundary("seconds", seconds=2)``)."""
+    """The boundary called ``name`` with its options (e.g. ``boundary("seconds", seconds=2)``).
+
+    >>> import txstream as tx
+    >>> tx.boundary("seconds", seconds=2).name
+    'seconds'
+    >>> tx.boundary("second")
+    Traceback (most recent call last):
+    txstream.errors.UnknownNameError: unknown boundary 'second'; choose one of: batch, by, event,
+    punctuation, seconds, timeslice, timestamp
+    >>> tx.boundary("seconds")
+    Traceback (most recent call last):
+    txstream.spark.runtime.base.RuntimeJobError: boundary 'seconds': missing option 'seconds'; it
+    takes: seconds
+    """
     if isinstance(name, Boundary):
         return name
     cls = BOUNDARIES.get(name)

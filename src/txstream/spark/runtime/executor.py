@@ -126,6 +126,23 @@ class Tx:
 
     Rows are dicts of columns; ``read`` returns a copy.  Every change is undone
     when the function raises (or calls :meth:`abort`).
+
+    >>> import txstream as tx
+    >>> def pay(t: tx.Tx, e):
+    ...     src = t.read("accounts", e["src"])
+    ...     if src is None or src["balance"] < e["amount"]:
+    ...         t.abort("cannot pay")                     # nothing of it stays
+    ...     t.update("accounts", e["src"], balance=src["balance"] - e["amount"])
+    ...     if t.read("accounts", e["dst"]) is None:
+    ...         t.insert("accounts", {"acct": e["dst"], "balance": 0})
+    ...     t.increment("accounts", e["dst"], "balance", e["amount"])
+    ...     t.emit("payments", {"to": e["dst"], "amount": e["amount"]})
+    >>> job = (tx.Job().table("accounts", key="acct", initial=[{"acct": 1, "balance": 10}])
+    ...        .input("pay", None, keys=["src", "dst"]).output("payments").on("pay", pay))
+    >>> _ = job.run_local([[("pay", {"src": 1, "dst": 2, "amount": 4}),
+    ...                     ("pay", {"src": 2, "dst": 3, "amount": 9})]], "ckpt/tx")
+    >>> tx.read_table("ckpt/tx", "accounts"), tx.read_output("ckpt/tx", "payments")
+    ([{'acct': 1, 'balance': 6}, {'acct': 2, 'balance': 4}], [{'to': 2, 'amount': 4}])
     """
 
     __slots__ = (

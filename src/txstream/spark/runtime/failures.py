@@ -44,11 +44,46 @@ JOB_ERRORS = ("SchemaError: ", "UndeclaredKeyError: ")
 
 
 class TransactionFailuresWarning(UserWarning):
-    """Transactions failed (and were rolled back) since the last such warning."""
+    """Transactions failed (and were rolled back) since the last such warning.
+
+    ``run_local`` warns at its end, a query at each ``processAllAvailable()``;
+    the failures themselves are in ``tx.read_failures``.
+
+    >>> import warnings, txstream as tx
+    >>> job = (tx.Job("signup").table("users", key="name").input("signups", None, keys="name")
+    ...        .on("signups", lambda t, e: t.insert("users", {"name": e["name"]})))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = job.run_local([[("signups", {"name": "ada"})] * 2], "ckpt/warned")
+    >>> [w.category.__name__ for w in caught]
+    ['TransactionFailuresWarning']
+    >>> print(caught[0].message)
+    job 'signup': 1 transaction(s) failed and were rolled back since the last report (first at
+    signups#1: DuplicateKeyError: insert into users: key 'ada' exists); read them with
+    tx.read_failures('ckpt/warned') (logged on 'txstream.runtime')
+    """
 
 
 class InputFailingError(TxStreamError):
-    """Every transaction of an input failed with a schema or undeclared-key error: a job bug."""
+    """Every transaction of an input failed with a schema or undeclared-key error: a job bug.
+
+    The job stops after ``allFailLimit`` (20) such failures with none committed;
+    the batches so far are committed with those transactions rolled back.
+
+    >>> import warnings, txstream as tx
+    >>> job = (tx.Job().input("readings", None, keys="device").output("alerts", schema="c double")
+    ...        .on("readings", lambda t, e: t.emit("alerts", {"c": "hot"})))
+    >>> with warnings.catch_warnings():
+    ...     warnings.simplefilter("ignore", tx.TransactionFailuresWarning)
+    ...     job.run_local([[("readings", {"device": n}) for n in range(25)]], "ckpt/failing")
+    Traceback (most recent call last):
+    txstream.spark.runtime.failures.InputFailingError: input 'readings': all 25 of its transactions
+    since the job started failed, the first at readings#0 with SchemaError: emit to alerts: column
+    'c' is double, got 'hot'; the job cannot process this input as written: fix the transaction
+    function or the declarations, then restart (these batches are committed with those transactions
+    rolled back, see tx.read_failures('ckpt/failing'); .option('allFailLimit', 0) turns this stop
+    off)
+    """
 
 
 def is_job_error(failure: Mapping[str, Any]) -> bool:

@@ -93,7 +93,31 @@ def _ended(
 
 
 class Job:
-    """A transactional job under construction (builder methods return the job)."""
+    """A transactional job under construction (builder methods return the job).
+
+    Declare tables, inputs, outputs and a transaction function per input, then
+    run it: :meth:`run_local` in this process, :meth:`start` on Spark.
+
+    >>> import txstream as tx
+    >>> def transfer(t, e):
+    ...     if t.read("accounts", e["src"])["balance"] < e["amount"]:
+    ...         t.abort("insufficient funds")
+    ...     t.increment("accounts", e["src"], "balance", -e["amount"])
+    ...     t.increment("accounts", e["dst"], "balance", e["amount"])
+    >>> job = (
+    ...     tx.Job("ledger")
+    ...     .table("accounts", key="acct", initial=[{"acct": 1, "balance": 10},
+    ...                                             {"acct": 2, "balance": 0}])
+    ...     .input("transfers", None, keys=["src", "dst"])
+    ...     .on("transfers", transfer)
+    ... )
+    >>> _ = job.run_local([[("transfers", {"src": 1, "dst": 2, "amount": 4}),
+    ...                     ("transfers", {"src": 2, "dst": 1, "amount": 9})]], "ckpt/ledger")
+    >>> tx.read_table("ckpt/ledger", "accounts")
+    [{'acct': 1, 'balance': 6}, {'acct': 2, 'balance': 4}]
+    >>> [f["error"] for f in tx.read_failures("ckpt/ledger")]
+    ['TransactionAborted: insufficient funds']
+    """
 
     def __init__(self, name: str = "txstream-job") -> None:
         self.spec = JobSpec(name=name, boundary=PerEvent())
@@ -125,6 +149,15 @@ class Job:
 
         ``initial`` is a Spark DataFrame, a file (``.json``/``.jsonl``/``.csv``/
         ``.parquet``) or a list of dicts, loaded when the job first starts.
+
+        >>> import txstream as tx
+        >>> job = tx.Job().table("seats", key=["flight", "seat"], partition_by="flight")
+        >>> job.spec.tables["seats"].partition_by
+        ('flight',)
+        >>> job.table("fares", key="route", partition_by="price")
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: table 'fares': partition_by ['price'] must name
+        key columns ['route']
         """
         _name("table", name, self.spec.tables)
         keys = _names(key, f"table {name!r}: key")
@@ -178,6 +211,17 @@ class Job:
         On Spark, without it, ``withWatermark`` on the DataFrame's order column
         gives the delay.  A watermark makes the event-time merge the default,
         even for one input; ``merge='batch'`` refuses it.
+
+        >>> import txstream as tx
+        >>> job = (tx.Job().input("readings", None, keys="device", order="ts")
+        ...        .input("transfers", None, keys=["src", "dst"])
+        ...        .input("audits", None))                     # every partition
+        >>> job.spec.inputs["transfers"].keys
+        (('src',), ('dst',))
+        >>> job.input("late", None, keys="device", watermark="10 seconds")
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: input 'late': a watermark is a delay in the
+        order column's values; declare order=... too
         """
         _name("input", name, self.spec.inputs)
         if isinstance(keys, str):
@@ -215,7 +259,20 @@ class Job:
         return self
 
     def output(self, name: str, schema: str | None = None) -> Job:
-        """Declare an output; emitted rows are checked against ``schema`` when given."""
+        """Declare an output; emitted rows are checked against ``schema`` when given.
+
+        >>> import txstream as tx
+        >>> def alert(t, e):
+        ...     t.emit("alerts", {"device": e["device"], "celsius": str(e["celsius"])})
+        >>> job = (tx.Job().input("readings", None, keys="device")
+        ...        .output("alerts", schema="device string, celsius double")
+        ...        .on("readings", alert))
+        >>> _ = job.run_local([[("readings", {"device": "d1", "celsius": 31.5})]], "ckpt/out")
+        >>> tx.read_output("ckpt/out", "alerts")
+        []
+        >>> tx.read_failures("ckpt/out")[0]["error"]
+        "SchemaError: emit to alerts: column 'celsius' is double, got '31.5'"
+        """
         _name("output", name, self.spec.outputs)
         self.spec.outputs[name] = OutputSpec(name, parse_schema(schema) if schema else None)
         return self
@@ -225,6 +282,17 @@ class Job:
 
         Exactly once when the sink is idempotent per batch id, as
         :class:`~txstream.spark.runtime.sinks.PostgresSink` is.
+
+        >>> import txstream as tx
+        >>> delivered = {}
+        >>> def keep(batch_id, rows):                 # idempotent: a batch id once
+        ...     delivered[batch_id] = rows
+        >>> job = (tx.Job().input("ev", None, keys="k").output("seen")
+        ...        .on("ev", lambda t, e: t.emit("seen", {"k": e["k"]}))
+        ...        .sink("seen", keep))
+        >>> _ = job.run_local([[("ev", {"k": 1})], [("ev", {"k": 2})]], "ckpt/sink")
+        >>> delivered
+        {0: [{'k': 1}], 1: [{'k': 2}]}
         """
         if output not in self.spec.outputs:
             raise RuntimeJobError(f".sink({output!r}, ...) names no output; declare it first")
@@ -234,7 +302,27 @@ class Job:
         return self
 
     def on(self, input_name: str, fn: TxnFunction) -> Job:
-        """The transaction function for events of ``input_name``: ``fn(tx, event_row)``."""
+        """The transaction function for events of ``input_name``: ``fn(tx, event_row)``.
+
+        ``fn`` runs once per transaction with a :class:`~txstream.Tx` and the
+        event (a dict); whatever it raises rolls the transaction back.
+
+        >>> import txstream as tx
+        >>> def count(t, e):
+        ...     row = t.read("counts", e["word"], default={"n": 0})
+        ...     t.upsert("counts", {"word": e["word"], "n": row["n"] + 1})
+        >>> job = tx.Job().table("counts", key="word").input("words", None, keys="word")
+        >>> _ = job.on("words", count).run_local(
+        ...     [[("words", {"word": w}) for w in "a b a".split()]], "ckpt/on")
+        >>> tx.read_table("ckpt/on", "counts")
+        [{'word': 'a', 'n': 2}, {'word': 'b', 'n': 1}]
+        >>> def gen(t, e):
+        ...     yield
+        >>> job.on("words", gen)
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: .on('words', gen): a transaction function is a
+        plain function (this one yields or is async, so calling it runs nothing)
+        """
         if not callable(fn):
             raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
         if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
@@ -250,6 +338,18 @@ class Job:
         """Choose the transaction boundary by name (see :mod:`~txstream.spark.runtime.boundaries`).
 
         Names: event, timestamp, timeslice, punctuation, seconds, batch, by.
+
+        >>> import txstream as tx
+        >>> def tally(t, e):
+        ...     row = t.read("totals", e["ts"], default={"n": 0})
+        ...     t.upsert("totals", {"ts": e["ts"], "n": row["n"] + 1})
+        >>> job = (tx.Job().table("totals", key="ts").input("ev", None, keys="ts", order="ts")
+        ...        .boundary("timestamp")                  # one transaction per ts value
+        ...        .on("ev", tally))
+        >>> runner = job.run_local([[("ev", {"ts": 1}), ("ev", {"ts": 1}), ("ev", {"ts": 2})]],
+        ...                        "ckpt/boundary")
+        >>> runner.stats[0]["events"], runner.stats[0]["committed"]
+        (3, 2)
         """
         self.spec.boundary = boundary(name, **options)
         return self
@@ -270,6 +370,14 @@ class Job:
         several partitions runs in phase 1 at its home partition, the others forwarding
         their rows, see :mod:`~txstream.spark.runtime.forward`; ``defer``: it and what
         follows it on its values wait for phases 2 and 3).
+
+        >>> import txstream as tx
+        >>> job = tx.Job().option("partitions", 4).option("recordHistory", True)
+        >>> job.option("partition", 4)
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: unknown option 'partition'; choose one of:
+        allFailLimit, arrivalTime, crossPartition, idleBatches, merge, onError, partitions,
+        recordHistory, snapshotEvery
         """
         if key == "partitions":
             self._partitions = check_partitions(value, "option partitions")
@@ -333,7 +441,18 @@ class Job:
 
     # -- running ------------------------------------------------------------------------
     def validate(self) -> None:
-        """Check the job's declarations (raises :class:`RuntimeJobError`)."""
+        """Check the job's declarations (raises :class:`RuntimeJobError`).
+
+        :meth:`run_local` and :meth:`start` call it first; so may a test.
+
+        >>> import txstream as tx
+        >>> job = tx.Job().input("ev", None, keys="k").on("ev", print)
+        >>> job.validate()
+        >>> job.option("merge", "event-time").validate()
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: option merge='event-time' merges inputs by
+        their order column; input(s) ev declare none (add order=...)
+        """
         self.spec.validate()
         unordered = [n for n, spec in self.spec.inputs.items() if spec.order is None]
         if self._merge == "event-time" and unordered:
@@ -414,6 +533,21 @@ class Job:
         for a later run on the same store.  ``tasks`` > 1 runs each batch's phase
         1 in that many threads that forward rows to each other over local
         sockets, as Spark's tasks do (a test of the exchange, not a speed-up).
+
+        A second run on the same store goes on from its last committed batch:
+
+        >>> import txstream as tx
+        >>> def add(t, e):
+        ...     row = t.read("sums", e["k"], default={"total": 0})
+        ...     t.upsert("sums", {"k": e["k"], "total": row["total"] + e["v"]})
+        >>> job = tx.Job().table("sums", key="k").input("ev", None, keys="k").on("ev", add)
+        >>> runner = job.run_local([[("ev", {"k": "a", "v": 1})], [("ev", {"k": "a", "v": 2})]],
+        ...                        "ckpt/run", partitions=3)
+        >>> len(runner.stats), runner.stats[-1]["committed"]
+        (2, 1)
+        >>> runner = job.run_local([[("ev", {"k": "a", "v": 4})]], "ckpt/run", partitions=3)
+        >>> runner.prev, tx.read_table("ckpt/run", "sums")
+        (2, [{'k': 'a', 'total': 7}])
         """
         self.validate()
         merge = self.merge_for("run_local")  # (event-time only when every input is ordered)
@@ -466,6 +600,17 @@ class Job:
         (``txstream/``); it must be on a file system every executor reaches.
         ``engine``: ``executors`` (partitions on Spark executors, the default) or
         ``driver`` (the SS2PL transaction manager in the driver, for comparisons).
+
+        Declarations are checked before Spark is touched, so a wrong job fails in
+        one line without a session; running one needs a live Spark session:
+
+        >>> import txstream as tx
+        >>> tx.Job("unfinished").input("ev", None, keys="k").start("ckpt/start")
+        Traceback (most recent call last):
+        txstream.spark.runtime.base.RuntimeJobError: input 'ev' has no transaction function; add one
+        with .on('ev', fn)
+        >>> query = job.start(checkpoint="ckpt/alerts")    # doctest: +SKIP
+        >>> query.processAllAvailable(); query.stop()      # doctest: +SKIP
         """
         self._dataframe_watermarks()
         self.validate()

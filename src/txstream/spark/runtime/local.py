@@ -152,7 +152,28 @@ def _non_finite(spec: InputSpec, row: Row) -> Any:
 
 
 class LocalRunner:
-    """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch."""
+    """Runs ``job`` on lists of events with ``partitions`` partitions, batch by batch.
+
+    ``Job.run_local`` makes one and returns it, for its ``stats`` (one dict per
+    committed batch) and for more batches (:meth:`run_batch`).  Here the
+    event-time merge holds an event that an input's later events may still
+    precede, until the inputs end:
+
+    >>> import txstream as tx
+    >>> def note(t, e):
+    ...     t.emit("seen", {"ts": e["ts"]})
+    >>> job = (tx.Job().input("a", None, keys="k", order="ts")
+    ...        .input("b", None, keys="k", order="ts")
+    ...        .output("seen").on("a", note).on("b", note))
+    >>> runner = job.run_local([[("a", {"k": 1, "ts": 1}), ("a", {"k": 1, "ts": 5}),
+    ...                          ("b", {"k": 1, "ts": 3})]], "ckpt/runner", end_inputs=False)
+    >>> runner.stats[-1]["committed"], runner.held(), tx.read_output("ckpt/runner", "seen")
+    (2, 1, [{'ts': 1}, {'ts': 3}])
+    >>> runner.end_inputs()["committed"], runner.held()
+    (1, 0)
+    >>> tx.read_output("ckpt/runner", "seen")
+    [{'ts': 1}, {'ts': 3}, {'ts': 5}]
+    """
 
     def __init__(
         self,

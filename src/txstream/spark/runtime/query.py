@@ -262,7 +262,26 @@ def _order_hint(column: str, kind: str) -> str:
 
 
 class TxQuery:
-    """A running job: the handle :meth:`Job.start` returns, shaped like a StreamingQuery."""
+    """A running job: the handle :meth:`Job.start` returns, shaped like a StreamingQuery.
+
+    Every method works on a running Spark query, so the examples need a live
+    Spark session (they are not run by the test suite; ``Job.run_local`` runs
+    the same job without one):
+
+    >>> import txstream as tx
+    >>> from txstream.spark.session import local_session
+    >>> spark = local_session("bank", cores=2)                          # doctest: +SKIP
+    >>> deposits = spark.readStream.schema("acct long, amount long").json("in/")  # doctest: +SKIP
+    >>> query = (tx.Job("bank").table("accounts", key="acct")           # doctest: +SKIP
+    ...          .input("deposits", deposits, keys="acct")
+    ...          .on("deposits", lambda t, e: t.upsert("accounts", e))
+    ...          .trigger(availableNow=True)
+    ...          .start(checkpoint="ckpt/bank"))
+    >>> query.processAllAvailable()                                     # doctest: +SKIP
+    >>> query.status["committedBatches"] > 0, query.isActive            # doctest: +SKIP
+    (True, False)
+    >>> query.stop()                                                    # doctest: +SKIP
+    """
 
     def __init__(self, job: Job, root: Path, spark: Any, partitions: int, engine: str) -> None:
         self.job = job
@@ -348,7 +367,11 @@ class TxQuery:
 
     @property
     def lastProgress(self) -> dict[str, Any] | None:
-        """The last committed batch: ids, counts, latency percentiles, duration."""
+        """The last committed batch: ids, counts, latency percentiles, duration.
+
+        >>> query.lastProgress["batchId"], query.lastProgress["committed"]  # doctest: +SKIP
+        (0, 2)
+        """
         return self.recentProgress[-1] if self.recentProgress else None
 
     def processAllAvailable(self) -> None:
@@ -362,6 +385,11 @@ class TxQuery:
         Warns (:class:`~txstream.spark.runtime.failures.TransactionFailuresWarning`)
         with the number of transactions that failed since the last warning, if any;
         as do :meth:`awaitTermination` and :meth:`stop`.
+
+        >>> query = job.start(checkpoint="ckpt/job")    # doctest: +SKIP
+        >>> query.processAllAvailable()                  # doctest: +SKIP
+        >>> query.output("alerts")                       # doctest: +SKIP
+        [{'device': 'd1', 'celsius': 31.5}]
         """
         try:
             self._wrap(self.query.processAllAvailable)
@@ -378,6 +406,10 @@ class TxQuery:
 
         When a bounded run (``availableNow``, ``once``) has finished, its inputs
         end first (see :meth:`stop`).
+
+        >>> query = job.trigger(availableNow=True).start(checkpoint="ckpt/job")  # doctest: +SKIP
+        >>> query.awaitTermination(timeout=60)                                   # doctest: +SKIP
+        True
         """
         try:
             if timeout is None:
@@ -441,6 +473,11 @@ class TxQuery:
         ended input would be late), and a warning counts them.  ``True``: read
         what the inputs hold now (``processAllAvailable``), stop, and end them;
         ``False``: never end them.
+
+        >>> query.processAllAvailable()            # doctest: +SKIP
+        >>> query.stop()                           # doctest: +SKIP
+        >>> query.isActive                         # doctest: +SKIP
+        False
         """
         try:
             stop = partial(self._stop, settle_s, end_inputs)
@@ -546,7 +583,11 @@ class TxQuery:
         return bool(status["isTriggerActive"] or status["isDataAvailable"])
 
     def output(self, name: str) -> list[dict[str, Any]]:
-        """Committed rows of output ``name``, in order."""
+        """Committed rows of output ``name``, in order (as ``tx.read_output`` on the checkpoint).
+
+        >>> query.output("alerts") == tx.read_output("ckpt/job", "alerts")   # doctest: +SKIP
+        True
+        """
         from txstream.spark.runtime.results import read_output
 
         if name not in self.spec.outputs:
@@ -559,7 +600,11 @@ class TxQuery:
         return read_output(self.store.root, name)
 
     def failures(self) -> list[dict[str, Any]]:
-        """Transactions rolled back so far, with their input positions."""
+        """Transactions rolled back so far, with their input positions (as ``tx.read_failures``).
+
+        >>> [(f["position"], f["error"]) for f in query.failures()]   # doctest: +SKIP
+        [('signups#1', "DuplicateKeyError: insert into users: key 'ada' exists")]
+        """
         from txstream.spark.runtime.results import read_failures
 
         if not self.store.committed():

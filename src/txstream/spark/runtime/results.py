@@ -61,6 +61,19 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
 
     A path that holds no job, or a name the job did not declare, is an error
     (not an empty list: a typo would read as "nothing was emitted").
+
+    >>> import txstream as tx
+    >>> def greet(t, e):
+    ...     t.emit("greetings", {"text": "hello " + e["name"]})
+    >>> job = tx.Job().input("people", None, keys="name").output("greetings").on("people", greet)
+    >>> _ = job.run_local([[("people", {"name": "ada"}), ("people", {"name": "bob"})]],
+    ...                   "ckpt/output")
+    >>> tx.read_output("ckpt/output", "greetings")
+    [{'text': 'hello ada'}, {'text': 'hello bob'}]
+    >>> tx.read_output("ckpt/output", "greeting")
+    Traceback (most recent call last):
+    txstream.errors.TxStreamError: ckpt/output: the job declared no output 'greeting'; outputs:
+    greetings
     """
     store = _store(path)
     job = store.root / "job.json"
@@ -114,6 +127,15 @@ def read_failures(path: str | Path) -> list[dict[str, Any]]:
     A path that holds no job is an error (as for :func:`read_output`).
     One entry per transaction, in the declared order; a transaction with parts on
     several partitions that failed names the event whose function failed and its error.
+
+    >>> import txstream as tx
+    >>> def open_account(t, e):
+    ...     t.insert("accounts", {"acct": e["acct"], "balance": 0})
+    >>> job = (tx.Job().table("accounts", key="acct").input("opens", None, keys="acct")
+    ...        .on("opens", open_account))
+    >>> _ = job.run_local([[("opens", {"acct": 1}), ("opens", {"acct": 1})]], "ckpt/failures")
+    >>> [(f["position"], f["kind"], f["error"]) for f in tx.read_failures("ckpt/failures")]
+    [('opens#1', 'error', 'DuplicateKeyError: insert into accounts: key 1 exists')]
     """
     store = _store(path)
     failures = []
@@ -193,7 +215,23 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
 
 
 def read_history(path: str | Path) -> History:
-    """The committed runs of a store as one :class:`History` (for the checkers)."""
+    """The committed runs of a store as one :class:`History` (for the checkers).
+
+    The job must record it (``.option("recordHistory", True)``).
+
+    >>> import txstream as tx
+    >>> from txstream.model import check
+    >>> def move(t, e):
+    ...     t.increment("stock", e["item"], "n", e["by"])
+    >>> job = (tx.Job().table("stock", key="item", initial=[{"item": "x", "n": 0}])
+    ...        .input("moves", None, keys="item", order="ts").on("moves", move)
+    ...        .option("recordHistory", True))
+    >>> _ = job.run_local([[("moves", {"item": "x", "by": 2, "ts": 1}),
+    ...                     ("moves", {"item": "x", "by": -1, "ts": 2})]], "ckpt/history")
+    >>> history = tx.read_history("ckpt/history")
+    >>> len(history.operations), check(history, "csao").holds
+    (4, True)
+    """
     return parse_one(history_text(path), source=str(path))
 
 

@@ -69,6 +69,19 @@ class PostgresSink:
     gives SQL types).  A ledger table ``txstream_sink_batches(sink, batch)`` is
     written in the same transaction as the rows, so a batch delivered twice (after
     a crash) is skipped.
+
+    Making one checks the names; it connects only when a batch is delivered, so
+    running the job needs a PostgreSQL server:
+
+    >>> import txstream as tx
+    >>> sink = tx.PostgresSink("dbname=shop", "alerts", ["device", "celsius"],
+    ...                        types={"celsius": "double precision"})
+    >>> job = tx.Job().input("readings", None, keys="device").output("alerts").sink("alerts", sink)
+    >>> tx.PostgresSink("dbname=shop", "alerts; drop table x", ["device"])
+    Traceback (most recent call last):
+    txstream.spark.runtime.base.RuntimeJobError: PostgresSink: 'alerts; drop table x' is not a plain
+    SQL identifier
+    >>> job.on("readings", check).start(checkpoint="ckpt/alerts")    # doctest: +SKIP
     """
 
     def __init__(
