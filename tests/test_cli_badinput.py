@@ -34,7 +34,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from txstream.cli import build_parser, main
-from txstream.cli_types import BadValueError, json_safe, parse_float, parse_int, path_arg
+from txstream.cli.types import BadValueError, json_safe, parse_float, parse_int, path_arg
 from txstream.linearroad.generate import generate
 from txstream.spark.runtime import StoreError, read_output
 from txstream.spark.session import check_master
@@ -601,7 +601,7 @@ HISTORY_OPTIONS: dict[str, tuple[list[str], str, str]] = {
     "cq run --record": (["cq", "run", "--record"], "txstream.cq.workload", "run"),
     "linear-road run --record": (
         ["linear-road", "run", "--input", "in.dat", "--no-spark", "--out", "o", "--record"],
-        "txstream.linearroad_run",
+        "txstream.linearroad.run_job",
         "_run_runtime",
     ),
 }
@@ -631,7 +631,7 @@ LR_RUN_IN = ["linear-road", "run", "--input", "in.dat", "--no-spark"]
 OUTPUT_OPTIONS: dict[str, tuple[list[str], str, str, str]] = {
     "linear-road run --out": (
         [*LR_RUN_IN, "--out"],
-        "txstream.linearroad_run",
+        "txstream.linearroad.run_job",
         "_run_runtime",
         "folder",
     ),

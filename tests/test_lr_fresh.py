@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from txstream.jobs.lr_runtime import rejected_lines, run_local
 from txstream.linearroad.engine import LinearRoadEngine
 from txstream.linearroad.formats import open_text, parse_answer_line, parse_input_line
 from txstream.linearroad.reference import expected_frames
 from txstream.linearroad.replay import numbered_lines, replay
+from txstream.linearroad.runtime_job import rejected_lines, run_local
 from txstream.linearroad.txns import LinearRoadTxns, tolls_path
 from txstream.linearroad.validate import validate
 

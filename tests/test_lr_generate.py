@@ -108,7 +108,7 @@ def test_historical_tolls_cover_every_car_and_day(small: tuple[Path, Path]) -> N
 
 
 def test_spark_generator_writes_the_same_files(spark: object, tmp_path: Path) -> None:
-    from txstream.jobs.lrgen import generate_spark
+    from txstream.linearroad.generate_job import generate_spark
 
     a = generate(tmp_path / "seq", L=1.5, minutes=3, seed=4)
     b = generate_spark(tmp_path / "spark", L=1.5, minutes=3, seed=4, spark=spark)

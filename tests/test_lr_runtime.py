@@ -18,8 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import txstream as tx
-from txstream.jobs.lr_runtime import AnswersFile, format_answers, rejected_lines, run_local
 from txstream.linearroad.generate import generate
+from txstream.linearroad.runtime_job import AnswersFile, format_answers, rejected_lines, run_local
 from txstream.linearroad.txns import LinearRoadTxns, balance_part, combine_balance, tolls_path
 from txstream.linearroad.validate import validate
 from txstream.model import check
@@ -133,7 +133,7 @@ def test_a_line_placed_on_fields_its_parse_disagrees_with_is_refused(tmp_path: P
     # Spark places a line by a cheap reading of its fields; should that ever
     # disagree with the parser (exotic white space or digits), the line must be
     # refused with that reason, not run on a partition that does not own its rows.
-    from txstream.jobs.lr_runtime import linear_road_job, placement
+    from txstream.linearroad.runtime_job import linear_road_job, placement
 
     good = "0,10,7,30,1,1,0,3,15840,-1,-1,-1,-1,-1,-1"
     row = {"seq": 1, "handoff": 0.0, "raw": good, **placement(good)}

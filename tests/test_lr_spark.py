@@ -45,7 +45,7 @@ LINES = [
 
 
 def test_spark_parser_agrees_with_the_python_parser(spark) -> None:  # type: ignore[no-untyped-def]
-    from txstream.jobs.linearroad import TAG, parse
+    from txstream.linearroad.spark_job import TAG, parse
 
     tagged = [(f"{i}{TAG}1.5{TAG}{line}",) for i, line in enumerate(LINES, 1)]
     rows = parse(spark.createDataFrame(tagged, "value string")).orderBy("seq").collect()
@@ -136,7 +136,7 @@ def test_ctrl_c_mid_run_is_one_line_and_a_rerun_at_another_speedup_loses_nothing
 
 def test_duplicates_and_garbage_on_spark(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from txstream.linearroad.generate import generate
-    from txstream.linearroad_run import RunOptions, run_job
+    from txstream.linearroad.run_job import RunOptions, run_job
 
     generate(tmp_path, L=1, minutes=4, seed=1)
     lines = (tmp_path / "input.dat").read_text().splitlines()

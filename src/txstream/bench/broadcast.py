@@ -39,8 +39,8 @@ from txstream.bench.harness import Experiment, Figure, Param
 from txstream.broadcast.base import ALGORITHM_NAMES
 from txstream.broadcast.params import step_budget
 from txstream.broadcast.sim import SimParams, simulate
-from txstream.cli_types import path_arg
-from txstream.cli_types import seed as seed_type
+from txstream.cli.types import path_arg
+from txstream.cli.types import seed as seed_type
 from txstream.errors import TxStreamError
 
 ALGORITHMS = ("f-matrix", "r-matrix", "datacycle", "f-matrix-no")

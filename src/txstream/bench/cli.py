@@ -8,7 +8,7 @@ from typing import Any
 
 from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
-from txstream.cli_types import path_arg, seed
+from txstream.cli.types import path_arg, seed
 from txstream.errors import TxStreamError
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import BadValueError, check_folder, parse_float, parse_int, writing
+from txstream.cli.types import BadValueError, parse_float, parse_int
 from txstream.errors import TxStreamError
+from txstream.storage.files import check_folder, writing
 
 Point = dict[str, Any]
 Metrics = dict[str, Any]

@@ -112,7 +112,7 @@ def _grid(
 
 def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
     """One Linear Road run on Spark; the summary's numbers."""
-    from txstream.linearroad_run import RunOptions, run_job
+    from txstream.linearroad.run_job import RunOptions, run_job
     from txstream.spark.session import local_session
 
     cache = Path(tempfile.gettempdir()) / "txstream-bench-lr"

@@ -15,8 +15,7 @@ from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import MAX_OBJECTS, SimParams, step_budget
-from txstream.cli_types import (
-    check_writable,
+from txstream.cli.types import (
     json_safe,
     nonnegative_float,
     nonnegative_int,
@@ -25,9 +24,9 @@ from txstream.cli_types import (
     positive_int,
     probability,
     seed,
-    write_whole,
 )
 from txstream.model import format_history, parse_one
+from txstream.storage.files import check_writable, write_whole
 
 MAX_TXNS = 10_000_000
 MAX_BITS = 1e15

@@ -1,9 +1,17 @@
-"""The ``txstream`` command line.
+"""The ``txstream`` command line: the top layer, which nothing else in txstream imports.
 
-Subcommands live beside the subsystem they drive: every module in
-:data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and sets ``func`` on its
-parser; ``func(args)`` returns the exit status.  Errors the user can fix
-(:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
+This module is the entry point (:func:`entry`, :func:`main`, :func:`build_parser`).
+Beside it: :mod:`~txstream.cli.types`, the checked option types every command
+parses its numbers and paths with; :mod:`~txstream.cli.check` (``txstream
+check``) and :mod:`~txstream.cli.stress` (``txstream stress``), the commands of
+the core layers, which may not import the command line themselves.  An
+engine's command is its package's ``cli.py`` (``txstream.cq.cli``,
+``txstream.linearroad.cli``, ...), which belongs to this layer too
+(``tests/test_layering.py``).
+
+Every module in :data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and
+sets ``func`` on its parser; ``func(args)`` returns the exit status.  Errors the
+user can fix (:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -18,14 +26,14 @@ from txstream import __version__
 from txstream.errors import TxStreamError
 
 CLI_MODULES: tuple[str, ...] = (
-    "txstream.check_cli",
+    "txstream.cli.check",
     "txstream.bench.cli",
     "txstream.loading.cli",
-    "txstream.txn.stress",
+    "txstream.cli.stress",
     "txstream.broadcast.cli",
     "txstream.windows.cli",
     "txstream.cq.cli",
-    "txstream.linearroad_cli",
+    "txstream.linearroad.cli",
 )
 
 
@@ -86,7 +94,3 @@ def entry() -> None:
         # Output piped into `head` and friends: not an error worth a traceback.
         sys.stderr.close()
         sys.exit(1)
-
-
-if __name__ == "__main__":
-    entry()

@@ -12,18 +12,17 @@ from __future__ import annotations
 import argparse
 import json
 
-from txstream.cli_types import (
-    check_writable,
+from txstream.cli.types import (
     json_safe,
     nonnegative_float,
     path_arg,
     positive_float,
     positive_int,
     seed,
-    write_whole,
 )
 from txstream.cq.engine import STRATEGIES
 from txstream.model import format_history
+from txstream.storage.files import check_writable, write_whole
 
 
 def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

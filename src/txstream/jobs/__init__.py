@@ -1,10 +1,11 @@
 """The engines' Spark jobs, built on the runtime's API (:mod:`txstream.spark`).
 
-One module per engine: :mod:`~txstream.jobs.linearroad` (the Linear Road
-replay), :mod:`~txstream.jobs.lrgen` (its input generator as Spark tasks),
-:mod:`~txstream.jobs.cq` (continuous queries on micro-batches),
-:mod:`~txstream.jobs.windows` (a sliding window fed by a stream) and
-:mod:`~txstream.jobs.loading` (the continuous loader fed by a stream).
+One module per engine: :mod:`~txstream.jobs.cq` (continuous queries on
+micro-batches), :mod:`~txstream.jobs.windows` (a sliding window fed by a stream)
+and :mod:`~txstream.jobs.loading` (the continuous loader fed by a stream).
+Linear Road keeps its jobs in its own package, in the same layer: the modules
+named ``*_job`` in :mod:`txstream.linearroad` (``spark_job``, ``runtime_job``,
+``generate_job``, ``run_job``).
 
 This layer sits above the engines and below the command line: it imports the
 engines and :mod:`txstream.spark`, never pyspark itself (it hands Spark SQL

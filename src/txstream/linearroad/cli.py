@@ -34,8 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import (
-    check_folder,
+from txstream.cli.types import (
     float_range,
     int_range,
     json_safe,
@@ -45,6 +44,7 @@ from txstream.cli_types import (
     seed,
 )
 from txstream.errors import TxStreamError, UnknownNameError
+from txstream.storage.files import check_folder
 
 FORMATS = ("table", "json")
 SPARK_FROM_L = 8.0
@@ -188,7 +188,7 @@ def _generate(args: argparse.Namespace) -> int:
     check_params(args.minutes, args.rate)
     check_folder(args.out)  # the files are written once the whole input is computed
     if args.spark or args.L >= SPARK_FROM_L:
-        from txstream.jobs.lrgen import generate_spark
+        from txstream.linearroad.generate_job import generate_spark
 
         paths = generate_spark(
             args.out, L=args.L, minutes=args.minutes, seed=args.seed, rate=args.rate
@@ -220,7 +220,7 @@ def _check_not_empty(path: Path) -> None:
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size, check_variant
     from txstream.linearroad.reference import check_accident_end, check_lav
-    from txstream.linearroad_run import RunOptions, check_engine, run_job
+    from txstream.linearroad.run_job import RunOptions, check_engine, run_job
 
     check_variant(args.variant)
     check_txn_size(args.txn_size)

@@ -91,7 +91,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import writing
 from txstream.errors import TransientError, TxStreamError, UnknownNameError
 from txstream.linearroad.formats import (
     ACCIDENT_END_DEFINITIONS,
@@ -115,6 +114,7 @@ from txstream.linearroad.formats import (
     out_of_order,
 )
 from txstream.storage import DuplicateKeyError
+from txstream.storage.files import writing
 from txstream.txn import Transaction, TransactionManager
 
 VARIANTS: dict[str, str] = {

@@ -2,7 +2,7 @@
 
 Each expressway direction is generated on its own from ``(seed, xway, dir)``,
 so expressways can be generated in parallel (one Spark task each, see
-:mod:`txstream.jobs.lrgen`) and give the same file as the sequential run.
+:mod:`txstream.linearroad.generate_job`) and give the same file as the sequential run.
 
 What an input contains, per expressway direction:
 
@@ -31,7 +31,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from txstream.cli_types import writing
 from txstream.errors import TxStreamError
 from txstream.linearroad.formats import (
     ACCOUNT_BALANCE,
@@ -41,6 +40,7 @@ from txstream.linearroad.formats import (
     SEGMENTS,
     format_input,
 )
+from txstream.storage.files import writing
 
 CONGESTED = range(40, 50)
 """Segments (in the direction of travel) where traffic crawls mid-run."""

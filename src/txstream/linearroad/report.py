@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import write_whole, writing
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import Latency
+from txstream.storage.files import write_whole, writing
 
 LIMIT_S = 5.0
 """Linear Road's response-time limit."""

@@ -2,7 +2,7 @@
 
 :func:`run_job` prepares the input (generating one if asked), recovers or
 creates the engine's durable state in the output folder, replays the input
-through Spark (:mod:`txstream.jobs.linearroad`) or, with ``spark=False``, in
+through Spark (:mod:`txstream.linearroad.spark_job`) or, with ``spark=False``, in
 Python as fast as the engine takes it, then writes the answers, the rejected
 lines, the summary and the latency plot, validating the answers on the way.
 """
@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import check_folder, check_writable, write_whole
 from txstream.errors import TxStreamError
 from txstream.linearroad.engine import HistoricalTolls, LinearRoadEngine
 from txstream.linearroad.formats import open_text
@@ -31,6 +30,7 @@ from txstream.linearroad.report import (
     write_summary,
 )
 from txstream.linearroad.validate import validate
+from txstream.storage.files import check_folder, check_writable, write_whole
 
 
 def log(message: str) -> None:
@@ -119,7 +119,7 @@ def _replay(
 ) -> int:
     """Feed the input to the started engine; return how many reports were sent twice."""
     if o.spark:
-        from txstream.jobs.linearroad import run
+        from txstream.linearroad.spark_job import run
         from txstream.spark.session import local_session
 
         feeder = run(
@@ -277,7 +277,7 @@ def _run_runtime(
     o: RunOptions, input_path: Path, tolls: Path | None, spark: Any, say: Callable[[str], None]
 ) -> dict[str, Any]:
     """Linear Road on the partitioned executor runtime (``tx.Job``)."""
-    from txstream.jobs.lr_runtime import AnswersFile, rejected_lines, run_local, run_spark
+    from txstream.linearroad.runtime_job import AnswersFile, rejected_lines, run_local, run_spark
     from txstream.linearroad.txns import LinearRoadTxns, tolls_path
 
     check_engine(o)

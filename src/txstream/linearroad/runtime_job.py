@@ -5,7 +5,7 @@ partitioned by ``(xway, dir)``, one input of raw lines placed by the
 report's ``(xway, dir)`` (account-balance queries reach every partition), the
 input line number as the declared order, and the transaction function of
 :mod:`txstream.linearroad.txns`, which parses each line.  The same job runs on Spark
-(:func:`txstream.jobs.linearroad.run_runtime`) and in this process
+(:func:`txstream.linearroad.spark_job.run_runtime`) and in this process
 (:func:`run_local`, the tests' and benchmarks' reference without a JVM).
 
 Answers leave through :class:`AnswersFile`, a sink that appends each committed
@@ -315,8 +315,8 @@ def run_spark(
     ``work`` holds the source folder and the checkpoint (``ckpt/``: Spark's and
     txstream's); running again with the same folders resumes after a crash.
     """
-    from txstream.jobs.linearroad import Feeder
     from txstream.linearroad.report import FellBehind
+    from txstream.linearroad.spark_job import Feeder
     from txstream.spark.sources import text_files
 
     # Constraint inference over the SQL parser's large CASE expression exhausted the

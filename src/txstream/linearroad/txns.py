@@ -136,7 +136,7 @@ class LinearRoadTxns:
         """One input line (``seq``, ``handoff``, ``raw``): parsed here, then its query.
 
         The line was placed by ``(xk, dk)`` and ``everywhere``, which Spark read
-        from its fields without parsing the rest (see ``jobs.lr_runtime``); a
+        from its fields without parsing the rest (see ``linearroad.runtime_job``); a
         balance query reaches every partition (``t.home`` is its fragment's
         partition).  A malformed line is reported once, by one fragment.
         """

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import (
+from txstream.cli.types import (
     json_safe,
     nonnegative_int,
     path_arg,

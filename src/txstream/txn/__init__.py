@@ -3,7 +3,7 @@
 Start here: :class:`TransactionManager` (``tm.begin()``, ``with tm.begin() as
 t:``, ``tm.run(fn)``), the protocols by name (:func:`protocols`), the
 transaction-boundary helpers in :mod:`txstream.txn.boundaries`, and
-``txstream stress`` in :mod:`txstream.txn.stress`.
+the stress run in :mod:`txstream.txn.stress` (``txstream stress``).
 """
 
 from txstream.txn.base import (

@@ -1,4 +1,4 @@
-"""``txstream stress``: many threads run random transactions; the history is checked.
+"""The stress run behind ``txstream stress``: many threads run random transactions.
 
 Each of ``--transactions`` logical transactions is drawn from a random mix
 (seeded per transaction, so a retry repeats the same work):
@@ -18,32 +18,20 @@ line, the begin order), is checked for ``cs`` (``csao`` when ordered), and the
 table is checked against the workload: the sum of all rows must equal the
 number of committed increments and updates.  A JSON summary goes to stdout; the
 exit status is 0 only if the run finished and both checks pass.
+
+The command itself (its options, the history file, the summary) is
+:mod:`txstream.cli.stress`: this layer imports nothing from the command line.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
-import sys
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-from txstream.cli_types import (
-    check_writable,
-    json_safe,
-    path_arg,
-    positive_float,
-    positive_int,
-    seed,
-    write_whole,
-)
 from txstream.errors import TransientError, TxStreamError
-from txstream.model import check, format_history
 from txstream.txn.manager import Transaction, TransactionManager
-from txstream.txn.protocols import PROTOCOLS
 
 Work = list[tuple[str, int]]
 
@@ -172,80 +160,3 @@ def run_stress(
     if protocol == "snapshot":
         summary["snapshot_updates"] = snapshot_updates
     return summary, tm
-
-
-def command(args: argparse.Namespace) -> int:
-    """Execute ``txstream stress``."""
-    path = Path(args.history)
-    check_writable(path, "history file ")  # before the run, not after it
-    summary, tm = run_stress(
-        args.protocol,
-        args.threads,
-        args.transactions,
-        args.items,
-        args.ordered,
-        args.seed,
-        args.snapshot_updates,
-        args.lock_timeout,
-    )
-    history = tm.history(committed_only=True)
-    criterion = "csao" if args.ordered else "cs"
-    verdict = check(history, criterion)
-    text = format_history(history)
-    write_whole(path, text + ("\n" if not text.endswith("\n") else ""), "history file ")
-    summary["history"] = str(path)
-    summary["operations"] = len(history)
-    summary["check"] = {"criterion": criterion, "holds": verdict.holds}
-    if not verdict.holds:
-        cycle = verdict.evidence.get("cycle", [])
-        summary["check"]["cycle"] = cycle[:6]  # the whole cycle: `txstream check FILE`
-        summary["check"]["cycle_length"] = len(cycle)
-        summary["check"]["cycle_shown"] = min(6, len(cycle))
-    json.dump(json_safe(summary), sys.stdout, indent=2, allow_nan=False)
-    sys.stdout.write("\n")
-    return 0 if verdict.holds and summary["sum_ok"] else 1
-
-
-def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``stress`` subcommand."""
-    p = subparsers.add_parser(
-        "stress",
-        help="run random concurrent transactions and check the recorded history",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument("--protocol", "-p", default="ss2pl", choices=sorted(PROTOCOLS))
-    p.add_argument("--threads", "-n", type=positive_int(256), default=4, help="threads (default 4)")
-    p.add_argument(
-        "--transactions",
-        "-m",
-        type=positive_int(1_000_000),
-        default=10_000,
-        help="transactions (default 10000)",
-    )
-    p.add_argument(
-        "--items", "-k", type=positive_int(1_000_000), default=100, help="data items (default 100)"
-    )
-    p.add_argument(
-        "--ordered",
-        action="store_true",
-        help="enforce arrival order (ss2pl, optimistic); the history is checked for csao",
-    )
-    p.add_argument("--seed", type=seed, default=0, help="workload seed (default 0)")
-    p.add_argument(
-        "--snapshot-updates",
-        choices=("locking", "si"),
-        default="locking",
-        help="under snapshot: update transactions lock (default; serializable) or use "
-        "snapshot isolation (si; write skew possible)",
-    )
-    p.add_argument(
-        "--lock-timeout",
-        type=positive_float(86_400),
-        default=None,
-        help="lock-wait timeout, seconds",
-    )
-    p.add_argument(
-        "--history", type=path_arg, required=True, metavar="FILE", help="write the history here"
-    )
-    p.set_defaults(func=command)

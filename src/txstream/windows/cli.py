@@ -12,8 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from txstream.cli_types import (
-    check_writable,
+from txstream.cli.types import (
     int_range,
     json_safe,
     nonnegative_float,
@@ -22,8 +21,8 @@ from txstream.cli_types import (
     positive_float,
     positive_int,
     seed,
-    write_whole,
 )
+from txstream.storage.files import check_writable, write_whole
 from txstream.windows.base import WindowError
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
