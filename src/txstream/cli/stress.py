@@ -1,9 +1,23 @@
-"""``txstream stress``: the command over :mod:`txstream.txn.stress`.
+"""``txstream stress``: many threads run random transactions; the history is checked.
 
-Parses the options, refuses an unwritable ``--history`` before the run, runs
-:func:`txstream.txn.stress.run_stress`, checks the committed history (``cs``,
-``csao`` when ordered), writes it whole and prints the JSON summary.  Exit 0
-only if the run finished and both the history and the table checks pass.
+Each of ``--transactions`` logical transactions is drawn from a random mix
+(seeded per transaction, so a retry repeats the same work):
+
+* 20% are read-only: 2-6 reads (under ``snapshot`` these use snapshots);
+* the rest do 2-6 operations: reads, increments and read-then-write updates
+  (the read takes a shared lock that the write must upgrade - the classic
+  source of deadlocks).
+
+Items are rows ``x.0`` ... ``x.K-1`` of table ``x``; half the accesses go to a
+hot tenth of them, so there is contention.  A transaction that fails with a
+retryable error (deadlock victim, failed validation, write conflict, wound) is
+retried as a new transaction (a new id in the history) until it commits.
+
+At the end the committed history goes to ``--history`` (with its ``arrival``
+line, the begin order), is checked for ``cs`` (``csao`` when ordered), and the
+table is checked against the workload: the sum of all rows must equal the
+number of committed increments and updates.  A JSON summary goes to stdout; the
+exit status is 0 only if the run finished and both checks pass.
 """
 
 from __future__ import annotations
@@ -57,7 +71,7 @@ def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]
     p = subparsers.add_parser(
         "stress",
         help="run random concurrent transactions and check the recorded history",
-        description=stress.__doc__,
+        description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--protocol", "-p", default="ss2pl", choices=sorted(PROTOCOLS))

@@ -1,26 +1,11 @@
-"""The stress run behind ``txstream stress``: many threads run random transactions.
+"""The stress run behind ``txstream stress``: many threads, random transactions, one history.
 
-Each of ``--transactions`` logical transactions is drawn from a random mix
-(seeded per transaction, so a retry repeats the same work):
-
-* 20% are read-only: 2-6 reads (under ``snapshot`` these use snapshots);
-* the rest do 2-6 operations: reads, increments and read-then-write updates
-  (the read takes a shared lock that the write must upgrade - the classic
-  source of deadlocks).
-
-Items are rows ``x.0`` ... ``x.K-1`` of table ``x``; half the accesses go to a
-hot tenth of them, so there is contention.  A transaction that fails with a
-retryable error (deadlock victim, failed validation, write conflict, wound) is
-retried as a new transaction (a new id in the history) until it commits.
-
-At the end the committed history goes to ``--history`` (with its ``arrival``
-line, the begin order), is checked for ``cs`` (``csao`` when ordered), and the
-table is checked against the workload: the sum of all rows must equal the
-number of committed increments and updates.  A JSON summary goes to stdout; the
-exit status is 0 only if the run finished and both checks pass.
-
-The command itself (its options, the history file, the summary) is
-:mod:`txstream.cli.stress`: this layer imports nothing from the command line.
+:func:`run_stress` runs ``transactions`` logical transactions on ``threads``
+threads under a protocol; :func:`workload` draws each one's work (seeded per
+transaction, so a retry repeats it) and a retryable failure is retried as a new
+transaction until it commits.  The command (its options, the history file, the
+checks and the summary; the workload in full) is :mod:`txstream.cli.stress`:
+this layer imports nothing from the command line.
 """
 
 from __future__ import annotations
