@@ -596,14 +596,17 @@ from test_runtime_spark import ledger_streams
 from txstream.bench.ledger import deposit, ledger_job, transfer
 from txstream.spark import local_session
 
-folder, ckpt = Path(sys.argv[1]), Path(sys.argv[2])
-spark = local_session("killed-driver")
-# A process the driver forked (a multiprocessing worker, say) holds the other end
-# of the JVM's stdin pipe: Spark's own end-of-input check never fires.
-sleeper = os.fork()
-if sleeper == 0:
-    time.sleep(600)
-    os._exit(0)
+folder, ckpt, master = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+# Under spark-submit the JVM runs already (it started this process) with its master.
+spark = local_session("killed-driver", master=None if master == "submit" else master)
+sleeper = 0
+if master != "submit":
+    # A process the driver forked (a multiprocessing worker, say) holds the other end
+    # of the JVM's stdin pipe: Spark's own end-of-input check never fires.
+    sleeper = os.fork()
+    if sleeper == 0:
+        time.sleep(600)
+        os._exit(0)
 gate = ckpt.parent / "go"
 def gated(inner):
     def run(t, e):
@@ -618,7 +621,7 @@ def gated(inner):
 job = ledger_job(*ledger_streams(spark, folder))
 job.on("deposits", gated(deposit)).on("transfers", gated(transfer))
 query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
-print(spark.sparkContext._jvm.ProcessHandle.current().pid(), sleeper, flush=True)
+print(spark.sparkContext._jvm.ProcessHandle.current().pid(), sleeper, os.getpid(), flush=True)
 query.awaitTermination()
 """
 
@@ -638,9 +641,23 @@ def _files(folder: Path) -> dict[str, tuple[int, int]]:
     }
 
 
+def _executors(pids: Any) -> int:
+    """How many of ``pids`` are executor JVMs (a ``local-cluster``'s own processes)."""
+    count = 0
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            count += b"CoarseGrainedExecutorBackend" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    return count
+
+
+@pytest.mark.parametrize("launch", ["local-cluster[2,1,1024]", "spark-submit"])
 def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, launch: str
 ) -> None:
+    # On local-cluster the driver's JVM, two executor JVMs (its children) and
+    # their Python workers; a local[N] JVM's workers are its children too, the
+    # same tree for the watchdog.  Under spark-submit the JVM is the Python
+    # driver's parent and has no watchdog: Spark must end it (and its executors).
     from txstream.spark.jvmwatchdog import tree
 
     stream = list(events(1200, 30, 30, seed=21))
@@ -648,10 +665,21 @@ def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
     ckpt = tmp_path / "ckpt"
     script = tmp_path / "job.py"
     script.write_text(KILLED_DRIVER.format(tests=str(ROOT / "tests")))
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYSPARK_DRIVER_PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "src"),
+    }
+    args = [str(script), str(tmp_path / "in"), str(ckpt)]
+    if launch == "spark-submit":
+        submit = Path(sys.executable).parent / "spark-submit"
+        command = [str(submit), "--master", "local-cluster[2,1,1024]", *args, "submit"]
+    else:
+        command = [sys.executable, *args, launch]
     err = tmp_path / "driver.err"
     proc = subprocess.Popen(
-        [sys.executable, str(script), str(tmp_path / "in"), str(ckpt)],
+        command,
         stdout=subprocess.PIPE,
         stderr=err.open("w"),
         text=True,
@@ -662,7 +690,7 @@ def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         assert line, err.read_text()[-3000:]
-        jvm, sleeper = map(int, line.split())
+        jvm, sleeper, driver = map(int, line.split())
         deadline = time.time() + 300
         while not any(tmp_path.glob("inflight-*")):  # batch 1 waits at the gate
             assert proc.poll() is None and time.time() < deadline, err.read_text()[-3000:]
@@ -671,11 +699,14 @@ def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
         while before != _files(ckpt):  # what does not wait at the gate has written its files
             before = _files(ckpt)
             time.sleep(1)
-        # The JVM, its Python workers (one waits at the gate) and their daemon.
+        # The JVM, its Python workers (one waits at the gate) and their daemon; on
+        # local-cluster its executor JVMs and theirs; under spark-submit the driver.
         processes = {p: s for p in tree(jvm) if (s := _started(p)) is not None}
         assert len(processes) >= 3 and any((ckpt / "txstream" / "commits").iterdir())
-        proc.kill()
-        proc.wait()
+        assert _executors(processes) == 2
+        os.kill(driver, signal.SIGKILL)
+        if launch != "spark-submit":
+            proc.wait()
         deadline = time.time() + 60  # generous: without the watchdog they run on for good
         while any(_started(p) == s for p, s in processes.items()) and time.time() < deadline:
             time.sleep(0.1)
@@ -690,10 +721,12 @@ def test_a_sigkilled_driver_takes_its_jvm_down_and_nothing_is_written_after_it(
         time.sleep(2)
         assert _files(ckpt) == before
     finally:
-        for pid, started in [*processes.items(), (sleeper, None)]:
+        for pid, started in [*processes.items(), (sleeper or None, None)]:
             if pid is not None and (started is None or _started(pid) == started):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
+        proc.kill()
+        proc.wait()
         if proc.stdout:
             proc.stdout.close()
     # The store's lock went with the driver: a restart runs, and gives the serial answers.
