@@ -504,11 +504,11 @@ class FsyncFails:
             return
         self.entered.set()
         if self.hold is not None:
-            self.hold.wait(10)
+            self.hold.wait(600)  # (a bound on a hang: the test sets it)
         raise OSError(errno.EIO, "Input/output error")
 
 
-def _in_thread(fn, timeout: float = 10.0) -> BaseException | None:  # type: ignore[no-untyped-def]
+def _in_thread(fn, timeout: float = 120.0) -> BaseException | None:  # type: ignore[no-untyped-def]
     """Run ``fn`` in a daemon thread; return what it raised; fail if it hangs."""
     box: list[BaseException | None] = [None]
 
@@ -579,7 +579,12 @@ def test_fsync_failure_in_group_commit_wakes_every_follower(
     assert fault.entered.wait(120)  # the leader is inside the failing fsync
     for th in threads[1:]:
         th.start()
-    time.sleep(0.2)  # the followers have written their records and wait for the leader
+    # The followers have written their records and wait for the leader's fsync
+    # (the log's condition variable: CPython's list of the threads waiting on it).
+    deadline = time.monotonic() + 600  # (a bound on a hang, not a speed requirement)
+    while len(tm.store.wal._cv._waiters) < 5:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "the followers never queued behind the leader"
+        time.sleep(0.001)
     hold.set()
     for th in threads:
         th.join(120)

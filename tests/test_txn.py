@@ -143,7 +143,7 @@ def test_deadlock_is_detected_and_one_victim_retries() -> None:
     for th in threads:
         th.start()
     for th in threads:
-        th.join(timeout=10)
+        th.join(timeout=600)
     assert sorted(outcome.values()) == ["committed", "victim"]
     assert tm.stats()["deadlocks"] == 1
     assert acct.rows()["a"] == 102 and acct.rows()["b"] == 52
@@ -152,7 +152,9 @@ def test_deadlock_is_detected_and_one_victim_retries() -> None:
 
 
 def test_upgrade_deadlock_and_lock_timeout() -> None:
-    tm, acct = make("ss2pl", lock_timeout=0.2)
+    # The deadlock on a manager whose lock waits cannot time out first however
+    # slowly the threads are scheduled; the timeout on one of 0.2 s.
+    tm, acct = make("ss2pl", lock_timeout=600)
     t1, t2 = tm.begin(), tm.begin()
     t1.read(acct, "a")
     t2.read(acct, "a")
@@ -167,10 +169,12 @@ def test_upgrade_deadlock_and_lock_timeout() -> None:
 
     th = threading.Thread(target=upgrade, args=(t1,))
     th.start()
-    time.sleep(0.05)
+    while th.is_alive() and not tm.locks.queued:  # t1 waits for t2's read lock
+        time.sleep(0.001)
     upgrade(t2)  # closes the cycle: t2 (the younger) is the victim, t1 proceeds
-    th.join(timeout=5)
+    th.join(timeout=600)
     assert [type(e) for e in errors] == [DeadlockError] and t1.status == "committed"
+    tm, acct = make("ss2pl", lock_timeout=0.2)
     holder = tm.begin()
     holder.put(acct, "b", 1)
     waiter = tm.begin()
@@ -263,11 +267,12 @@ def test_ordered_ss2pl_wounds_younger_and_commits_in_order() -> None:
 
     th = threading.Thread(target=run_old)
     th.start()
+    deadline = time.monotonic() + 600  # (a bound on a hang, not a speed requirement)
     with pytest.raises(WoundedError, match="wounded by older transaction 1"):
-        for _ in range(200):
+        while time.monotonic() < deadline:
             young.read(x, 2)
             time.sleep(0.01)
-    th.join(timeout=5)
+    th.join(timeout=600)
     assert done.is_set() and young.status == "aborted"
     retry = tm.begin(retry_of=young)
     retry.increment(x, 1, 1)
@@ -290,7 +295,7 @@ def test_ordered_commits_wait_for_older_transactions() -> None:
     assert second.status == "active"  # waiting for its turn
     first.put(x, 1, 1)
     first.commit()
-    th.join(timeout=5)
+    th.join(timeout=600)
     assert second.status == "committed" and x.snapshot() == {1: 2}
     assert tm.history().arrivals == {"events": ["1", "2"]}
 

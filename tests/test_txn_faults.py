@@ -223,18 +223,19 @@ def test_a_transaction_out_of_arrival_order_fails_csao(protocol) -> None:
 
 
 def test_an_ordered_run_of_the_same_transactions_passes_csao() -> None:
-    tm = TransactionManager("ss2pl", ordered=True, record=True, lock_timeout=5)
+    tm = TransactionManager("ss2pl", ordered=True, record=True, lock_timeout=600)
     x = tm.table("x")
     x.load({"k": 0})
     first, second = tm.begin(), tm.begin()
     second.put(x, "k", 2)
     reader = threading.Thread(target=lambda: (first.read(x, "k"), first.commit()))
     reader.start()  # the older transaction wounds the younger writer
+    deadline = time.monotonic() + 600  # (a bound on a hang, not a speed requirement)
     with pytest.raises(WoundedError):
-        for _ in range(500):
+        while time.monotonic() < deadline:
             second.read(x, "k")
             time.sleep(0.01)
-    reader.join(timeout=5)
+    reader.join(timeout=600)
     assert first.status == "committed"
     retry = tm.begin(retry_of=second)
     retry.put(x, "k", 2)
