@@ -722,7 +722,7 @@ class GroupRunner:
             )
             return
         events = group.events
-        if len(events) == 1 and events[0].values and self.remote is None:
+        if len(events) == 1 and events[0].values:
             self._execute_one(events[0], group.gid, group, 0)
         else:
             self._execute(events, group.gid, group, 0)
@@ -740,17 +740,14 @@ class GroupRunner:
             if gid in abort:
                 self.run(Group(gid, [event]), abort)
                 return
-        if self.remote is None:
-            self._execute_one(event, gid, None, batch)
-        else:
-            self._execute([event], gid, None, batch)
+        self._execute_one(event, gid, None, batch)
 
     def _execute_one(self, event: Event, gid: str | None, group: Group | None, batch: int) -> None:
-        """:meth:`_execute` of one event with values, no rows forwarded: the common case.
+        """:meth:`_execute` of one event with values: the common case.
 
         The same steps, without the loops and the cases that cannot arise here
-        (a keyless fragment, a global read, forwarded rows): this runs for
-        nearly every event.
+        (a keyless fragment, a global read): this runs for nearly every event,
+        and for a multi-partition transaction at its home (rows forwarded).
         """
         outcome = self.outcome
         history = outcome.history if self.record else None
@@ -758,7 +755,10 @@ class GroupRunner:
         tx = self.tx
         tx._gid = gid
         tx._history = history
-        tx._remote = None
+        remote = self.remote
+        tx._remote = remote
+        if remote is not None:
+            tx._remote_ops = []  # (handed over after the run: a new list each time)
         tx._home = None
         if tx._undo:
             tx._undo.clear()
@@ -786,6 +786,10 @@ class GroupRunner:
         outcome.committed += 1  # (Outcome.committed_txn of one event)
         counts, index = outcome.inputs, order[1]
         counts[index] = counts.get(index, 0) + 1
+        if remote is not None:  # (see _execute)
+            if history is not None:
+                self.remote_ops = tx._remote_ops
+            self.changed = [(t, v, k, old) for (t, v, k), old in tx._undo]
         if history is not None or emits:
             # The order's text once for the history's line and the outputs' orders
             # (a float's repr and a 70-bit int's digits are the costly part).

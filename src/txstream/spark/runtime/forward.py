@@ -59,7 +59,7 @@ from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
-from txstream.spark.runtime.boundaries import Event, Group
+from txstream.spark.runtime.boundaries import Event, Group, event_gid
 from txstream.spark.runtime.executor import (
     GroupRunner,
     Outcome,
@@ -77,8 +77,9 @@ _NONE: dict[Any, Any] = {}
 ADMIT_CHUNK = 512
 """Transactions admitted per partition between looks at the messages that arrived."""
 
-Message = tuple[int, int, str, str, Any]
-"""(destination partition, source partition, transaction id, ``up``|``back``, payload)."""
+Message = tuple[int, int, int, str, Any]
+"""(destination partition, source partition, the transaction's event's place in the
+batch (``mid``), ``up``|``back``, payload)."""
 
 
 class ExchangeError(TxStreamError):
@@ -99,7 +100,7 @@ def forwarding(job: JobSpec) -> bool:
 class _Item:
     """One transaction's part on one partition, from admission until it finished."""
 
-    group: Group
+    event: Event
     kind: str
     """``local``, ``fragment`` (a keyless event's part), ``home`` or ``part``."""
     values: list[Any]
@@ -111,28 +112,34 @@ class _Item:
     need: int = 0
     """Queues of its values in which it is not first yet."""
     queued: bool = False
-    ups: dict[int, Any] = field(default_factory=dict)
+    ups: dict[int, Any] | None = None
     """At the home: each participant's forwarded rows (or totals)."""
 
 
 class _Partition:
-    """One partition's transactions of the batch: admission, queues, execution."""
+    """One partition's transactions of the batch: admission, queues, execution.
+
+    Messages name a transaction by its event's place in the batch (``mid``, an
+    int: cheaper to hash and to send than its id); a :class:`Group` (with the
+    id) is made only where a transaction runs, and only when it crosses.
+    """
 
     def __init__(
         self,
         sched: ForwardScheduler,
         pid: int,
         state: PartitionState,
-        groups: Iterator[Group],
+        events: Iterator[Event],
     ) -> None:
         self.sched = sched
         self.job = sched.job
+        self.batch = sched.batch
         self.pid = pid
         self.state = state
         self.outcome = Outcome()
         self.runner = GroupRunner(sched.job, state, self.outcome, sched.arrival, sched.partitions)
         self.global_reads = self.runner.global_reads
-        self.pending = groups
+        self.pending = events
         self.admitted_all = False
         self.unfinished = 0
         self.locks: dict[Any, deque[_Item]] = {}
@@ -142,51 +149,51 @@ class _Partition:
         self.behind: deque[_Item] = deque()
         """Items admitted while a barrier is unfinished: they enter after it."""
         self.ready: deque[_Item] = deque()
-        self.waiting: dict[str, _Item] = {}
-        self.early: dict[str, list[tuple[int, str, Any]]] = {}
+        self.waiting: dict[int, _Item] = {}
+        self.early: dict[int, list[tuple[int, str, Any]]] = {}
         """Messages that arrived before their transaction was first in line here."""
 
     # -- admission ------------------------------------------------------------------
     def admit(self, limit: int) -> None:
         """Admit up to ``limit`` more transactions, in the declared order."""
-        run, abort = self.runner.run, self.sched.abort
-        pid, global_reads = self.pid, self.global_reads
+        run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
+        pid, pending = self.pid, self.pending
+        locks = self.locks
         for _ in range(limit):
-            group = next(self.pending, None)
-            if group is None:
+            e = next(pending, None)
+            if e is None:
                 self.admitted_all = True
                 return
-            e = group.events[0]  # (the per-event boundary: one event per group)
             values, pids = e.values, e.pids
             if e.copy and values and pids.count(pid) == len(pids):
                 # The common case: all its values live here.  It runs now unless an
                 # earlier transaction still holds one of them.
-                if self.barrier is None and (not self.locks or self._free(values)):
-                    run(group, abort)
+                if self.barrier is None and (not locks or locks.keys().isdisjoint(values)):
+                    run_event(e, batch, abort)
                     continue
-                self._enter(_Item(group, "local", _distinct(values)))
+                self._enter(_Item(e, "local", _distinct(values)))
                 continue
-            self._enter(self._classify(group, e, global_reads))
+            self._enter(self._classify(e))
 
-    def _free(self, values: list[Any]) -> bool:
-        locks = self.locks
-        return all(v not in locks for v in values)
-
-    def _classify(self, group: Group, e: Event, global_reads: Mapping[str, Any]) -> _Item:
+    def _classify(self, e: Event) -> _Item:
         pid = self.pid
-        if e.input in global_reads:
+        if e.input in self.global_reads:
             if pid == 0:
                 parts = tuple(range(1, self.sched.partitions))
-                return _Item(group, "home", [], barrier=True, home=0, parts=parts)
-            return _Item(group, "part", [], barrier=True, home=0)
-        if not e.values:
-            return _Item(group, "fragment", [], barrier=True)
-        mine = _distinct([v for v, p in zip(e.values, e.pids, strict=True) if p == pid])
-        home = e.pids[0]
+                return _Item(e, "home", [], barrier=True, home=0, parts=parts, ups={})
+            return _Item(e, "part", [], barrier=True, home=0)
+        values, pids = e.values, e.pids
+        if not values:
+            return _Item(e, "fragment", [], barrier=True)
+        mine = [v for v, p in zip(values, pids, strict=True) if p == pid]
+        if len(mine) > 1:
+            mine = _distinct(mine)
+        home = pids[0]
         if home == pid:
-            parts = tuple(sorted(set(e.pids) - {pid}))
-            return _Item(group, "home", mine, home=pid, parts=parts)
-        return _Item(group, "part", mine, home=home)
+            others = [p for p in pids if p != pid]
+            parts = tuple(others) if len(others) == 1 else tuple(sorted(set(others)))
+            return _Item(e, "home", mine, home=pid, parts=parts, ups={})
+        return _Item(e, "part", mine, home=home)
 
     def _enter(self, item: _Item) -> None:
         self.unfinished += 1
@@ -220,32 +227,41 @@ class _Partition:
         while ready:
             self._start(ready.popleft())
 
+    def _group(self, e: Event) -> Group:
+        return Group(event_gid(self.batch, e), [e])
+
     def _start(self, item: _Item) -> None:
         kind = item.kind
-        if kind == "local" or kind == "fragment":
-            self.runner.run(item.group, self.sched.abort)
+        if kind == "local":
+            self.runner.run_event(item.event, self.batch, self.sched.abort)
             self._finish(item)
             return
-        gid = item.group.gid
-        early = self.early.pop(gid, ())
-        if kind == "part":
-            self.waiting[gid] = item
-            self.sched.send(item.home, self.pid, gid, "up", self._forward(item))
-            for src, what, payload in early:  # (a back cannot come before the up)
-                self.receive(src, gid, what, payload)
+        if kind == "fragment":
+            self.runner.run(self._group(item.event), self.sched.abort)
+            self._finish(item)
             return
+        mid = item.event.order[2]
+        early = self.early.pop(mid, ())
+        if kind == "part":
+            self.waiting[mid] = item
+            self.sched.send(item.home, self.pid, mid, "up", self._forward(item))
+            for src, what, payload in early:  # (a back cannot come before the up)
+                self.receive(src, mid, what, payload)
+            return
+        ups = item.ups
+        assert ups is not None
         for src, _what, payload in early:
-            item.ups[src] = payload
-        if len(item.ups) == len(item.parts):
+            ups[src] = payload
+        if len(ups) == len(item.parts):
             self._execute(item)
         else:
-            self.waiting[gid] = item
+            self.waiting[mid] = item
 
     def _forward(self, item: _Item) -> Any:
         """What a participant sends its home: its values' rows, or its partial totals."""
         if item.barrier:  # a global read's part: its partial totals
-            reads = self.global_reads[item.group.events[0].input]
-            return partial_totals(self.state.data, reads, item.group.gid)
+            reads = self.global_reads[item.event.input]
+            return partial_totals(self.state.data, reads, event_gid(self.batch, item.event))
         data = self.state.data
         rows = []
         for v in item.values:
@@ -257,83 +273,108 @@ class _Partition:
             rows.append((v, tables))
         return rows
 
-    def receive(self, src: int, gid: str, what: str, payload: Any) -> None:
+    def receive(self, src: int, mid: int, what: str, payload: Any) -> None:
         """A message for this partition (see :data:`Message`)."""
-        item = self.waiting.get(gid)
+        item = self.waiting.get(mid)
         if item is None:
-            self.early.setdefault(gid, []).append((src, what, payload))
+            self.early.setdefault(mid, []).append((src, what, payload))
             return
         if what == "up":
-            item.ups[src] = payload
-            if len(item.ups) == len(item.parts):
-                del self.waiting[gid]
+            ups = item.ups
+            assert ups is not None
+            ups[src] = payload
+            if len(ups) == len(item.parts):
+                del self.waiting[mid]
                 self._execute(item)
         else:
-            del self.waiting[gid]
+            del self.waiting[mid]
             self._take_back(item, payload)
         self.drain()
 
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
-        group, state, runner = item.group, self.state, self.runner
+        event, state, runner = item.event, self.state, self.runner
+        ups = item.ups
+        assert ups is not None
         data = state.data
         owner: dict[Any, int] = {}
+        gid = event_gid(self.batch, event)
         if not item.barrier:
-            for src, payload in item.ups.items():
+            for src, payload in ups.items():
                 for value, tables in payload:
                     owner[value] = src
                     for table, rows in tables.items():
                         data.setdefault(table, {})[value] = rows
             runner.remote = set(owner)
         else:  # a global read: this partition's totals and everyone's
-            reads = self.global_reads[group.events[0].input]
-            aggregates = partial_totals(data, reads, group.gid)
-            for payload in item.ups.values():
+            reads = self.global_reads[event.input]
+            aggregates = partial_totals(data, reads, gid)
+            for payload in ups.values():
                 add_totals(aggregates, payload)
             runner.aggregates = aggregates
         runner.remote_ops, runner.changed = [], []
         committed_before = self.outcome.committed
         try:
-            runner.run(group, self.sched.abort)
+            runner.run(Group(gid, [event]), self.sched.abort)
         finally:
             runner.remote, runner.aggregates = None, None
         committed = self.outcome.committed > committed_before
         self.outcome.forwarded += 1
-        backs: dict[int, tuple[list[Any], list[str], bool]] = {
-            p: ([], [], committed) for p in item.parts
-        }
+        parts = item.parts
+        if len(parts) == 1:
+            back: tuple[list[Any], list[str], bool] = ([], [], committed)
+            backs = {parts[0]: back}
+        else:
+            backs = {p: ([], [], committed) for p in parts}
         if owner:
             # What changed of the forwarded rows goes back, row by row; they leave this
             # state, and the undo log, which makes this partition's delta.
             undo = state.undo
             for table, value, key, _old in runner.changed if committed else ():
-                if value in owner:
+                src = owner.get(value)
+                if src is not None:
                     row = data.get(table, _NONE).get(value, _NONE).get(key)
-                    backs[owner[value]][0].append((table, value, key, row))
+                    backs[src][0].append((table, value, key, row))
                     undo.pop((table, value, key), None)
-            for value in owner:
-                for table in self.job.tables:
-                    by_value = data.get(table)
-                    if by_value is not None:
+            for table in self.job.tables:
+                by_value = data.get(table)
+                if by_value is not None:
+                    for value in owner:
                         by_value.pop(value, None)
             if self.job.record_history and committed:
                 for value, op in runner.remote_ops:
                     backs[owner[value]][1].append(op)
-        for p, back in backs.items():
-            self.sched.send(p, self.pid, group.gid, "back", back)
+        mid, send, me = event.order[2], self.sched.send, self.pid
+        for p, answer in backs.items():
+            send(p, me, mid, "back", answer)
         self._finish(item)
 
     def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
         """At a participant: the home's answer; the rows it changed replace these."""
         changes, ops, committed = back
-        put = self.state.put
-        for table, value, key, row in changes:
-            put(table, value, key, ABSENT if row is None else row)
+        if changes:
+            state = self.state
+            data, undo = state.data, state.undo
+            for table, value, key, row in changes:
+                undo_key = (table, value, key)
+                if undo_key not in undo:  # (PartitionState.put, inlined)
+                    undo[undo_key] = data.get(table, _NONE).get(value, _NONE).get(key, ABSENT)
+                if row is None:
+                    state.put(table, value, key, ABSENT)
+                else:
+                    by_value = data.get(table)
+                    if by_value is None:
+                        by_value = data[table] = {}
+                    rows = by_value.get(value)
+                    if rows is None:
+                        rows = by_value[value] = {}
+                    rows[key] = row
         if self.job.record_history and committed:
             if item.barrier:  # a global read's part: its reads of every row here
-                reads = self.global_reads[item.group.events[0].input]
+                reads = self.global_reads[item.event.input]
                 found: list[str] = []
-                partial_totals(self.state.data, reads, item.group.gid, found)
+                gid = event_gid(self.batch, item.event)
+                partial_totals(self.state.data, reads, gid, found)
                 self.outcome.history.extend(found)
             else:
                 self.outcome.history.extend(ops)
@@ -378,42 +419,48 @@ def _distinct(values: list[Any]) -> list[Any]:
 class ForwardScheduler:
     """Runs the batch on the partitions one task hosts, exchanging messages with the rest.
 
-    ``hosted``: partition -> (its state, begun for the batch; its groups in the
-    declared order).  ``transport`` carries messages to partitions hosted by
+    ``hosted``: partition -> (its state, begun for the batch; its events in the
+    declared order, one transaction each: the per-event boundary).  ``transport`` carries messages to partitions hosted by
     other tasks (``task_of`` says which); None when every partition is here.
     """
 
     def __init__(
         self,
         job: JobSpec,
+        batch: int,
         partitions: int,
-        hosted: Mapping[int, tuple[PartitionState, Iterable[Group]]],
+        hosted: Mapping[int, tuple[PartitionState, Iterable[Event]]],
         abort: Mapping[str, Mapping[str, Any]],
         arrival: Callable[[Row], float | None] | None = None,
         transport: SocketTransport | None = None,
         task_of: Callable[[int], int] | None = None,
     ) -> None:
         self.job = job
+        self.batch = batch
         self.partitions = partitions
         self.abort = abort
         self.arrival = arrival
         self.transport = transport
         self.task_of = task_of
         self.hosted = {
-            pid: _Partition(self, pid, state, iter(groups))
-            for pid, (state, groups) in sorted(hosted.items())
+            pid: _Partition(self, pid, state, iter(events))
+            for pid, (state, events) in sorted(hosted.items())
         }
         self.mailbox: deque[Message] = deque()
 
-    def send(self, dest: int, src: int, gid: str, what: str, payload: Any) -> None:
+    def send(self, dest: int, src: int, mid: int, what: str, payload: Any) -> None:
         """Send a message to partition ``dest`` (here, or through the transport)."""
         self.hosted[src].outcome.messages += 1
         if dest in self.hosted:
-            self.mailbox.append((dest, src, gid, what, payload))
+            self.mailbox.append((dest, src, mid, what, payload))
             return
         if self.transport is None or self.task_of is None:
             raise ExchangeError(f"partition {dest} is not hosted here and there is no transport")
-        self.transport.send(self.task_of(dest), (dest, src, gid, what, payload))
+        self.transport.send(self.task_of(dest), (dest, src, mid, what, payload))
+
+    def _names(self, mids: Iterable[int]) -> list[str]:
+        """The ids of the transactions of these events (for an error: the first three)."""
+        return [f"b{self.batch}_{mid}" for mid in sorted(mids)[:3]]
 
     def run(self) -> dict[int, Outcome]:
         """Run every hosted partition's transactions to the end; their outcomes."""
@@ -430,7 +477,7 @@ class ForwardScheduler:
             if self._pump(block=True):
                 deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
             elif time.monotonic() > deadline:
-                waiting = sorted(g for p in parts for g in p.waiting)[:3]
+                waiting = self._names(m for p in parts for m in p.waiting)
                 raise ExchangeError(
                     f"no message from the other tasks in {EXCHANGE_TIMEOUT_S:.0f} s; "
                     f"waiting for transactions {waiting}"
@@ -439,7 +486,7 @@ class ForwardScheduler:
             if part.early:
                 raise ExchangeError(
                     f"partition {part.pid} got messages for transactions it never ran: "
-                    f"{sorted(part.early)[:3]} (the partitions disagree on the batch)"
+                    f"{self._names(part.early)} (the partitions disagree on the batch)"
                 )
         first = parts[0].outcome if parts else None
         if first is not None:
@@ -456,8 +503,8 @@ class ForwardScheduler:
         """Deliver what arrived (waiting for something when ``block``); whether anything did."""
         got = False
         while self.mailbox:
-            dest, src, gid, what, payload = self.mailbox.popleft()
-            self.hosted[dest].receive(src, gid, what, payload)
+            dest, src, mid, what, payload = self.mailbox.popleft()
+            self.hosted[dest].receive(src, mid, what, payload)
             got = True
         if self.transport is None:
             if block and not got:
@@ -467,10 +514,10 @@ class ForwardScheduler:
                 )
             return got
         self.transport.flush()
-        for dest, src, gid, what, payload in self.transport.poll(
+        for dest, src, mid, what, payload in self.transport.poll(
             0.0 if (got or not block) else 0.05
         ):
-            self.hosted[dest].receive(src, gid, what, payload)
+            self.hosted[dest].receive(src, mid, what, payload)
             got = True
         return got
 

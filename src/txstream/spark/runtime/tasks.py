@@ -251,9 +251,9 @@ def phase1_forward(
                 evs = release(state, evs, ctx.release_upto, job.boundary, counts=late[pid])
             evs.sort(key=_order)
             counted[pid] = sum(1 for e in evs if e.counted)
-            hosted[pid] = (state, job.boundary.groups(ctx.batch, evs, state.meta))
+            hosted[pid] = (state, evs)  # (the per-event boundary: see forwarding)
         scheduler = ForwardScheduler(
-            job, ctx.partitions, hosted, ctx.abort, ctx.arrival, transport, task_of
+            job, ctx.batch, ctx.partitions, hosted, ctx.abort, ctx.arrival, transport, task_of
         )
         outcomes = scheduler.run()
         results: dict[int, dict[str, Any]] = {}
