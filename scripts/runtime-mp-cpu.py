@@ -36,11 +36,13 @@ DEPOSIT = pa.struct([(c, pa.int64()) for c in ("acct", "amount", "id")] + [("sen
 TRANSFER = pa.struct(
     [(c, pa.int64()) for c in ("src", "dst", "amount", "id")] + [("sent", pa.float64())]
 )
+AUDIT = pa.struct([(c, pa.int64()) for c in ("id", "expected")] + [("sent", pa.float64())])
 COLUMNS = [
     ("__input", pa.int32()),
     ("__ordv", pa.float64()),
     ("__in0", DEPOSIT),
     ("__in1", TRANSFER),
+    ("__in2", AUDIT),
     ("__pids", pa.list_(pa.int32())),
     ("__mid", pa.int64()),
     ("__pid", pa.int32()),
@@ -50,22 +52,25 @@ COLUMNS = [
 
 
 def arrow_batch(stream: list[tuple[str, dict[str, Any]]], now: float) -> Any:
-    """Every partition's rows (a crossing transfer: one row per partition), as one task gets them."""
+    """Every partition's rows (a crossing transfer: a row per partition), as one task gets them."""
     cols: dict[str, list[Any]] = {name: [] for name, _ in COLUMNS}
+    index = {"deposits": 0, "transfers": 1, "audits": 2}
     for mid, (name, event) in enumerate(stream):
         event = {**event, "sent": now}
-        keys = [event["acct"]] if name == "deposits" else [event["src"], event["dst"]]
+        if name == "audits":
+            keys = []
+        else:
+            keys = [event["acct"]] if name == "deposits" else [event["src"], event["dst"]]
         pids = [partition_of(k, P) for k in keys]
-        deposit = name == "deposits"
-        for pid in dict.fromkeys(pids):
-            cols["__input"].append(0 if deposit else 1)
-            cols["__in0"].append(event if deposit else None)
-            cols["__in1"].append(None if deposit else event)
+        for pid in dict.fromkeys(pids) if pids else range(P):
+            cols["__input"].append(index[name])
+            for name_, i in index.items():
+                cols[f"__in{i}"].append(event if name_ == name else None)
             cols["__ordv"].append(float(event["id"]))
             cols["__pids"].append(pids)
             cols["__mid"].append(mid)
             cols["__pid"].append(pid)
-            cols["__copy"].append(pid == pids[0])
+            cols["__copy"].append(not pids or pid == pids[0])
             cols["__route"].append(0)
     arrays = [pa.array(cols[name], type=kind) for name, kind in COLUMNS]
     return pa.RecordBatch.from_arrays(arrays, names=[name for name, _ in COLUMNS])
@@ -84,6 +89,7 @@ class Sampler:
         self.lines: collections.Counter[tuple[str, int, str]] = collections.Counter()
 
     def sample(self, signum: int, frame: Any) -> None:
+        """Count the running line and its innermost txstream function."""
         code = frame.f_code
         self.lines[(Path(code.co_filename).name, frame.f_lineno, code.co_name)] += 1
         while frame is not None:
@@ -94,10 +100,12 @@ class Sampler:
             frame = frame.f_back
 
     def on(self) -> None:
+        """Start sampling."""
         signal.signal(signal.SIGPROF, self.sample)
         signal.setitimer(signal.ITIMER_PROF, 0.0005, 0.0005)
 
     def off(self) -> None:
+        """Stop sampling."""
         signal.setitimer(signal.ITIMER_PROF, 0, 0)
 
 
@@ -105,7 +113,8 @@ def run(pattern: str, args: argparse.Namespace, sampler: Sampler | None) -> floa
     """Mean CPU us per input event over the batches after the first."""
     root = tempfile.mkdtemp(prefix="mp-cpu-")
     try:
-        job = ledger_job(name="cpu").option("arrivalTime", "sent")
+        audits = pattern == "audits"
+        job = ledger_job(name="cpu", audits=[] if audits else None).option("arrivalTime", "sent")
         job.option("recordHistory", not args.no_history)
         spec = job.spec.for_tasks()
         store = RuntimeStore(root)
@@ -119,8 +128,15 @@ def run(pattern: str, args: argparse.Namespace, sampler: Sampler | None) -> floa
         if pattern == "cross0":
             stream = list(events(size * args.batches, ACCOUNTS, 0, 1))
         else:
-            stream = list(events(size * args.batches, ACCOUNTS, 0, 1, pattern="uniform"))
-        names = {0: "deposits", 1: "transfers"}
+            every = args.audit_every if audits else 0
+            stream = list(
+                events(size * args.batches, ACCOUNTS, 0, 1, pattern="uniform", audit_every=every)
+            )
+        names = (
+            {0: "deposits", 1: "transfers", 2: "audits"}
+            if audits
+            else {0: "deposits", 1: "transfers"}
+        )
         tokens: dict[int, str] = {}
         prev, per_event = -1, []
         for b in range(args.batches):
@@ -163,26 +179,31 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--no-history", action="store_true")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--audit-every", type=int, default=1000)
+    parser.add_argument("--patterns", default="cross0,uniform", help="of cross0, uniform, audits")
     args = parser.parse_args()
     q._forwarded_phase1 = one_task  # type: ignore[assignment]
-    means: dict[str, list[float]] = {"cross0": [], "uniform": []}
+    means: dict[str, list[float]] = {p: [] for p in args.patterns.split(",")}
     samplers = {p: Sampler() for p in means} if args.profile else {}
     for _ in range(args.rounds):
         for pattern in means:
             means[pattern].append(run(pattern, args, samplers.get(pattern)))
             print(f"{pattern}: {means[pattern][-1]:.2f} us/event", flush=True)
-    c0, un = min(means["cross0"]), min(means["uniform"])
-    print(f"best cross0 {c0:.2f}, uniform {un:.2f} us/event: uniform/cross0 CPU {un / c0:.2f}x")
+    best = {p: min(m) for p, m in means.items()}
+    first = next(iter(best))
+    for p, b in best.items():
+        print(f"best {p}: {b:.2f} us/event, {b / best[first]:.2f}x of {first}")
     if samplers:
         # Samples per function, scaled to us per event: where uniform's extra CPU goes.
         scale = {p: means[p][-1] / max(1, sum(s.functions.values())) for p, s in samplers.items()}
-        keys = set(samplers["cross0"].functions) | set(samplers["uniform"].functions)
+        a, b = list(samplers)[:2]
+        keys = set(samplers[a].functions) | set(samplers[b].functions)
         rows = []
         for key in keys:
-            c0 = samplers["cross0"].functions[key] * scale["cross0"]
-            un = samplers["uniform"].functions[key] * scale["uniform"]
+            c0 = samplers[a].functions[key] * scale[a]
+            un = samplers[b].functions[key] * scale[b]
             rows.append((un - c0, c0, un, key))
-        print("\nus/event by function: cross0, uniform, difference")
+        print(f"\nus/event by function: {a}, {b}, difference")
         for diff, c0, un, (f, fn) in sorted(rows, reverse=True)[:30]:
             print(f"{c0:6.2f} {un:6.2f} {diff:+6.2f}  {f}:{fn}")
 

@@ -25,6 +25,7 @@ from txstream.model import check
 from txstream.spark.runtime import forward as forward_module
 from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.forward import ExchangeError, SocketTransport, new_exchange
+from txstream.spark.runtime.partitioning import partition_of
 
 INPUTS = ("deposits", "transfers", "limits", "sweeps", "audits")
 
@@ -133,8 +134,8 @@ def ledgers(draw: Any) -> list[list[tuple[str, dict[str, Any]]]]:
             st.integers(1, 80),
         ),
         st.builds(lambda a, m: ("limits", {"acct": a, "limit": m}), acct, st.integers(0, 50)),
-        st.just(("sweeps", {})),
-        st.just(("audits", {})),
+        st.builds(lambda: ("sweeps", {})),
+        st.builds(lambda: ("audits", {})),
     )
     batches = draw(st.lists(st.lists(event, min_size=1, max_size=40), min_size=1, max_size=4))
     k = 0
@@ -181,6 +182,184 @@ def test_forwarded_ledger_equals_serial_execution_and_is_csao(
     assert len(failures) == len(unlucky)
     verdict = check(tx.read_history(store), "csao")
     assert verdict.holds, verdict.evidence
+
+
+# -- global reads between writes of one batch: the kept totals (totals.py) -------------
+
+SPECIAL = [math.inf, -math.inf, math.nan, 0.1, 1e308, -1e308, 5e-324, -0.0]
+
+
+def scored_bank() -> tx.Job:
+    """Every input ordered by ``id``, so audits fall between the batch's writes."""
+
+    def deposit(t: Any, e: dict[str, Any]) -> None:
+        if t.read("accounts", e["acct"]) is None:
+            t.insert("accounts", {"acct": e["acct"], "balance": 0, "score": 0.0})
+        t.increment("accounts", e["acct"], "balance", e["amount"])
+
+    def score(t: Any, e: dict[str, Any]) -> None:
+        row = t.read("accounts", e["acct"])
+        balance = row["balance"] if row is not None else 0
+        t.upsert("accounts", {"acct": e["acct"], "balance": balance, "score": e["score"]})
+
+    def close(t: Any, e: dict[str, Any]) -> None:
+        if t.read("accounts", e["acct"]) is not None:
+            t.delete("accounts", e["acct"])
+
+    def move(t: Any, e: dict[str, Any]) -> None:
+        src, dst = t.read("accounts", e["src"]), t.read("accounts", e["dst"])
+        ok = src is not None and dst is not None and src["balance"] >= e["amount"]
+        if ok:
+            t.increment("accounts", e["src"], "balance", -e["amount"])
+            t.increment("accounts", e["dst"], "balance", e["amount"])
+        if e["amount"] == 13:
+            raise ValueError("unlucky amount")  # rolled back after its writes
+        t.emit("transfers_done", {"id": e["id"], "ok": ok})
+
+    def audit(t: Any, e: dict[str, Any]) -> None:
+        total, n = t.sum("accounts", "balance"), t.count("accounts")
+        t.emit(
+            "audits",
+            {"id": e["id"], "total": total, "n": n, "score": repr(t.sum("accounts", "score"))},
+        )
+
+    return (
+        tx.Job("scored")
+        .table("accounts", key="acct", schema="acct long, balance long, score double")
+        .input("deposits", None, keys="acct", order="id")
+        .input("transfers", None, keys=["src", "dst"], order="id")
+        .input("scores", None, keys="acct", order="id")
+        .input("closes", None, keys="acct", order="id")
+        .input("audits", None, order="id", global_reads=["accounts.balance", "accounts.score"])
+        .output("transfers_done")
+        .output("audits")
+        .on("deposits", deposit)
+        .on("transfers", move)
+        .on("scores", score)
+        .on("closes", close)
+        .on("audits", audit)
+        .option("recordHistory", True)
+    )
+
+
+def exact_sum(values: list[float]) -> float | int:
+    """The runtime's float total: exact, rounded once; infinities and NaN as IEEE adds them."""
+    if not values:
+        return 0
+    if any(math.isnan(v) for v in values) or {math.inf, -math.inf} <= set(values):
+        return math.nan
+    if math.inf in values or -math.inf in values:
+        return math.inf if math.inf in values else -math.inf
+    total = sum(map(Fraction, values))
+    if abs(total) >= 2**1024 - 2**970:  # (rounds to an infinity: IEEE's overflow threshold)
+        return math.inf if total > 0 else -math.inf
+    return float(total)
+
+
+def scored_serial(stream: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """The scored ledger one event after the other, in id order."""
+    accounts: dict[int, dict[str, Any]] = {}
+    audits, done = [], []
+    for name, e in sorted(stream, key=lambda item: item[1]["id"]):
+        if name == "deposits":
+            accounts.setdefault(e["acct"], {"balance": 0, "score": 0.0})["balance"] += e["amount"]
+        elif name == "scores":
+            balance = accounts[e["acct"]]["balance"] if e["acct"] in accounts else 0
+            accounts[e["acct"]] = {"balance": balance, "score": e["score"]}
+        elif name == "closes":
+            accounts.pop(e["acct"], None)
+        elif name == "transfers":
+            src, dst = accounts.get(e["src"]), accounts.get(e["dst"])
+            ok = src is not None and dst is not None and src["balance"] >= e["amount"]
+            if e["amount"] == 13:
+                continue
+            if ok:
+                accounts[e["src"]]["balance"] -= e["amount"]
+                accounts[e["dst"]]["balance"] += e["amount"]
+            done.append({"id": e["id"], "ok": ok})
+        else:
+            total = sum(r["balance"] for r in accounts.values())
+            scores = exact_sum([r["score"] for r in accounts.values()])
+            audits.append(
+                {"id": e["id"], "total": total, "n": len(accounts), "score": repr(scores)}
+            )
+    return {"audits": audits, "transfers_done": done, "accounts": accounts}
+
+
+@st.composite
+def scored_ledgers(draw: Any) -> list[list[tuple[str, dict[str, Any]]]]:
+    accounts = draw(st.integers(1, 10))
+    acct = st.integers(0, accounts - 1)
+    scores = st.one_of(st.sampled_from(SPECIAL), st.floats(-1e300, 1e300, width=64))
+    event = st.one_of(
+        st.builds(lambda a, m: ("deposits", {"acct": a, "amount": m}), acct, st.integers(1, 60)),
+        st.builds(
+            lambda s, d, m: ("transfers", {"src": s, "dst": d, "amount": m}),
+            acct,
+            acct,
+            st.integers(1, 80),
+        ),
+        st.builds(lambda a, x: ("scores", {"acct": a, "score": x}), acct, scores),
+        st.builds(lambda a: ("closes", {"acct": a}), acct),
+        st.builds(lambda: ("audits", {})),
+    )
+    batches = draw(st.lists(st.lists(event, min_size=1, max_size=40), min_size=1, max_size=3))
+    k = 0
+    for batch in batches:
+        for _, e in batch:
+            e["id"] = k
+            k += 1
+    return batches
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches=scored_ledgers(), partitions=st.integers(1, 5), tasks=st.integers(1, 3))
+def test_global_reads_between_writes_of_a_batch_equal_serial_execution(
+    tmp_path_factory: pytest.TempPathFactory,
+    batches: list[list[tuple[str, dict[str, Any]]]],
+    partitions: int,
+    tasks: int,
+) -> None:
+    # The first global read of a batch counts each partition's rows; later ones use
+    # totals that every write since kept (inserts, increments, upserts, deletes,
+    # rollbacks, rows forwarded to a home and their changes taken back).
+    tasks = min(tasks, partitions)
+    store = tmp_path_factory.mktemp("scored")
+    scored_bank().run_local(batches, store, partitions=partitions, tasks=tasks)
+    expected = scored_serial([item for batch in batches for item in batch])
+    assert tx.read_output(store, "audits") == expected["audits"]
+    assert tx.read_output(store, "transfers_done") == expected["transfers_done"]
+    rows = tx.read_table(store, "accounts") if (store / "commits").is_dir() else []
+    got = {r["acct"]: {"balance": r["balance"], "score": r["score"]} for r in rows}
+    want = dict(sorted(expected["accounts"].items()))
+    assert repr(dict(sorted(got.items()))) == repr(want)  # (repr: NaN equals itself there)
+    verdict = check(tx.read_history(store), "csao")
+    assert verdict.holds, verdict.evidence
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_global_read_after_a_crossing_transfer_counts_its_change_at_both_ends(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Between two audits of one batch a transfer crosses partitions: its home takes
+    # the amount out of src, the participant gets dst's new row back; each keeps its
+    # totals.  (An audit before the first transfer starts the kept totals.)
+    src = 0
+    dst = next(a for a in range(1, 50) if partition_of(a, 2) != partition_of(src, 2))
+    batch = [
+        ("deposits", {"acct": src, "amount": 50}),
+        ("deposits", {"acct": dst, "amount": 5}),
+        ("audits", {}),
+        ("transfers", {"src": src, "dst": dst, "amount": 20}),
+        ("transfers", {"src": dst, "dst": src, "amount": 1}),
+        ("audits", {}),
+        ("closes", {"acct": dst}),
+        ("audits", {}),
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    scored_bank().run_local(batches, tmp_path, partitions=2, tasks=tasks)
+    got = [(r["total"], r["n"]) for r in tx.read_output(tmp_path, "audits")]
+    assert got == [(55, 2), (55, 2), (31, 1)]
 
 
 def test_a_transaction_that_raises_at_its_home_changes_nothing_anywhere(tmp_path: Path) -> None:

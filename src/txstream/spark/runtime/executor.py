@@ -24,9 +24,8 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
-from itertools import chain, repeat
-from operator import itemgetter, mul
+from itertools import repeat
+from operator import mul
 from typing import Any
 
 from txstream.spark.runtime.base import (
@@ -50,6 +49,11 @@ from txstream.spark.runtime.base import (
 from txstream.spark.runtime.boundaries import Event, Group, PerEvent, Run, event_gid, track_runs
 from txstream.spark.runtime.partitioning import canonical, partition_of
 from txstream.spark.runtime.state import ABSENT, PartitionState
+from txstream.spark.runtime.totals import (
+    finish_total,
+    partial_totals,
+    track,
+)
 
 _SIMPLE = re.compile(r"[A-Za-z0-9_]+")
 
@@ -160,6 +164,7 @@ class Tx:
         "_remote_ops",
         "_state",
         "_tables",
+        "_tracked",
         "_undo",
     )
 
@@ -170,6 +175,8 @@ class Tx:
         self._tables = job.tables
         self._state = state
         self._data = state.data
+        self._tracked = state.tracked
+        """The partition's totals for global reads, kept by every write (see .totals)."""
         """The state's rows (the same dict for the whole batch: read on every verb)."""
         self._gid = gid
         """The transaction's id, for the history (None when nothing is recorded)."""
@@ -328,6 +335,9 @@ class Tx:
         self._undo.append((undo_key, old))
         self._state.undo.setdefault(undo_key, old)  # the batch's pre-image
         part[key] = new
+        tracked = self._tracked
+        if tracked and table in tracked:  # (a global read keeps this table's totals)
+            track(tracked, table, old, new)
         history = self._history
         if history is not None:
             if type(key) is int:
@@ -369,10 +379,9 @@ class Tx:
         if self._aggregates is not None:
             return finish_total(self._aggregates[(table, column)])
         # Every row is here (the deferred phase, the driver engine): count them now.
-        ops: list[str] | None = [] if self._history is not None else None
-        found = partial_totals(self._state.data, ((table, column),), self._gid or "", ops)
-        if ops is not None and self._history is not None:
-            self._history.extend(ops)
+        found = partial_totals(self._state.data, ((table, column),))
+        if self._history is not None:
+            record_reads(self._state.data, ((table, column),), self._gid or "", self._history)
         return finish_total(found[(table, column)])
 
     def _undeclared_total(self, table: str, column: str | None) -> UndeclaredKeyError:
@@ -471,9 +480,12 @@ class Tx:
         self._undo.append((undo_key, old))
         state.undo.setdefault(undo_key, old)  # the batch's pre-image (state.put, inlined)
         if row is ABSENT or not part:
-            state.put(table, value, key, row)
+            state.put(table, value, key, row)  # (it keeps the totals: _set)
         else:
             part[key] = row
+            tracked = self._tracked
+            if tracked and table in tracked:
+                track(tracked, table, None if old is ABSENT else old, row)
         if self._history is not None:
             self._log(value, f"w{self._gid}({item_name(table, key)})")
             if structural:
@@ -487,86 +499,17 @@ class Tx:
         self._emits.clear()
 
 
-_EXACT = 2**1074
-"""Every finite double is a whole multiple of 2**-1074: float totals are summed exactly
-in these units, so a total does not depend on how rows are split into partitions."""
-
-
-def partial_totals(
+def record_reads(
     data: Mapping[str, Mapping[Any, Mapping[Any, Row]]],
     reads: Iterable[tuple[str, str | None]],
     gid: str,
-    ops: list[str] | None = None,
-) -> dict[tuple[str, str | None], list[Any]]:
-    """One partition's part of a global read: per (table, column), an exact partial total.
-
-    A partial is ``[int sum, float sum in units of 2**-1074, whether floats were
-    seen, sum of non-finite floats, row count]``; :func:`add_totals` adds
-    partials and :func:`finish_total` gives (sum, count).  ``ops`` (history on)
-    gets the reads of every row and of every value's row set.
-    """
-    out: dict[tuple[str, str | None], list[Any]] = {}
-    for table, column in reads:
-        by_value = data.get(table, {})
-        count = sum(map(len, by_value.values()))
-        ints, exact, floats, odd = 0, 0, False, 0.0
-        if column is not None:
-            # Every row of the partition, read in C when the column holds integers only
-            # (an audit reads them all); nulls, floats or a row without it: one by one.
-            every: Any = dict.values
-            try:
-                total = sum(
-                    map(itemgetter(column), chain.from_iterable(map(every, by_value.values())))
-                )
-            except (TypeError, KeyError):
-                total = None
-            if type(total) is int:
-                ints = total
-            else:
-                for part in by_value.values():
-                    for row in part.values():
-                        x = row.get(column)
-                        if x is None:
-                            continue
-                        if type(x) is float:
-                            floats = True
-                            if x - x == 0.0:
-                                n, d = x.as_integer_ratio()
-                                exact += n * (_EXACT // d)
-                            else:
-                                odd += x
-                        else:
-                            ints += x
-        if ops is not None:
-            for value, part in by_value.items():
-                ops.append(f"r{gid}({_set_item(table, value)})")
-                ops.extend(f"r{gid}({item_name(table, k)})" for k in part)
-        out[(table, column)] = [ints, exact, floats, odd, count]
-    return out
-
-
-def add_totals(into: dict[Any, list[Any]], more: Mapping[Any, list[Any]]) -> None:
-    """Add the partial totals ``more`` to ``into`` (see :func:`partial_totals`)."""
-    for what, (ints, exact, floats, odd, count) in more.items():
-        mine = into.get(what)
-        if mine is None:
-            into[what] = [ints, exact, floats, odd, count]
-        else:
-            mine[0] += ints
-            mine[1] += exact
-            mine[2] = mine[2] or floats
-            mine[3] += odd
-            mine[4] += count
-
-
-def finish_total(total: list[Any]) -> list[Any]:
-    """(sum, count) of a total: an int when no float was summed, else the rounded exact sum."""
-    ints, exact, floats, odd, count = total
-    if not floats:
-        return [ints, count]
-    if odd != 0.0 or odd != odd:  # an infinity or NaN decides the sum, whatever the order
-        return [odd, count]
-    return [float(Fraction(ints * _EXACT + exact, _EXACT)), count]
+    ops: list[str],
+) -> None:
+    """A global read's operations on this partition (history on): every row and row set."""
+    for table in dict.fromkeys(table for table, _ in reads):
+        for value, part in data.get(table, {}).items():
+            ops.append(f"r{gid}({_set_item(table, value)})")
+            ops.extend(f"r{gid}({item_name(table, k)})" for k in part)
 
 
 @dataclass

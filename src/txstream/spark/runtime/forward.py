@@ -53,20 +53,16 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
-from txstream.spark.runtime.executor import (
-    GroupRunner,
-    Outcome,
-    add_totals,
-    partial_totals,
-)
+from txstream.spark.runtime.executor import GroupRunner, Outcome, record_reads
 from txstream.spark.runtime.state import ABSENT, PartitionState
+from txstream.spark.runtime.totals import add_totals, partial_totals, track
 
 EXCHANGE_TIMEOUT_S = 600.0
 """How long a partition waits for a message from another task before giving up."""
@@ -155,11 +151,18 @@ class _Partition:
 
     # -- admission ------------------------------------------------------------------
     def admit(self, limit: int) -> None:
-        """Admit up to ``limit`` more transactions, in the declared order."""
+        """Admit up to ``limit`` more transactions, in the declared order.
+
+        Admission stops at a barrier (a keyless fragment, a global read's part)
+        until it finished: nothing after it could run before, and transactions
+        admitted later run on the fast path instead of waiting in line as items.
+        """
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
         locks = self.locks
         for _ in range(limit):
+            if self.barrier is not None:
+                return
             e = next(pending, None)
             if e is None:
                 self.admitted_all = True
@@ -168,12 +171,16 @@ class _Partition:
             if e.copy and values and pids.count(pid) == len(pids):
                 # The common case: all its values live here.  It runs now unless an
                 # earlier transaction still holds one of them.
-                if self.barrier is None and (not locks or locks.keys().isdisjoint(values)):
+                if not locks or locks.keys().isdisjoint(values):
                     run_event(e, batch, abort)
                     continue
                 self._enter(_Item(e, "local", _distinct(values)))
                 continue
             self._enter(self._classify(e))
+
+    def admitting(self) -> bool:
+        """Whether :meth:`admit` would admit anything now."""
+        return not self.admitted_all and self.barrier is None
 
     def _classify(self, e: Event) -> _Item:
         pid = self.pid
@@ -261,7 +268,7 @@ class _Partition:
         """What a participant sends its home: its values' rows, or its partial totals."""
         if item.barrier:  # a global read's part: its partial totals
             reads = self.global_reads[item.event.input]
-            return partial_totals(self.state.data, reads, event_gid(self.batch, item.event))
+            return partial_totals(self.state.data, reads, self.state.tracked)
         data = self.state.data
         rows = []
         for v in item.values:
@@ -296,7 +303,7 @@ class _Partition:
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
-        data = state.data
+        data, tracked = state.data, state.tracked
         owner: dict[Any, int] = {}
         gid = event_gid(self.batch, event)
         if not item.barrier:
@@ -305,10 +312,13 @@ class _Partition:
                     owner[value] = src
                     for table, rows in tables.items():
                         data.setdefault(table, {})[value] = rows
+                        if tracked and table in tracked:  # (counted while they are here)
+                            for row in rows.values():
+                                track(tracked, table, None, row)
             runner.remote = set(owner)
         else:  # a global read: this partition's totals and everyone's
             reads = self.global_reads[event.input]
-            aggregates = partial_totals(data, reads, gid)
+            aggregates = partial_totals(data, reads, tracked)
             for payload in ups.values():
                 add_totals(aggregates, payload)
             runner.aggregates = aggregates
@@ -320,6 +330,9 @@ class _Partition:
             runner.remote, runner.aggregates = None, None
         committed = self.outcome.committed > committed_before
         self.outcome.forwarded += 1
+        if item.barrier and committed and self.job.record_history:
+            # A global read reads every row here too (the others record theirs).
+            record_reads(data, self.global_reads[event.input], gid, self.outcome.history)
         parts = item.parts
         if len(parts) == 1:
             back: tuple[list[Any], list[str], bool] = ([], [], committed)
@@ -331,16 +344,19 @@ class _Partition:
             # state, and the undo log, which makes this partition's delta.
             undo = state.undo
             for table, value, key, _old in runner.changed if committed else ():
-                src = owner.get(value)
-                if src is not None:
+                to = owner.get(value)
+                if to is not None:
                     row = data.get(table, _NONE).get(value, _NONE).get(key)
-                    backs[src][0].append((table, value, key, row))
+                    backs[to][0].append((table, value, key, row))
                     undo.pop((table, value, key), None)
             for table in self.job.tables:
                 by_value = data.get(table)
                 if by_value is not None:
                     for value in owner:
-                        by_value.pop(value, None)
+                        rows = by_value.pop(value, None)
+                        if rows and tracked and table in tracked:
+                            for row in rows.values():
+                                track(tracked, table, row, None)
             if self.job.record_history and committed:
                 for value, op in runner.remote_ops:
                     backs[owner[value]][1].append(op)
@@ -354,13 +370,13 @@ class _Partition:
         changes, ops, committed = back
         if changes:
             state = self.state
-            data, undo = state.data, state.undo
+            data, undo, tracked = state.data, state.undo, state.tracked
             for table, value, key, row in changes:
                 undo_key = (table, value, key)
                 if undo_key not in undo:  # (PartitionState.put, inlined)
                     undo[undo_key] = data.get(table, _NONE).get(value, _NONE).get(key, ABSENT)
-                if row is None:
-                    state.put(table, value, key, ABSENT)
+                if row is None or (tracked and table in tracked):
+                    state.put(table, value, key, ABSENT if row is None else row)
                 else:
                     by_value = data.get(table)
                     if by_value is None:
@@ -372,10 +388,8 @@ class _Partition:
         if self.job.record_history and committed:
             if item.barrier:  # a global read's part: its reads of every row here
                 reads = self.global_reads[item.event.input]
-                found: list[str] = []
                 gid = event_gid(self.batch, item.event)
-                partial_totals(self.state.data, reads, gid, found)
-                self.outcome.history.extend(found)
+                record_reads(self.state.data, reads, gid, self.outcome.history)
             else:
                 self.outcome.history.extend(ops)
         self._finish(item)
@@ -420,8 +434,9 @@ class ForwardScheduler:
     """Runs the batch on the partitions one task hosts, exchanging messages with the rest.
 
     ``hosted``: partition -> (its state, begun for the batch; its events in the
-    declared order, one transaction each: the per-event boundary).  ``transport`` carries messages to partitions hosted by
-    other tasks (``task_of`` says which); None when every partition is here.
+    declared order, one transaction each: the per-event boundary).  ``transport``
+    carries messages to partitions hosted by other tasks (``task_of`` says
+    which); None when every partition is here.
     """
 
     def __init__(
@@ -465,18 +480,26 @@ class ForwardScheduler:
     def run(self) -> dict[int, Outcome]:
         """Run every hosted partition's transactions to the end; their outcomes."""
         parts = list(self.hosted.values())
-        while not all(p.admitted_all for p in parts):
+        deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
+        waited = 0.0
+        while not all(p.done() for p in parts):
+            admitted = False
             for part in parts:
-                if not part.admitted_all:
+                if part.admitting():
                     part.admit(ADMIT_CHUNK)
                     part.drain()
-            self._pump(block=False)
-        admitted = time.monotonic()
-        deadline = admitted + EXCHANGE_TIMEOUT_S
-        while not all(p.done() for p in parts):
-            if self._pump(block=True):
-                deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
-            elif time.monotonic() > deadline:
+                    admitted = True
+            if admitted:
+                self._pump(block=False)
+                continue
+            # Nothing to admit here: wait for what the other tasks send.
+            began = time.monotonic()
+            got = self._pump(block=True)
+            now = time.monotonic()
+            waited += now - began
+            if got:
+                deadline = now + EXCHANGE_TIMEOUT_S
+            elif now > deadline:
                 waiting = self._names(m for p in parts for m in p.waiting)
                 raise ExchangeError(
                     f"no message from the other tasks in {EXCHANGE_TIMEOUT_S:.0f} s; "
@@ -490,9 +513,8 @@ class ForwardScheduler:
                 )
         first = parts[0].outcome if parts else None
         if first is not None:
-            # Time from the last admission until the last answer: what the task spent
-            # waiting for other tasks (and running what their answers released).
-            first.wait_ms += round((time.monotonic() - admitted) * 1000)
+            # The time the task spent waiting for other tasks with nothing to admit.
+            first.wait_ms += round(waited * 1000)
         if self.transport is not None:
             self.transport.flush(wait=True)
             if first is not None:

@@ -54,6 +54,7 @@ from typing import Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime import codec
+from txstream.spark.runtime.totals import Tracked, track
 
 MAGIC = b"TXRT2\n"
 OLD_MAGIC = b"TXRT1\n"
@@ -218,9 +219,14 @@ class PartitionState:
     """Names the saved version this state is (a fresh one per save): a worker's cached
     state is used only when its token is the one the driver committed."""
     token_before: str | None = None
+    tracked: Tracked = field(default_factory=dict)
+    """Per table, the totals that the batch's global reads keep (see :mod:`.totals`):
+    every write changes them; they last one batch (cleared, never replaced: a
+    transaction holds the dict)."""
 
     def begin(self, batch: int) -> None:
         """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
+        self.tracked.clear()
         self.pending = batch
         self.undo = {}
         self.meta_before = dict(self.meta)
@@ -230,6 +236,7 @@ class PartitionState:
         """Undo the pending batch."""
         for (table, value, key), old in self.undo.items():
             self._set(table, value, key, old)
+        self.tracked.clear()
         if self.meta_before is not None:
             self.meta = self.meta_before
         self.token = self.token_before
@@ -241,6 +248,7 @@ class PartitionState:
         """The pending batch committed: it becomes this state's version."""
         if self.pending is not None:
             self.version = self.pending
+        self.tracked.clear()
         self.pending = None
         self.undo = {}
         self.meta_before = None
@@ -254,6 +262,10 @@ class PartitionState:
 
     def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
         rows = self.data.setdefault(table, {}).setdefault(value, {})
+        tracked = self.tracked
+        if tracked and table in tracked:
+            old = rows.get(key)
+            track(tracked, table, old, None if row is ABSENT else row)
         if row is ABSENT:
             rows.pop(key, None)
             if not rows:
