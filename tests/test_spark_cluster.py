@@ -2,9 +2,12 @@
 
 ``scripts/spark-cluster.sh`` starts a master and two workers on loopback (each
 worker its own JVM, executors and Python workers); ``spark-submit --master``
-runs ``examples/sensor_alerts.py`` on it as a user would.  The job names no
-master itself (``local_session``): the one given to ``spark-submit`` must win,
-or the job silently runs on ``local[2]`` in the submitting process.
+runs ``examples/ledger_audit.py`` on it as a user would: transfers between any
+two accounts of 4 partitions, so the phase-1 tasks on the two workers forward
+rows to each other over TCP, and audits that read every balance across them.
+The job names no master itself (``local_session``): the one given to
+``spark-submit`` must win, or the job silently runs on ``local[2]`` in the
+submitting process.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from txstream.spark.session import DEFAULTS, _launch_settings, _settings
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "spark-cluster.sh"
-EXAMPLE = ROOT / "examples" / "sensor_alerts.py"
+EXAMPLE = ROOT / "examples" / "ledger_audit.py"
 
 
 def test_settings_given_at_launch_win_over_the_defaults_and_lose_to_the_callers(
@@ -74,7 +77,7 @@ def test_a_job_submitted_to_a_standalone_cluster_runs_there(cluster: str, tmp_pa
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": str(ROOT / "src"),
     }
-    data, ckpt = tmp_path / "sensors", tmp_path / "sensors" / "ckpt"
+    data, ckpt = tmp_path / "ledger", tmp_path / "ledger" / "ckpt"
 
     def example(*args: str, submit: bool = False) -> subprocess.CompletedProcess[str]:
         head = [str(Path(sys.executable).parent / "spark-submit"), "--master", cluster]
@@ -88,13 +91,17 @@ def test_a_job_submitted_to_a_standalone_cluster_runs_there(cluster: str, tmp_pa
         assert proc.returncode == 0, proc.stderr[-3000:]
         return proc
 
-    example("generate", "--out", str(data), "--files", "8", "--per-file", "100")
-    example("run", "--data", str(data), "--checkpoint", str(ckpt), submit=True)
+    example("generate", "--out", str(data), "--files", "6", "--per-file", "150")
+    ran = example("run", "--data", str(data), "--checkpoint", str(ckpt), submit=True)
+    progress = json.loads(ran.stdout.splitlines()[-1])
+    assert progress["multiPartition"]["transactions"] > 0, progress  # forwarded, not deferred
+    assert progress["multiPartition"]["bytes"] > 0, progress  # between the workers' tasks
     master_log = (tmp_path / "cluster" / "master.log").read_text()
-    assert "Registered app sensor-alerts" in master_log
+    assert "Registered app ledger-audit" in master_log
     # an executor on each worker: the tasks ran in the workers' JVMs, not the driver's
     assert master_log.count("Launching executor") >= 2
     assert list((tmp_path / "cluster").glob("work-*/app-*/*/stderr")), "no executor ran"
     shown = example("show", "--checkpoint", str(ckpt), "--data", str(data))
-    verdict = json.loads(shown.stdout.splitlines()[-1])
-    assert verdict["expected"] > 0 and verdict["exactly_as_expected"], shown.stdout
+    summary, verdict = (json.loads(line) for line in shown.stdout.splitlines()[-2:])
+    assert summary["audits"] > 0 and summary["audits_failed"] == 0, shown.stdout
+    assert verdict["exactly_as_expected"], shown.stdout

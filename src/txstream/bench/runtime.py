@@ -30,7 +30,9 @@ Parameters of a point (issue 28; ``--set`` changes them in every point):
 ``skew``: see :func:`~txstream.bench.ledger.events`), ``accounts``,
 ``audit_every`` (an audit reading every balance after every N ledger events,
 0: none), ``partitions`` (the master's cores unless set) and ``cross_mode``
-(the job's ``crossPartition`` option, ``forward`` or ``defer``).
+(the job's ``crossPartition`` option, ``forward`` or ``defer``) and ``history`` (1:
+the job records its history, the default here; 0: it does not, a job's own
+default, so the run's history cannot be checked).
 
 Each run's store (with its recorded history) stays in ``DIR/runtime/<point>``,
 so ``txstream check --criterion csao DIR/runtime`` judges every run.
@@ -431,6 +433,9 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
             "id as acct", f"cast({OPENING_BALANCE} as bigint) as balance"
         ),
     )
+    # history 0: no recorded history (a job's default), so no CSAO check of the run;
+    # the outcomes, balances and audits are still checked against the serial oracle.
+    job.option("recordHistory", bool(int(point.get("history", 1))))
     notes = []
     try:
         job.option("crossPartition", point.get("cross_mode", "forward"))
@@ -876,6 +881,7 @@ EXPERIMENT = Experiment(
         "cross_mode": Param(str, choices=("forward", "defer")),
         "cross_partition_pct": Param(int, lo=0, hi=100),
         "input_seed": Param(int, lo=0, hi=2**63 - 1),
+        "history": Param(int, lo=0, hi=1),
     },
     figures=[
         Figure(
