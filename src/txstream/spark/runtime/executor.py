@@ -532,7 +532,7 @@ class Outcome:
     message_bytes: int = 0
     """Bytes of the messages that went to another task (over a socket)."""
     wait_ms: int = 0
-    """Milliseconds from a task's last admitted transaction to its last answer (forward.py)."""
+    """Milliseconds a task waited for another task's message with nothing to run (forward.py)."""
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
     inputs: dict[int, int] = field(default_factory=dict)
