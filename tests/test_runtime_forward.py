@@ -362,6 +362,45 @@ def test_a_global_read_after_a_crossing_transfer_counts_its_change_at_both_ends(
     assert got == [(55, 2), (55, 2), (31, 1)]
 
 
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_global_read_that_does_not_wait_is_caught_by_the_oracle_and_the_checker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tasks: int
+) -> None:
+    # A global read that does not wait for the transactions before it on each
+    # partition: a participant sends its totals while an earlier transfer into it
+    # is still at its home.  The total is off by the amount, and the history (a
+    # read of every row recorded as one operation, spelled out on reading) shows
+    # the read before the transfer's write that arrived first.
+    enter = forward_module._Partition._enter
+
+    def enter_without_barrier(self: Any, item: Any) -> None:
+        if item.barrier:
+            self.unfinished += 1
+            self.ready.append(item)
+            return
+        enter(self, item)
+
+    # The transfer's home is partition 0, the audit's too; partition 1 sends the
+    # audit its totals right after forwarding the transfer's row, before the
+    # transfer's answer comes back.
+    src = next(a for a in range(50) if partition_of(a, 2) == 0)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 1)
+    batch = [
+        ("deposits", {"acct": src, "amount": 50}),
+        ("deposits", {"acct": dst, "amount": 5}),
+        ("transfers", {"src": src, "dst": dst, "amount": 20}),
+        ("audits", {}),
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    scored_bank().run_local(batches, tmp_path / "right", partitions=2, tasks=tasks)
+    assert [r["total"] for r in tx.read_output(tmp_path / "right", "audits")] == [55]
+    assert check(tx.read_history(tmp_path / "right"), "csao").holds
+    monkeypatch.setattr(forward_module._Partition, "_enter", enter_without_barrier)
+    scored_bank().run_local(batches, tmp_path / "wrong", partitions=2, tasks=tasks)
+    assert [r["total"] for r in tx.read_output(tmp_path / "wrong", "audits")] != [55]
+    assert not check(tx.read_history(tmp_path / "wrong"), "csao").holds
+
+
 def test_a_transaction_that_raises_at_its_home_changes_nothing_anywhere(tmp_path: Path) -> None:
     batches = [
         [("deposits", {"acct": a, "amount": 100, "id": a}) for a in range(6)],

@@ -499,6 +499,17 @@ class Tx:
         self._emits.clear()
 
 
+def table_item(table: str) -> str:
+    """The history item of a read of every row of ``table`` on one partition (a global read).
+
+    One operation instead of one per row: the store's history reader
+    (``results.history_text``) expands it into reads of every item of the table
+    that the partition's history names, which are the only ones a conflict can
+    involve.
+    """
+    return f"{table}:*"
+
+
 def record_reads(
     data: Mapping[str, Mapping[Any, Mapping[Any, Row]]],
     reads: Iterable[tuple[str, str | None]],

@@ -60,7 +60,7 @@ from typing import Any
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
-from txstream.spark.runtime.executor import GroupRunner, Outcome, record_reads
+from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import add_totals, partial_totals, track
 
@@ -268,6 +268,8 @@ class _Partition:
         """What a participant sends its home: its values' rows, or its partial totals."""
         if item.barrier:  # a global read's part: its partial totals
             reads = self.global_reads[item.event.input]
+            if self.job.record_history:  # (the reads happen now; dropped if it aborts)
+                self._record_global_read(item.event, event_gid(self.batch, item.event))
             return partial_totals(self.state.data, reads, self.state.tracked)
         data = self.state.data
         rows = []
@@ -332,7 +334,7 @@ class _Partition:
         self.outcome.forwarded += 1
         if item.barrier and committed and self.job.record_history:
             # A global read reads every row here too (the others record theirs).
-            record_reads(data, self.global_reads[event.input], gid, self.outcome.history)
+            self._record_global_read(event, gid)
         parts = item.parts
         if len(parts) == 1:
             back: tuple[list[Any], list[str], bool] = ([], [], committed)
@@ -385,14 +387,14 @@ class _Partition:
                     if rows is None:
                         rows = by_value[value] = {}
                     rows[key] = row
-        if self.job.record_history and committed:
-            if item.barrier:  # a global read's part: its reads of every row here
-                reads = self.global_reads[item.event.input]
-                gid = event_gid(self.batch, item.event)
-                record_reads(self.state.data, reads, gid, self.outcome.history)
-            else:
-                self.outcome.history.extend(ops)
+        if self.job.record_history and committed and not item.barrier:
+            self.outcome.history.extend(ops)  # (a global read's part recorded its reads)
         self._finish(item)
+
+    def _record_global_read(self, event: Event, gid: str) -> None:
+        """A committed global read's reads here: one operation per table (see table_item)."""
+        tables = dict.fromkeys(table for table, _ in self.global_reads[event.input])
+        self.outcome.history.extend(f"r{gid}({table_item(table)})" for table in tables)
 
     def _finish(self, item: _Item) -> None:
         self.unfinished -= 1

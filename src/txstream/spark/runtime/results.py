@@ -189,13 +189,14 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
             f"{path}: this job recorded no history; start it with .option('recordHistory', True)"
         )
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
-    operations: list[str] = []
+    files: list[tuple[str, list[str]]] = []  # (role, operations)
     for batch, info in store.chain():
         parts = _parts(store, batch, info, "history", "")
         # Phase-1 files before the coordinator's: a deferred value's operations
         # all come after its phase-1 operations.
         parts.sort(key=lambda p: p.stem.startswith("coord"))
         for part in parts:
+            operations = []
             for line in part.read_text().splitlines():
                 if line.startswith("T "):
                     _, gid, fate, ordv, index, mid = line.split()
@@ -205,6 +206,8 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
                         fates[gid] = (min(order, known[0]) if known else order, fate)
                 else:
                     operations.append(line)
+            files.append((part.stem, operations))
+    operations = _expand_table_reads(files)
     arrival = sorted(fates, key=lambda gid: fates[gid][0])
     lines = [f"# committed history of {store.root}"]
     if arrival:
@@ -212,6 +215,40 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
     lines.extend(operations)
     lines.extend(("c" if fates[gid][1] == "c" else "a") + gid for gid in arrival)
     return "\n".join(lines) + "\n"
+
+
+def _expand_table_reads(files: list[tuple[str, list[str]]]) -> list[str]:
+    """Every file's operations, a read of a whole table (``rT(t:*)``) spelled out.
+
+    A global read records one read of ``t:*`` per partition (see
+    ``executor.table_item``); it stands for a read of every row and row set of
+    ``t`` on that partition, as of its place there.  It becomes a read of every
+    item of ``t`` that the partition's history files (its role, over all
+    batches) name: a conflict needs a write, and every write of a row there is
+    named there.  A row named only in the deferred phase's files (a job that
+    ran some batches with ``crossPartition="defer"``) is left out; its writes
+    there come from earlier batches, whose conflicts with the read follow the
+    arrival order anyway.
+    """
+    if not any(op.endswith(":*)") for _, ops in files for op in ops):
+        return [op for _, ops in files for op in ops]
+    named: dict[str, dict[str, set[str]]] = {}  # role -> table -> items
+    for role, ops in files:
+        tables = named.setdefault(role, {})
+        for op in ops:
+            item = op[op.find("(") + 1 : -1]
+            if ":" in item and not item.endswith(":*"):
+                tables.setdefault(item.split(":", 1)[0], set()).add(item)
+    out: list[str] = []
+    for role, ops in files:
+        for op in ops:
+            if op.endswith(":*)"):
+                head = op[: op.index("(") + 1]
+                table = op[len(head) : -3]
+                out.extend(f"{head}{item})" for item in sorted(named[role].get(table, ())))
+            else:
+                out.append(op)
+    return out
 
 
 def read_history(path: str | Path) -> History:
