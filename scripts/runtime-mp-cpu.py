@@ -206,6 +206,11 @@ def main() -> None:
         print(f"\nus/event by function: {a}, {b}, difference")
         for diff, c0, un, (f, fn) in sorted(rows, reverse=True)[:30]:
             print(f"{c0:6.2f} {un:6.2f} {diff:+6.2f}  {f}:{fn}")
+        print(f"\nus/event by line of forward.py, {b}")
+        lines = samplers[b].lines
+        for (f, ln, fn), n in lines.most_common(400):
+            if f == "forward.py" and n * scale[b] >= 0.08:
+                print(f"{n * scale[b]:6.2f}  {ln} {fn}")
 
 
 if __name__ == "__main__":
