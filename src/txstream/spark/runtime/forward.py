@@ -27,9 +27,10 @@ partition finished, and everything after it waits for it (a barrier of that
 partition only).
 
 A global read (an input declared with ``global_reads``): every partition, at
-the read's place, forwards its partial totals to partition 0, which runs the
-function over the totals and answers each partition, so every partition stops
-for that one transaction only.
+the read's place, takes its partial totals (its reads) and forwards them to
+partition 0, which runs the function over them.  The read writes no rows and
+emits at partition 0 only, so the other partitions go on at once: only
+partition 0 waits, for the others to reach the read.
 
 This runs for the per-event boundary, whose transactions have the same id on
 every partition; a boundary that groups events cuts each partition's events on
@@ -248,6 +249,13 @@ class _Partition:
             self._finish(item)
             return
         mid = item.event.order[2]
+        if kind == "part" and item.barrier:
+            # A global read's part: its reads are its totals, taken now.  The read
+            # writes nothing and emits only at its home, so nothing comes back: the
+            # partition goes on at once instead of pausing until the home ran it.
+            self.sched.send(item.home, self.pid, mid, "up", self._forward(item))
+            self._finish(item)
+            return
         early = self.early.pop(mid, ())
         if kind == "part":
             self.waiting[mid] = item
@@ -362,9 +370,10 @@ class _Partition:
             if self.job.record_history and committed:
                 for value, op in runner.remote_ops:
                     backs[owner[value]][1].append(op)
-        mid, send, me = event.order[2], self.sched.send, self.pid
-        for p, answer in backs.items():
-            send(p, me, mid, "back", answer)
+        if not item.barrier:  # (a global read's parts finished when they sent their totals)
+            mid, send, me = event.order[2], self.sched.send, self.pid
+            for p, answer in backs.items():
+                send(p, me, mid, "back", answer)
         self._finish(item)
 
     def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
