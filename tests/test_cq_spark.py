@@ -663,6 +663,34 @@ def test_bad_time_windows_fail_in_one_line(spark: Any) -> None:
         assert message in str(err.value) and "\n" not in str(err.value), kw
 
 
+def test_optimistic_that_commits_a_window_per_attempt_still_escalates(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """An updater that invalidates all but the first window of every attempt: each
+    attempt commits one window, so a bound on attempts in a row *without* progress
+    never escalates and a batch is redone once per window.  Every redo counts: after
+    ESCALATE_AFTER of them the batch runs on a snapshot."""
+    import txstream.jobs.cq as cq_job
+
+    rng = random.Random(6)
+    rows = {k: {"price": rng.randint(1, 50), "cat": 0} for k in range(20)}
+    batches = make_batches(rng, 2, 200, 20)
+    write_batches(tmp_path / "events", batches)
+    tm = load_table("optimistic", dict(rows))
+    real = cq_job._Runner._valid_prefix
+
+    def one_window(self: Any, out: Any) -> int:
+        return min(real(self, out), 1)  # (as if later windows' rows had changed)
+
+    monkeypatch.setattr(cq_job._Runner, "_valid_prefix", one_window)
+    got = run(query(spark, tmp_path / "events", tm, "optimistic", 5, 2), tmp_path / "cp")
+    events = [e for batch in batches for e in batch]
+    assert [x.window for x in got.results] == list(range((len(events) - 5) // 2 + 1))
+    assert max(x.attempts for x in got.results) == cq_job.ESCALATE_AFTER + 1
+    assert got.stats.escalations == 2  # one per batch
+    assert all(x.consistent for x in got.results)
+
+
 def test_optimistic_time_windows_redo_from_the_first_invalid_window(
     spark: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:

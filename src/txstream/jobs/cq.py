@@ -70,7 +70,11 @@ EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
 """The schema of the experiment's event files (CSV ``id,part,qty``)."""
 
 ESCALATE_AFTER = 4
-"""``optimistic``: attempts in a row that commit no window before a batch runs on a snapshot.
+"""``optimistic``: redos of one micro-batch before it runs on a snapshot.
+
+Every redo counts, including one after an attempt that committed some windows:
+under an updater that invalidates a few windows of every attempt, a batch of
+thousands of windows would otherwise be redone once per window.
 
 Its next attempt pins the tables as of a snapshot
 (:meth:`~txstream.txn.TransactionManager.begin_snapshot`), which later updates
@@ -426,12 +430,12 @@ class _Runner:
         order = self.cq._order
         events, carry = b.frame, self.carry
         results: list[Result] = []
-        attempts = stalled = 0
+        attempts = 0
         while True:
             if self.stopping:  # stop() while a batch is redone: leave it to the restart
                 raise CQError(f"stopped during batch {b.id}; a restart redoes it")
             attempts += 1
-            escalated = stalled >= ESCALATE_AFTER
+            escalated = attempts > ESCALATE_AFTER
             if escalated:
                 # no progress under validation: this attempt reads a snapshot, which
                 # always commits (updates come faster than a micro-batch runs)
@@ -476,12 +480,10 @@ class _Runner:
                 keep = [i for i, v in enumerate(carry.get(order, [])) if v >= low]
                 carry = {c: [vals[i] for i in keep] for c, vals in carry.items()}
                 self.stats.redos += 1
-                stalled = 0 if valid else stalled + 1
             except TransientError:
                 if txn is not None and txn.status == "active":
                     txn.abort()
                 self.stats.redos += 1
-                stalled += 1
         if self.plain:  # carried rows keep the instant their absent reads were made
             for i, at in enumerate(self._pinned_at):
                 col = out.carry.get(f"__seen{i}", [])
