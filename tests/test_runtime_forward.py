@@ -543,3 +543,31 @@ def test_sockets_carry_large_frames_both_ways_at_once(tmp_path: Path) -> None:
         a.close()
         b.close()
     assert isinstance(socket.gethostname(), str)
+
+
+def test_frames_that_arrive_with_the_peers_close_are_delivered(tmp_path: Path) -> None:
+    # A peer that sends its last messages and closes at once: its frames and its
+    # end of stream came in one read, and the frames were dropped with the socket
+    # (the other task then waited EXCHANGE_TIMEOUT_S for them: ledger_audit's
+    # tasks=2 test hung once the store's files were written faster).
+    exchange = new_exchange(2)
+    receiver = SocketTransport(0, 2, tmp_path, exchange["secret"], "127.0.0.1")
+    sender = SocketTransport(1, 2, tmp_path, exchange["secret"], "127.0.0.1")
+    try:
+        sender.send(0, (0, 1, "g0", "up", "first"))
+        for _ in range(200):  # connect, and be welcomed
+            sender.flush()
+            receiver.poll(0.01)
+            sender.poll(0.01)
+            if 0 in sender.welcomed:
+                break
+        assert 0 in sender.welcomed and receiver.poll(0.5) == [(0, 1, "g0", "up", "first")]
+        sender.send(0, (0, 1, "g1", "up", "last"))
+        sender.flush(wait=True)
+        sender.close()  # the frame and the end of stream are both in flight now
+        got: list[Any] = []
+        for _ in range(50):
+            got += receiver.poll(0.01)
+        assert got == [(0, 1, "g1", "up", "last")]
+    finally:
+        receiver.close()

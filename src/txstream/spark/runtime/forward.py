@@ -748,6 +748,7 @@ class SocketTransport:
 
     def _read(self, sock: socket.socket, out: list[Message]) -> None:
         buffer = self.incoming[sock]
+        ended = False
         while True:
             try:
                 chunk = sock.recv(1 << 20)
@@ -756,12 +757,18 @@ class SocketTransport:
             except OSError:
                 chunk = b""
             if not chunk:  # the peer finished (or died: its missing answers time out)
-                self.selector.unregister(sock)
-                del self.incoming[sock]
-                self.verified.discard(sock)
-                sock.close()
-                return
+                ended = True  # (its last frames may have come in this same read)
+                break
             buffer += chunk
+        self._unpack(sock, buffer, out)
+        if ended and sock in self.incoming:
+            self.selector.unregister(sock)
+            del self.incoming[sock]
+            self.verified.discard(sock)
+            sock.close()
+
+    def _unpack(self, sock: socket.socket, buffer: bytearray, out: list[Message]) -> None:
+        """Check the hello of ``sock``'s ``buffer``, then move its whole frames to ``out``."""
         if sock not in self.verified:
             if len(buffer) < _HELLO.size:
                 return
@@ -773,7 +780,8 @@ class SocketTransport:
                 return
             del buffer[: _HELLO.size]
             self.verified.add(sock)
-            sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
+            with contextlib.suppress(OSError):  # (a peer gone already needs no welcome)
+                sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
         while len(buffer) >= _HEADER.size:
             (size,) = _HEADER.unpack_from(buffer)
             if len(buffer) < _HEADER.size + size:
