@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -245,7 +246,11 @@ def test_spark_takes_the_watermark_from_withwatermark_on_the_order_column(
     for k, part in enumerate(files):
         rows = [{"k": n % 2, "n": n, "ts": (t0 + timedelta(seconds=n)).isoformat()} for n in part]
         text = "".join(json.dumps(r) + "\n" for r in rows)
-        (tmp_path / "in" / f"part-{k:04d}.json").write_text(text)
+        path = tmp_path / "in" / f"part-{k:04d}.json"
+        path.write_text(text)
+        # Spark takes files in modification-time order; written within one clock
+        # tick (in memory, say) they tie and come in any order.
+        os.utime(path, (1_700_000_000 + k, 1_700_000_000 + k))
         local.append([("e", {**r, "ts": t0 + timedelta(seconds=r["n"])}) for r in rows])
     df = (
         spark.readStream.schema("k long, n long, ts timestamp")
