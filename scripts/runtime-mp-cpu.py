@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import pickle
 import shutil
 import signal
 import tempfile
@@ -156,12 +157,10 @@ def run(pattern: str, args: argparse.Namespace, sampler: Sampler | None) -> floa
                 sampler.off()
             files: dict[str, list[int]] = {}
             for o in out:
-                import pickle
-
                 summary = pickle.loads(o["payload"])
                 tokens[summary["pid"]] = summary["token"]
                 files.update(summary["stats"].get("files", {}))
-                assert summary["stats"]["errors"] == 0 if "errors" in summary["stats"] else True
+                assert summary["stats"]["aborted"] == 0, summary["stats"]["failures"][:1]
             if b > 0:
                 per_event.append(1e6 * cpu / len(part))
             store.commit(b, {"prev": prev, "tokens": {str(p): t for p, t in tokens.items()}}, files)

@@ -199,7 +199,7 @@ class _Partition:
         home = pids[0]
         if home == pid:
             others = [p for p in pids if p != pid]
-            parts = tuple(others) if len(others) == 1 else tuple(sorted(set(others)))
+            parts = tuple(sorted(set(others)))
             return _Item(e, "home", mine, home=pid, parts=parts, ups={})
         return _Item(e, "part", mine, home=home)
 
@@ -344,11 +344,9 @@ class _Partition:
             # A global read reads every row here too (the others record theirs).
             self._record_global_read(event, gid)
         parts = item.parts
-        if len(parts) == 1:
-            back: tuple[list[Any], list[str], bool] = ([], [], committed)
-            backs = {parts[0]: back}
-        else:
-            backs = {p: ([], [], committed) for p in parts}
+        backs: dict[int, tuple[list[Any], list[str], bool]] = {
+            p: ([], [], committed) for p in parts
+        }
         if owner:
             # What changed of the forwarded rows goes back, row by row; they leave this
             # state, and the undo log, which makes this partition's delta.
@@ -379,23 +377,9 @@ class _Partition:
     def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
         """At a participant: the home's answer; the rows it changed replace these."""
         changes, ops, committed = back
-        if changes:
-            state = self.state
-            data, undo, tracked = state.data, state.undo, state.tracked
-            for table, value, key, row in changes:
-                undo_key = (table, value, key)
-                if undo_key not in undo:  # (PartitionState.put, inlined)
-                    undo[undo_key] = data.get(table, _NONE).get(value, _NONE).get(key, ABSENT)
-                if row is None or (tracked and table in tracked):
-                    state.put(table, value, key, ABSENT if row is None else row)
-                else:
-                    by_value = data.get(table)
-                    if by_value is None:
-                        by_value = data[table] = {}
-                    rows = by_value.get(value)
-                    if rows is None:
-                        rows = by_value[value] = {}
-                    rows[key] = row
+        put = self.state.put  # (it keeps the batch's pre-images and the global totals)
+        for table, value, key, row in changes:
+            put(table, value, key, ABSENT if row is None else row)
         if self.job.record_history and committed and not item.barrier:
             self.outcome.history.extend(ops)  # (a global read's part recorded its reads)
         self._finish(item)
