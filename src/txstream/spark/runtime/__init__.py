@@ -9,10 +9,10 @@ from txstream.spark.runtime.base import (
     RuntimeJobError,
     SchemaError,
     TransactionAborted,
+    Tx,
     UndeclaredKeyError,
 )
 from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, GroupOrderError, boundary
-from txstream.spark.runtime.executor import Tx
 from txstream.spark.runtime.failures import InputFailingError, TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner

@@ -43,7 +43,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
-from typing import Any
+from typing import Any, Protocol
 
 from txstream.errors import TxStreamError
 
@@ -288,6 +288,15 @@ def keyed_values(table: str) -> UndeclaredKeyError:
     return UndeclaredKeyError(
         f"values({table!r}) is for events of an input declared without keys "
         "(they reach every partition); this event has keys"
+    )
+
+
+def undeclared_total(table: str, column: str | None) -> UndeclaredKeyError:
+    """The error of ``sum``/``count`` of a total the event's input did not declare."""
+    what = f"{table}.{column}" if column is not None else table
+    return UndeclaredKeyError(
+        f"a read of {what} across all partitions needs an input without keys declared "
+        f"with global_reads=[{what!r}]"
     )
 
 
@@ -543,7 +552,150 @@ class OutputSpec:
     schema, or with a column ``__order`` (which the row's order then replaces)."""
 
 
-TxnFunction = Callable[[Any, Row], None]
+class Tx(Protocol):
+    """What a transaction function sees: the verbs over its partition values' rows.
+
+    ``fn(t, event)`` gets one of these for each transaction (``Job.on``).  Every
+    engine implements it: the executors' and ``run_local``'s
+    (:class:`~txstream.spark.runtime.executor.ExecutorTx`) and the driver
+    engine's (:class:`~txstream.spark.runtime.driver.DriverTx`); annotate with
+    ``tx.Tx``.  Rows are dicts of columns; every row handed out is a copy.
+
+    Rules every verb keeps:
+
+    * a verb may touch only rows whose partition value is one of the
+      transaction's events' declared keys (:class:`UndeclaredKeyError`
+      otherwise; see ``Job.input(keys=...)``);
+    * a key or row that does not fit the table's declared columns, or an unknown
+      table or output, is a :class:`SchemaError` (a ``"5"`` for a long key
+      never finds a row: it is refused, not missed);
+    * when the function raises (or calls :meth:`abort`) every change of the
+      transaction is undone and nothing it emitted is sent; the failure is
+      recorded with the event's position (``tx.read_failures``).
+
+    >>> import txstream as tx
+    >>> def pay(t: tx.Tx, e):
+    ...     src = t.read("accounts", e["src"])
+    ...     if src is None or src["balance"] < e["amount"]:
+    ...         t.abort("cannot pay")                     # nothing of it stays
+    ...     t.update("accounts", e["src"], balance=src["balance"] - e["amount"])
+    ...     if t.read("accounts", e["dst"]) is None:
+    ...         t.insert("accounts", {"acct": e["dst"], "balance": 0})
+    ...     t.increment("accounts", e["dst"], "balance", e["amount"])
+    ...     t.emit("payments", {"to": e["dst"], "amount": e["amount"]})
+    >>> job = (tx.Job().table("accounts", key="acct", initial=[{"acct": 1, "balance": 10}])
+    ...        .input("pay", None, keys=["src", "dst"]).output("payments").on("pay", pay))
+    >>> _ = job.run_local([[("pay", {"src": 1, "dst": 2, "amount": 4}),
+    ...                     ("pay", {"src": 2, "dst": 3, "amount": 9})]], "ckpt/tx")
+    >>> tx.read_table("ckpt/tx", "accounts"), tx.read_output("ckpt/tx", "payments")
+    ([{'acct': 1, 'balance': 6}, {'acct': 2, 'balance': 4}], [{'to': 2, 'amount': 4}])
+    """
+
+    # -- reads ---------------------------------------------------------------------
+    def read(self, table: str, key: Key, default: Any = None) -> Any:
+        """The row of ``table`` with ``key`` (a copy), or ``default`` when there is none.
+
+        Reads one row; :class:`SchemaError` for a key of the wrong type,
+        :class:`UndeclaredKeyError` for a key of an undeclared partition value.
+        """
+        ...
+
+    def scan(self, table: str, value: Key) -> list[Row]:
+        """Every row of ``table`` in partition value ``value`` (copies, in canonical key order).
+
+        Reads the rows and the set of the value's keys (an insert into the value
+        conflicts with it); :class:`SchemaError` for a value of the wrong type,
+        :class:`UndeclaredKeyError` for an undeclared one.
+        """
+        ...
+
+    def values(self, table: str) -> list[Key]:
+        """For a keyless event's fragment: the partition values of ``table`` with rows there.
+
+        An event of an input without keys reaches every partition; each of its
+        fragments lists the values of its own partition (canonical order).
+        :class:`UndeclaredKeyError` in an event with keys.
+        """
+        ...
+
+    def sum(self, table: str, column: str) -> Any:
+        """The sum of ``column`` over every row of ``table`` in every partition (nulls skipped).
+
+        For an input declared with ``global_reads=["table.column"]``: the total
+        as of this transaction's place in the order (an int unless a float was
+        summed).  :class:`UndeclaredKeyError` when the input does not declare it.
+        """
+        ...
+
+    def count(self, table: str) -> int:
+        """The number of rows of ``table`` in every partition (declared as for :meth:`sum`)."""
+        ...
+
+    @property
+    def home(self) -> int | None:
+        """For an event that reaches every partition: the partition this fragment runs on.
+
+        Each partition ``0 .. P-1`` runs one fragment of such an event (an input
+        without keys); ``home == 0`` picks one of them, e.g. to emit once per
+        event.  None for an event with keys.
+        """
+        ...
+
+    # -- writes --------------------------------------------------------------------
+    def insert(self, table: str, row: Row) -> None:
+        """Add ``row`` (its key is in its key columns); :class:`DuplicateKeyError` when it exists.
+
+        :class:`SchemaError` when the row lacks key columns or does not fit the
+        table's declared columns.
+        """
+        ...
+
+    def upsert(self, table: str, row: Row) -> None:
+        """Insert ``row``, or replace the row with its key.
+
+        :class:`SchemaError` as for :meth:`insert`; an existing key is no error.
+        """
+        ...
+
+    def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
+        """Change some columns of the row with ``key``; returns the new row (a copy).
+
+        ``changes`` and ``columns`` name the new values.  :class:`MissingRowError`
+        when there is no such row; :class:`SchemaError` for a change of a key
+        column or a value that does not fit its column.
+        """
+        ...
+
+    def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
+        """Add ``by`` to ``column`` of the row with ``key``; returns the new value.
+
+        :class:`MissingRowError` when there is no such row; :class:`SchemaError`
+        when the column is missing or not a number.
+        """
+        ...
+
+    def delete(self, table: str, key: Key) -> None:
+        """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
+        ...
+
+    def emit(self, output: str, row: Row) -> None:
+        """Send a copy of ``row`` to ``output`` when (and only if) the transaction commits.
+
+        :class:`SchemaError` for an unknown output or a row that does not fit
+        the output's declared schema.
+        """
+        ...
+
+    def abort(self, reason: str = "aborted by the transaction") -> None:
+        """Roll the transaction back: raises :class:`TransactionAborted` with ``reason``.
+
+        Its failure record has ``kind`` ``abort``, not ``error``.
+        """
+        ...
+
+
+TxnFunction = Callable[[Tx, Row], None]
+"""A transaction function: ``fn(t, event)`` with the transaction's verbs and the event's row."""
 
 
 @dataclass

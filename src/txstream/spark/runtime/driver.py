@@ -21,6 +21,7 @@ from txstream.spark.runtime.base import (
     Key,
     Row,
     TransactionAborted,
+    Tx,
     check_key,
     check_partition_value,
     duplicate_key,
@@ -30,11 +31,13 @@ from txstream.spark.runtime.base import (
     keyed_values,
     missing_row,
     table_spec,
+    undeclared_total,
     updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
-from txstream.spark.runtime.executor import Outcome, check_fragment
+from txstream.spark.runtime.executor import ExecutorTx, Outcome, check_fragment
 from txstream.spark.runtime.partitioning import canonical
+from txstream.spark.runtime.totals import count_rows, finish_total
 from txstream.storage import DuplicateKeyError, MissingKeyError
 from txstream.txn import TransactionManager
 
@@ -43,7 +46,7 @@ _ALL = "all"
 
 
 class DriverTx:
-    """The :class:`~txstream.spark.runtime.executor.Tx` interface over a TM transaction.
+    """:class:`~txstream.spark.runtime.base.Tx` over a transaction of the transaction manager.
 
     ``scan`` and ``values`` read the engine's index of keys per partition value
     under *set items*, against phantoms as the executors' history does: a scan
@@ -65,6 +68,8 @@ class DriverTx:
         """0 while a keyless event runs: its one fragment here, which may touch any row."""
         self._written: set[tuple[str, Any, bool]] = set()
         """The set items this transaction has written (it holds them to the end)."""
+        self._global: tuple[tuple[str, str | None], ...] = ()
+        """What the running event may read across all partitions (its input's global_reads)."""
 
     @property
     def home(self) -> int | None:
@@ -121,6 +126,38 @@ class DriverTx:
             raise keyed_values(table)
         self._txn.read(self._engine.value_sets[table], _ALL)
         return sorted(self._engine.index[table], key=canonical)
+
+    def sum(self, table: str, column: str) -> Any:
+        """See ``Tx.sum``: the total over every row of ``table``, read under the TM's locks."""
+        return self._total(table, column)[0]
+
+    def count(self, table: str) -> int:
+        """See ``Tx.count``."""
+        for read_table, column in self._global:
+            if read_table == table:
+                return int(self._total(table, column)[1])
+        raise undeclared_total(table, None)
+
+    def _total(self, table: str, column: str | None) -> list[Any]:
+        """(sum, count) as the executors compute them, reading every row and set item.
+
+        Reading the table's set of values and each value's set item holds off
+        any insert or delete (a phantom) until this transaction ends, as a scan does.
+        """
+        if (table, column) not in self._global:
+            raise undeclared_total(table, column)
+        engine, txn, rows = self._engine, self._txn, self._tm.table(table)
+        txn.read(engine.value_sets[table], _ALL)
+        found: dict[Any, dict[Key, Row]] = {}
+        for value in sorted(engine.index[table], key=canonical):
+            txn.read(engine.sets[table], value)
+            keys = sorted(engine.index[table].get(value, ()), key=canonical)
+            part = {k: txn.read(rows, k) for k in keys}
+            found[value] = {k: row for k, row in part.items() if row is not None}
+        partial = count_rows(found, column)
+        if partial is None:  # (the executors' words: totals.partial_totals)
+            raise TypeError(f"the sum of {table}.{column}: a value is not a number")
+        return finish_total(partial)
 
     def insert(self, table: str, row: Row) -> None:
         """See ``Tx.insert``."""
@@ -284,7 +321,10 @@ class DriverEngine:
                     current[0] = event
                     # A keyless event is one fragment here; an event with keys, in the
                     # same transaction or not, touches its transaction's values only.
-                    tx._home = None if event.values else 0
+                    # A global read's event touches no rows, as on the executors.
+                    reads = self.job.inputs[event.input].global_reads
+                    tx._global = reads
+                    tx._home = None if event.values or reads else 0
                     self.job.handlers[event.input](tx, event.row)
                 emits.extend(tx._emits)
 
@@ -308,3 +348,11 @@ class DriverEngine:
                     if sent is not None:
                         outcome.sent.append(sent)
         return outcome
+
+
+def _as_tx(engine_tx: ExecutorTx | DriverTx) -> Tx:
+    """Never called: mypy checks here that every engine's transaction is a ``Tx``.
+
+    (``tests/test_tx_protocol.py`` compares the verbs' parameters at run time.)
+    """
+    return engine_tx

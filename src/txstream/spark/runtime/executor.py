@@ -44,6 +44,7 @@ from txstream.spark.runtime.base import (
     keyed_values,
     missing_row,
     table_spec,
+    undeclared_total,
     updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Group, PerEvent, Run, event_gid, track_runs
@@ -125,28 +126,15 @@ def _set_item(table: str, value: Key) -> str:
     return item_name(table, value).replace(":", ":v", 1)
 
 
-class Tx:
-    """What a transaction function sees: reads and writes of its partition values.
+class ExecutorTx:
+    """:class:`~txstream.spark.runtime.base.Tx` on a partition's state: executors, ``run_local``.
+
+    What a transaction function sees: reads and writes of its partition values.
 
     Rows are dicts of columns; ``read`` returns a copy.  Every change is undone
-    when the function raises (or calls :meth:`abort`).
-
-    >>> import txstream as tx
-    >>> def pay(t: tx.Tx, e):
-    ...     src = t.read("accounts", e["src"])
-    ...     if src is None or src["balance"] < e["amount"]:
-    ...         t.abort("cannot pay")                     # nothing of it stays
-    ...     t.update("accounts", e["src"], balance=src["balance"] - e["amount"])
-    ...     if t.read("accounts", e["dst"]) is None:
-    ...         t.insert("accounts", {"acct": e["dst"], "balance": 0})
-    ...     t.increment("accounts", e["dst"], "balance", e["amount"])
-    ...     t.emit("payments", {"to": e["dst"], "amount": e["amount"]})
-    >>> job = (tx.Job().table("accounts", key="acct", initial=[{"acct": 1, "balance": 10}])
-    ...        .input("pay", None, keys=["src", "dst"]).output("payments").on("pay", pay))
-    >>> _ = job.run_local([[("pay", {"src": 1, "dst": 2, "amount": 4}),
-    ...                     ("pay", {"src": 2, "dst": 3, "amount": 9})]], "ckpt/tx")
-    >>> tx.read_table("ckpt/tx", "accounts"), tx.read_output("ckpt/tx", "payments")
-    ([{'acct': 1, 'balance': 6}, {'acct': 2, 'balance': 4}], [{'to': 2, 'amount': 4}])
+    when the function raises (or calls :meth:`abort`).  The verbs' contracts
+    and an example: ``help(tx.Tx)``.  Owned by the task running the partition's
+    batch; one object serves each transaction in turn (reset between them).
     """
 
     __slots__ = (
@@ -385,11 +373,7 @@ class Tx:
         return finish_total(found[(table, column)])
 
     def _undeclared_total(self, table: str, column: str | None) -> UndeclaredKeyError:
-        what = f"{table}.{column}" if column is not None else table
-        return UndeclaredKeyError(
-            f"a read of {what} across all partitions needs an input without keys declared "
-            f"with global_reads=[{what!r}]"
-        )
+        return undeclared_total(table, column)
 
     def emit(self, output: str, row: Row) -> None:
         """Send ``row`` to ``output`` when (and only if) the transaction commits."""
@@ -655,7 +639,7 @@ class GroupRunner:
         self.arrival_column: str | None = getattr(arrival, "column", None)
         """The arrival column when ``arrival`` reads one (floats are then read inline)."""
         self.handlers = job.handlers
-        self.tx = Tx(job, state, None, None)
+        self.tx = ExecutorTx(job, state, None, None)
         """The one Tx of every transaction this runner runs, reset for each (one
         object less per event; transactions run one after the other)."""
         self.tx._partitions = partitions
