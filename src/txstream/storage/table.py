@@ -30,7 +30,7 @@ from typing import Any
 from txstream.storage.base import (
     ABSENT,
     DuplicateKeyError,
-    MissingKeyError,
+    MissingRowError,
     StorageError,
     check_name,
     item_name,
@@ -194,10 +194,10 @@ class Table:
         return ("delete", key)
 
     def update(self, key: Hashable, row: Any) -> Undo:
-        """Replace an existing row; :class:`MissingKeyError` if there is none."""
+        """Replace an existing row; :class:`MissingRowError` if there is none."""
         current = self._current
         if key not in current:
-            raise MissingKeyError(f"table {self.name}: no row with key {key!r} to update")
+            raise MissingRowError(f"table {self.name}: no row with key {key!r} to update")
         old = current[key]
         current[key] = row
         return ("restore", key, old)
@@ -210,11 +210,11 @@ class Table:
         return ("restore", key, old)
 
     def delete(self, key: Hashable) -> Undo:
-        """Remove a row; :class:`MissingKeyError` if there is none."""
+        """Remove a row; :class:`MissingRowError` if there is none."""
         try:
             old = self._current.pop(key)
         except KeyError:
-            raise MissingKeyError(f"table {self.name}: no row with key {key!r} to delete") from None
+            raise MissingRowError(f"table {self.name}: no row with key {key!r} to delete") from None
         return ("restore", key, old)
 
     def increment(self, key: Hashable, delta: Any, field: Hashable | None = None) -> Undo:
@@ -225,7 +225,7 @@ class Table:
         """
         current = self._current
         if key not in current:
-            raise MissingKeyError(f"table {self.name}: no row with key {key!r} to increment")
+            raise MissingRowError(f"table {self.name}: no row with key {key!r} to increment")
         row = current[key]
         try:
             if field is None:

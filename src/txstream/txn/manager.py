@@ -47,7 +47,7 @@ from typing import Any, TypeVar
 
 from txstream.errors import TransientError, TxStreamError
 from txstream.model.history import History, Operation
-from txstream.storage import ABSENT, DuplicateKeyError, MissingKeyError, Store, Stream, Table
+from txstream.storage import ABSENT, DuplicateKeyError, MissingRowError, Store, Stream, Table
 from txstream.storage.base import StorageError
 from txstream.storage.stream import OrderBy
 from txstream.txn.base import (
@@ -305,15 +305,15 @@ class Transaction:
             new = arg
         elif op == "delete":
             if old is ABSENT:
-                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to delete")
+                raise MissingRowError(f"table {tbl.name}: no row with key {key!r} to delete")
             new = ABSENT
         elif op == "update":
             if old is ABSENT:
-                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to update")
+                raise MissingRowError(f"table {tbl.name}: no row with key {key!r} to update")
             new = arg
         else:
             if old is ABSENT:
-                raise MissingKeyError(f"table {tbl.name}: no row with key {key!r} to increment")
+                raise MissingRowError(f"table {tbl.name}: no row with key {key!r} to increment")
             scratch = Table(tbl.name)
             scratch.put(key, old)
             scratch.increment(key, arg, field)
@@ -329,11 +329,11 @@ class Transaction:
         self._change(table, key, "insert", row)
 
     def update(self, table: TableRef, key: Hashable, row: Any) -> None:
-        """Replace an existing row (:class:`~txstream.storage.MissingKeyError` if none)."""
+        """Replace an existing row (:class:`~txstream.storage.MissingRowError` if none)."""
         self._change(table, key, "update", row)
 
     def delete(self, table: TableRef, key: Hashable) -> None:
-        """Delete an existing row (:class:`~txstream.storage.MissingKeyError` if none)."""
+        """Delete an existing row (:class:`~txstream.storage.MissingRowError` if none)."""
         self._change(table, key, "delete", None)
 
     def increment(

@@ -3,17 +3,21 @@
 Importing this package does not import pyspark; :meth:`Job.start` does.
 """
 
-from txstream.spark.runtime.base import (
+from txstream.spark.runtime.base import Tx
+from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, boundary
+from txstream.spark.runtime.errors import (
     DuplicateKeyError,
+    GroupOrderError,
+    InputFailingError,
     MissingRowError,
     RuntimeJobError,
     SchemaError,
+    StoreError,
+    StoreLockedError,
     TransactionAborted,
-    Tx,
     UndeclaredKeyError,
 )
-from txstream.spark.runtime.boundaries import BOUNDARIES, Boundary, GroupOrderError, boundary
-from txstream.spark.runtime.failures import InputFailingError, TransactionFailuresWarning
+from txstream.spark.runtime.failures import TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.results import (
@@ -24,7 +28,6 @@ from txstream.spark.runtime.results import (
     read_table,
 )
 from txstream.spark.runtime.sinks import PostgresSink
-from txstream.spark.runtime.state import StoreError, StoreLockedError
 
 __all__ = [
     "BOUNDARIES",

@@ -45,108 +45,28 @@ from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import Any, Protocol
 
-from txstream.errors import TxStreamError
+from txstream.spark.runtime.errors import (  # (re-exported: imported from here before)
+    DuplicateKeyError as DuplicateKeyError,
+)
+from txstream.spark.runtime.errors import (
+    MissingRowError as MissingRowError,
+)
+from txstream.spark.runtime.errors import (
+    RuntimeJobError as RuntimeJobError,
+)
+from txstream.spark.runtime.errors import (
+    SchemaError as SchemaError,
+)
+from txstream.spark.runtime.errors import (
+    TransactionAborted as TransactionAborted,
+)
+from txstream.spark.runtime.errors import (
+    UndeclaredKeyError as UndeclaredKeyError,
+)
 
 Row = dict[str, Any]
 Key = Any
 """A table key or partition value: a scalar (int, str, bool) or a tuple of them."""
-
-
-class RuntimeJobError(TxStreamError):
-    """A job definition is wrong (unknown name, missing column, bad option).
-
-    Raised by the builder or before anything runs, in one line:
-
-    >>> import txstream as tx
-    >>> tx.Job().input("ev", None, keys="k").option("onError", "ignore")
-    Traceback (most recent call last):
-    txstream.spark.runtime.base.RuntimeJobError: option onError is one of ('rollback', 'stop'), not
-    'ignore'
-    """
-
-
-class UndeclaredKeyError(TxStreamError):
-    """A transaction touched a row whose partition value its events did not declare.
-
-    The transaction is rolled back (see ``tx.read_failures``): declare every
-    value it touches in the input's ``keys``.
-
-    >>> import txstream as tx
-    >>> def transfer(t, e):
-    ...     t.increment("accounts", e["src"], "balance", -e["amount"])
-    ...     t.increment("accounts", e["dst"], "balance", e["amount"])
-    >>> job = (tx.Job()
-    ...        .table("accounts", key="acct", initial=[{"acct": 1, "balance": 10},
-    ...                                                {"acct": 2, "balance": 0}])
-    ...        .input("transfers", None, keys="src")           # dst is missing
-    ...        .on("transfers", transfer))
-    >>> _ = job.run_local([[("transfers", {"src": 1, "dst": 2, "amount": 3})]], "ckpt/undeclared")
-    >>> print(tx.read_failures("ckpt/undeclared")[0]["error"])
-    UndeclaredKeyError: accounts: partition value 2 is not a key of the transaction's events
-    (['1']); declare it in .input(keys=...)
-    """
-
-
-class DuplicateKeyError(TxStreamError):
-    """``insert`` of a key that exists; the transaction is rolled back.
-
-    >>> import txstream as tx
-    >>> job = (tx.Job().table("users", key="name").input("signups", None, keys="name")
-    ...        .on("signups", lambda t, e: t.insert("users", {"name": e["name"]})))
-    >>> _ = job.run_local([[("signups", {"name": "ada"}), ("signups", {"name": "ada"})]],
-    ...                   "ckpt/duplicate")
-    >>> tx.read_table("ckpt/duplicate", "users")
-    [{'name': 'ada'}]
-    >>> print(tx.read_failures("ckpt/duplicate")[0]["error"])
-    DuplicateKeyError: insert into users: key 'ada' exists
-    """
-
-
-class MissingRowError(TxStreamError):
-    """``update``/``increment``/``delete`` of a key that does not exist.
-
-    >>> import txstream as tx
-    >>> job = (tx.Job().table("stock", key="item").input("sales", None, keys="item")
-    ...        .on("sales", lambda t, e: t.increment("stock", e["item"], "n", -1)))
-    >>> _ = job.run_local([[("sales", {"item": "pen"})]], "ckpt/missing")
-    >>> print(tx.read_failures("ckpt/missing")[0]["error"])
-    MissingRowError: increment of stock.n: no row with key 'pen'
-    """
-
-
-class SchemaError(TxStreamError):
-    """A row does not fit the declared columns of its table or output.
-
-    >>> import txstream as tx
-    >>> job = (tx.Job().table("prices", key="item", schema="item string, price double")
-    ...        .input("quotes", None, keys="item")
-    ...        .on("quotes", lambda t, e: t.upsert("prices", e)))
-    >>> _ = job.run_local([[("quotes", {"item": "pen", "price": "cheap"})]], "ckpt/schema")
-    >>> print(tx.read_failures("ckpt/schema")[0]["error"])
-    SchemaError: row of prices: column 'price' is double, got 'cheap'
-    """
-
-
-class TransactionAborted(TxStreamError):
-    """Raised by ``tx.abort(reason)``: the transaction is rolled back, not an error.
-
-    Its failure record has ``kind`` ``abort`` (an exception is ``error``):
-
-    >>> import txstream as tx
-    >>> def withdraw(t, e):
-    ...     row = t.read("accounts", e["acct"])
-    ...     if row["balance"] < e["amount"]:
-    ...         t.abort("insufficient funds")
-    ...     t.update("accounts", e["acct"], balance=row["balance"] - e["amount"])
-    >>> job = (tx.Job().table("accounts", key="acct", initial=[{"acct": 1, "balance": 10}])
-    ...        .input("withdrawals", None, keys="acct").on("withdrawals", withdraw))
-    >>> _ = job.run_local([[("withdrawals", {"acct": 1, "amount": 30}),
-    ...                     ("withdrawals", {"acct": 1, "amount": 4})]], "ckpt/abort")
-    >>> tx.read_table("ckpt/abort", "accounts")
-    [{'acct': 1, 'balance': 6}]
-    >>> [(f["kind"], f["error"]) for f in tx.read_failures("ckpt/abort")]
-    [('abort', 'TransactionAborted: insufficient funds')]
-    """
 
 
 _TYPES: dict[str, tuple[type, ...]] = {

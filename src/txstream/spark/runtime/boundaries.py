@@ -37,6 +37,7 @@ from typing import Any, ClassVar, NamedTuple
 
 from txstream.errors import UnknownNameError
 from txstream.spark.runtime.base import Row, RuntimeJobError
+from txstream.spark.runtime.errors import GroupOrderError as GroupOrderError  # (re-exported)
 
 
 class Event(NamedTuple):
@@ -353,27 +354,6 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class GroupOrderError(RuntimeJobError):
-    """The ``by`` boundary's runs of two values interleave in a batch: it is refused.
-
-    Nothing of such a batch commits (its transactions would depend on the
-    partition count).
-
-    >>> import txstream as tx
-    >>> def add(t, e):
-    ...     row = t.read("totals", e["g"], default={"n": 0})
-    ...     t.upsert("totals", {"g": e["g"], "n": row["n"] + 1})
-    >>> job = (tx.Job().table("totals", key="g").input("ev", None, keys="g")
-    ...        .boundary("by", group=lambda e: e["g"]).on("ev", add))
-    >>> job.run_local([[("ev", {"g": 1}), ("ev", {"g": 3}), ("ev", {"g": 1})]], "ckpt/by")
-    Traceback (most recent call last):
-    txstream.spark.runtime.boundaries.GroupOrderError: batch 0: boundary 'by': the events of group 1
-    (from ev#0 to ev#2) and of group 3 (from ev#1) interleave; 'by' needs each value's events
-    consecutive in the declared order across all inputs (e.g. a function of event time), otherwise
-    the transactions would depend on the partition count
-    """
-
-
 Run = list[Any]
 """A ``by`` group's events on one partition: ``[first order, its input, last order, its
 input, the value's repr]`` (lists, so that the driver gets them through pickle or JSON)."""
@@ -576,7 +556,7 @@ def boundary(name: str | Boundary, **options: Any) -> Boundary:
     punctuation, seconds, timeslice, timestamp
     >>> tx.boundary("seconds")
     Traceback (most recent call last):
-    txstream.spark.runtime.base.RuntimeJobError: boundary 'seconds': missing option 'seconds'; it
+    txstream.spark.runtime.errors.RuntimeJobError: boundary 'seconds': missing option 'seconds'; it
     takes: seconds
     """
     if isinstance(name, Boundary):

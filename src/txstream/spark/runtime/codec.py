@@ -33,7 +33,7 @@ are plain):
 Every other value (``None``, ``bool``, ``int``, ``float``, ``str``, lists,
 dicts with string keys) is itself; NaN and the infinities are written as
 ``NaN``, ``Infinity`` and ``-Infinity`` (Python's JSON reads them back).  A
-value of any other type is a :class:`~txstream.spark.runtime.state.StoreError`
+value of any other type is a :class:`~txstream.spark.runtime.errors.StoreError`
 when it is written.
 """
 
@@ -48,13 +48,10 @@ from operator import attrgetter, itemgetter
 from typing import Any
 from zoneinfo import ZoneInfo
 
-from txstream.errors import TxStreamError
 from txstream.spark.runtime.boundaries import Event
-
-
-class UnstorableValueError(TxStreamError):
-    """A value of a type the store's data format does not hold."""
-
+from txstream.spark.runtime.errors import (
+    UnstorableValueError as UnstorableValueError,  # (re-exported)
+)
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
 """Types JSON itself keeps exactly (floats with Python's NaN/Infinity literals)."""

@@ -38,7 +38,7 @@ from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
 from txstream.spark.runtime.executor import ExecutorTx, Outcome, check_fragment
 from txstream.spark.runtime.partitioning import canonical
 from txstream.spark.runtime.totals import count_rows, finish_total
-from txstream.storage import DuplicateKeyError, MissingKeyError
+from txstream.storage import DuplicateKeyError, MissingRowError
 from txstream.txn import TransactionManager
 
 _ALL = "all"
@@ -202,7 +202,7 @@ class DriverTx:
         value = self._value(table, key, f"delete from {table}")
         try:
             self._txn.delete(self._tm.table(table), key)
-        except MissingKeyError:
+        except MissingRowError:
             raise missing_row(f"delete from {table}", key) from None
         self._removed(table, value, key)
 

@@ -27,8 +27,8 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import NOT_RUN
+from txstream.spark.runtime.errors import InputFailingError as InputFailingError  # (re-exported)
 
 log = logging.getLogger("txstream.runtime")
 """The runtime's logger: failed transactions, per committed batch."""
@@ -61,28 +61,6 @@ class TransactionFailuresWarning(UserWarning):
     job 'signup': 1 transaction(s) failed and were rolled back since the last report (first at
     signups#1: DuplicateKeyError: insert into users: key 'ada' exists); read them with
     tx.read_failures('ckpt/warned') (logged on 'txstream.runtime')
-    """
-
-
-class InputFailingError(TxStreamError):
-    """Every transaction of an input failed with a schema or undeclared-key error: a job bug.
-
-    The job stops after ``allFailLimit`` (20) such failures with none committed;
-    the batches so far are committed with those transactions rolled back.
-
-    >>> import warnings, txstream as tx
-    >>> job = (tx.Job().input("readings", None, keys="device").output("alerts", schema="c double")
-    ...        .on("readings", lambda t, e: t.emit("alerts", {"c": "hot"})))
-    >>> with warnings.catch_warnings():
-    ...     warnings.simplefilter("ignore", tx.TransactionFailuresWarning)
-    ...     job.run_local([[("readings", {"device": n}) for n in range(25)]], "ckpt/failing")
-    Traceback (most recent call last):
-    txstream.spark.runtime.failures.InputFailingError: input 'readings': all 25 of its transactions
-    since the job started failed, the first at readings#0 with SchemaError: emit to alerts: column
-    'c' is double, got 'hot'; the job cannot process this input as written: fix the transaction
-    function or the declarations, then restart (these batches are committed with those transactions
-    rolled back, see tx.read_failures('ckpt/failing'); .option('allFailLimit', 0) turns this stop
-    off)
     """
 
 

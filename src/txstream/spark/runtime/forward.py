@@ -58,9 +58,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
+from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-exported)
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import add_totals, partial_totals, track
@@ -77,10 +77,6 @@ ADMIT_CHUNK = 512
 Message = tuple[int, int, int, str, Any]
 """(destination partition, source partition, the transaction's event's place in the
 batch (``mid``), ``up``|``back``, payload)."""
-
-
-class ExchangeError(TxStreamError):
-    """The tasks of a batch could not exchange their messages (a peer is gone or silent)."""
 
 
 def forwarding(job: JobSpec) -> bool:

@@ -156,8 +156,8 @@ class Job:
         ('flight',)
         >>> job.table("fares", key="route", partition_by="price")
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: table 'fares': partition_by ['price'] must name
-        key columns ['route']
+        txstream.spark.runtime.errors.RuntimeJobError: table 'fares': partition_by ['price'] must
+        name key columns ['route']
         """
         _name("table", name, self.spec.tables)
         keys = _names(key, f"table {name!r}: key")
@@ -220,7 +220,7 @@ class Job:
         (('src',), ('dst',))
         >>> job.input("late", None, keys="device", watermark="10 seconds")
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: input 'late': a watermark is a delay in the
+        txstream.spark.runtime.errors.RuntimeJobError: input 'late': a watermark is a delay in the
         order column's values; declare order=... too
         """
         _name("input", name, self.spec.inputs)
@@ -320,8 +320,8 @@ class Job:
         ...     yield
         >>> job.on("words", gen)
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: .on('words', gen): a transaction function is a
-        plain function (this one yields or is async, so calling it runs nothing)
+        txstream.spark.runtime.errors.RuntimeJobError: .on('words', gen): a transaction function is
+        a plain function (this one yields or is async, so calling it runs nothing)
         """
         if not callable(fn):
             raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
@@ -375,7 +375,7 @@ class Job:
         >>> job = tx.Job().option("partitions", 4).option("recordHistory", True)
         >>> job.option("partition", 4)
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: unknown option 'partition'; choose one of:
+        txstream.spark.runtime.errors.RuntimeJobError: unknown option 'partition'; choose one of:
         allFailLimit, arrivalTime, crossPartition, idleBatches, merge, onError, partitions,
         recordHistory, snapshotEvery
         """
@@ -450,7 +450,7 @@ class Job:
         >>> job.validate()
         >>> job.option("merge", "event-time").validate()
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: option merge='event-time' merges inputs by
+        txstream.spark.runtime.errors.RuntimeJobError: option merge='event-time' merges inputs by
         their order column; input(s) ev declare none (add order=...)
         """
         self.spec.validate()
@@ -607,8 +607,8 @@ class Job:
         >>> import txstream as tx
         >>> tx.Job("unfinished").input("ev", None, keys="k").start("ckpt/start")
         Traceback (most recent call last):
-        txstream.spark.runtime.base.RuntimeJobError: input 'ev' has no transaction function; add one
-        with .on('ev', fn)
+        txstream.spark.runtime.errors.RuntimeJobError: input 'ev' has no transaction function; add
+        one with .on('ev', fn)
         >>> query = job.start(checkpoint="ckpt/alerts")    # doctest: +SKIP
         >>> query.processAllAvailable(); query.stop()      # doctest: +SKIP
         """

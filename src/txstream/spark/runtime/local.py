@@ -256,7 +256,7 @@ class LocalRunner:
         """Run one micro-batch of ``(input name, row)`` pairs, in source order.
 
         It holds the store's owner lock while it runs (a job running on the same
-        store makes it fail with :class:`~txstream.spark.runtime.state.StoreLockedError`).
+        store makes it fail with :class:`~txstream.spark.runtime.errors.StoreLockedError`).
         """
         lock = self.store.lock()
         try:

@@ -280,7 +280,7 @@ def read_table(path: str | Path, table: str, batch: int | None = None, as_: str 
     committed batch whose state files are still kept (a job keeps its last two
     snapshots and the deltas since: see ``snapshotEvery``); otherwise a one-line
     error says which batches can be read.  A missing or damaged state file is a
-    :class:`~txstream.spark.runtime.state.StoreError` naming it.
+    :class:`~txstream.spark.runtime.errors.StoreError` naming it.
 
     >>> import tempfile, txstream as tx
     >>> def deposit(t, e):

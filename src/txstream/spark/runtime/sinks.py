@@ -79,8 +79,8 @@ class PostgresSink:
     >>> job = tx.Job().input("readings", None, keys="device").output("alerts").sink("alerts", sink)
     >>> tx.PostgresSink("dbname=shop", "alerts; drop table x", ["device"])
     Traceback (most recent call last):
-    txstream.spark.runtime.base.RuntimeJobError: PostgresSink: 'alerts; drop table x' is not a plain
-    SQL identifier
+    txstream.spark.runtime.errors.RuntimeJobError: PostgresSink: 'alerts; drop table x' is not a
+    plain SQL identifier
     >>> job.on("readings", check).start(checkpoint="ckpt/alerts")    # doctest: +SKIP
     """
 

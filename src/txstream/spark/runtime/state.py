@@ -52,8 +52,13 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from txstream.errors import TxStreamError
 from txstream.spark.runtime import codec
+from txstream.spark.runtime.errors import (  # (re-exported: imported from here before)
+    StoreError as StoreError,
+)
+from txstream.spark.runtime.errors import (
+    StoreLockedError as StoreLockedError,
+)
 from txstream.spark.runtime.totals import Tracked, track
 
 MAGIC = b"TXRT2\n"
@@ -65,25 +70,6 @@ Data = dict[str, dict[Any, dict[Any, dict[str, Any]]]]
 """table -> partition value -> key -> row"""
 
 
-class StoreError(TxStreamError):
-    """A runtime store file is damaged or the store is in use; the message names it.
-
-    Every store file carries a checksum, so damage is found when it is read,
-    never loaded as wrong data:
-
-    >>> import pathlib, txstream as tx
-    >>> job = (tx.Job().table("kv", key="k").input("puts", None, keys="k")
-    ...        .on("puts", lambda t, e: t.upsert("kv", e)))
-    >>> _ = job.run_local([[("puts", {"k": 1, "v": "one"})]], "ckpt/damaged", partitions=1)
-    >>> snapshot = pathlib.Path("ckpt/damaged/state/p00000/snap-000000000000.bin")
-    >>> _ = snapshot.write_bytes(snapshot.read_bytes()[:-1] + b"!")
-    >>> tx.read_table("ckpt/damaged", "kv")
-    Traceback (most recent call last):
-    txstream.spark.runtime.state.StoreError: ckpt/damaged/state/p00000/snap-000000000000.bin:
-    checksum mismatch (damaged file); restore it from a backup or remove the store to start over
-    """
-
-
 def json_record(path: Path, what: str, line: str | None = None) -> dict[str, Any]:
     """The JSON object in ``path`` (or its ``line``); damaged, a :class:`StoreError` naming it."""
     try:
@@ -93,25 +79,6 @@ def json_record(path: Path, what: str, line: str | None = None) -> dict[str, Any
     if not isinstance(record, dict):
         raise StoreError(f"{path}: damaged {what} (not a JSON object)")
     return record
-
-
-class StoreLockedError(StoreError):
-    """Another process owns the store directory.
-
-    One job runs per store: a second one (here the lock taken by hand, as
-    another process's job would hold it) is refused before it writes anything.
-
-    >>> import fcntl, os, txstream as tx
-    >>> job = tx.Job().input("ev", None, keys="k").on("ev", lambda t, e: None)
-    >>> _ = job.run_local([[("ev", {"k": 1})]], "ckpt/locked")
-    >>> fd = os.open("ckpt/locked/LOCK", os.O_RDWR)
-    >>> fcntl.flock(fd, fcntl.LOCK_EX)
-    >>> job.run_local([[("ev", {"k": 2})]], "ckpt/locked")
-    Traceback (most recent call last):
-    txstream.spark.runtime.state.StoreLockedError: store ckpt/locked is in use by pid ...;
-    stop that job first (one job per store)
-    >>> os.close(fd)
-    """
 
 
 def usable_directory(path: Path, what: str) -> Path:
