@@ -73,12 +73,10 @@ def test_one_except_catches_a_duplicate_key_from_every_layer(tmp_path: Path) -> 
     with tm.begin() as txn:
         txn.insert(table, "ada", {"name": "ada"})
     caught: list[Any] = []
-    with pytest.raises(tx.DuplicateKeyError, match="already exists"):
-        with tm.begin() as txn:
-            txn.insert(table, "ada", {"name": "ada"})
-    with pytest.raises(tx.MissingRowError, match="no row"):
-        with tm.begin() as txn:
-            txn.delete(table, "bob")
+    with pytest.raises(tx.DuplicateKeyError, match="already exists"), tm.begin() as txn:
+        txn.insert(table, "ada", {"name": "ada"})
+    with pytest.raises(tx.MissingRowError, match="no row"), tm.begin() as txn:
+        txn.delete(table, "bob")
 
     def signup(t: tx.Tx, e: dict[str, Any]) -> None:
         try:

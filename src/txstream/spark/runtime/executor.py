@@ -483,6 +483,11 @@ class ExecutorTx:
         self._emits.clear()
 
 
+Tx = ExecutorTx
+"""The class's old name here (``executor.Tx``), for code that patches it; ``tx.Tx`` is the
+Protocol (:class:`~txstream.spark.runtime.base.Tx`)."""
+
+
 def table_item(table: str) -> str:
     """The history item of a read of every row of ``table`` on one partition (a global read).
 
