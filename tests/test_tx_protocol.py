@@ -126,3 +126,21 @@ def test_a_global_read_on_the_driver_engine_must_be_declared_as_on_the_executors
     driver = [f["error"] for f in _on_the_driver(job, [batch])[0].failures]
     assert driver == local
     assert local[0].startswith("UndeclaredKeyError: a read of accounts.acct across all")
+
+
+def test_the_concurrency_control_base_class_is_no_longer_called_protocol() -> None:
+    import ast
+
+    from txstream import txn
+
+    assert txn.ConcurrencyControl.__name__ == "ConcurrencyControl"
+    assert txn.Protocol is txn.ConcurrencyControl  # the old name, kept for imports
+    assert all(issubclass(cls, txn.ConcurrencyControl) for cls in txn.PROTOCOLS.values())
+    src = Path(txn.__file__).resolve().parent.parent
+    named = [
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name == "Protocol"
+    ]
+    assert named == []  # only typing.Protocol is a Protocol

@@ -7,6 +7,7 @@ the stress run in :mod:`txstream.txn.stress` (``txstream stress``).
 """
 
 from txstream.txn.base import (
+    ConcurrencyControl,
     DeadlockError,
     LockTimeoutError,
     Protocol,
@@ -22,6 +23,7 @@ from txstream.txn.recorder import HistoryRecorder
 
 __all__ = [
     "PROTOCOLS",
+    "ConcurrencyControl",
     "DeadlockError",
     "HistoryRecorder",
     "LockManager",

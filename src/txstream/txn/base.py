@@ -76,8 +76,11 @@ class WriteConflictError(TransientError):
     """Snapshot isolation: another transaction committed a write to the same item first."""
 
 
-class Protocol(ABC):
-    """A concurrency-control protocol, chosen by :attr:`name`.
+class ConcurrencyControl(ABC):
+    """A concurrency-control protocol, chosen by :attr:`name` (``ss2pl``, ``optimistic`` ...).
+
+    (An abstract base class, not a :class:`typing.Protocol`; it was called
+    ``Protocol``, a name kept as an alias.)
 
     One instance serves one :class:`~txstream.txn.manager.TransactionManager`
     and is called from many threads at once; see the module docstring for the
@@ -121,3 +124,7 @@ class Protocol(ABC):
     def stats(self) -> dict[str, int]:
         """Counters worth reporting (deadlocks, timeouts, ...)."""
         return {}
+
+
+Protocol = ConcurrencyControl
+"""The old name of :class:`ConcurrencyControl`, kept for code that imports it."""

@@ -56,7 +56,7 @@ from txstream.txn.base import (
     COMMITTED,
     COMMITTING,
     STATE_NAMES,
-    Protocol,
+    ConcurrencyControl,
     TransactionError,
 )
 from txstream.txn.locks import LockManager, Waiter
@@ -613,8 +613,8 @@ class TransactionManager:
         self._open_snapshots: list[int] = []
         self._ids = itertools.count(1)
         self._orders = itertools.count(0)
-        self.protocol: Protocol = cls(self)
-        self._validates = cls.validate is not Protocol.validate
+        self.protocol: ConcurrencyControl = cls(self)
+        self._validates = cls.validate is not ConcurrencyControl.validate
         # In-place protocol, no validation, no recorder, no ordering: commit is short.
         self._plain = not (
             ordered

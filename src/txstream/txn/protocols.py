@@ -31,7 +31,7 @@ from txstream.errors import UnknownNameError
 from txstream.txn.base import (
     EXCLUSIVE,
     SHARED,
-    Protocol,
+    ConcurrencyControl,
     ValidationError,
     WriteConflictError,
 )
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from txstream.txn.manager import Transaction, TransactionManager
 
 
-class _Locking(Protocol):
+class _Locking(ConcurrencyControl):
     """Shared plumbing of the protocols that take locks: bound lock-manager calls.
 
     Binding ``acquire``/``release_all`` once keeps the per-operation path to one
@@ -169,7 +169,7 @@ class SnapshotIsolation(_Locking):
         return {"write_conflicts": self.write_conflicts}
 
 
-class Optimistic(Protocol):
+class Optimistic(ConcurrencyControl):
     """Optimistic concurrency control with backward validation at commit."""
 
     name: ClassVar[str] = "optimistic"
@@ -244,12 +244,12 @@ class Optimistic(Protocol):
         return {"validation_failures": self.validation_failures}
 
 
-PROTOCOLS: dict[str, type[Protocol]] = {
+PROTOCOLS: dict[str, type[ConcurrencyControl]] = {
     cls.name: cls for cls in (SS2PL, SnapshotIsolation, Optimistic, NoControl)
 }
 
 
-def get_protocol(name: str) -> type[Protocol]:
+def get_protocol(name: str) -> type[ConcurrencyControl]:
     """The protocol class called ``name``; :class:`UnknownNameError` otherwise."""
     cls = PROTOCOLS.get(name) if isinstance(name, str) else None
     if cls is None:
