@@ -23,15 +23,6 @@ from txstream.txn import (
     WriteConflictError,
     protocols,
 )
-from txstream.txn.boundaries import (
-    grouping,
-    per_count,
-    per_event,
-    per_punctuation,
-    per_time_slice,
-    per_timestamp,
-    run_groups,
-)
 
 ALL = ["ss2pl", "none", "snapshot", "optimistic"]
 
@@ -423,26 +414,19 @@ def test_committed_effects_match_a_serial_execution(programs, schedule, protocol
         assert matches
 
 
-# -- transaction boundaries ------------------------------------------------------------
+# -- groups of events as transactions -------------------------------------------------
 
 
-def test_boundary_helpers() -> None:
+def test_groups_of_events_run_in_arrival_order_give_a_csao_history() -> None:
+    # The transaction manager takes a group per transaction as its caller cuts them
+    # (the runtime's boundaries, tx.boundary, are the project's one vocabulary).
     events = [{"ts": t, "v": i} for i, t in enumerate([1, 1, 2, 3, 3, 3, 7])]
-    assert [len(g) for g in per_event(events)] == [1] * 7
-    assert [len(g) for g in per_count(events, 3)] == [3, 3, 1]
-    assert [len(g) for g in per_timestamp(events)] == [2, 1, 3, 1]
-    assert [len(g) for g in per_time_slice(events, 2.0)] == [2, 4, 1]
-    marked = [1, 2, "|", 3, "|", "|", 4]
-    assert list(per_punctuation(marked, lambda e: e == "|")) == [[1, 2], [3], [4]]
-    assert [len(g) for g in grouping(("count", 2))(events)] == [2, 2, 2, 1]
-    with pytest.raises(TxStreamError, match="unknown transaction boundary"):
-        grouping("hourly")
-    with pytest.raises(TxStreamError, match="positive"):
-        list(per_count(events, 0))
     tm = TransactionManager("ss2pl", ordered=True, record=True)
     out = tm.stream("out", order_by="ts", require_order=True)
-    n = run_groups(tm, grouping("timestamp")(events), lambda t, g: [t.append(out, e) for e in g])
-    assert n == 4 and out.committed() == events
+    groups = [list(g) for _, g in itertools.groupby(events, key=lambda e: e["ts"])]
+    for group in groups:
+        tm.run(lambda t, g=group: [t.append(out, e) for e in g])  # type: ignore[misc]
+    assert len(groups) == 4 and out.committed() == events
     assert check(tm.history(), "csao").holds
 
 

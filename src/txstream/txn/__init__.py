@@ -1,9 +1,10 @@
 """The transaction manager: protocols, lock manager, orderings, rollback, histories.
 
 Start here: :class:`TransactionManager` (``tm.begin()``, ``with tm.begin() as
-t:``, ``tm.run(fn)``), the protocols by name (:func:`protocols`), the
-transaction-boundary helpers in :mod:`txstream.txn.boundaries`, and
-the stress run in :mod:`txstream.txn.stress` (``txstream stress``).
+t:``, ``tm.run(fn)``), the protocols by name (:func:`protocols`) and
+the stress run in :mod:`txstream.txn.stress` (``txstream stress``).  Which
+events form one transaction is the caller's choice; the project's vocabulary
+of boundaries is the runtime's (``tx.boundary``, ``docs/spark.md``).
 """
 
 from txstream.txn.base import (
