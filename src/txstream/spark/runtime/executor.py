@@ -679,7 +679,7 @@ class GroupRunner:
         """
         gid = None
         if self.record or abort:
-            gid = event_gid(batch, event)
+            gid = f"b{batch}_{event.order[2]}"  # (event_gid, inlined: a call per event)
             if gid in abort:
                 self.run(Group(gid, [event]), abort)
                 return
