@@ -8,6 +8,10 @@ the first (which loads the state), their mean and the best batch. Compare two
 checkouts by pointing ``PYTHONPATH`` at each, alternating runs.
 
     PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-cpu.py [--batches 8] [--no-history]
+        [--accounts 100000]
+
+``--accounts`` sizes the state (the cost per event grows with it: cache misses
+on the rows); the figures in docs/benchmarks.md use the default.
 """
 
 from __future__ import annotations
@@ -77,6 +81,7 @@ def main() -> None:
     parser.add_argument(
         "--no-history", action="store_true", help="without history recording (its cost)"
     )
+    parser.add_argument("--accounts", type=int, default=ACCOUNTS, help="accounts (state size)")
     args = parser.parse_args()
     root = tempfile.mkdtemp(prefix="phase1-cpu-")
     try:
@@ -85,13 +90,13 @@ def main() -> None:
         spec = job.spec.for_tasks()
         store = RuntimeStore(root)
         rows: dict[int, dict[int, dict[int, dict[str, int]]]] = {}
-        for a in range(ACCOUNTS):
+        for a in range(args.accounts):
             row = {"acct": a, "balance": OPENING_BALANCE}
             rows.setdefault(partition_of(a, P), {})[a] = {a: row}
         for pid, values in rows.items():
             store.write_init(pid, "accounts", values)
         size = args.per * P
-        stream = list(events(size * args.batches, ACCOUNTS, 0, 1))
+        stream = list(events(size * args.batches, args.accounts, 0, 1))
         names = {0: "deposits", 1: "transfers"}
         tokens: dict[int, str] = {}
         prev, per_event = -1, []
