@@ -5,12 +5,13 @@ model <- storage <- txn <- engines (cq, windows, broadcast, loading, linearroad)
       <- jobs (the engines' Spark jobs: engines + spark, never pyspark)
       <- bench <- cli.  Only txstream.spark imports pyspark.
 
-A module's layer is its top-level package, with two exceptions inside an
-engine's package, so that each engine lives in one place: a module named
-``*_job`` is in the jobs layer (``linearroad/spark_job.py``), and a module
-named ``cli`` is in the cli layer (``cq/cli.py``, the engine's command).  At
-the top of ``src/txstream/`` only ``__init__``, ``errors``, ``testing`` and the
-``cli`` package may live.
+A module's layer is its top-level package, with one exception inside an
+engine's package, so that each engine's job lives beside it: a module named
+``*_job`` is in the jobs layer (``linearroad/spark_job.py``).  Every command
+lives in the ``cli`` package (``cli/cq.py`` is ``txstream cq``), so no engine
+module may import the command line, argparse or click.  At the top of
+``src/txstream/`` only ``__init__``, ``errors``, ``testing`` and the ``cli``
+package may live.
 """
 
 import ast
@@ -64,11 +65,8 @@ def imports(path: Path) -> set[str]:
 
 def layer_of(parts: tuple[str, ...]) -> str:
     """The layer of the module ``txstream.<parts>`` (the rule in this file's docstring)."""
-    if parts[0] in ENGINES and len(parts) > 1:
-        if parts[1].endswith("_job"):
-            return "jobs"
-        if parts[1] == "cli":
-            return "cli"
+    if parts[0] in ENGINES and len(parts) > 1 and parts[1].endswith("_job"):
+        return "jobs"
     return parts[0]
 
 
@@ -92,6 +90,9 @@ def problems_in(package: Path) -> list[str]:
             if names[0] == "pyspark" and layer != "spark":
                 reported.append(name)
                 problems.append(f"{where} imports {name} outside txstream.spark")
+            if names[0] in ("argparse", "click") and layer not in ("cli", "bench"):
+                reported.append(name)
+                problems.append(f"{where} imports {name}: commands live in txstream.cli")
             if names[0] != "txstream" or len(names) < 2:
                 continue
             imported = layer_of(tuple(names[1:]))
@@ -118,10 +119,11 @@ def test_the_check_catches_each_kind_of_upward_import(tmp_path: Path) -> None:
     )
     (tmp_path / "jobs" / "ok.py").write_text("from txstream.bench import registry\n")
     (tmp_path / "txn" / "stress.py").write_text("from txstream.cli.types import seed\n")
-    # An engine's own job and command may not be imported by the engine itself,
-    # whichever way the import is spelt; they may import the engine.
+    # An engine's own job may not be imported by the engine itself, whichever
+    # way the import is spelt; the job may import the engine.  An engine holds
+    # no command (those live in txstream.cli).
     (tmp_path / "linearroad" / "engine.py").write_text(
-        "from txstream.linearroad import spark_job\nfrom txstream.linearroad.cli import main\n"
+        "from txstream.linearroad import spark_job\n"
     )
     (tmp_path / "linearroad" / "spark_job.py").write_text(
         "from txstream.linearroad import engine\nfrom txstream.spark import sql\n"
@@ -130,13 +132,17 @@ def test_the_check_catches_each_kind_of_upward_import(tmp_path: Path) -> None:
         "from txstream.cli.types import seed\nfrom txstream.linearroad import spark_job\n"
     )
     (tmp_path / "cq" / "engine.py").write_text("from txstream.cli.types import seed\n")
+    (tmp_path / "cq" / "cli.py").write_text("import argparse\nimport click.types\n")
     (tmp_path / "linearroad_run.py").write_text("from txstream.errors import TxStreamError\n")
     (tmp_path / "errors.py").write_text("")
     assert problems_in(tmp_path) == [
+        "cq/cli.py imports argparse: commands live in txstream.cli",
+        "cq/cli.py imports click.types: commands live in txstream.cli",
         "cq/engine.py imports txstream.cli.types",
         "jobs/lr.py imports pyspark.sql outside txstream.spark",
         "jobs/ok.py imports txstream.bench",
-        "linearroad/engine.py imports txstream.linearroad.cli",
+        "linearroad/cli.py imports txstream.cli.types",
+        "linearroad/cli.py imports txstream.linearroad.spark_job",
         "linearroad/engine.py imports txstream.linearroad.spark_job",
         "linearroad_run.py is a module at the top (only ['__init__', 'errors', 'testing'])",
         "spark/glue.py imports txstream.linearroad",

@@ -2,12 +2,12 @@
 
 This module is the entry point (:func:`entry`, :func:`main`, :func:`build_parser`).
 Beside it: :mod:`~txstream.cli.types`, the checked option types every command
-parses its numbers and paths with; :mod:`~txstream.cli.check` (``txstream
-check``) and :mod:`~txstream.cli.stress` (``txstream stress``), the commands of
-the core layers, which may not import the command line themselves.  An
-engine's command is its package's ``cli.py`` (``txstream.cq.cli``,
-``txstream.linearroad.cli``, ...), which belongs to this layer too
-(``tests/test_layering.py``).
+parses its numbers and paths with, and one module per command:
+:mod:`~txstream.cli.check` (``txstream check``), :mod:`~txstream.cli.stress`,
+:mod:`~txstream.cli.bench`, and one per engine (:mod:`~txstream.cli.cq`,
+:mod:`~txstream.cli.linearroad`, ...).  The layers below may not import the
+command line, argparse or click (``tests/test_layering.py``), so an engine is
+usable as a library without it.
 
 Every module in :data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and
 sets ``func`` on its parser; ``func(args)`` returns the exit status.  Errors the
@@ -27,13 +27,13 @@ from txstream.errors import TxStreamError
 
 CLI_MODULES: tuple[str, ...] = (
     "txstream.cli.check",
-    "txstream.bench.cli",
-    "txstream.loading.cli",
+    "txstream.cli.bench",
+    "txstream.cli.loading",
     "txstream.cli.stress",
-    "txstream.broadcast.cli",
-    "txstream.windows.cli",
-    "txstream.cq.cli",
-    "txstream.linearroad.cli",
+    "txstream.cli.broadcast",
+    "txstream.cli.windows",
+    "txstream.cli.cq",
+    "txstream.cli.linearroad",
 )
 
 

@@ -20,7 +20,7 @@ the input through Spark into the driver engine,
 :mod:`~txstream.linearroad.run_job` runs a whole job (input, state, replay,
 answers, validation, report).
 
-The command line layer: :mod:`~txstream.linearroad.cli` is ``txstream
-linear-road``.  ``tests/test_layering.py`` checks that each module imports only
+The command ``txstream linear-road`` is :mod:`txstream.cli.linearroad`, in the
+command line layer.  ``tests/test_layering.py`` checks that each module imports only
 from its own layer and below.
 """
