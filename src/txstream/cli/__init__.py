@@ -10,7 +10,8 @@ command line, argparse or click (``tests/test_layering.py``), so an engine is
 usable as a library without it.
 
 Every module in :data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and
-sets ``func`` on its parser; ``func(args)`` returns the exit status.  Errors the
+sets ``func`` on its parser; ``func(args)`` returns the exit status.  A command
+with subcommands (``txstream cq run``) is made by :func:`command_group`.  Errors the
 user can fix (:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
 """
 
@@ -20,7 +21,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import NoReturn, TypeAlias
 
 from txstream import __version__
 from txstream.errors import TxStreamError
@@ -43,6 +44,41 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         """Print the error in one line and exit 2; ``-h`` shows the usage."""
         self.exit(2, f"{self.prog}: {message} (see -h)\n")
+
+
+# A string: _SubParsersAction is generic only to type checkers.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+"""What ``register_cli`` receives: the subcommands of the parser above it."""
+
+
+def command_group(
+    sub: Subparsers,
+    name: str,
+    *,
+    help: str,
+    description: str | None,
+    metavar: str = "COMMAND",
+    raw: bool = True,
+) -> Subparsers:
+    """Add the command ``name`` with subcommands; return where to add them.
+
+    ``description`` is shown as written when ``raw`` (a module docstring with
+    its own line breaks).  Without a subcommand the group prints its help and
+    exits 2, as a usage error does.
+    """
+    parser = sub.add_parser(
+        name,
+        help=help,
+        description=description,
+        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+    )
+    parser.set_defaults(func=lambda _args: _print_help(parser))
+    return parser.add_subparsers(metavar=metavar)
+
+
+def _print_help(parser: argparse.ArgumentParser) -> int:
+    parser.print_help()
+    return 2
 
 
 def build_parser() -> argparse.ArgumentParser:

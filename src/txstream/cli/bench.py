@@ -8,11 +8,12 @@ from typing import Any
 
 from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
+from txstream.cli import Subparsers
 from txstream.cli.types import path_arg, seed
 from txstream.errors import TxStreamError
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``bench`` subcommand."""
     names = [m.rsplit(".", 1)[-1] for m in EXPERIMENT_MODULES]
     p = sub.add_parser(

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import MAX_OBJECTS, SimParams, step_budget
+from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     json_safe,
     nonnegative_float,
@@ -33,16 +34,14 @@ MAX_BITS = 1e15
 """Bounds that catch typos: sizes and times (bit-units) far beyond any experiment."""
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``broadcast`` subcommand group (``cmatrix``, ``simulate``)."""
-    p = sub.add_parser(
+    group = command_group(
+        sub,
         "broadcast",
         help="broadcast disks: C matrix of a history, simulation runs",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = p.add_subparsers(dest="broadcast_command", metavar="COMMAND")
-    p.set_defaults(func=lambda args: _usage(p))
 
     c = group.add_parser(
         "cmatrix",
@@ -105,11 +104,6 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     s.add_argument("--seed", type=seed, default=0)
     s.add_argument("--history", type=path_arg, metavar="FILE", help="write the recorded history")
     s.set_defaults(func=run_simulate)
-
-
-def _usage(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def run_cmatrix(args: argparse.Namespace) -> int:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from txstream.cli import Subparsers
 from txstream.errors import TxStreamError
 from txstream.model import CheckOptions, History, Verdict, check, criteria, parse
 from txstream.model.notation import expected_verdicts
@@ -56,7 +57,7 @@ MAX_SUBWINDOWS = 1_000_000
 """More sub-windows than this is taken for a typo (the checker itself takes any n)."""
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``check`` subcommand."""
     names = list(criteria())
     p = sub.add_parser(

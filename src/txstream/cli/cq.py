@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     json_safe,
     nonnegative_float,
@@ -25,16 +26,14 @@ from txstream.model import format_history
 from txstream.storage.files import check_writable, write_whole
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``cq`` subcommand group (``run``, ``strategies``)."""
-    p = sub.add_parser(
+    group = command_group(
+        sub,
         "cq",
         help="continuous queries over updatable tables: CQ-derived transactions",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = p.add_subparsers(dest="cq_command", metavar="COMMAND")
-    p.set_defaults(func=lambda args: _usage(p))
 
     r = group.add_parser("run", help="run the query with concurrent updaters (JSON)")
     r.add_argument("--strategy", default="snapshot", help=f"one of: {', '.join(STRATEGIES)}")
@@ -67,11 +66,6 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     s = group.add_parser("strategies", help="list the strategies")
     s.set_defaults(func=_strategies)
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def _run(args: argparse.Namespace) -> int:

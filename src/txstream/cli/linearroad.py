@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     float_range,
     int_range,
@@ -51,16 +52,14 @@ SPARK_FROM_L = 8.0
 """From this L on, ``generate`` runs as a Spark job even without ``--spark``."""
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``linear-road`` subcommand group (``generate``, ``validate``)."""
-    p = sub.add_parser(
+    group = command_group(
+        sub,
         "linear-road",
         help="Linear Road: generate inputs, validate answers",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = p.add_subparsers(dest="lr_command", metavar="COMMAND")
-    p.set_defaults(func=lambda args: _usage(p))
 
     g = group.add_parser("generate", help="write a deterministic input and historical tolls")
     g.add_argument("--out", type=path_arg, required=True, metavar="DIR")
@@ -174,11 +173,6 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     v.add_argument("--expected", type=path_arg, metavar="FILE", help="reference answers to compare")
     v.add_argument("--format", default="table", help="table or json")
     v.set_defaults(func=_validate)
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     json_safe,
     nonnegative_int,
@@ -32,15 +33,16 @@ MAX_SESSIONS = 256
 """More sessions than this is a typo, not an experiment (each is a thread and a connection)."""
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``loading`` subcommand."""
-    p = sub.add_parser(
+    lsub = command_group(
+        sub,
         "loading",
         help="continuous loading with join views (naive / partition / reorder)",
         description="Load modification operations through k sessions without deadlocks.",
+        metavar="ACTION",
+        raw=False,
     )
-    lsub = p.add_subparsers(dest="loading_command", metavar="ACTION")
-    p.set_defaults(func=lambda args: _help(p))
 
     run = lsub.add_parser("run", help="load a stream and print a JSON summary")
     run.add_argument("--method", default="reorder", help="naive, partition or reorder")
@@ -73,11 +75,6 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     methods = lsub.add_parser("methods", help="list the loading methods")
     methods.set_defaults(func=cmd_methods)
-
-
-def _help(parser: argparse.ArgumentParser) -> int:
-    parser.print_help()
-    return 2
 
 
 def _check_target(name: str) -> None:

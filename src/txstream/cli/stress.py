@@ -27,6 +27,7 @@ import json
 import sys
 from pathlib import Path
 
+from txstream.cli import Subparsers
 from txstream.cli.types import json_safe, path_arg, positive_float, positive_int, seed
 from txstream.model import check, format_history
 from txstream.storage.files import check_writable, write_whole
@@ -66,7 +67,7 @@ def command(args: argparse.Namespace) -> int:
     return 0 if verdict.holds and summary["sum_ok"] else 1
 
 
-def register_cli(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(subparsers: Subparsers) -> None:
     """Add the ``stress`` subcommand."""
     p = subparsers.add_parser(
         "stress",

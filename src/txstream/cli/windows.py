@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     int_range,
     json_safe,
@@ -45,16 +46,14 @@ the simulated clock bounds the reads (at this bound a run takes some 20 s; n=100
 t=0.001 over 100 s, twice the bound, took 75 s)."""
 
 
-def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register_cli(sub: Subparsers) -> None:
     """Add the ``windows`` subcommand group (``run``, ``schedulers``)."""
-    p = sub.add_parser(
+    group = command_group(
+        sub,
         "windows",
         help="sliding windows: queries and window slides under a scheduler",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    group = p.add_subparsers(dest="windows_command", metavar="COMMAND")
-    p.set_defaults(func=lambda args: _usage(p))
 
     r = group.add_parser("run", help="simulate one run and print its metrics (JSON)")
     r.add_argument("--scheduler", default="ttu", help=f"one of: {', '.join(SCHEDULERS)}")
@@ -96,11 +95,6 @@ def register_cli(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     s = group.add_parser("schedulers", help="list the schedulers")
     s.set_defaults(func=_schedulers)
-
-
-def _usage(p: argparse.ArgumentParser) -> int:
-    p.print_help()
-    return 2
 
 
 def parse_query(text: str) -> Query:
