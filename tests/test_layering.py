@@ -10,8 +10,8 @@ engine's package, so that each engine's job lives beside it: a module named
 ``*_job`` is in the jobs layer (``linearroad/spark_job.py``).  Every command
 lives in the ``cli`` package (``cli/cq.py`` is ``txstream cq``), so no engine
 module may import the command line, argparse or click.  At the top of
-``src/txstream/`` only ``__init__``, ``errors``, ``testing`` and the ``cli``
-package may live.
+``src/txstream/`` only ``__init__``, ``errors``, ``testing``, ``__main__``
+(``python -m txstream``) and the ``cli`` package may live.
 """
 
 import ast
@@ -22,7 +22,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "src" / "txstream"
 
 ENGINES = {"cq", "windows", "broadcast", "loading", "linearroad"}
-TOP_MODULES = {"__init__", "errors", "testing"}
+TOP_MODULES = {"__init__", "__main__", "errors", "testing"}
 
 # What each layer may import from txstream (besides itself).
 ALLOWED: dict[str, set[str]] = {
@@ -42,6 +42,8 @@ ALLOWED["jobs"] = {"errors", "model", "storage", "txn", "testing", "spark", *ENG
 # The bench harness runs the jobs and parses `--set` with the CLI's checked types.
 ALLOWED["bench"] = {*ALLOWED["jobs"], "jobs", "cli.types"}
 ALLOWED["cli"] = {*ALLOWED["bench"], "bench", "__version__"}
+# `python -m txstream` is the command line's entry.
+ALLOWED["__main__"] = {*ALLOWED["cli"], "cli"}
 # The front door (`import txstream as tx`) re-exports the API; never the CLI.
 ALLOWED["__init__"] = {*ALLOWED["jobs"], "jobs"}
 
@@ -144,7 +146,8 @@ def test_the_check_catches_each_kind_of_upward_import(tmp_path: Path) -> None:
         "linearroad/cli.py imports txstream.cli.types",
         "linearroad/cli.py imports txstream.linearroad.spark_job",
         "linearroad/engine.py imports txstream.linearroad.spark_job",
-        "linearroad_run.py is a module at the top (only ['__init__', 'errors', 'testing'])",
+        "linearroad_run.py is a module at the top"
+        " (only ['__init__', '__main__', 'errors', 'testing'])",
         "spark/glue.py imports txstream.linearroad",
         "spark/runtime/x.py imports txstream.cq",
         "txn/stress.py imports txstream.cli.types",
