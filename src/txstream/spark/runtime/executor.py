@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import mul
@@ -177,7 +177,7 @@ class ExecutorTx:
         self._home: int | None = None
         """While a keyless event runs: the partition whose rows it may touch (its fragment)."""
         self._partitions = 0
-        self._remote: set[Any] | None = None
+        self._remote: Container[Any] | None = None
         """Values whose rows were forwarded here from their own partitions (see
         :mod:`.forward`): their operations are recorded there, so they go to
         ``_remote_ops`` as (value, operation)."""
@@ -631,15 +631,16 @@ class GroupRunner:
         self.arrival = arrival
         self.partitions = partitions
         self.record = job.record_history
-        self.remote: set[Any] | None = None
+        self.remote: Container[Any] | None = None
         """Values whose rows were forwarded for the next :meth:`run` (see :mod:`.forward`)."""
         self.aggregates: dict[tuple[str, str | None], list[Any]] | None = None
         """The gathered totals for the next :meth:`run` of a global read (see :class:`Tx`)."""
         self.remote_ops: list[tuple[Any, str]] = []
         """After a committed :meth:`run` with ``remote``: the operations on those values."""
-        self.changed: list[tuple[str, Any, Any, Any]] = []
-        """After a committed :meth:`run` with ``remote``: its undo log, (table, value, key,
-        old row), whose keys are the rows it changed."""
+        self.changed: list[tuple[tuple[str, Any, Any], Any]] = []
+        """After a committed :meth:`run` with ``remote``: its undo log, ((table, value, key),
+        old row), whose keys are the rows it changed; the Tx's own list, so it is valid
+        until the next run only."""
         self.global_reads = {n: i.global_reads for n, i in job.inputs.items() if i.global_reads}
         self.arrival_column: str | None = getattr(arrival, "column", None)
         """The arrival column when ``arrival`` reads one (floats are then read inline)."""
@@ -732,7 +733,7 @@ class GroupRunner:
         if remote is not None:  # (see _execute)
             if history is not None:
                 self.remote_ops = tx._remote_ops
-            self.changed = [(t, v, k, old) for (t, v, k), old in tx._undo]
+            self.changed = tx._undo
         if history is not None or emits:
             # The order's text once for the history's line and the outputs' orders
             # (a float's repr and a 70-bit int's digits are the costly part).
@@ -830,8 +831,8 @@ class GroupRunner:
             outcome.txns.append(f"T {gid} c {order[0]!r} {order[1]} {order[2]}")
             if remote is not None:
                 self.remote_ops = tx._remote_ops
-        if remote is not None:  # (a copy: the runner's one Tx reuses its undo list)
-            self.changed = [(t, v, k, old) for (t, v, k), old in tx._undo]
+        if remote is not None:  # (the runner's one Tx reuses its undo list: see changed)
+            self.changed = tx._undo
         if tx._emits:
             self._emit_lines(tx._emits, order)
         if self.arrival_column is not None:

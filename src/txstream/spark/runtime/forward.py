@@ -74,9 +74,14 @@ _NONE: dict[Any, Any] = {}
 ADMIT_CHUNK = 512
 """Transactions admitted per partition between looks at the messages that arrived."""
 
-Message = tuple[int, int, int, str, Any]
-"""(destination partition, source partition, the transaction's event's place in the
-batch (``mid``), ``up``|``back``, payload)."""
+Message = tuple[int, int, list[tuple[int, str, Any]]]
+"""(destination partition, source partition, messages): what one partition sent
+another in one round, each (the transaction's event's place in the batch
+(``mid``), ``up``|``back``, payload)."""
+
+LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
+"""The kinds of :class:`_Item` (compared by identity)."""
+UP, BACK = "up", "back"
 
 
 def forwarding(job: JobSpec) -> bool:
@@ -95,7 +100,7 @@ class _Item:
 
     event: Event
     kind: str
-    """``local``, ``fragment`` (a keyless event's part), ``home`` or ``part``."""
+    """:data:`LOCAL`, :data:`FRAGMENT` (a keyless event's part), :data:`HOME` or :data:`PART`."""
     values: list[Any]
     """Its partition values on this partition (distinct)."""
     barrier: bool = False
@@ -114,7 +119,9 @@ class _Partition:
 
     Messages name a transaction by its event's place in the batch (``mid``, an
     int: cheaper to hash and to send than its id); a :class:`Group` (with the
-    id) is made only where a transaction runs, and only when it crosses.
+    id) is made only where a transaction runs, and only when it crosses.  What
+    a partition sends goes to :attr:`out`, one list per destination, which the
+    scheduler hands over once per round (see :meth:`ForwardScheduler._pump`).
     """
 
     def __init__(
@@ -132,10 +139,13 @@ class _Partition:
         self.outcome = Outcome()
         self.runner = GroupRunner(sched.job, state, self.outcome, sched.arrival, sched.partitions)
         self.global_reads = self.runner.global_reads
+        self.tables = list(sched.job.tables)
+        self.record = sched.job.record_history
         self.pending = events
         self.admitted_all = False
         self.unfinished = 0
-        self.locks: dict[Any, deque[_Item]] = {}
+        self.locks: dict[Any, list[_Item]] = {}
+        """Per value here, the transactions that wait for it, the one holding it first."""
         self.inflight = 0
         """Items in the lock queues, not finished (a barrier waits for none)."""
         self.barrier: _Item | None = None
@@ -145,6 +155,8 @@ class _Partition:
         self.waiting: dict[int, _Item] = {}
         self.early: dict[int, list[tuple[int, str, Any]]] = {}
         """Messages that arrived before their transaction was first in line here."""
+        self.out: dict[int, list[tuple[int, str, Any]]] = {}
+        """Messages to send, per destination partition: (mid, ``up``|``back``, payload)."""
 
     # -- admission ------------------------------------------------------------------
     def admit(self, limit: int) -> None:
@@ -156,7 +168,7 @@ class _Partition:
         """
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
-        locks = self.locks
+        locks, global_reads, enter = self.locks, self.global_reads, self._enter
         for _ in range(limit):
             if self.barrier is not None:
                 return
@@ -165,39 +177,53 @@ class _Partition:
                 self.admitted_all = True
                 return
             values, pids = e.values, e.pids
-            if e.copy and values and pids.count(pid) == len(pids):
-                # The common case: all its values live here.  It runs now unless an
-                # earlier transaction still holds one of them.
-                if not locks or locks.keys().isdisjoint(values):
-                    run_event(e, batch, abort)
+            if values:
+                mine = pids.count(pid)
+                if mine == len(pids):
+                    if e.copy:
+                        # The common case: all its values live here.  It runs now unless
+                        # an earlier transaction still holds one of them.
+                        if not locks or locks.keys().isdisjoint(values):
+                            run_event(e, batch, abort)
+                        else:
+                            enter(_Item(e, LOCAL, _distinct(values)))
+                        continue
+                elif e.input not in global_reads:
+                    enter(self._crossing(e, values, pids, mine))
                     continue
-                self._enter(_Item(e, "local", _distinct(values)))
-                continue
-            self._enter(self._classify(e))
+            enter(self._classify(e))
 
     def admitting(self) -> bool:
         """Whether :meth:`admit` would admit anything now."""
         return not self.admitted_all and self.barrier is None
+
+    def _crossing(self, e: Event, values: list[Any], pids: list[int], mine: int) -> _Item:
+        """The item of a transaction with values here and elsewhere (``mine`` of them here)."""
+        pid = self.pid
+        if mine == 1:
+            here = [values[pids.index(pid)]]
+        else:
+            here = _distinct([v for v, p in zip(values, pids, strict=True) if p == pid])
+        home = pids[0]
+        if home != pid:
+            return _Item(e, PART, here, home=home)
+        if len(pids) == 2 and pids[1] != pid:  # (the common case: one other participant)
+            parts: tuple[int, ...] = (pids[1],)
+        else:
+            parts = tuple(sorted({p for p in pids if p != pid}))
+        return _Item(e, HOME, here, home=pid, parts=parts, ups={})
 
     def _classify(self, e: Event) -> _Item:
         pid = self.pid
         if e.input in self.global_reads:
             if pid == 0:
                 parts = tuple(range(1, self.sched.partitions))
-                return _Item(e, "home", [], barrier=True, home=0, parts=parts, ups={})
-            return _Item(e, "part", [], barrier=True, home=0)
+                return _Item(e, HOME, [], barrier=True, home=0, parts=parts, ups={})
+            return _Item(e, PART, [], barrier=True, home=0)
         values, pids = e.values, e.pids
         if not values:
-            return _Item(e, "fragment", [], barrier=True)
-        mine = [v for v, p in zip(values, pids, strict=True) if p == pid]
-        if len(mine) > 1:
-            mine = _distinct(mine)
-        home = pids[0]
-        if home == pid:
-            others = [p for p in pids if p != pid]
-            parts = tuple(sorted(set(others)))
-            return _Item(e, "home", mine, home=pid, parts=parts, ups={})
-        return _Item(e, "part", mine, home=home)
+            return _Item(e, FRAGMENT, [], barrier=True)
+        return self._crossing(e, values, pids, pids.count(pid))
 
     def _enter(self, item: _Item) -> None:
         self.unfinished += 1
@@ -214,7 +240,7 @@ class _Partition:
         for v in item.values:
             queue = locks.get(v)
             if queue is None:
-                locks[v] = deque((item,))
+                locks[v] = [item]
             else:
                 queue.append(item)
                 need += 1
@@ -231,68 +257,80 @@ class _Partition:
         while ready:
             self._start(ready.popleft())
 
-    def _group(self, e: Event) -> Group:
-        return Group(event_gid(self.batch, e), [e])
+    def send(self, dest: int, mid: int, what: str, payload: Any) -> None:
+        """Queue a message for partition ``dest`` (the scheduler sends it this round)."""
+        box = self.out.get(dest)
+        if box is None:
+            self.out[dest] = [(mid, what, payload)]
+        else:
+            box.append((mid, what, payload))
 
     def _start(self, item: _Item) -> None:
         kind = item.kind
-        if kind == "local":
+        if kind is LOCAL:
             self.runner.run_event(item.event, self.batch, self.sched.abort)
             self._finish(item)
             return
-        if kind == "fragment":
-            self.runner.run(self._group(item.event), self.sched.abort)
+        if kind is FRAGMENT:
+            group = Group(event_gid(self.batch, item.event), [item.event])
+            self.runner.run(group, self.sched.abort)
             self._finish(item)
             return
         mid = item.event.order[2]
-        if kind == "part" and item.barrier:
-            # A global read's part: its reads are its totals, taken now.  The read
-            # writes nothing and emits only at its home, so nothing comes back: the
-            # partition goes on at once instead of pausing until the home ran it.
-            self.sched.send(item.home, self.pid, mid, "up", self._forward(item))
-            self._finish(item)
-            return
-        early = self.early.pop(mid, ())
-        if kind == "part":
+        if kind is PART:
+            if item.barrier:
+                # A global read's part: its reads are its totals, taken now.  The read
+                # writes nothing and emits only at its home, so nothing comes back: the
+                # partition goes on at once instead of pausing until the home ran it.
+                self.send(item.home, mid, UP, self._totals(item))
+                self._finish(item)
+                return
             self.waiting[mid] = item
-            self.sched.send(item.home, self.pid, mid, "up", self._forward(item))
-            for src, what, payload in early:  # (a back cannot come before the up)
-                self.receive(src, mid, what, payload)
+            self.send(item.home, mid, UP, self._rows(item.values, item.home))
+            if self.early:  # (a back cannot come before the up: a confused peer)
+                for src, what, payload in self.early.pop(mid, ()):
+                    self.receive(src, mid, what, payload)
             return
         ups = item.ups
         assert ups is not None
-        for src, _what, payload in early:
-            ups[src] = payload
+        if self.early:
+            for src, _what, payload in self.early.pop(mid, ()):
+                ups[src] = payload
         if len(ups) == len(item.parts):
             self._execute(item)
         else:
             self.waiting[mid] = item
 
-    def _forward(self, item: _Item) -> Any:
-        """What a participant sends its home: its values' rows, or its partial totals."""
-        if item.barrier:  # a global read's part: its partial totals
-            reads = self.global_reads[item.event.input]
-            if self.job.record_history:  # (the reads happen now; dropped if it aborts)
-                self._record_global_read(item.event, event_gid(self.batch, item.event))
-            return partial_totals(self.state.data, reads, self.state.tracked)
+    def _totals(self, item: _Item) -> Any:
+        """What a global read's part sends partition 0: its partial totals, read now."""
+        reads = self.global_reads[item.event.input]
+        if self.record:  # (the reads happen now; dropped if it aborts)
+            self._record_global_read(item.event, event_gid(self.batch, item.event))
+        return partial_totals(self.state.data, reads, self.state.tracked)
+
+    def _rows(self, values: list[Any], dest: int) -> list[tuple[Any, dict[str, Any]]]:
+        """What a participant sends its home: its values' rows, per table."""
         data = self.state.data
+        # The home changes the dict of a value's rows that it is given: a copy when it
+        # is in this process (a message to another task is a copy already).
+        copy = dest in self.sched.hosted
         rows = []
-        for v in item.values:
+        for v in values:
             tables = {}
-            for table in self.job.tables:
+            for table in self.tables:
                 found = data.get(table, _NONE).get(v)
                 if found:
-                    tables[table] = dict(found)  # (the home changes its copy)
+                    tables[table] = dict(found) if copy else found
             rows.append((v, tables))
         return rows
 
     def receive(self, src: int, mid: int, what: str, payload: Any) -> None:
-        """A message for this partition (see :data:`Message`)."""
+        """A message for this partition (see :data:`Message`); :meth:`drain` runs what it freed."""
         item = self.waiting.get(mid)
         if item is None:
             self.early.setdefault(mid, []).append((src, what, payload))
             return
-        if what == "up":
+        if what == UP:
             ups = item.ups
             assert ups is not None
             ups[src] = payload
@@ -302,82 +340,120 @@ class _Partition:
         else:
             del self.waiting[mid]
             self._take_back(item, payload)
-        self.drain()
 
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
+        if item.barrier:
+            self._execute_global(item)
+            return
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
         data, tracked = state.data, state.tracked
         owner: dict[Any, int] = {}
+        for src, payload in ups.items():
+            for value, tables in payload:
+                owner[value] = src
+                for table, rows in tables.items():
+                    by_value = data.get(table)
+                    if by_value is None:
+                        by_value = data[table] = {}
+                    by_value[value] = rows
+                    if tracked and table in tracked:  # (counted while they are here)
+                        for row in rows.values():
+                            track(tracked, table, None, row)
+        runner.remote = owner
+        outcome = self.outcome
+        committed_before = outcome.committed
+        try:
+            runner.run_event(event, self.batch, self.sched.abort)
+        finally:
+            runner.remote = None
+        committed = outcome.committed > committed_before
+        outcome.forwarded += 1
+        parts, mid, send = item.parts, event.order[2], self.send
+        # What changed of the forwarded rows goes back, row by row; they leave this
+        # state, and the undo log, which makes this partition's delta.
+        if len(parts) == 1:  # (the common case: one other participant, all rows its)
+            changes: list[Any] = []
+            ops: list[str] = []
+            if committed:
+                undo = state.undo
+                for undo_key, _old in runner.changed:
+                    table, value, key = undo_key
+                    if value in owner:
+                        changes.append((table, value, key, data[table][value].get(key)))
+                        undo.pop(undo_key, None)
+                if self.record:
+                    ops = [op for _value, op in runner.remote_ops]
+            self._drop(owner)
+            send(parts[0], mid, BACK, (changes, ops, committed))
+            self._finish(item)
+            return
+        backs: dict[int, tuple[list[Any], list[str], bool]] = {
+            p: ([], [], committed) for p in parts
+        }
+        if committed:
+            undo = state.undo
+            for undo_key, _old in runner.changed:
+                table, value, key = undo_key
+                to = owner.get(value)
+                if to is not None:
+                    backs[to][0].append((table, value, key, data[table][value].get(key)))
+                    undo.pop(undo_key, None)
+            if self.record:
+                for value, op in runner.remote_ops:
+                    backs[owner[value]][1].append(op)
+        self._drop(owner)
+        for p, answer in backs.items():
+            send(p, mid, BACK, answer)
+        self._finish(item)
+
+    def _drop(self, owner: Mapping[Any, int]) -> None:
+        """Take the forwarded values' rows out of this state (and out of its totals)."""
+        data, tracked = self.state.data, self.state.tracked
+        for table in self.tables:
+            by_value = data.get(table)
+            if by_value is not None:
+                for value in owner:
+                    rows = by_value.pop(value, None)
+                    if rows and tracked and table in tracked:
+                        for row in rows.values():
+                            track(tracked, table, row, None)
+
+    def _execute_global(self, item: _Item) -> None:
+        """At partition 0: a global read over this partition's totals and everyone's."""
+        event, runner = item.event, self.runner
+        ups = item.ups
+        assert ups is not None
         gid = event_gid(self.batch, event)
-        if not item.barrier:
-            for src, payload in ups.items():
-                for value, tables in payload:
-                    owner[value] = src
-                    for table, rows in tables.items():
-                        data.setdefault(table, {})[value] = rows
-                        if tracked and table in tracked:  # (counted while they are here)
-                            for row in rows.values():
-                                track(tracked, table, None, row)
-            runner.remote = set(owner)
-        else:  # a global read: this partition's totals and everyone's
-            reads = self.global_reads[event.input]
-            aggregates = partial_totals(data, reads, tracked)
-            for payload in ups.values():
-                add_totals(aggregates, payload)
-            runner.aggregates = aggregates
-        runner.remote_ops, runner.changed = [], []
+        aggregates = partial_totals(
+            self.state.data, self.global_reads[event.input], self.state.tracked
+        )
+        for payload in ups.values():
+            add_totals(aggregates, payload)
+        runner.aggregates = aggregates
         committed_before = self.outcome.committed
         try:
             runner.run(Group(gid, [event]), self.sched.abort)
         finally:
-            runner.remote, runner.aggregates = None, None
-        committed = self.outcome.committed > committed_before
+            runner.aggregates = None
         self.outcome.forwarded += 1
-        if item.barrier and committed and self.job.record_history:
+        if self.outcome.committed > committed_before and self.record:
             # A global read reads every row here too (the others record theirs).
             self._record_global_read(event, gid)
-        parts = item.parts
-        backs: dict[int, tuple[list[Any], list[str], bool]] = {
-            p: ([], [], committed) for p in parts
-        }
-        if owner:
-            # What changed of the forwarded rows goes back, row by row; they leave this
-            # state, and the undo log, which makes this partition's delta.
-            undo = state.undo
-            for table, value, key, _old in runner.changed if committed else ():
-                to = owner.get(value)
-                if to is not None:
-                    row = data.get(table, _NONE).get(value, _NONE).get(key)
-                    backs[to][0].append((table, value, key, row))
-                    undo.pop((table, value, key), None)
-            for table in self.job.tables:
-                by_value = data.get(table)
-                if by_value is not None:
-                    for value in owner:
-                        rows = by_value.pop(value, None)
-                        if rows and tracked and table in tracked:
-                            for row in rows.values():
-                                track(tracked, table, row, None)
-            if self.job.record_history and committed:
-                for value, op in runner.remote_ops:
-                    backs[owner[value]][1].append(op)
-        if not item.barrier:  # (a global read's parts finished when they sent their totals)
-            mid, send, me = event.order[2], self.sched.send, self.pid
-            for p, answer in backs.items():
-                send(p, me, mid, "back", answer)
+        # (its parts finished when they sent their totals: nothing goes back)
         self._finish(item)
 
     def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
         """At a participant: the home's answer; the rows it changed replace these."""
         changes, ops, committed = back
-        put = self.state.put  # (it keeps the batch's pre-images and the global totals)
-        for table, value, key, row in changes:
-            put(table, value, key, ABSENT if row is None else row)
-        if self.job.record_history and committed and not item.barrier:
-            self.outcome.history.extend(ops)  # (a global read's part recorded its reads)
+        if changes:
+            put = self.state.put  # (it keeps the batch's pre-images and the global totals)
+            for table, value, key, row in changes:
+                put(table, value, key, ABSENT if row is None else row)
+        if ops and committed:
+            self.outcome.history.extend(ops)
         self._finish(item)
 
     def _record_global_read(self, event: Event, gid: str) -> None:
@@ -391,18 +467,18 @@ class _Partition:
             locks, ready = self.locks, self.ready
             for v in item.values:
                 queue = locks[v]
-                queue.popleft()
-                if queue:
-                    nxt = queue[0]
-                    nxt.need -= 1
-                    if nxt.need == 0:
-                        ready.append(nxt)
-                else:
+                if len(queue) == 1:
                     del locks[v]
+                    continue
+                del queue[0]  # (short lists: cheaper to make than deques)
+                nxt = queue[0]
+                nxt.need -= 1
+                if nxt.need == 0:
+                    ready.append(nxt)
             self.inflight -= 1
             barrier = self.barrier
             if self.inflight == 0 and barrier is not None and barrier is not item:
-                self.ready.append(barrier)
+                ready.append(barrier)
         if item.barrier:
             self.barrier = None
             behind = self.behind
@@ -454,16 +530,6 @@ class ForwardScheduler:
         }
         self.mailbox: deque[Message] = deque()
 
-    def send(self, dest: int, src: int, mid: int, what: str, payload: Any) -> None:
-        """Send a message to partition ``dest`` (here, or through the transport)."""
-        self.hosted[src].outcome.messages += 1
-        if dest in self.hosted:
-            self.mailbox.append((dest, src, mid, what, payload))
-            return
-        if self.transport is None or self.task_of is None:
-            raise ExchangeError(f"partition {dest} is not hosted here and there is no transport")
-        self.transport.send(self.task_of(dest), (dest, src, mid, what, payload))
-
     def _names(self, mids: Iterable[int]) -> list[str]:
         """The ids of the transactions of these events (for an error: the first three)."""
         return [f"b{self.batch}_{mid}" for mid in sorted(mids)[:3]]
@@ -507,18 +573,58 @@ class ForwardScheduler:
             # The time the task spent waiting for other tasks with nothing to admit.
             first.wait_ms += round(waited * 1000)
         if self.transport is not None:
+            self._collect()  # (the last answers to other tasks)
             self.transport.flush(wait=True)
             if first is not None:
                 first.message_bytes += self.transport.bytes_sent
         return {pid: p.outcome for pid, p in self.hosted.items()}
 
-    def _pump(self, block: bool) -> bool:
-        """Deliver what arrived (waiting for something when ``block``); whether anything did."""
+    def _collect(self) -> None:
+        """Hand over what the hosted partitions sent: here to the mailbox, else to the transport."""
+        hosted, mailbox = self.hosted, self.mailbox
+        for src, part in hosted.items():
+            if not part.out:
+                continue
+            out, part.out = part.out, {}
+            for dest, box in out.items():
+                part.outcome.messages += len(box)
+                if dest in hosted:
+                    mailbox.append((dest, src, box))
+                elif self.transport is None or self.task_of is None:
+                    raise ExchangeError(
+                        f"partition {dest} is not hosted here and there is no transport"
+                    )
+                else:
+                    self.transport.send(self.task_of(dest), (dest, src, box))
+
+    def _deliver(self, messages: Iterable[Message]) -> bool:
+        """Give each partition its messages, then run what they freed; whether there were any."""
         got = False
-        while self.mailbox:
-            dest, src, mid, what, payload = self.mailbox.popleft()
-            self.hosted[dest].receive(src, mid, what, payload)
+        hosted = self.hosted
+        touched = set()
+        for dest, src, box in messages:
+            receive = hosted[dest].receive
+            for mid, what, payload in box:
+                receive(src, mid, what, payload)
+            touched.add(dest)
             got = True
+        for dest in touched:
+            hosted[dest].drain()
+        return got
+
+    def _pump(self, block: bool) -> bool:
+        """Send what is queued; deliver what arrived (``block``: wait for something).
+
+        Returns whether anything arrived.
+        """
+        got = False
+        self._collect()
+        mailbox = self.mailbox
+        while mailbox:
+            messages = list(mailbox)
+            mailbox.clear()
+            got = self._deliver(messages) or got
+            self._collect()  # (the answers, to partitions here: delivered in this loop)
         if self.transport is None:
             if block and not got:
                 raise ExchangeError(
@@ -527,12 +633,8 @@ class ForwardScheduler:
                 )
             return got
         self.transport.flush()
-        for dest, src, mid, what, payload in self.transport.poll(
-            0.0 if (got or not block) else 0.05
-        ):
-            self.hosted[dest].receive(src, mid, what, payload)
-            got = True
-        return got
+        arrived = self.transport.poll(0.0 if (got or not block) else 0.05)
+        return self._deliver(arrived) or got
 
 
 # -- the transport between tasks -----------------------------------------------------

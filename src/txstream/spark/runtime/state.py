@@ -224,7 +224,7 @@ class PartitionState:
         """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
         undo_key = (table, value, key)
         if undo_key not in self.undo:
-            self.undo[undo_key] = self.data.get(table, {}).get(value, {}).get(key, ABSENT)
+            self.undo[undo_key] = self.data.get(table, _NONE).get(value, _NONE).get(key, ABSENT)
         self._set(table, value, key, row)
 
     def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
