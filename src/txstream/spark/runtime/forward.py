@@ -112,6 +112,8 @@ class _Item:
     queued: bool = False
     ups: dict[int, Any] | None = None
     """At the home: each participant's forwarded rows (or totals)."""
+    totals: Any = None
+    """At a global read's home: its own partial totals, taken at its place."""
 
 
 class _Partition:
@@ -293,6 +295,13 @@ class _Partition:
             return
         ups = item.ups
         assert ups is not None
+        if item.barrier:
+            # A global read at partition 0: its reads here are this partition's totals at
+            # its place, taken now as its parts take theirs.  It writes nothing and its
+            # function sees totals only, so the partition goes on at once, and the
+            # function runs when every part's totals are here.
+            item.totals = self._totals(item)
+            self._unbar(item)
         if self.early:
             for src, _what, payload in self.early.pop(mid, ()):
                 ups[src] = payload
@@ -302,7 +311,7 @@ class _Partition:
             self.waiting[mid] = item
 
     def _totals(self, item: _Item) -> Any:
-        """What a global read's part sends partition 0: its partial totals, read now."""
+        """A global read's reads on this partition: its partial totals, read now."""
         reads = self.global_reads[item.event.input]
         if self.record:  # (the reads happen now; dropped if it aborts)
             self._record_global_read(item.event, event_gid(self.batch, item.event))
@@ -426,22 +435,15 @@ class _Partition:
         event, runner = item.event, self.runner
         ups = item.ups
         assert ups is not None
-        gid = event_gid(self.batch, event)
-        aggregates = partial_totals(
-            self.state.data, self.global_reads[event.input], self.state.tracked
-        )
+        aggregates = item.totals  # (taken at its place: see _start)
         for payload in ups.values():
             add_totals(aggregates, payload)
         runner.aggregates = aggregates
-        committed_before = self.outcome.committed
         try:
-            runner.run(Group(gid, [event]), self.sched.abort)
+            runner.run(Group(event_gid(self.batch, event), [event]), self.sched.abort)
         finally:
             runner.aggregates = None
         self.outcome.forwarded += 1
-        if self.outcome.committed > committed_before and self.record:
-            # A global read reads every row here too (the others record theirs).
-            self._record_global_read(event, gid)
         # (its parts finished when they sent their totals: nothing goes back)
         self._finish(item)
 
@@ -479,12 +481,17 @@ class _Partition:
             barrier = self.barrier
             if self.inflight == 0 and barrier is not None and barrier is not item:
                 ready.append(barrier)
-        if item.barrier:
+        if item.barrier and self.barrier is item:
+            self._unbar(item)
+
+    def _unbar(self, item: _Item) -> None:
+        """Barrier ``item`` is done here: the items admitted behind it enter."""
+        if self.barrier is item:
             self.barrier = None
-            behind = self.behind
-            while behind and self.barrier is None:
-                self.unfinished -= 1  # (_enter counts it again)
-                self._enter(behind.popleft())
+        behind = self.behind
+        while behind and self.barrier is None:
+            self.unfinished -= 1  # (_enter counts it again)
+            self._enter(behind.popleft())
 
     def done(self) -> bool:
         """Whether every transaction of the batch finished here."""
