@@ -71,8 +71,11 @@ EXCHANGE_TIMEOUT_S = 600.0
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
 
-ADMIT_CHUNK = 512
-"""Transactions admitted per partition between looks at the messages that arrived."""
+ADMIT_CHUNK = 128
+"""Transactions admitted per partition between looks at the messages that arrived (and
+sending what is queued).  A crossing transaction's round trip takes about two such
+rounds, and a hot value's crossing transactions follow each other one round trip
+apart: smaller rounds shorten them; each round costs a few system calls."""
 
 Message = tuple[int, int, list[tuple[int, str, Any]]]
 """(destination partition, source partition, messages): what one partition sent
@@ -451,9 +454,19 @@ class _Partition:
         """At a participant: the home's answer; the rows it changed replace these."""
         changes, ops, committed = back
         if changes:
-            put = self.state.put  # (it keeps the batch's pre-images and the global totals)
+            state = self.state
+            data, undo, tracked = state.data, state.undo, state.tracked
             for table, value, key, row in changes:
-                put(table, value, key, ABSENT if row is None else row)
+                rows = data.get(table, _NONE).get(value)
+                if rows is None or row is None or (tracked and table in tracked):
+                    # (a row made or deleted, or a table whose totals are kept)
+                    state.put(table, value, key, ABSENT if row is None else row)
+                    continue
+                # (state.put of a changed row, inlined: the batch's pre-image, the row)
+                undo_key = (table, value, key)
+                if undo_key not in undo:
+                    undo[undo_key] = rows.get(key, ABSENT)
+                rows[key] = row
         if ops and committed:
             self.outcome.history.extend(ops)
         self._finish(item)
