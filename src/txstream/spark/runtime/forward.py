@@ -28,9 +28,14 @@ partition only).
 
 A global read (an input declared with ``global_reads``): every partition, at
 the read's place, takes its partial totals (its reads) and forwards them to
-partition 0, which runs the function over them.  The read writes no rows and
-emits at partition 0 only, so the other partitions go on at once: only
-partition 0 waits, for the others to reach the read.
+partition 0, which runs the function over them.  The read writes no rows,
+sees nothing but the totals and emits at partition 0 only, so every
+partition, partition 0 included, goes on at once once it took its totals;
+partition 0 runs the function when the others' totals are there.
+
+Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
+per partition), one list per pair of partitions, not one message per
+transaction.
 
 This runs for the per-event boundary, whose transactions have the same id on
 every partition; a boundary that groups events cuts each partition's events on
@@ -194,9 +199,27 @@ class _Partition:
                             enter(_Item(e, LOCAL, _distinct(values)))
                         continue
                 elif e.input not in global_reads:
+                    if mine == 1 and not e.copy:
+                        # A participant with one value here: when nothing holds it, it
+                        # sends the value's rows now, and holds it until the answer.
+                        v = values[pids.index(pid)]
+                        if v not in locks:
+                            self._lend(e, v)
+                            continue
                     enter(self._crossing(e, values, pids, mine))
                     continue
             enter(self._classify(e))
+
+    def _lend(self, e: Event, v: Any) -> None:
+        """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
+        item = _Item(e, PART, [v], home=e.pids[0])
+        item.queued = True
+        self.locks[v] = [item]
+        self.inflight += 1
+        self.unfinished += 1
+        mid = e.order[2]
+        self.waiting[mid] = item
+        self.send(item.home, mid, UP, self._rows(item.values, item.home))
 
     def admitting(self) -> bool:
         """Whether :meth:`admit` would admit anything now."""
@@ -654,7 +677,12 @@ class ForwardScheduler:
             return got
         self.transport.flush()
         arrived = self.transport.poll(0.0 if (got or not block) else 0.05)
-        return self._deliver(arrived) or got
+        if not self._deliver(arrived):
+            return got
+        # The answers to what arrived go out now, not after the next round.
+        self._collect()
+        self.transport.flush()
+        return True
 
 
 # -- the transport between tasks -----------------------------------------------------
