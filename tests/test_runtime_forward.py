@@ -653,3 +653,30 @@ def test_partition_0_runs_on_past_a_global_read_while_the_other_totals_are_on_th
     assert ran == ["deposit 1", "deposit 100", "audit"]
     [line] = outcome.outputs["audits"]
     assert '"total": 11' in line
+
+
+def test_a_round_sends_one_frame_list_per_peer_not_a_message_per_transaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two tasks, transfers between any accounts: each task hands its transport one
+    # list of messages per peer and round, however many transactions crossed.
+    handed: list[Any] = []
+    send = SocketTransport.send
+
+    def counted(self: SocketTransport, task: int, message: Any) -> None:
+        handed.append(message)
+        send(self, task, message)
+
+    monkeypatch.setattr(SocketTransport, "send", counted)
+    batch = [("deposits", {"acct": a, "amount": 100}) for a in range(40)]
+    batch += [
+        ("transfers", {"src": k % 40, "dst": (k * 7 + 3) % 40, "amount": 1}) for k in range(400)
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    runner = bank().run_local(batches, tmp_path, partitions=2, tasks=2)
+    messages = sum(s["messages"] for s in runner.stats)
+    assert messages > 300  # (about half of the transfers cross, two messages each)
+    # (a message per transaction, as before, would be a tuple with an int here)
+    assert sum(len(m[2]) if isinstance(m[2], list) else 1 for m in handed) == messages
+    assert len(handed) * 10 < messages
+    assert tx.read_output(tmp_path, "transfers_done") == serial(batches)["transfers_done"]
