@@ -680,3 +680,32 @@ def test_a_round_sends_one_frame_list_per_peer_not_a_message_per_transaction(
     assert sum(len(m[2]) if isinstance(m[2], list) else 1 for m in handed) == messages
     assert len(handed) * 10 < messages
     assert tx.read_output(tmp_path, "transfers_done") == serial(batches)["transfers_done"]
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_crossing_transaction_that_deletes_the_other_partitions_row(
+    tmp_path: Path, tasks: int
+) -> None:
+    # The home (partition of ``into``) deletes the only row of ``acct``, forwarded
+    # from the other partition: the deletion goes back and the row is gone there.
+    def merge(t: Any, e: dict[str, Any]) -> None:
+        row = t.read("accounts", e["acct"])
+        if row is not None:
+            t.increment("accounts", e["into"], "balance", row["balance"])
+            t.delete("accounts", e["acct"])
+
+    job = bank().input("merges", None, keys=["into", "acct"]).on("merges", merge)
+    into = next(a for a in range(50) if partition_of(a, 2) == 0)
+    acct = next(a for a in range(50) if partition_of(a, 2) == 1)
+    batches = [
+        [
+            ("deposits", {"acct": into, "amount": 1, "id": 0}),
+            ("deposits", {"acct": acct, "amount": 10, "id": 1}),
+        ],
+        [("merges", {"into": into, "acct": acct, "id": 2})],
+        [("deposits", {"acct": acct, "amount": 5, "id": 3})],
+    ]
+    job.run_local(batches, tmp_path, partitions=2, tasks=tasks)
+    balances = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")}
+    assert balances == {into: 11, acct: 5}
+    assert check(tx.read_history(tmp_path), "csao").holds

@@ -417,7 +417,7 @@ class _Partition:
                 for undo_key, _old in runner.changed:
                     table, value, key = undo_key
                     if value in owner:
-                        changes.append((table, value, key, data[table][value].get(key)))
+                        changes.append((table, value, key, data[table].get(value, _NONE).get(key)))
                         undo.pop(undo_key, None)
                 if self.record:
                     ops = [op for _value, op in runner.remote_ops]
@@ -434,7 +434,7 @@ class _Partition:
                 table, value, key = undo_key
                 to = owner.get(value)
                 if to is not None:
-                    backs[to][0].append((table, value, key, data[table][value].get(key)))
+                    backs[to][0].append((table, value, key, data[table].get(value, _NONE).get(key)))
                     undo.pop(undo_key, None)
             if self.record:
                 for value, op in runner.remote_ops:
