@@ -199,16 +199,39 @@ class _Partition:
                             enter(_Item(e, LOCAL, _distinct(values)))
                         continue
                 elif e.input not in global_reads:
-                    if mine == 1 and not e.copy:
-                        # A participant with one value here: when nothing holds it, it
-                        # sends the value's rows now, and holds it until the answer.
+                    if mine == 1:
+                        # One value here (the common case): when nothing holds it, a
+                        # participant sends its rows now and a home waits for theirs,
+                        # without going through the queues.
                         v = values[pids.index(pid)]
                         if v not in locks:
-                            self._lend(e, v)
-                            continue
+                            if not e.copy:
+                                self._lend(e, v)
+                                continue
+                            if len(pids) == 2:
+                                self._host(e, v, pids[1])
+                                continue
                     enter(self._crossing(e, values, pids, mine))
                     continue
             enter(self._classify(e))
+
+    def _host(self, e: Event, v: Any, other: int) -> None:
+        """:meth:`_enter` and :meth:`_start` of a home with one free value and one peer."""
+        item = _Item(e, HOME, [v], home=self.pid, parts=(other,), ups={})
+        item.queued = True
+        self.locks[v] = [item]
+        self.inflight += 1
+        self.unfinished += 1
+        mid = e.order[2]
+        early = self.early.pop(mid, None) if self.early else None
+        if early is None:
+            self.waiting[mid] = item
+            return
+        ups = item.ups
+        assert ups is not None
+        for src, _what, payload in early:
+            ups[src] = payload
+        self._execute(item)
 
     def _lend(self, e: Event, v: Any) -> None:
         """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
