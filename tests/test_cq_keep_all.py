@@ -137,8 +137,13 @@ def judge(
     assert result.value == pytest.approx(sum(prices) / R)
 
 
-@pytest.mark.parametrize("strategy", ["s2pl", "optimistic"])
-@pytest.mark.parametrize("store", ["memory-1", "memory-32", "durable-32"])
+@pytest.mark.parametrize(
+    ("strategy", "store"),
+    [
+        *((s, k) for s in ("s2pl", "optimistic") for k in ("memory-1", "memory-32", "durable-32")),
+        ("snapshot", "memory-1"),  # windows that go on in one snapshot (see below)
+    ],
+)
 def test_every_window_reads_one_state_and_its_value_follows_from_it(
     strategy: str, store: str, tmp_path: Path
 ) -> None:
@@ -210,3 +215,40 @@ def test_a_bad_release_every_is_one_error_before_anything_runs(every: Any) -> No
     with pytest.raises(CQError, match="release_every must be a positive number of windows"):
         engine.run([{"id": 0, "part": 0, "qty": 1}])
     tm.locks.check_idle()
+
+
+def test_snapshot_windows_share_a_transaction_until_something_commits() -> None:
+    """``snapshot``: while nothing commits, the next window goes on in the previous
+    window's read-only transaction (a new one would get the same snapshot); once
+    something committed, the next window reads a snapshot that includes it."""
+    rng = random.Random(3)
+    tm = load_table("snapshot", {k: new_part(rng) for k in range(ROWS)})
+    engine = CQEngine(build_query(R), tm, "snapshot", {TABLE: COLUMNS})
+    events = [{"id": i, "part": i % ROWS, "qty": 1} for i in range(400)]
+    with mock.patch.object(tm, "begin", wraps=tm.begin) as begin:
+        quiet = engine.run(events)
+    assert len(quiet) > 20 and begin.call_count == 1
+    assert not tm.snapshots  # the run ended: its transaction too
+
+    # an update committed between two windows, from this thread, without a callback
+    # (which would make every window begin its own transaction)
+    engine = CQEngine(build_query(R), tm, "snapshot", {TABLE: COLUMNS})
+    emit = engine._emit
+    committed_at: list[int] = []
+
+    def emit_then_update(p: Any, attempts: int) -> None:
+        emit(p, attempts)
+        if p.window == 10:
+            with tm.begin() as t:
+                t.put(TABLE, 0, {"price": 1, "cat": 0})
+            committed_at.append(tm.clock)
+
+    with mock.patch.object(engine, "_emit", emit_then_update):
+        results = engine.run(events)
+    assert committed_at and [r.value for r in results[:11]] == [r.value for r in quiet[:11]]
+    for res in results[11:]:
+        assert res.state is not None and res.state[1] >= committed_at[0], res
+        assert ("parts", 0, committed_at[0]) in res.versions or all(
+            key != 0 for _, key, _ in res.versions
+        )
+    assert not tm.snapshots

@@ -334,6 +334,10 @@ class CQEngine:
         # the row as of its snapshot, with no hook to call (see _apply_direct)
         self._snap_direct = self._mode == "snapshot" and tm.recorder is None and not tm.ordered
         self._direct_apply = self._direct or self._snap_direct
+        # snapshot: the previous unit's read-only transaction, kept open while nothing
+        # commits (see _transact), and whether runs may keep one (_advance decides)
+        self._snap_open: Transaction | None = None
+        self._reuse_snap = False
         self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
@@ -902,6 +906,7 @@ class CQEngine:
         # a window's transaction may keep every read for the next one (see release_every)
         # when nothing runs in this thread between windows that could update a kept row
         self._keep_all = self._direct and on_result is None and self._on_commit is None
+        self._reuse_snap = self._snap_direct and on_result is None and self._on_commit is None
         w = self.window
         try:
             if w is None:
@@ -974,37 +979,50 @@ class CQEngine:
                     txn.commit()
             return out, 1
         attempts = 0
+        tm = self.tm
         escalate = self.escalate_after if self._optimistic else 0
         while True:
             attempts += 1
             self._attempt += 1
             txn = self._heir
             self._heir = None
-            self._kept_from = -2
             escalated = attempts > escalate > 0
-            if escalated:
-                # the unit failed its validation escalate_after times in a row: run it
-                # on a snapshot, which a later write can neither change nor fail (after
-                # a failed attempt there is no successor transaction to take over)
-                assert txn is None
-                txn = self.tm.begin_snapshot()
-                self.stats.escalations += 1
-            elif txn is None:
-                txn = self.tm.begin(read_only=True)
-            elif self._kept_all:
-                # the previous window's transaction kept every read: nothing lost
+            if txn is not None and self._kept_all:
+                # the common case first (a window after a window): the previous
+                # window's transaction kept every read, nothing lost (never after a
+                # failed attempt, which leaves no successor: not escalated)
                 self._kept_all = False
                 self._kept_from = self._heir_of
                 self._carried = []
             else:
-                self._take_over(txn)
+                self._kept_from = -2
+                if escalated:
+                    # the unit failed its validation escalate_after times in a row: run
+                    # it on a snapshot, which a later write can neither change nor fail
+                    # (after a failed attempt there is no successor transaction to take
+                    # over)
+                    assert txn is None
+                    txn = tm.begin_snapshot()
+                    self.stats.escalations += 1
+                elif txn is None:
+                    txn = self._snap_open
+                    self._snap_open = None
+                    if txn is not None and tm.clock != txn.snapshot_ts:
+                        txn.commit()  # something committed since its snapshot: a new one
+                        txn = None
+                    if txn is None:
+                        txn = tm.begin(read_only=True)
+                else:
+                    self._take_over(txn)
             snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
+            # one sample of the clock, after the transaction began and before its reads
+            clock = tm.clock
             self._quiet_now = (
                 self._fast
                 and not escalated
-                and ((snap if snap is not None else self.tm.clock) == self._clean)
+                and ((snap if snap is not None else clock) == self._clean)
             )
-            self._since = self.tm.clock  # after the transaction began, before its reads
+            self._since = clock
             try:
                 out = fill(txn)
                 if out is None:
@@ -1012,8 +1030,8 @@ class CQEngine:
                         # "not complete yet" is a result of the reads too (a handed-on
                         # read of a row updated since may have dropped an event): it
                         # stands only if they validate, else the window is redone
-                        with self.tm.commit_mutex:
-                            self.tm.protocol.validate(txn)
+                        with tm.commit_mutex:
+                            tm.protocol.validate(txn)
                     txn.abort()
                 else:
                     clean = self._clean
@@ -1025,27 +1043,35 @@ class CQEngine:
                         carry is not None
                         and self._keep_all
                         and self._held < self.release_every
-                        and not (self._s2pl and self.tm.locks.queued)
+                        and not (self._s2pl and tm.locks.queued)
                     ):
                         # hold on to the rows the next window does not read a few
                         # windows more, rather than sort them out at each window
-                        self._heir = self.tm.commit_keeping_all(txn)
-                        self._kept_all = self._heir is txn
-                        if not self._kept_all:  # (a hand-over after all, e.g. with a log)
+                        heir = self._heir = tm.commit_keeping_all(txn)
+                        self._kept_all = heir is txn
+                        if heir is not txn:  # (a hand-over after all, e.g. with a log)
                             self._carried = carry(out)
                         self._held += 1
                         self._heir_of = self._attempt
                     elif entries := (carry(out) if carry is not None and self._hands_on else None):
                         keep = self._items(entries)
                         # (the successor may be txn's own object, begun again)
-                        self._heir = self.tm.commit_and_continue(txn, keep, reuse=True)
+                        self._heir = tm.commit_and_continue(txn, keep, reuse=True)
                         self._held = 0
                         self._carried = entries
                         self._heir_of = self._attempt
+                    elif self._reuse_snap:
+                        # snapshot, read-only: the next unit begun now would get this
+                        # transaction's snapshot as long as nothing commits, so it goes on
+                        # in this one; the next unit commits it and begins another as soon
+                        # as the clock moved (the commit of a read-only snapshot
+                        # transaction writes nothing and cannot fail)
+                        self._snap_open = txn
+                        return out, attempts  # (nothing committed: _clean stays)
                     else:
                         txn.commit()
                     # our own commit moved the clock by one: nothing else did
-                    self._clean = clean + 1 if clean >= 0 and self.tm.clock == clean + 1 else -1
+                    self._clean = clean + 1 if clean >= 0 and tm.clock == clean + 1 else -1
                 return out, attempts
             except TransientError:
                 # validation failed (or a deadlock victim): abort and redo the unit
@@ -1088,6 +1114,9 @@ class CQEngine:
     def _drop_heir(self) -> None:
         """The run stops: end the successor transaction kept for the next window."""
         heir, self._heir = self._heir, None
+        snap, self._snap_open = self._snap_open, None
+        if snap is not None:
+            snap.commit()  # (its windows' results are out)
         self._carried = []
         self._kept_all = False
         self._held = 0
