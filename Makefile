@@ -25,9 +25,14 @@ run: install ## the main job: Linear Road on the Spark executor runtime, validat
 	rm -rf run-out/linear-road
 	$(BIN)/txstream linear-road run --L 1 --minutes 8 --speedup 15 --out run-out/linear-road
 
+# The suite waits more than it computes (JVM start-ups, subprocesses killed and
+# restarted), so it runs on TEST_WORKERS pytest-xdist workers; worksteal hands a
+# worker that is done the tests another has not started, so the long ones do
+# not queue behind each other. TEST_WORKERS=0 runs it in this process.
+TEST_WORKERS ?= 2
 test: install lint ## lint, type check and the whole test suite
 	@scripts/pg-install.sh
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 lint: install ## ruff (lint and format) and mypy
 	$(BIN)/ruff check src tests

@@ -10,7 +10,8 @@ of the suite's time (a test of 24 s ran in 3 s in memory). The code under test
 is the same, ``fsync`` calls included; only power loss tells the two apart, and
 no test can cause one. Each run has its own folder, removed at its end unless a
 test failed (the folder's path is then printed); a later run removes the folders
-of runs that are gone.
+of runs that are gone. Under pytest-xdist (``make test``) each worker's folders
+are in a ``popen-gwN`` folder of the run's (xdist passes ``--basetemp`` to the workers).
 """
 
 import os
