@@ -46,6 +46,7 @@ from txstream.jobs.cq import SparkCQ
 from txstream.spark.runtime import (
     BOUNDARIES,
     Boundary,
+    DeltaSink,
     DuplicateKeyError,
     GroupOrderError,
     InputFailingError,
@@ -71,6 +72,7 @@ from txstream.spark.runtime import (
 __all__ = [
     "BOUNDARIES",
     "Boundary",
+    "DeltaSink",
     "DuplicateKeyError",
     "GroupOrderError",
     "InputFailingError",

@@ -27,11 +27,12 @@ from txstream.spark.runtime.results import (
     read_output,
     read_table,
 )
-from txstream.spark.runtime.sinks import PostgresSink
+from txstream.spark.runtime.sinks import DeltaSink, PostgresSink
 
 __all__ = [
     "BOUNDARIES",
     "Boundary",
+    "DeltaSink",
     "DuplicateKeyError",
     "GroupOrderError",
     "InputFailingError",
