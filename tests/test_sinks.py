@@ -89,3 +89,15 @@ def test_delta_bad_paths(tmp_path: Path) -> None:
     afile.write_text("x")
     with pytest.raises(TxStreamError, match="is a file"):
         tx.DeltaSink(afile)
+
+
+def test_read_output_arrow_and_pandas(tmp_path: Path) -> None:
+    table = tmp_path / "greetings"
+    _job(tx.DeltaSink(table)).run_local(BATCHES, tmp_path / "ckpt")
+    rows = tx.read_output(tmp_path / "ckpt", "greetings")
+    arrow = tx.read_output_arrow(tmp_path / "ckpt", "greetings")
+    assert isinstance(arrow, pa.Table) and arrow.to_pylist() == rows
+    frame = tx.read_output_pandas(tmp_path / "ckpt", "greetings")
+    assert frame.to_dict("records") == rows
+    with pytest.raises(TxStreamError, match="no output 'greeting'"):
+        tx.read_output_arrow(tmp_path / "ckpt", "greeting")

@@ -66,6 +66,8 @@ from txstream.spark.runtime import (
     read_failures,
     read_history,
     read_output,
+    read_output_arrow,
+    read_output_pandas,
     read_table,
 )
 
@@ -97,6 +99,8 @@ __all__ = [
     "read_failures",
     "read_history",
     "read_output",
+    "read_output_arrow",
+    "read_output_pandas",
     "read_table",
 ]
 __version__ = "0.1.0"

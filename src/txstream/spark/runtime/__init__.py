@@ -25,6 +25,8 @@ from txstream.spark.runtime.results import (
     read_failures,
     read_history,
     read_output,
+    read_output_arrow,
+    read_output_pandas,
     read_table,
 )
 from txstream.spark.runtime.sinks import DeltaSink, PostgresSink
@@ -53,5 +55,7 @@ __all__ = [
     "read_failures",
     "read_history",
     "read_output",
+    "read_output_arrow",
+    "read_output_pandas",
     "read_table",
 ]

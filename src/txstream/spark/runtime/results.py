@@ -93,6 +93,29 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     return [row for _, row in rows]
 
 
+def read_output_arrow(path: str | Path, name: str) -> Any:
+    """:func:`read_output` as a ``pyarrow.Table`` (columns inferred from the rows).
+
+    An output that emitted nothing gives an empty table with no columns.
+    """
+    import pyarrow as pa
+
+    try:
+        return pa.Table.from_pylist(read_output(path, name))
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise TxStreamError(
+            f"{path}: output {name!r} has rows no Arrow column type fits ({exc}); "
+            "read it with tx.read_output"
+        ) from None
+
+
+def read_output_pandas(path: str | Path, name: str) -> Any:
+    """:func:`read_output` as a ``pandas.DataFrame``, in commit order."""
+    import pandas as pd  # type: ignore[import-untyped]
+
+    return pd.DataFrame.from_records(read_output(path, name))
+
+
 def _parts(
     store: RuntimeStore, batch: int, info: dict[str, Any], kind: str, name: str
 ) -> list[Path]:
