@@ -101,3 +101,72 @@ def test_read_output_arrow_and_pandas(tmp_path: Path) -> None:
     assert frame.to_dict("records") == rows
     with pytest.raises(TxStreamError, match="no output 'greeting'"):
         tx.read_output_arrow(tmp_path / "ckpt", "greeting")
+
+
+CHILD = r"""
+import sys
+import txstream as tx
+from txstream.spark.runtime.state import RuntimeStore
+ckpt, table, conninfo = sys.argv[1], sys.argv[2], sys.argv[3]
+def add(t, e):
+    t.emit("out", {"id": e["id"], "v": e["id"] * 2})
+job = (tx.Job().input("ev", None, keys="id").output("out").on("ev", add)
+       .sink("out", tx.DeltaSink(table))
+       .sink("out", tx.PostgresSink(conninfo, "kills", ["id", "v"],
+                                    types={"id": "bigint", "v": "bigint"})))
+batches = [[("ev", {"id": b * 5 + i}) for i in range(5)] for b in range(40)]
+import os
+from pathlib import Path
+done = len(list(RuntimeStore(ckpt).committed())) if Path(ckpt, "job.json").exists() else 0
+print("ready", flush=True)
+job.run_local(batches[done:], ckpt)
+print("finished", flush=True)
+"""
+
+
+def test_sigkill_delta_and_postgres_exactly_once(tmp_path: Path) -> None:
+    import os
+    import random
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psycopg
+
+    from txstream.loading.pgserver import PostgresServer, find_bindir
+
+    if find_bindir() is None:
+        pytest.fail("PostgreSQL server binaries missing: run scripts/pg-install.sh")
+    server = PostgresServer().start()
+    try:
+        script = tmp_path / "child.py"
+        script.write_text(CHILD)
+        ckpt, table = tmp_path / "ckpt", tmp_path / "delta"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        rng = random.Random(30)
+        argv = [sys.executable, str(script), str(ckpt), str(table), server.conninfo]
+        kills = 0
+        for round_no in range(12):
+            child_env = dict(env)
+            if round_no % 3 == 0:  # a crash between the sinks' write and the .done record
+                child_env["TXSTREAM_CRASH_AFTER_SINK"] = str(round_no * 3 + 1)
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=child_env)
+            assert proc.stdout is not None
+            assert proc.stdout.readline().startswith(b"ready")
+            if round_no % 3:
+                time.sleep(rng.uniform(0.0, 0.4))
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += proc.returncode != 0
+        subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
+        assert kills >= 10
+        want = sorted((r["id"], r["v"]) for r in tx.read_output(ckpt, "out"))
+        assert want == [(i, 2 * i) for i in range(200)]
+        got = DeltaTable(str(table)).to_pyarrow_table().to_pylist()
+        assert sorted((r["id"], r["v"]) for r in got) == want
+        with psycopg.connect(server.conninfo) as conn:
+            rows = conn.execute("SELECT id, v FROM kills ORDER BY id").fetchall()
+        assert [tuple(r) for r in rows] == want
+    finally:
+        server.stop()

@@ -14,6 +14,7 @@ built-in ones are:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -25,6 +26,12 @@ from txstream.spark.runtime.results import read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
+# Tests kill the driver between a sink's write and its .done record with this.
+_CRASH_AT = (
+    int(os.environ["TXSTREAM_CRASH_AFTER_SINK"])
+    if os.environ.get("TXSTREAM_CRASH_AFTER_SINK")
+    else None
+)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -57,6 +64,8 @@ def deliver(
                         f"sink of output {output!r} failed on batch {batch}: "
                         f"{type(exc).__name__}: {exc}; it is called again on restart"
                     ) from None
+            if _CRASH_AT is not None and batch == _CRASH_AT:
+                os._exit(137)  # a test's crash point: the sinks wrote, the record did not
             write_atomic(marker, b"")
             done += 1
     return done
