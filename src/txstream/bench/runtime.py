@@ -32,7 +32,9 @@ Parameters of a point (issue 28; ``--set`` changes them in every point):
 0: none), ``partitions`` (the master's cores unless set) and ``cross_mode``
 (the job's ``crossPartition`` option, ``forward`` or ``defer``) and ``history`` (1:
 the job records its history, the default here; 0: it does not, a job's own
-default, so the run's history cannot be checked).
+default, so the run's history cannot be checked) and ``sink`` (``delta``: every
+output also goes to a :class:`~txstream.spark.runtime.sinks.DeltaSink` beside the
+run's store; ``none``, the default: the store's JSON outputs only).
 
 Each run's store (with its recorded history) stays in ``DIR/runtime/<point>``,
 so ``txstream check --criterion csao DIR/runtime`` judges every run.
@@ -442,6 +444,15 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
     except RuntimeJobError:
         # a runtime before issue 28: multi-partition transactions in phases 2/3
         notes.append("this runtime has no option crossPartition: ran its phases 2/3 (defer)")
+    if point.get("sink", "none") == "delta":
+        # issue 30's sink cost: every output also appended to a Delta table, exactly once
+        from txstream.spark.runtime.sinks import DeltaSink
+
+        lake = folder.parent.parent / "runtime-delta" / folder.name
+        if lake.exists():
+            shutil.rmtree(lake)  # a table from an earlier run would skip this run's batch ids
+        for output in ("transfers_done", *(("audits_done",) if audited else ())):
+            job.sink(output, DeltaSink(lake / output))
     partitions = int(point.get("partitions", MASTERS[point["master"]]))
     query = job.start(folder, spark=spark, partitions=partitions, engine=point["engine"])
     seen: dict[int, dict[str, Any]] = {}  # batch id -> progress (recentProgress is capped)
@@ -882,6 +893,7 @@ EXPERIMENT = Experiment(
         "cross_partition_pct": Param(int, lo=0, hi=100),
         "input_seed": Param(int, lo=0, hi=2**63 - 1),
         "history": Param(int, lo=0, hi=1),
+        "sink": Param(str, choices=("none", "delta")),
     },
     figures=[
         Figure(
