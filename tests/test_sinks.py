@@ -170,3 +170,10 @@ def test_sigkill_delta_and_postgres_exactly_once(tmp_path: Path) -> None:
         assert [tuple(r) for r in rows] == want
     finally:
         server.stop()
+
+
+def test_refusing_postgres_server_is_one_line(tmp_path: Path) -> None:
+    sink = tx.PostgresSink("host=127.0.0.1 port=1 dbname=x connect_timeout=5", "t", ["name"])
+    with pytest.raises(TxStreamError, match="Connection refused") as err:
+        _job(sink).run_local(BATCHES, tmp_path / "ckpt")
+    assert "\n" not in str(err.value) and "'greetings' failed on batch 0" in str(err.value)

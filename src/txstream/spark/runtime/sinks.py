@@ -60,9 +60,12 @@ def deliver(
                 except TxStreamError:
                     raise
                 except Exception as exc:
+                    # one line: drivers' messages (psycopg's "Is the server
+                    # running ...?") run on over several
+                    first = (str(exc).strip().splitlines() or [""])[0]
                     raise TxStreamError(
                         f"sink of output {output!r} failed on batch {batch}: "
-                        f"{type(exc).__name__}: {exc}; it is called again on restart"
+                        f"{type(exc).__name__}: {first}; it is called again on restart"
                     ) from None
             if _CRASH_AT is not None and batch == _CRASH_AT:
                 os._exit(137)  # a test's crash point: the sinks wrote, the record did not
