@@ -97,6 +97,14 @@ def read_output_arrow(path: str | Path, name: str) -> Any:
     """:func:`read_output` as a ``pyarrow.Table`` (columns inferred from the rows).
 
     An output that emitted nothing gives an empty table with no columns.
+
+    >>> import txstream as tx
+    >>> job = (tx.Job().input("people", None, keys="name").output("greetings")
+    ...        .on("people", lambda t, e: t.emit("greetings", {"text": "hi " + e["name"]})))
+    >>> people = [("people", {"name": "ada"}), ("people", {"name": "bob"})]
+    >>> _ = job.run_local([people], "ckpt/arrow")
+    >>> tx.read_output_arrow("ckpt/arrow", "greetings").to_pylist()
+    [{'text': 'hi ada'}, {'text': 'hi bob'}]
     """
     import pyarrow as pa
 
@@ -110,7 +118,16 @@ def read_output_arrow(path: str | Path, name: str) -> Any:
 
 
 def read_output_pandas(path: str | Path, name: str) -> Any:
-    """:func:`read_output` as a ``pandas.DataFrame``, in commit order."""
+    """:func:`read_output` as a ``pandas.DataFrame``, in commit order.
+
+    >>> import txstream as tx
+    >>> job = (tx.Job().input("people", None, keys="name").output("greetings")
+    ...        .on("people", lambda t, e: t.emit("greetings", {"text": "hi " + e["name"]})))
+    >>> people = [("people", {"name": "ada"}), ("people", {"name": "bob"})]
+    >>> _ = job.run_local([people], "ckpt/pandas")
+    >>> tx.read_output_pandas("ckpt/pandas", "greetings")["text"].tolist()
+    ['hi ada', 'hi bob']
+    """
     import pandas as pd  # type: ignore[import-untyped]
 
     return pd.DataFrame.from_records(read_output(path, name))
