@@ -108,15 +108,20 @@ import sys
 import txstream as tx
 from txstream.spark.runtime.state import RuntimeStore
 ckpt, table, conninfo = sys.argv[1], sys.argv[2], sys.argv[3]
+import os
+from pathlib import Path
+crash_at = int(os.environ.get("CRASH_AFTER_SINKS", "-1"))
 def add(t, e):
     t.emit("out", {"id": e["id"], "v": e["id"] * 2})
+def crash(batch, rows):  # the sinks before it wrote this batch; its .done record is not written
+    if batch == crash_at:
+        os._exit(137)
 job = (tx.Job().input("ev", None, keys="id").output("out").on("ev", add)
        .sink("out", tx.DeltaSink(table))
        .sink("out", tx.PostgresSink(conninfo, "kills", ["id", "v"],
-                                    types={"id": "bigint", "v": "bigint"})))
+                                    types={"id": "bigint", "v": "bigint"}))
+       .sink("out", crash))
 batches = [[("ev", {"id": b * 5 + i}) for i in range(5)] for b in range(40)]
-import os
-from pathlib import Path
 done = len(list(RuntimeStore(ckpt).committed())) if Path(ckpt, "job.json").exists() else 0
 print("ready", flush=True)
 job.run_local(batches[done:], ckpt)
@@ -150,7 +155,7 @@ def test_sigkill_delta_and_postgres_exactly_once(tmp_path: Path) -> None:
         for round_no in range(12):
             child_env = dict(env)
             if round_no % 3 == 0:  # a crash between the sinks' write and the .done record
-                child_env["TXSTREAM_CRASH_AFTER_SINK"] = str(round_no * 3 + 1)
+                child_env["CRASH_AFTER_SINKS"] = str(round_no * 3 + 1)
             proc = subprocess.Popen(argv, stdout=subprocess.PIPE, env=child_env)
             assert proc.stdout is not None
             assert proc.stdout.readline().startswith(b"ready")

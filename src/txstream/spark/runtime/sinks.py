@@ -14,7 +14,6 @@ built-in ones are:
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,12 +25,6 @@ from txstream.spark.runtime.results import read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
-# Tests kill the driver between a sink's write and its .done record with this.
-_CRASH_AT = (
-    int(os.environ["TXSTREAM_CRASH_AFTER_SINK"])
-    if os.environ.get("TXSTREAM_CRASH_AFTER_SINK")
-    else None
-)
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -67,8 +60,6 @@ def deliver(
                         f"sink of output {output!r} failed on batch {batch}: "
                         f"{type(exc).__name__}: {first}; it is called again on restart"
                     ) from None
-            if _CRASH_AT is not None and batch == _CRASH_AT:
-                os._exit(137)  # a test's crash point: the sinks wrote, the record did not
             write_atomic(marker, b"")
             done += 1
     return done
@@ -188,6 +179,7 @@ class DeltaSink:
 
     def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
         """Append ``rows`` as one Delta commit unless batch ``batch`` is already in."""
+        import pyarrow as pa
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
         existing: Any = None
@@ -200,10 +192,7 @@ class DeltaSink:
             return  # nothing to infer a schema from yet
         data = self._table(rows)
         if existing is not None:
-            want = existing.schema().to_arrow()
-            import pyarrow as pa
-
-            want = pa.schema(want)
+            want = pa.schema(existing.schema().to_arrow())
             if [(f.name, f.type) for f in want] != [(f.name, f.type) for f in data.schema]:
                 if not rows:
                     data = want.empty_table()
