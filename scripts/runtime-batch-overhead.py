@@ -87,8 +87,8 @@ def _timed_run(job: Any, checkpoint: Path, spark: Any) -> list[dict[str, float]]
         setattr(owner, name, timed)
 
     wrap(q.TxQuery, "_advance", "frontier")
-    wrap(q._SparkPhases, "phase1", "phase1")
-    wrap(q._SparkPhases, "deferred", "deferred")
+    wrap(q.SparkPhases, "phase1", "phase1")
+    wrap(q.SparkPhases, "deferred", "deferred")
     wrap(q.RuntimeStore, "commit", "commit")
     rows: list[dict[str, float]] = []
     last = [0.0]

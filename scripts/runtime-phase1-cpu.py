@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 
 from txstream.bench.ledger import OPENING_BALANCE, events, ledger_job
-from txstream.spark.runtime import query as q
+from txstream.spark.runtime import spark_tasks as q
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore
 from txstream.spark.runtime.tasks import BatchContext

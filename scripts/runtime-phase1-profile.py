@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import txstream.spark.runtime.query as q
+import txstream.spark.runtime.spark_tasks as q
 
 lines: collections.Counter[tuple[str, int, str]] = collections.Counter()
 functions: collections.Counter[tuple[str, str]] = collections.Counter()

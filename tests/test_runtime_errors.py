@@ -56,7 +56,7 @@ STREAM_FAILED = (
 
 
 def test_a_python_failure_inside_spark_is_one_line_naming_its_cause() -> None:
-    from txstream.spark.runtime.query import one_line
+    from txstream.spark.runtime.spark_errors import one_line
 
     # What Spark raises when a Python worker cannot unpickle the job's functions
     # (their module is not on the executors' path), abridged.
@@ -116,7 +116,7 @@ def test_an_event_with_a_null_key_or_order_value_is_reported_not_run(tmp_path: P
 
 
 def test_a_spark_failure_under_the_foreach_batch_function_is_one_line_naming_its_cause() -> None:
-    from txstream.spark.runtime.query import one_line
+    from txstream.spark.runtime.spark_errors import one_line
 
     # What Spark raised when a string order column held ISO-8601 times: Spark's
     # first line ends in "Traceback (most recent call last):" and the cause is
@@ -155,7 +155,7 @@ def test_a_spark_failure_under_the_foreach_batch_function_is_one_line_naming_its
 def test_start_refuses_an_order_column_spark_cannot_order_by_before_anything_runs(
     tmp_path: Path,
 ) -> None:
-    from txstream.spark.runtime.query import check_inputs, order_value
+    from txstream.spark.runtime.inputs import check_inputs, order_value
 
     def job(ddl: str, order: str = "ts") -> tx.Job:
         return (
@@ -187,7 +187,7 @@ def test_start_refuses_an_order_column_spark_cannot_order_by_before_anything_run
 
 
 def test_arrival_time_must_name_a_numeric_column_of_an_input(tmp_path: Path) -> None:
-    from txstream.spark.runtime.query import check_inputs
+    from txstream.spark.runtime.inputs import check_inputs
 
     for bad in (5, "", None):
         with pytest.raises(tx.RuntimeJobError, match="option arrivalTime is the name of an input"):

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import txstream as tx
-from txstream.spark.runtime import query as q
+from txstream.spark.runtime import spark_tasks as q
 from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.boundaries import Event, Group
 from txstream.spark.runtime.executor import GroupRunner, Outcome

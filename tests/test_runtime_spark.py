@@ -740,8 +740,8 @@ def test_run_local_computes_timestamp_and_date_order_values_as_spark_does(spark:
 
     from pyspark.sql import types as T
 
+    from txstream.spark.runtime.inputs import order_value
     from txstream.spark.runtime.local import order_number
-    from txstream.spark.runtime.query import order_value
 
     rng = random.Random(5)
     zones = [dt.UTC, ZoneInfo("Europe/Paris"), ZoneInfo("America/St_Johns"), ZoneInfo("Asia/Tokyo")]

@@ -21,6 +21,7 @@ import pytest
 import txstream as tx
 from test_runtime_spark import transfer_outcomes
 from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.spark.runtime import commitlog
 from txstream.spark.runtime import query as query_module
 from txstream.spark.runtime.state import RuntimeStore
 
@@ -96,7 +97,7 @@ def balances(checkpoint: Path) -> dict[int, int]:
 
 
 def spark_logs(checkpoint: Path) -> tuple[int, int]:
-    return query_module.spark_log_ends(checkpoint / "spark")
+    return commitlog.spark_log_ends(checkpoint / "spark")
 
 
 def check_exactly_once(checkpoint: Path, stream: list[Event]) -> None:
@@ -222,14 +223,14 @@ def test_a_driver_stopped_at_the_end_loses_and_repeats_nothing_on_restart(
 
         monkeypatch.setattr(query_module, "forward_spark_log", crash)
     else:  # Spark's offsets of the batch written, its commit not
-        write = query_module.write_atomic
+        write = commitlog.write_atomic
 
         def failing_write(path: Path, payload: bytes, durable: bool = True) -> None:
             if path.parent.name == "commits" and path.parent.parent.name == "spark":
                 raise Crash
             write(path, payload, durable)
 
-        monkeypatch.setattr(query_module, "write_atomic", failing_write)
+        monkeypatch.setattr(commitlog, "write_atomic", failing_write)
     job = ledger_job(*streams(spark, tmp_path / "in"), merge="event-time")
     query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
     with pytest.raises(Crash):

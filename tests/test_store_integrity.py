@@ -714,7 +714,7 @@ def _spark_log(folder: Path, batches: int) -> None:
 
 
 def test_the_last_batch_spark_counts_done_without_a_marker_is_run_again(tmp_path: Path) -> None:
-    from txstream.spark.runtime.query import reconcile_commit_log
+    from txstream.spark.runtime.commitlog import reconcile_commit_log
 
     run(tmp_path / "s", 4)
     _spark_log(tmp_path / "spark", 4)
@@ -738,7 +738,7 @@ def test_the_last_batch_spark_counts_done_without_a_marker_is_run_again(tmp_path
 
 
 def test_earlier_batches_spark_counts_done_without_markers_are_refused(tmp_path: Path) -> None:
-    from txstream.spark.runtime.query import reconcile_commit_log
+    from txstream.spark.runtime.commitlog import reconcile_commit_log
 
     run(tmp_path / "s", 4)
     _spark_log(tmp_path / "spark", 4)

@@ -64,7 +64,7 @@ def order_number(value: Any) -> float:
     UTC (the session time zone of ``local_session``, in which Spark reads
     times without a zone); a ``date`` is the epoch seconds of its midnight
     UTC, as ``unix_date(day) * 86400`` on Spark (see
-    :func:`txstream.spark.runtime.query.order_value`).  Raises
+    :func:`txstream.spark.runtime.inputs.order_value`).  Raises
     :class:`ValueError` saying what else to give.
     """
     if isinstance(value, datetime):  # before date: a datetime is a date too

@@ -1,0 +1,70 @@
+"""Spark's and Python's failures as one readable line.
+
+A failure inside a Spark job reaches the driver as a Py4J or PySpark exception
+whose text holds a Java stack trace, a Python worker's traceback, or both;
+:func:`one_line` finds the innermost useful message in it (the user's own
+exception, a Spark error class, a JVM exception), so that the runtime's errors
+stay one line.
+"""
+
+from __future__ import annotations
+
+import re
+
+_PYTHON_EXCEPTION = re.compile(
+    r"(?!pyspark\.|py4j\.)([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)(: |$)"
+)
+"""A Python traceback's last line (``ModuleNotFoundError: No module named 'x'``)."""
+
+_SPARK_ERROR = re.compile(
+    r"(?:pyspark\.errors\.exceptions\.[\w.]+: |py4j\.[\w.]+: |[\w.]*(?:Error|Exception): )?"
+    r"(\[[A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*\] .+)"
+)
+"""A line naming a Spark error class (``...NumberFormatException: [CAST_INVALID_INPUT] ...``)."""
+
+_JVM_EXCEPTION = re.compile(r"(?::\s*)?((?:java|javax|scala|org)\.[\w.$]+(?:Error|Exception): .+)")
+"""A JVM exception's line in a Py4J error (``: java.lang.OutOfMemoryError: Java heap space``)."""
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def one_line(exc: BaseException) -> str:
+    """A Spark or Python failure as one readable line (the innermost useful message)."""
+    text = str(exc)
+    for marker in ("TxStreamError: ", "RuntimeJobError: ", "SchemaError: ", "StoreError: "):
+        if marker in text:
+            return text.split(marker, 1)[1].splitlines()[0].strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    # A Python worker's or the foreachBatch function's failure: Spark's first line
+    # ends with "Traceback (most recent call last):"; the cause is the innermost
+    # Python exception line of the traceback that follows or, when Spark itself
+    # failed under the function (a bad cast in a Spark job it started), the last
+    # line of the traceback that names a Spark error class (else a JVM exception).
+    if any(line.endswith(_TRACEBACK) for line in lines):
+        end = next((i for i, line in enumerate(lines) if line.startswith("===")), None)
+        body = [line for line in lines[:end] if not line.endswith(_TRACEBACK)]
+        causes = [line for line in body if _PYTHON_EXCEPTION.match(line)]
+        for pattern in (_SPARK_ERROR, _JVM_EXCEPTION):
+            if not causes:
+                causes = [m[1] for m in map(pattern.fullmatch, body) if m]
+        if causes:
+            cause = _without_sqlstate(causes[-1])[:500]
+            if cause.startswith("ModuleNotFoundError: "):
+                cause += _MODULE_HINT
+            return cause
+    for line in lines:
+        if line.startswith(("pyspark.", "py4j.", "at ", "File ", "Traceback", "JVM stacktrace")):
+            continue
+        return line[:500]
+    return type(exc).__name__
+
+
+_MODULE_HINT = (
+    " (Spark's Python workers unpickle the job's functions and import the modules "
+    "they name: define them in the driver's script, ship their module with "
+    "spark.sparkContext.addPyFile(path), or install it where the workers run)"
+)
+
+
+def _without_sqlstate(line: str) -> str:
+    return re.sub(r"(\s+SQLSTATE: \w+)+$", "", line)
