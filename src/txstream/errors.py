@@ -8,6 +8,20 @@ derive from :class:`TransientError`.
 
 from __future__ import annotations
 
+import re
+from typing import ClassVar
+
+
+def condition_of(name: str) -> str:
+    """The condition a class named ``name`` gets unless it declares one.
+
+    >>> condition_of("DuplicateKeyError"), condition_of("TransactionAborted")
+    ('TXSTREAM_DUPLICATE_KEY', 'TXSTREAM_TRANSACTION_ABORTED')
+    """
+    stem = re.sub(r"(Error|Exception)$", "", name) or name
+    words = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", stem)
+    return "TXSTREAM_" + words.upper()
+
 
 class TxStreamError(Exception):
     """Root of every error txstream raises deliberately.
@@ -21,7 +35,29 @@ class TxStreamError(Exception):
     ... except tx.TxStreamError as exc:
     ...     print(f"{type(exc).__name__}: {exc}")
     RuntimeJobError: table 'accounts' is declared twice
+
+    Like PySpark's errors, each class has a stable ``condition`` (also from
+    :meth:`getCondition`): code that handles errors can match it without
+    importing the class, and it stays when the message's wording changes.
+    ``docs/errors.md`` lists them all.
+
+    >>> tx.DuplicateKeyError.condition, tx.TxStreamError("x").getCondition()
+    ('TXSTREAM_DUPLICATE_KEY', 'TXSTREAM_ERROR')
     """
+
+    condition: ClassVar[str] = "TXSTREAM_ERROR"
+    """This class's error condition (``TXSTREAM_<NAME>``), unique among txstream's classes."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        # A class that names no condition gets one from its own name (never its
+        # parent's): every class has its own, and a rename shows in docs/errors.md.
+        if "condition" not in cls.__dict__:
+            cls.condition = condition_of(cls.__name__)
+
+    def getCondition(self) -> str:
+        """The error condition, as PySpark's ``PySparkException.getCondition()``."""
+        return self.condition
 
 
 class TransientError(TxStreamError):

@@ -30,6 +30,8 @@ AGGREGATE_FUNCTIONS = ("count", "sum", "avg")
 class SchemaError(TxStreamError):
     """A relation or view definition is wrong (unknown column, bad key, ...)."""
 
+    condition = "TXSTREAM_RELATION_SCHEMA"
+
 
 def _ident(kind: str, name: str) -> str:
     if not isinstance(name, str):

@@ -10,9 +10,12 @@ alone) in Spark's logs.
 from __future__ import annotations
 
 import contextlib
+import logging
 from pathlib import Path
 
 from txstream.spark.runtime.state import RuntimeStore, StoreError, write_atomic
+
+log = logging.getLogger("txstream.runtime")
 
 
 def _log_ids(folder: Path) -> list[int]:
@@ -85,6 +88,11 @@ def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
                 "checkpoint or restore both from one backup"
             )
         forward_spark_log(spark_dir, last)
+        log.info(
+            "recovery: batch %d ended the inputs before a crash; recorded in Spark's checkpoint %s",
+            last,
+            spark_dir,
+        )
     done = sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
     lost = [n for n in done if n > last]
     if not lost:
@@ -95,6 +103,11 @@ def reconcile_commit_log(store: RuntimeStore, spark_dir: Path) -> None:
         for name in (str(lost[0]), f".{lost[0]}.crc"):
             with contextlib.suppress(FileNotFoundError):
                 (commits / name).unlink()
+        log.info(
+            "recovery: Spark counted batch %d as done but its txstream commit marker is "
+            "missing; Spark's commit of it is removed and the batch runs again",
+            lost[0],
+        )
         return
     markers = ", ".join(str(store.root / "commits" / f"{n:012d}.json") for n in lost)
     raise StoreError(

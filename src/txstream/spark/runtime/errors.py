@@ -30,6 +30,7 @@ __all__ = [
     "MissingRowError",
     "RuntimeJobError",
     "SchemaError",
+    "SparkJobError",
     "StoreError",
     "StoreLockedError",
     "TransactionAborted",
@@ -49,6 +50,8 @@ class RuntimeJobError(TxStreamError):
     txstream.spark.runtime.errors.RuntimeJobError: option onError is one of ('rollback', 'stop'),
     not 'ignore'
     """
+
+    condition = "TXSTREAM_INVALID_JOB"
 
 
 class UndeclaredKeyError(TxStreamError):
@@ -84,6 +87,8 @@ class SchemaError(TxStreamError):
     >>> print(tx.read_failures("ckpt/schema")[0]["error"])
     SchemaError: row of prices: column 'price' is double, got 'cheap'
     """
+
+    condition = "TXSTREAM_SCHEMA_MISMATCH"
 
 
 class TransactionAborted(TxStreamError):
@@ -157,3 +162,24 @@ class ExchangeError(TxStreamError):
 
 class UnstorableValueError(TxStreamError):
     """A value of a type the store's data format does not hold."""
+
+
+class SparkJobError(TxStreamError):
+    """Spark failed under the job (a Spark job, the query, the session): one line.
+
+    The message names the innermost cause (the user's exception, a Spark error
+    condition, a JVM exception); ``spark_condition`` is PySpark's condition of
+    that cause when it has one (``CAST_INVALID_INPUT``, ``STREAM_FAILED``), and
+    ``__cause__`` the exception PySpark raised.
+
+    >>> import txstream as tx
+    >>> exc = tx.SparkJobError("job 'j' failed: [CAST_INVALID_INPUT] ...", "CAST_INVALID_INPUT")
+    >>> exc.condition, exc.spark_condition
+    ('TXSTREAM_SPARK_FAILURE', 'CAST_INVALID_INPUT')
+    """
+
+    condition = "TXSTREAM_SPARK_FAILURE"
+
+    def __init__(self, message: str, spark_condition: str | None = None) -> None:
+        super().__init__(message)
+        self.spark_condition = spark_condition

@@ -135,6 +135,8 @@ class Job:
         self._all_fail_limit = ALL_FAIL_LIMIT
         self._watermarks: dict[str, float] = {}
         """Each input's watermark delay: declared, or from ``withWatermark`` (:meth:`start`)."""
+        self._progress_listeners: list[Callable[[dict[str, Any]], object]] = []
+        """Called with each committed batch's progress (:meth:`on_progress`)."""
 
     # -- declarations ----------------------------------------------------------------
     def table(
@@ -437,6 +439,29 @@ class Job:
     def trigger(self, **trigger: Any) -> Job:
         """The Structured Streaming trigger, as for ``DataStreamWriter.trigger``."""
         self._trigger = trigger
+        return self
+
+    def on_progress(self, listener: Callable[[dict[str, Any]], object]) -> Job:
+        """Call ``listener(progress)`` after each batch a started query commits.
+
+        ``progress`` is the dict ``query.lastProgress`` holds for the batch (a
+        copy): ``id``, ``runId``, ``name``, ``batchId``, ``numInputRows``,
+        ``committed``, ``aborted``, ``deferred``, ``held``, ``late``,
+        ``failed``, ``durationMs``, ``latency`` ... (docs/spark.md, "Watching a
+        query").  It runs on the driver, in the batch's thread, after the
+        batch's commit and before its sinks; a listener that raises is logged
+        on ``txstream.runtime`` and does not fail the batch.  Several may be
+        added; ``run_local`` does not call them.
+
+        >>> import txstream as tx
+        >>> seen = []
+        >>> job = tx.Job("watched").input("ev", None, keys="k").on("ev", lambda t, e: None)
+        >>> job.on_progress(lambda p: seen.append((p["batchId"], p["committed"]))) is job
+        True
+        """
+        if not callable(listener):
+            raise RuntimeJobError(".on_progress(...) needs a callable listener(progress)")
+        self._progress_listeners.append(listener)
         return self
 
     # -- running ------------------------------------------------------------------------

@@ -26,8 +26,11 @@ thread for the batches.
 
 from __future__ import annotations
 
+import contextlib
 import copy as copying
+import io
 import json
+import logging
 import shutil
 import threading
 import time
@@ -54,6 +57,7 @@ from txstream.spark.runtime.commitlog import (
     reconcile_commit_log,
     spark_log_ends,
 )
+from txstream.spark.runtime.errors import SparkJobError
 from txstream.spark.runtime.executor import latencies
 from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import forwarding, new_exchange
@@ -63,7 +67,7 @@ from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_
 from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY
 from txstream.spark.runtime.sinks import deliver
-from txstream.spark.runtime.spark_errors import one_line
+from txstream.spark.runtime.spark_errors import decode
 from txstream.spark.runtime.spark_tasks import (
     MID_EXPR,
     SparkPhases,
@@ -90,6 +94,9 @@ from txstream.spark.runtime.tasks import (
 
 if TYPE_CHECKING:
     from txstream.spark.runtime.job import Job
+
+log = logging.getLogger("txstream.runtime")
+"""The runtime's logger (quiet unless the application configures logging)."""
 
 RECENT = 100
 """How many batches' progress ``TxQuery.recentProgress`` keeps (as Spark's default)."""
@@ -185,9 +192,95 @@ class TxQuery:
         return str(self.query.id) if self.query is not None else ""
 
     @property
+    def runId(self) -> str:
+        """The Spark query's run id: new at every start (``id`` stays across restarts)."""
+        return str(self.query.runId) if self.query is not None else ""
+
+    @property
     def name(self) -> str:
         """The job name."""
         return self.spec.name
+
+    def exception(self) -> TxStreamError | None:
+        """The error that stopped the query, as it would be raised (None: none).
+
+        As ``StreamingQuery.exception()``: a batch's own error keeps its class
+        (``GroupOrderError``, ``InputFailingError`` ...); a failure of Spark's is
+        a :class:`~txstream.SparkJobError` whose ``__cause__`` is PySpark's
+        exception.
+
+        >>> query.exception()                                    # doctest: +SKIP
+        InputFailingError("input 'readings': all 20 of its transactions ...")
+        """
+        if self._failure:
+            return self._failed()
+        spark_error = self.query.exception() if self.query is not None else None
+        if spark_error is None:
+            return None
+        error = self._spark_error("failed", spark_error)
+        error.__cause__ = spark_error
+        return error
+
+    def explain(self, extended: bool = False) -> None:
+        """Print what the job is and, once it ran a batch, Spark's plan of its stream.
+
+        The job: engine, partitions and phase-1 tasks, merge and boundary,
+        cross-partition mode, each input (keys, order column, Spark's
+        streaming source), table (key, partitioning, columns), output (columns,
+        sinks).  Then Spark's ``StreamingQuery.explain(extended)``: the plan
+        of the last micro-batch's read of the inputs (Spark has none before
+        the first batch); each batch's own Spark jobs are in the Spark UI.
+
+        >>> query.explain()                                      # doctest: +SKIP
+        txstream job 'bank' (id 6c1f..., runId 0a9e...)
+          engine executors, 2 partitions, 2 phase-1 tasks, merge batch, ...
+        """
+        print(self._describe(extended))
+
+    def _describe(self, extended: bool) -> str:
+        spec = self.spec
+        boundary = getattr(spec.boundary, "name", type(spec.boundary).__name__)
+        lines = [
+            f"txstream job {spec.name!r} (id {self.id or '-'}, runId {self.runId or '-'})",
+            f"  engine {self.engine}, {self.partitions} partitions, {self.tasks} phase-1 tasks, "
+            f"merge {self._merge}, boundary {boundary}, cross-partition "
+            f"{'forward' if self.forward else spec.cross_partition}, "
+            f"trigger {self.job._trigger}",
+        ]
+        for inp in spec.inputs.values():
+            keys = " | ".join(",".join(group) for group in inp.keys) or "-"
+            order = f", order {inp.order}" if inp.order else ""
+            wm = self.job._watermarks.get(inp.name)
+            watermark = f", watermark {wm:g}" if wm is not None else ""
+            source = "streaming DataFrame" if getattr(inp.source, "isStreaming", False) else "-"
+            lines.append(f"  input {inp.name}: keys {keys}{order}{watermark} ({source})")
+        for table in spec.tables.values():
+            columns = ", ".join(f"{c} {t}" for c, t in (table.columns or {}).items())
+            lines.append(
+                f"  table {table.name}: key {','.join(table.key)}, partitioned by "
+                f"{','.join(table.partition_by)}" + (f" ({columns})" if columns else "")
+            )
+        for out in spec.outputs.values():
+            columns = ", ".join(f"{c} {t}" for c, t in (out.columns or {}).items())
+            sinks = [
+                getattr(sink, "__qualname__", type(sink).__name__)
+                for sink in self.job._sinks.get(out.name, [])
+            ]
+            lines.append(
+                f"  output {out.name}"
+                + (f" ({columns})" if columns else "")
+                + (f", sinks {', '.join(sinks)}" if sinks else "")
+            )
+        lines.append(f"  checkpoint {self.root}")
+        plan = ""
+        if self.query is not None:
+            buffer = io.StringIO()
+            with contextlib.redirect_stdout(buffer):  # (Spark's explain prints)
+                self.query.explain(extended)
+            plan = buffer.getvalue().strip()
+        lines.append("Spark's plan of the stream's last micro-batch:")
+        lines.append(plan if plan and "No physical plan" not in plan else "  (no batch yet)")
+        return "\n".join(lines)
 
     @property
     def isActive(self) -> bool:
@@ -406,9 +499,7 @@ class TxQuery:
         except TxStreamError:
             raise
         except Exception as exc:
-            raise TxStreamError(
-                f"job {self.name!r} could not end its inputs: {one_line(exc)}"
-            ) from None
+            raise self._spark_error("could not end its inputs", exc) from exc
         finally:
             self._ending = False
             if self.store.is_committed(batch):  # (also when a sink or onError=stop raised)
@@ -454,9 +545,15 @@ class TxQuery:
         try:
             return call()
         except Exception as exc:
+            # One line, and PySpark's exception as the cause (raise ... from exc).
             if self._failure:
-                raise self._failed() from None
-            raise TxStreamError(f"job {self.name!r} failed: {one_line(exc)}") from None
+                raise self._failed() from exc
+            raise self._spark_error("failed", exc) from exc
+
+    def _spark_error(self, what: str, exc: BaseException) -> SparkJobError:
+        """Spark's failure ``exc`` as one line (PySpark's condition kept, see :func:`decode`)."""
+        failure = decode(exc)
+        return SparkJobError(f"job {self.name!r} {what}: {failure.line}", failure.condition)
 
     def _failed(self) -> TxStreamError:
         """The error that failed a batch, as its own class (``GroupOrderError`` ...), one line."""
@@ -528,14 +625,21 @@ class TxQuery:
                     meta = first_meta(self.spec, partitions, "spark", shape)
                 # Rewritten on every start: read_output knows the outputs added since.
                 write_atomic(meta_path, json.dumps(meta).encode())
-            deliver(self.store, job._sinks)  # batches committed before a crash
+            redelivered = deliver(self.store, job._sinks)  # batches committed before a crash
+            if redelivered:
+                log.info(
+                    "job %r recovery: %d committed batch(es) delivered to sinks at start "
+                    "(not delivered before the last stop)",
+                    job.spec.name,
+                    redelivered,
+                )
             self._start_stream()
         except TxStreamError:
             self._lock.release()
             raise
         except Exception as exc:
             self._lock.release()
-            raise TxStreamError(f"job {job.spec.name!r} could not start: {one_line(exc)}") from None
+            raise self._spark_error("could not start", exc) from exc
         return self
 
     def _routes(self) -> None:
@@ -650,6 +754,16 @@ class TxQuery:
         )
         self._status = "running"
         self.query = writer.start()
+        committed = self.store.committed()
+        log.info(
+            "job %r started (id %s, runId %s): engine %s, %d partitions, %s",
+            self.spec.name,
+            self.id,
+            self.runId,
+            self.engine,
+            self.partitions,
+            f"resuming after committed batch {committed[-1]}" if committed else "a new checkpoint",
+        )
 
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: Any, batch_id: int) -> None:
@@ -661,6 +775,7 @@ class TxQuery:
                 self._failure = str(exc)
                 self._error = exc
                 self._status = "failed"
+                log.error("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
                 raise
 
     def _start_driver(self) -> None:
@@ -729,7 +844,9 @@ class TxQuery:
 
     def _run(self, df: Any, batch_id: int) -> None:
         if self.store.is_committed(batch_id):
-            return  # a replayed batch (or the one that ended the inputs): already committed
+            # A replayed batch (or the one that ended the inputs): already committed.
+            log.info("job %r batch %d: already committed, skipped", self.spec.name, batch_id)
+            return
         started = time.time()
         if self.engine == "driver":
             self.store.clear_uncommitted(batch_id)
@@ -812,10 +929,47 @@ class TxQuery:
         self._watch.check()
 
     def _progressed(self, progress: dict[str, Any]) -> None:
-        """Record a committed batch's progress (``recentProgress`` keeps the last ones)."""
+        """Record a committed batch's progress and tell the job's progress listeners.
+
+        ``recentProgress`` keeps the last ones.  A listener that raises is
+        logged and the others still run: the batch has committed whatever it
+        does (as Spark's ``StreamingQueryListener`` failures are logged).
+        """
+        progress = {"id": self.id, "runId": self.runId, "name": self.name, **progress}
         self._committed += 1
         self.recentProgress.append(progress)
         del self.recentProgress[:-RECENT]
+        log.info(
+            "job %r batch %d committed: %d events, %d committed, %d aborted, %d deferred, "
+            "%d held, %d ms",
+            self.name,
+            progress["batchId"],
+            progress["numInputRows"],
+            progress["committed"],
+            progress["aborted"],
+            progress["deferred"],
+            progress["held"],
+            progress["durationMs"],
+        )
+        if progress["held"]:
+            log.debug(
+                "job %r batch %d: %d event(s) held by the event-time merge for later batches",
+                self.name,
+                progress["batchId"],
+                progress["held"],
+            )
+        for listener in self.job._progress_listeners:
+            try:
+                listener(copying.deepcopy(progress))
+            except Exception as exc:
+                log.warning(
+                    "job %r batch %d: progress listener %s raised %s: %s",
+                    self.name,
+                    progress["batchId"],
+                    getattr(listener, "__qualname__", listener),
+                    type(exc).__name__,
+                    exc,
+                )
 
     def _gathers(self) -> bool:
         """Whether the phase-1 tasks find the event-time merge's frontier themselves.

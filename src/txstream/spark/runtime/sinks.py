@@ -59,7 +59,7 @@ def deliver(
                     raise TxStreamError(
                         f"sink of output {output!r} failed on batch {batch}: "
                         f"{type(exc).__name__}: {first}; it is called again on restart"
-                    ) from None
+                    ) from exc
             write_atomic(marker, b"")
             done += 1
     return done

@@ -1,15 +1,21 @@
 """Spark's and Python's failures as one readable line.
 
-A failure inside a Spark job reaches the driver as a Py4J or PySpark exception
-whose text holds a Java stack trace, a Python worker's traceback, or both;
-:func:`one_line` finds the innermost useful message in it (the user's own
-exception, a Spark error class, a JVM exception), so that the runtime's errors
-stay one line.
+A failure inside a Spark job reaches the driver as a PySpark exception
+(``pyspark.errors``: a ``PySparkException`` with a condition and message
+parameters, e.g. a ``StreamingQueryException`` of condition ``STREAM_FAILED``
+whose ``message`` parameter holds the failed batch's error) or a Py4J one.
+:func:`decode` reads PySpark's structure first: the condition, and the
+wrapped message of a failed query; the text it then holds (a Java stack
+trace, a Python worker's traceback, or both) is searched for the innermost
+useful message (the user's own exception, a Spark error condition, a JVM
+exception), so that the runtime's errors stay one line.  PySpark is not
+imported here: an exception is read through the methods PySpark's have.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any, NamedTuple
 
 _PYTHON_EXCEPTION = re.compile(
     r"(?!pyspark\.|py4j\.)([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)(: |$)"
@@ -28,9 +34,59 @@ _JVM_EXCEPTION = re.compile(r"(?::\s*)?((?:java|javax|scala|org)\.[\w.$]+(?:Erro
 _TRACEBACK = "Traceback (most recent call last):"
 
 
+class SparkFailure(NamedTuple):
+    """A Spark failure, decoded: one line, and the innermost Spark error condition seen."""
+
+    line: str
+    condition: str | None
+
+
+_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ")
+
+
+def _pyspark_parts(exc: BaseException) -> tuple[str | None, str]:
+    """PySpark's condition of ``exc`` and the text that holds its cause.
+
+    A failed streaming query (``STREAM_FAILED``) carries its batch's error in
+    the ``message`` parameter: that text, not the query's own (which repeats
+    it after the query's identifiers and plan).  Not a PySpark exception:
+    (None, its text).
+    """
+    condition: str | None = None
+    text = str(exc)
+    get_condition: Any = getattr(exc, "getCondition", None)
+    get_params: Any = getattr(exc, "getMessageParameters", None)
+    if callable(get_condition) and callable(get_params):
+        try:
+            condition = get_condition()
+            params = get_params() or {}
+        except Exception:  # a captured exception whose JVM side is gone: its text only
+            return None, text
+        inner = params.get("message") if isinstance(params, dict) else None
+        if isinstance(inner, str) and inner:
+            text = inner
+    return (str(condition) if condition else None), text
+
+
+def decode(exc: BaseException) -> SparkFailure:
+    """``exc`` (PySpark's, Py4J's or Python's) as a :class:`SparkFailure`."""
+    condition, text = _pyspark_parts(exc)
+    line = _line(exc, text)
+    named = _CONDITION.match(line)
+    if named:  # the cause names its condition: the innermost one
+        condition = named[1]
+    elif condition == "STREAM_FAILED":
+        wrapped = _CONDITION.match(text)  # (FOREACH_BATCH_USER_FUNCTION_ERROR ...)
+        condition = wrapped[1] if wrapped else condition
+    return SparkFailure(line, condition)
+
+
 def one_line(exc: BaseException) -> str:
     """A Spark or Python failure as one readable line (the innermost useful message)."""
-    text = str(exc)
+    return decode(exc).line
+
+
+def _line(exc: BaseException, text: str) -> str:
     for marker in ("TxStreamError: ", "RuntimeJobError: ", "SchemaError: ", "StoreError: "):
         if marker in text:
             return text.split(marker, 1)[1].splitlines()[0].strip()
