@@ -41,6 +41,7 @@ JOB_METHODS = (
     "validate",
     "run_local",
     "start",
+    "on_progress",
 )
 QUERY_METHODS = (
     "processAllAvailable",
@@ -49,6 +50,8 @@ QUERY_METHODS = (
     "lastProgress",
     "output",
     "failures",
+    "exception",
+    "explain",
 )
 
 NOT_DOCUMENTED_BY_EXAMPLE = {"BOUNDARIES"}

@@ -113,6 +113,9 @@ def test_a_failed_query_is_decoded_from_pysparks_condition_and_parameters() -> N
     assert "SQLSTATE" not in failure.line
     user = decode(_stream_failed("ValueError: account 2 is frozen"))
     assert user == ("ValueError: account 2 is frozen", "FOREACH_BATCH_USER_FUNCTION_ERROR")
+    # The condition after a JVM exception's class (a task that failed to read a file).
+    jvm = "org.apache.spark.SparkException: [FAILED_READ_FILE.NO_HINT] Encountered error"
+    assert decode(_stream_failed(jvm)).condition == "FAILED_READ_FILE.NO_HINT"
     # Not a PySpark exception: its text, no condition.
     assert decode(OSError("disk full")) == ("disk full", None)
     assert one_line(_stream_failed(CAST)) == failure.line
@@ -217,8 +220,6 @@ def _stats(**counts: int) -> dict[str, Any]:
 def test_progress_goes_to_the_listeners_and_the_log(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from txstream.spark.runtime.query import _progress
-
     seen: list[dict[str, Any]] = []
 
     def broken(progress: dict[str, Any]) -> None:
@@ -234,7 +235,7 @@ def test_progress_goes_to_the_listeners_and_the_log(
     query = _query(tmp_path, job)
     query.query = _SparkQuery()
     with caplog.at_level(logging.DEBUG, logger="txstream"):
-        query._progressed(_progress(7, _stats(), 0.25, 2))
+        query._progressed(query._progress(7, _stats(), 0.25, 2))
     # The second listener ran although the first raised; a copy each.
     assert len(seen) == 1 and seen[0] == query.lastProgress and seen[0] is not query.lastProgress
     progress = seen[0]

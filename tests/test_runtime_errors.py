@@ -254,7 +254,10 @@ def test_the_spark_handle_raises_the_class_of_the_error_that_failed_a_batch(
         with pytest.raises(GroupOrderError) as caught:
             call()
         assert str(caught.value) == refused and isinstance(caught.value, tx.RuntimeJobError)
-        assert caught.value.__traceback__ is not None and caught.value.__cause__ is None
+        # Spark's exception is kept as the cause (issue 30: PySpark's error types).
+        assert caught.value.__traceback__ is not None
+        assert isinstance(caught.value.__cause__, RuntimeError)
+        assert "[STREAM_FAILED]" in str(caught.value.__cause__)
     assert query.status["failure"] == refused
     query.stop()
 

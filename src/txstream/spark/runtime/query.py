@@ -777,6 +777,11 @@ class TxQuery:
                 self._status = "failed"
                 log.error("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
                 raise
+            except Exception as exc:  # Spark's (the caller gets it as a SparkJobError)
+                log.error(
+                    "job %r failed in batch %s: %s", self.spec.name, batch_id, decode(exc).line
+                )
+                raise
 
     def _start_driver(self) -> None:
         from txstream.spark.runtime.driver import DriverEngine
@@ -852,7 +857,7 @@ class TxQuery:
             self.store.clear_uncommitted(batch_id)
             stats = self._run_driver(df, batch_id, started)
             self._prev = batch_id
-            self._progressed(_progress(batch_id, stats, time.time() - started, 1))
+            self._progressed(self._progress(batch_id, stats, time.time() - started, 1))
             self._watch.after_batch(stats)  # (before a sink can fail)
             deliver(self.store, self.job._sinks, [batch_id])
             stop_on_error(stats, self.job._on_error)  # (as on executors)
@@ -920,13 +925,20 @@ class TxQuery:
         if ctx.snapshot:
             self._trim(batch_id)
         # The batch committed: its progress counts even if a sink then fails.
-        self._progressed(_progress(batch_id, stats, time.time() - started, P))
+        self._progressed(self._progress(batch_id, stats, time.time() - started, P))
         self._watch.after_batch(stats)  # (before a sink can fail: they count all the same)
         # The batches before were delivered when they committed, or at start:
         # a query whose sink failed stops, and its restart delivers the rest.
         deliver(self.store, self.job._sinks, [batch_id])
         stop_on_error(stats, self.job._on_error)
         self._watch.check()
+
+    def _progress(
+        self, batch_id: int, stats: dict[str, Any], seconds: float, partitions: int
+    ) -> dict[str, Any]:
+        """A committed batch's progress entry: the query's ids, then :func:`_progress`'s."""
+        ids = {"id": self.id, "runId": self.runId, "name": self.name}
+        return {**ids, **_progress(batch_id, stats, seconds, partitions)}
 
     def _progressed(self, progress: dict[str, Any]) -> None:
         """Record a committed batch's progress and tell the job's progress listeners.
@@ -935,7 +947,6 @@ class TxQuery:
         logged and the others still run: the batch has committed whatever it
         does (as Spark's ``StreamingQueryListener`` failures are logged).
         """
-        progress = {"id": self.id, "runId": self.runId, "name": self.name, **progress}
         self._committed += 1
         self.recentProgress.append(progress)
         del self.recentProgress[:-RECENT]
@@ -943,19 +954,19 @@ class TxQuery:
             "job %r batch %d committed: %d events, %d committed, %d aborted, %d deferred, "
             "%d held, %d ms",
             self.name,
-            progress["batchId"],
-            progress["numInputRows"],
-            progress["committed"],
-            progress["aborted"],
-            progress["deferred"],
-            progress["held"],
-            progress["durationMs"],
+            progress.get("batchId", -1),
+            progress.get("numInputRows", 0),
+            progress.get("committed", 0),
+            progress.get("aborted", 0),
+            progress.get("deferred", 0),
+            progress.get("held", 0),
+            progress.get("durationMs", 0),
         )
-        if progress["held"]:
+        if progress.get("held"):
             log.debug(
                 "job %r batch %d: %d event(s) held by the event-time merge for later batches",
                 self.name,
-                progress["batchId"],
+                progress.get("batchId", -1),
                 progress["held"],
             )
         for listener in self.job._progress_listeners:
@@ -965,7 +976,7 @@ class TxQuery:
                 log.warning(
                     "job %r batch %d: progress listener %s raised %s: %s",
                     self.name,
-                    progress["batchId"],
+                    progress.get("batchId", -1),
                     getattr(listener, "__qualname__", listener),
                     type(exc).__name__,
                     exc,

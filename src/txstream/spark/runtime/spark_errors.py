@@ -41,7 +41,8 @@ class SparkFailure(NamedTuple):
     condition: str | None
 
 
-_CONDITION = re.compile(r"\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ")
+_CONDITION = re.compile(r"(?:^|: )\[([A-Z][A-Z0-9_]*(?:\.[A-Z0-9_]+)*)\] ")
+"""A condition opening a message, maybe after its class (``...SparkException: [X] ``)."""
 
 
 def _pyspark_parts(exc: BaseException) -> tuple[str | None, str]:
@@ -72,7 +73,7 @@ def decode(exc: BaseException) -> SparkFailure:
     """``exc`` (PySpark's, Py4J's or Python's) as a :class:`SparkFailure`."""
     condition, text = _pyspark_parts(exc)
     line = _line(exc, text)
-    named = _CONDITION.match(line)
+    named = _CONDITION.search(line)
     if named:  # the cause names its condition: the innermost one
         condition = named[1]
     elif condition == "STREAM_FAILED":
