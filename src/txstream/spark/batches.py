@@ -22,7 +22,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
 
 Columns = dict[str, list[Any]]
 """A batch's rows by column: ``{name: [value of row 0, value of row 1, ...]}``."""
@@ -31,16 +36,16 @@ Columns = dict[str, list[Any]]
 class MicroBatch:
     """One micro-batch: its id and its rows, shaped with SQL strings, read as Python lists."""
 
-    def __init__(self, batch_id: int, df: Any) -> None:
+    def __init__(self, batch_id: int, df: DataFrame) -> None:
         self.id = batch_id
         self._df = df
 
     @property
-    def frame(self) -> Any:
+    def frame(self) -> DataFrame:
         """The batch's DataFrame, as an opaque handle for the runtime's other helpers."""
         return self._df
 
-    def _with(self, df: Any) -> MicroBatch:
+    def _with(self, df: DataFrame) -> MicroBatch:
         return MicroBatch(self.id, df)
 
     def where(self, condition: str) -> MicroBatch:
@@ -168,7 +173,7 @@ class ExactlyOnce:
         self.thread = BatchThread()
         """The thread running a batch (see :meth:`StreamHandle.stop`)."""
 
-    def __call__(self, df: Any, batch_id: int) -> None:
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
         """Spark's ``foreachBatch`` entry point."""
         batch_id = int(batch_id)
         with self.thread.running():
@@ -184,7 +189,7 @@ class ExactlyOnce:
 class StreamHandle:
     """A started query, with the names a PySpark user knows from ``StreamingQuery``."""
 
-    def __init__(self, query: Any, batches: ExactlyOnce) -> None:
+    def __init__(self, query: StreamingQuery, batches: ExactlyOnce) -> None:
         self.query = query
         self.batches = batches
 
@@ -224,7 +229,8 @@ class StreamHandle:
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
         """Wait for the query to end (``StreamingQuery.awaitTermination``)."""
-        return self.query.awaitTermination(timeout)  # type: ignore[no-any-return]
+        # (typed int by PySpark, which takes seconds as a float all the same)
+        return self.query.awaitTermination(timeout)  # type: ignore[arg-type]
 
     def stop(self) -> None:
         """Stop the query.
@@ -236,7 +242,7 @@ class StreamHandle:
         """
         self.batches.thread.stop(self.query.stop, name="stop foreach_batch query")
 
-    def exception(self) -> Any:
+    def exception(self) -> BaseException | None:
         """The exception that ended the query, or None."""
         return self.query.exception()
 
@@ -250,9 +256,9 @@ class StreamHandle:
 
 
 def foreach_batch(
-    stream: Any,
+    stream: DataFrame,
     handler: Callable[[MicroBatch], None] | ExactlyOnce,
-    checkpoint: Any,
+    checkpoint: str | Path,
     *,
     done: Callable[[int], bool] | None = None,
     available_now: bool = True,
@@ -276,9 +282,9 @@ def foreach_batch(
 
 
 def run_available(
-    stream: Any,
+    stream: DataFrame,
     handler: Callable[[MicroBatch], None] | ExactlyOnce,
-    checkpoint: Any,
+    checkpoint: str | Path,
     *,
     done: Callable[[int], bool] | None = None,
 ) -> ExactlyOnce:

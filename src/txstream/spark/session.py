@@ -24,10 +24,13 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
 from txstream.spark import jvmwatchdog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 _FAST_CHECKPOINTS = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
@@ -110,7 +113,7 @@ def check_master(master: str) -> str:
 
 def local_session(
     app_name: str = "txstream", cores: int = 2, master: str | None = None, **conf: Any
-) -> Any:
+) -> SparkSession:
     """Start (or return the running) local SparkSession.
 
     Extra keyword arguments are Spark settings with ``_`` standing for ``.``
@@ -148,7 +151,7 @@ def local_session(
     return session
 
 
-def quiet_spark_logs(spark: Any) -> None:
+def quiet_spark_logs(spark: SparkSession) -> None:
     """Log Spark's errors only, and not those of :data:`QUIET_LOGGERS`, in this JVM.
 
     :func:`local_session` calls it; call it on a session of your own for the
@@ -157,7 +160,7 @@ def quiet_spark_logs(spark: Any) -> None:
     when the session starts, makes :func:`local_session` leave logging alone.
     """
     spark.sparkContext.setLogLevel("ERROR")
-    jvm = spark.sparkContext._jvm
+    jvm: Any = spark.sparkContext._jvm  # (py4j's view of the JVM: untyped)
     off = jvm.org.apache.logging.log4j.Level.OFF
     for name in QUIET_LOGGERS:
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, off)
@@ -213,7 +216,7 @@ _WATCHDOGS: dict[int, subprocess.Popen[bytes]] = {}
 """The watchdog of each JVM this process launched, by the JVM's pid."""
 
 
-def watch_jvm(spark: Any) -> int | None:
+def watch_jvm(spark: SparkSession) -> int | None:
     """Have the session's JVM killed when this process dies; returns the watchdog's pid.
 
     :func:`local_session` calls it.  Only for a JVM this process launched (not
@@ -230,7 +233,8 @@ def watch_jvm(spark: Any) -> int | None:
     if launched is None:
         return None
     try:
-        jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+        gateway: Any = spark.sparkContext._jvm  # (py4j: untyped)
+        jvm = int(gateway.ProcessHandle.current().pid())
     except Exception:  # a JVM without ProcessHandle (Java 8): spark-submit execs java
         jvm = int(launched.pid)
     running = _WATCHDOGS.get(jvm)

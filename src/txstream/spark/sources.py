@@ -20,9 +20,12 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from txstream.errors import TxStreamError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 TAG = "|"
 """Separates a replayed line's number and handoff time from its raw text."""
@@ -32,8 +35,8 @@ WARM_UP_LINE = 0
 
 
 def text_files(
-    spark: Any, directory: str | Path, *, max_files_per_trigger: int | None = None
-) -> Any:
+    spark: SparkSession, directory: str | Path, *, max_files_per_trigger: int | None = None
+) -> DataFrame:
     """A stream of the lines of the files landing in ``directory`` (column ``value``)."""
     reader = spark.readStream.format("text")
     if max_files_per_trigger is not None:
@@ -42,8 +45,12 @@ def text_files(
 
 
 def csv_files(
-    spark: Any, directory: str | Path, schema: str, *, max_files_per_trigger: int | None = None
-) -> Any:
+    spark: SparkSession,
+    directory: str | Path,
+    schema: str,
+    *,
+    max_files_per_trigger: int | None = None,
+) -> DataFrame:
     """A stream of the CSV rows (DDL ``schema``, no header) of the files in ``directory``."""
     reader = spark.readStream.schema(schema)
     if max_files_per_trigger is not None:
@@ -51,7 +58,7 @@ def csv_files(
     return reader.csv(str(directory))
 
 
-def untag(lines: Any) -> Any:
+def untag(lines: DataFrame) -> DataFrame:
     """Tagged lines (column ``value``) to ``seq BIGINT, handoff DOUBLE, raw STRING``."""
     # Split once (its own projection) rather than once per column.
     return lines.selectExpr(r"split(value, '\\|', 3) AS _tag").selectExpr(

@@ -9,9 +9,12 @@ does not import pyspark.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from txstream.errors import TxStreamError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 
 def literal(value: str | int | float | None) -> str:
@@ -25,12 +28,12 @@ def literal(value: str | int | float | None) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def select(df: Any, *exprs: str) -> Any:
+def select(df: DataFrame, *exprs: str) -> DataFrame:
     """``df`` projected to the SQL expressions ``exprs`` (``selectExpr``)."""
     return df.selectExpr(*exprs)
 
 
-def where(df: Any, condition: str) -> Any:
+def where(df: DataFrame, condition: str) -> DataFrame:
     """The rows of ``df`` for which the SQL ``condition`` holds."""
     return df.where(condition)
 

@@ -29,7 +29,7 @@ import math
 import pickle
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import (
@@ -50,6 +50,11 @@ from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.merge import MERGES, plan_watermarks, watermark_delay
 from txstream.spark.runtime.sinks import deliver
 from txstream.spark.runtime.tasks import stop_on_error
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+    from txstream.spark.runtime.query import TxQuery
 
 ON_ERROR = ("rollback", "stop")
 
@@ -181,7 +186,7 @@ class Job:
     def input(
         self,
         name: str,
-        source: Any,
+        source: DataFrame | Sequence[Row] | None,
         keys: str | Sequence[str | Sequence[str]] = (),
         order: str | None = None,
         broadcast: str | None = None,
@@ -615,10 +620,10 @@ class Job:
     def start(
         self,
         checkpoint: str | Path,
-        spark: Any = None,
+        spark: SparkSession | None = None,
         partitions: int | None = None,
         engine: str = "executors",
-    ) -> Any:
+    ) -> TxQuery:
         """Start the job on Spark; returns a :class:`~txstream.spark.runtime.query.TxQuery`.
 
         ``checkpoint`` holds Spark's checkpoint (``spark/``) and txstream's store

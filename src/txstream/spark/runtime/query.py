@@ -93,6 +93,9 @@ from txstream.spark.runtime.tasks import (
 )
 
 if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
     from txstream.spark.runtime.job import Job
 
 log = logging.getLogger("txstream.runtime")
@@ -129,7 +132,9 @@ class TxQuery:
     >>> query.stop()                                                    # doctest: +SKIP
     """
 
-    def __init__(self, job: Job, root: Path, spark: Any, partitions: int, engine: str) -> None:
+    def __init__(
+        self, job: Job, root: Path, spark: SparkSession, partitions: int, engine: str
+    ) -> None:
         self.job = job
         self.engine = engine
         self.driver: Any = None
@@ -139,7 +144,8 @@ class TxQuery:
         self.spark = spark
         self.partitions = partitions
         self.routes: list[int] = []
-        self.query: Any = None
+        self.query: StreamingQuery | None = None
+        """Spark's streaming query running the job (None before it started)."""
         self.recentProgress: list[dict[str, Any]] = []
         """The last :data:`RECENT` batches' progress (a long run keeps no more)."""
         self._committed = 0
@@ -324,9 +330,10 @@ class TxQuery:
         [{'device': 'd1', 'celsius': 31.5}]
         """
         try:
-            self._wrap(self.query.processAllAvailable)
+            query = self._spark_query()
+            self._wrap(query.processAllAvailable)
             if self._bounded():
-                self._wrap(self.query.awaitTermination)
+                self._wrap(query.awaitTermination)
                 self._end_if_finished()
             else:
                 self._drained = self._batches
@@ -344,10 +351,12 @@ class TxQuery:
         True
         """
         try:
+            query = self._spark_query()
             if timeout is None:
-                done = self._wrap(self.query.awaitTermination)
+                done = self._wrap(query.awaitTermination)
             else:
-                done = self._wrap(lambda: self.query.awaitTermination(timeout))
+                # (typed int by PySpark, which takes seconds as a float all the same)
+                done = self._wrap(lambda: query.awaitTermination(timeout))  # type: ignore[arg-type]
             if self._stopping and not self._thread.inside():
                 # A stop (a sink's, in a thread of its own) stopped Spark's query
                 # and may still be ending the inputs: the caller reads the outputs next.
@@ -357,6 +366,12 @@ class TxQuery:
             return done  # type: ignore[no-any-return]
         finally:
             self._watch.warn(stacklevel=3)
+
+    def _spark_query(self) -> StreamingQuery:
+        """Spark's query running the job (a one-line error before the job started)."""
+        if self.query is None:
+            raise RuntimeJobError(f"job {self.name!r} has not started: call job.start(...) first")
+        return self.query
 
     def _bounded(self) -> bool:
         """Whether the trigger runs over what the inputs hold at the start, then stops."""
@@ -507,9 +522,10 @@ class TxQuery:
 
     def _busy(self) -> bool:
         """Whether Spark runs a batch of the job or has input for one."""
-        if not self.query.isActive:
+        query = self._spark_query()
+        if not query.isActive:
             return False
-        status = self.query.status
+        status = query.status
         return bool(status["isTriggerActive"] or status["isDataAvailable"])
 
     def output(self, name: str) -> list[dict[str, Any]]:
@@ -570,7 +586,12 @@ class TxQuery:
     # -- start --------------------------------------------------------------------------
     @classmethod
     def start(
-        cls, job: Job, root: Path, spark: Any, partitions: int | None, engine: str = "executors"
+        cls,
+        job: Job,
+        root: Path,
+        spark: SparkSession | None,
+        partitions: int | None,
+        engine: str = "executors",
     ) -> TxQuery:
         """Check the inputs, load initial tables on first start, start the stream."""
         if engine not in ENGINES:
@@ -766,7 +787,7 @@ class TxQuery:
         )
 
     # -- one micro-batch ------------------------------------------------------------
-    def _on_batch(self, df: Any, batch_id: int) -> None:
+    def _on_batch(self, df: DataFrame, batch_id: int) -> None:
         with self._thread.running():
             self._batches += 1
             try:
@@ -800,7 +821,7 @@ class TxQuery:
                     [json.loads(r[0]) for r in df.selectExpr("to_json(struct(*))").collect()],
                 )
 
-    def _run_driver(self, df: Any, batch_id: int, started: float) -> dict[str, Any]:
+    def _run_driver(self, df: DataFrame, batch_id: int, started: float) -> dict[str, Any]:
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
         cols = df.selectExpr("*", f"{MID_EXPR} as __mid").toArrow().to_pydict()
         events = []
@@ -847,7 +868,7 @@ class TxQuery:
         stats["latency"] = latencies(stats["latency"], time.time())
         return stats
 
-    def _run(self, df: Any, batch_id: int) -> None:
+    def _run(self, df: DataFrame, batch_id: int) -> None:
         if self.store.is_committed(batch_id):
             # A replayed batch (or the one that ended the inputs): already committed.
             log.info("job %r batch %d: already committed, skipped", self.spec.name, batch_id)
@@ -998,7 +1019,7 @@ class TxQuery:
             self._barrier = not dynamic and self.tasks <= sc.defaultParallelism
         return self._barrier
 
-    def _advance(self, df: Any) -> tuple[Bound | None, dict[str, Any]]:
+    def _advance(self, df: DataFrame) -> tuple[Bound | None, dict[str, Any]]:
         """The batch's release frontier under the event-time merge (None: batch order)."""
         if self._merge != "event-time":
             return None, {}
