@@ -110,6 +110,7 @@ def test_progress_reaches_the_callback_and_sparks_listener_with_the_same_ids(
         for m in logged
     )
     assert any("resuming after committed batch 0" in m for m in logged)
+    assert "job 'watched-ledger' stopped after 1 committed batch(es) of this run" in logged
     assert tx.read_table(tmp_path / "ckpt" / "txstream", "accounts") == [
         {"acct": 0, "balance": 3},
         {"acct": 1, "balance": 105},

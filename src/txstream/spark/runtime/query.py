@@ -462,6 +462,14 @@ class TxQuery:
             self._status = "stopped"
             self._stopped.set()
         held = (self.lastProgress or {}).get("held", 0)
+        log.info(
+            "job %r stopped after %d committed batch(es) of this run%s",
+            self.spec.name,
+            self._committed,
+            f"; {held} event(s) held by the event-time merge stay in the checkpoint"
+            if held
+            else "",
+        )
         if held:
             warnings.warn(
                 f"job {self.spec.name!r} stopped with {held} event(s) held by the event-time "
