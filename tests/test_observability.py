@@ -283,3 +283,24 @@ def test_the_library_prints_nothing_unless_logging_is_configured() -> None:
     assert proc.returncode == 0, proc.stderr
     # Before the NullHandler, Python's last-resort handler printed the first line.
     assert proc.stderr.splitlines() == ["txstream.runtime configured"]
+
+
+def test_the_command_line_shows_txstreams_warnings_as_before() -> None:
+    # An application: `txstream ...` (entry()) prints WARNING records, not INFO.
+    code = (
+        "import logging, sys\n"
+        "import txstream.cli as cli\n"
+        "sys.argv = ['txstream', '--version']\n"
+        "cli.main = lambda: (logging.getLogger('txstream.runtime').warning('3 late'),\n"
+        "                    logging.getLogger('txstream.runtime').info('quiet'), 0)[2]\n"
+        "cli.entry()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines() == ["3 late"]
