@@ -150,7 +150,7 @@ class Job:
         key: str | Sequence[str],
         partition_by: str | Sequence[str] | None = None,
         schema: str | None = None,
-        initial: Any = None,
+        initial: DataFrame | str | Path | list[Row] | None = None,
     ) -> Job:
         """Declare a partitioned table keyed by ``key``, placed by ``partition_by`` (default key).
 
