@@ -175,6 +175,7 @@ def test_exception_is_none_or_the_error_that_stopped_the_query(tmp_path: Path) -
     query._failure = str(query._error)
     again = query.exception()
     assert type(again) is tx.InputFailingError and str(again) == "input 'ev': all 20 failed"
+    assert again.__cause__ is spark_error
 
 
 def test_explain_says_what_the_job_is_and_shows_sparks_plan(

@@ -218,13 +218,14 @@ class TxQuery:
         >>> query.exception()                                    # doctest: +SKIP
         InputFailingError("input 'readings': all 20 of its transactions ...")
         """
-        if self._failure:
-            return self._failed()
         spark_error = self.query.exception() if self.query is not None else None
-        if spark_error is None:
+        if self._failure:
+            error = self._failed()
+        elif spark_error is None:
             return None
-        error = self._spark_error("failed", spark_error)
-        error.__cause__ = spark_error
+        else:
+            error = self._spark_error("failed", spark_error)
+        error.__cause__ = spark_error  # (as raise ... from: PySpark's exception, if any)
         return error
 
     def explain(self, extended: bool = False) -> None:
