@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import logging
 import os
 import random
 import signal
@@ -968,7 +969,9 @@ def test_failed_transactions_are_logged_and_warned_and_a_job_bug_stops_the_query
         query.stop()
 
 
-def test_a_batch_whose_marker_was_lost_runs_again_on_restart(spark: Any, tmp_path: Path) -> None:
+def test_a_batch_whose_marker_was_lost_runs_again_on_restart(
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # Spark's commit log counts the last batch done; txstream's marker of it is
     # gone (a lost file): the restart must run it again, not take it as done.
     stream = list(events(150, 8, 20, seed=5))
@@ -978,8 +981,14 @@ def test_a_batch_whose_marker_was_lost_runs_again_on_restart(spark: Any, tmp_pat
     marker = tmp_path / "ckpt" / "txstream" / "commits" / f"{2:012d}.json"
     assert (tmp_path / "ckpt" / "spark" / "commits" / "2").exists()
     marker.unlink()
-    run_available(job, tmp_path / "ckpt", spark)
+    with caplog.at_level(logging.INFO, logger="txstream.runtime"):
+        run_available(job, tmp_path / "ckpt", spark)
     assert marker.exists()
+    # The recovery is logged (quiet unless logging is configured).
+    assert any(
+        r.getMessage().startswith("recovery: Spark counted batch 2 as done but its txstream")
+        for r in caplog.records
+    )
     balance, outcomes = serial_oracle(stream)
     assert transfer_outcomes(tmp_path / "ckpt") == outcomes
     rows = tx.read_table(tmp_path / "ckpt", "accounts")
