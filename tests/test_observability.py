@@ -305,3 +305,20 @@ def test_the_command_line_shows_txstreams_warnings_as_before() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == ["3 late"]
+
+
+def test_a_failing_sinks_error_keeps_the_sinks_exception_as_its_cause(tmp_path: Path) -> None:
+    def down(batch: int, rows: list[dict[str, Any]]) -> None:
+        raise ConnectionError("db down\nsecond line")
+
+    job = (
+        tx.Job("sunk")
+        .input("ev", None, keys="k")
+        .output("seen")
+        .on("ev", lambda t, e: t.emit("seen", {"k": e["k"]}))
+        .sink("seen", down)
+    )
+    with pytest.raises(tx.TxStreamError, match=r"ConnectionError: db down; it is called") as err:
+        job.run_local([[("ev", {"k": 1})]], tmp_path / "store")
+    assert "\n" not in str(err.value)
+    assert isinstance(err.value.__cause__, ConnectionError)  # (was dropped: `from None`)

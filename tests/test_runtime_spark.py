@@ -813,7 +813,7 @@ def test_a_restart_on_spark_keeps_inputs_and_key_types_and_reads_new_outputs(
 
 
 def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_restart(
-    spark: Any, tmp_path: Path
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     stream = list(events(90, 6, 20, seed=9))
     write_ledger_input(tmp_path / "in", stream, files=2)
@@ -832,7 +832,7 @@ def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_r
             tx.TxStreamError,
             match=r"sink of output 'transfers_done' failed on batch 1: ConnectionError: db down; "
             "it is called again on restart$",
-        ):
+        ) as failed:
             query.awaitTermination()
     finally:
         query.stop()
@@ -842,8 +842,18 @@ def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_r
     assert query.status["committedBatches"] == 2 and "db down" in query.status["failure"]
     assert transfer_outcomes(tmp_path / "ckpt") == serial_oracle(stream)[1]
     assert [b for b, _ in delivered] == [0]
-    run_available(job, tmp_path / "ckpt", spark)  # the restart delivers batch 1, once
+    with caplog.at_level(logging.INFO, logger="txstream.runtime"):
+        run_available(job, tmp_path / "ckpt", spark)  # the restart delivers batch 1, once
     assert [b for b, _ in delivered] == [0, 1]
+    assert any(
+        r.getMessage().endswith(
+            "recovery: 1 committed batch(es) delivered to sinks at start "
+            "(not delivered before the last stop)"
+        )
+        for r in caplog.records
+    )
+    # The error raised again by the handle keeps Spark's exception as its cause.
+    assert failed.value.__cause__ is not None
     assert [i for _, ids in delivered for i in ids] == [i for i, _ in serial_oracle(stream)[1]]
 
 
