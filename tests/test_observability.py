@@ -48,10 +48,26 @@ def test_every_error_class_has_its_own_condition_and_is_in_the_docs_table() -> N
     assert twice == []
     table = (ROOT / "docs" / "errors.md").read_text()
     rows = dict(re.findall(r"^\| `(TXSTREAM_\w+)` \| `([\w.]+)` \|", table, re.M))
+    missing = [
+        _row(cls) for cls in classes if not rows.get(cls.condition, "").endswith(f".{cls.__name__}")
+    ]
+    assert missing == [], "add these rows to docs/errors.md:\n" + "\n".join(missing)
     for cls in classes:
         assert re.fullmatch(r"TXSTREAM_[A-Z0-9_]+", cls.condition), cls
-        assert rows.get(cls.condition, "").endswith(f".{cls.__name__}"), (cls, cls.condition)
     assert len(rows) == len(classes)  # (no row for a class that is gone)
+
+
+def _row(cls: type[TxStreamError]) -> str:
+    """``cls``'s row of the table in docs/errors.md (as the table was written)."""
+    name = (
+        f"tx.{cls.__name__}"
+        if getattr(tx, cls.__name__, None) is cls
+        else f"{cls.__module__}.{cls.__name__}"
+    )
+    parent = next(b for b in cls.__mro__[1:] if issubclass(b, TxStreamError) or b is Exception)
+    summary = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+    summary = summary.replace("``", "`").replace("|", "\\|")
+    return f"| `{cls.condition}` | `{name}` | {parent.__name__} | {summary} |"
 
 
 def test_conditions_are_stable_names_and_pyspark_shaped() -> None:
