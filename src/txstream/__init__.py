@@ -41,8 +41,6 @@ On Spark the same job reads streaming DataFrames (``.input("deposits", df,
 keys="acct")``) and runs with ``job.start(checkpoint=...)``.
 """
 
-import logging
-
 from txstream.errors import NotationError, TransientError, TxStreamError, UnknownNameError
 from txstream.jobs.cq import SparkCQ
 from txstream.spark.runtime import (
@@ -108,8 +106,3 @@ __all__ = [
     "read_table",
 ]
 __version__ = "0.1.0"
-
-# The library logs under txstream.* (see docs/spark.md, "Logging") and prints
-# nothing unless the application configures logging: a NullHandler keeps
-# Python's last-resort handler from writing txstream's records to stderr.
-logging.getLogger("txstream").addHandler(logging.NullHandler())

@@ -122,27 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
-def show_warnings() -> None:
-    """Print txstream's WARNING and ERROR log records on stderr, as the command line's own.
-
-    The library is quiet unless the application configures logging (a
-    ``NullHandler`` on ``txstream``); the command line is an application, and
-    its user should see late events and rolled-back transactions as before.
-    Nothing is added when logging is configured already (a root handler).
-    """
-    import logging
-
-    if logging.getLogger().handlers:
-        return
-    handler = logging.StreamHandler()
-    handler.setLevel(logging.WARNING)
-    handler.setFormatter(logging.Formatter("%(message)s"))
-    logging.getLogger("txstream").addHandler(handler)
-
-
 def entry() -> None:
     """Console-script entry point."""
-    show_warnings()
     try:
         sys.exit(main())
     except BrokenPipeError:
