@@ -191,3 +191,60 @@ def test_a_reader_chain_sees_the_total_while_writers_transfer(protocol: str) -> 
         assert check(History.of_operations(log.ops), "cs").holds
     else:
         assert not tm.active_since
+
+
+class _CountedReads(dict[str, int]):
+    """A read set that counts the passes made over it (``values()``, ``items()``)."""
+
+    walks = 0
+
+    def values(self) -> Any:
+        self.walks += 1
+        return super().values()
+
+    def items(self) -> Any:
+        self.walks += 1
+        return super().items()
+
+
+def test_a_kept_read_set_is_validated_without_a_walk_when_nothing_was_written_since() -> None:
+    """``optimistic``: after a validating ``commit_keeping_all``, the next commit of the
+    same read set looks at no item when no commit wrote anything since, even if a
+    write came between the earliest read and that commit; one after it still fails."""
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    txn.reads = _CountedReads()
+    for k in range(4):
+        txn.read(parts, k)
+    with tm.begin() as w:  # a write after the reads, to a row the reader did not read
+        w.put(parts, 7, 1)
+    assert tm.commit_keeping_all(txn) is txn  # validated item by item: nothing read changed
+    txn.read(parts, 5)
+    before = txn.reads.walks  # type: ignore[attr-defined]
+    assert tm.commit_keeping_all(txn) is txn
+    assert txn.reads.walks == before  # type: ignore[attr-defined]
+    with tm.begin() as w:  # now a write to a row of the kept read set
+        w.put(parts, 2, 1)
+    txn.read(parts, 6)
+    with pytest.raises(TransientError, match=r"parts\.2 changed after it was read"):
+        tm.commit_keeping_all(txn)
+    assert txn.status == "aborted"
+
+
+def test_a_read_set_handed_on_is_validated_from_its_reads_again() -> None:
+    """``commit_and_continue(reuse=True)`` gives the object a new read set: a write
+    between its commit and the successor's reads is judged by those reads' clocks."""
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in range(4):
+        txn.read(parts, k)
+    assert tm.commit_keeping_all(txn) is txn
+    heir = tm.commit_and_continue(txn, [parts.item(1)], reuse=True)
+    assert heir is txn
+    tm.resume(heir)
+    with tm.begin() as w:
+        w.put(parts, 1, 1)
+    with pytest.raises(TransientError, match=r"parts\.1 changed after it was read"):
+        heir.commit()

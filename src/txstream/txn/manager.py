@@ -99,6 +99,7 @@ class Transaction:
         "snapshot_ts",
         "state",
         "undo_log",
+        "valid_to",
         "waiting",
         "wappends",
         "wevents",
@@ -132,6 +133,9 @@ class Transaction:
         self.wset: dict[tuple[Table, Hashable], Any] = _NO_DICT
         self.wappends: list[tuple[Stream, Any]] = _NO_LIST
         self.reads: dict[str, int] = _NO_DICT
+        # optimistic: a validating commit that keeps this read set (commit_keeping_all)
+        # found none of it overwritten up to this clock (0: none did)
+        self.valid_to = 0
         self.offsets: dict[str, Any] = _NO_DICT
 
     def __repr__(self) -> str:
@@ -970,6 +974,7 @@ class TransactionManager:
             txn.state = ACTIVE
         heir.lost = lost
         heir.reads = kept  # (its begin gave it an empty read set)
+        heir.valid_to = 0  # (a new read set: validated from its reads' clocks)
         return heir
 
     def commit_keeping_all(self, txn: Transaction) -> Transaction:
@@ -1041,6 +1046,8 @@ class TransactionManager:
                 failure = exc
             else:
                 self.clock += 1
+                # every read in txn's read set is unchanged up to its own commit
+                txn.valid_to = self.clock
         if failure is not None:
             txn.state = ACTIVE
             txn._abort(keep_order=isinstance(failure, TransientError))

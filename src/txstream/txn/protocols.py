@@ -214,11 +214,15 @@ class Optimistic(ConcurrencyControl):
 
         Nothing to look at item by item when no commit wrote anything after the
         earliest read (the manager's ``write_ts``, the newest commit with writes,
-        is no later than every read's clock).
+        is no later than every read's clock), nor after ``txn.valid_to``: a
+        reader that goes on after a validating commit with its read set
+        (:meth:`~txstream.txn.TransactionManager.commit_keeping_all`) had all of
+        it found unchanged up to that commit, and reads since are at later clocks.
         """
         last = self._last
         reads = txn.reads
-        if not reads or self.manager.write_ts <= min(reads.values()):
+        write_ts = self.manager.write_ts
+        if not reads or write_ts <= txn.valid_to or write_ts <= min(reads.values()):
             return
         if txn.snapshot_ts is not None:
             # a snapshot reader (TransactionManager.begin_snapshot) read the versions
