@@ -9,7 +9,9 @@ work loads (wall-clock results per second then swing with the load). Each
 line ends with the median, over the repetitions, of the strategy's ratio to
 ``naive`` in the same repetition per CPU second: a best run of ``naive``
 (the collector happened to run little in it) moves the best-to-best ratio
-but not this one.
+but not this one.  A third line gives, per strategy, the median update
+transactions per second the updaters got done (a strategy that holds read
+locks longer may slow them).
 
     PYTHONPATH=src .venv/bin/python scripts/cq-ratio.py [--rates 1,10,100,1000] [--reps 3]
 """
@@ -38,6 +40,7 @@ def main() -> None:
     for rate in (float(x) for x in a.rates.split(",")):
         best: dict[str, tuple[float, float]] = {}
         per_rep: dict[str, list[float]] = {s: [] for s in STRATEGIES}
+        updates: dict[str, list[float]] = {s: [] for s in STRATEGIES}
         for rep in range(a.reps):
             for s in STRATEGIES:
                 rng = random.Random(rep)
@@ -50,7 +53,7 @@ def main() -> None:
                 results = engine.run(stream, until=wall + a.seconds)
                 cpu, wall = time.thread_time() - cpu, time.monotonic() - wall
                 if up is not None:
-                    up.stop()
+                    updates[s].append(up.stop())
                 w, c = best.get(s, (0.0, 0.0))
                 best[s] = (max(w, len(results) / wall), max(c, len(results) / cpu))
                 per_rep[s].append(len(results) / cpu)
@@ -66,6 +69,9 @@ def main() -> None:
         ]
         print(f"rate {rate:g}: " + " | ".join(cells), flush=True)
         print(f"rate {rate:g}, median ratio per repetition (CPU): " + ", ".join(paired), flush=True)
+        if rate > 0:
+            done = [f"{s} {statistics.median(v):,.0f}/s" for s, v in updates.items()]
+            print(f"rate {rate:g}, updates done (median): " + ", ".join(done), flush=True)
 
 
 if __name__ == "__main__":

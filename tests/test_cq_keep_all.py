@@ -3,9 +3,8 @@
 Under ``s2pl`` and ``optimistic`` without a recorder, a window's transaction
 commits with ``TransactionManager.commit_keeping_all``: the next window keeps
 every read lock or read-set item, and the ones it does not need are sorted
-out only every ``release_every`` windows (``optimistic`` by default: 32), or
-at once when an updater waits for a lock or ``lock_cache`` locks are held
-(``s2pl``).  These tests run real updater threads against such windows and
+out only every ``release_every`` windows, or at once when an updater waits
+for a lock.  These tests run real updater threads against such windows and
 judge every result from outside the engine: an audit of every committed row
 version, kept by the updaters themselves, and the result recomputed from the
 events and the versions it says it read.
@@ -36,11 +35,7 @@ ROWS = 24
 
 
 def audited_run(
-    strategy: str,
-    release_every: int | None,
-    seed: int,
-    path: Path | None = None,
-    lock_cache: int | None = None,
+    strategy: str, release_every: int, seed: int, path: Path | None = None
 ) -> tuple[list[Result], dict[int, list[tuple[int, Any]]], list[dict[str, int]]]:
     """Run the query under two updater threads; the results, the audit and the events.
 
@@ -67,8 +62,6 @@ def audited_run(
     history = {k: [tbl.latest(k)] for k in range(ROWS)}
     engine = CQEngine(build_query(R), tm, strategy, {TABLE: COLUMNS})
     engine.release_every = release_every
-    if lock_cache is not None:
-        engine.lock_cache = lock_cache
     stop = threading.Event()
 
     def update(parity: int) -> None:
@@ -148,24 +141,15 @@ def judge(
     ("strategy", "store"),
     [
         *((s, k) for s in ("s2pl", "optimistic") for k in ("memory-1", "memory-32", "durable-32")),
-        # the defaults: s2pl keeps read locks until someone waits (or lock_cache)
-        *((s, "memory-default") for s in ("s2pl", "optimistic")),
-        ("s2pl", "memory-default-6"),  # lock_cache 6: sorted out when 6 are held
         ("snapshot", "memory-1"),  # windows that go on in one snapshot (see below)
     ],
 )
 def test_every_window_reads_one_state_and_its_value_follows_from_it(
     strategy: str, store: str, tmp_path: Path
 ) -> None:
-    kind, every, *cache = store.split("-")
+    kind, every = store.split("-")
     path = tmp_path / "store" if kind == "durable" else None
-    results, history, events = audited_run(
-        strategy,
-        None if every == "default" else int(every),
-        seed=7,
-        path=path,
-        lock_cache=int(cache[0]) if cache else None,
-    )
+    results, history, events = audited_run(strategy, int(every), seed=7, path=path)
     updates = sum(len(v) - 1 for v in history.values())
     assert len(results) >= 150 and updates >= 30  # both sides got to run
     by_version = {}  # key -> version -> (row, the next version's timestamp)
@@ -223,51 +207,12 @@ def test_an_updater_waiting_for_a_kept_lock_gets_it_within_a_window() -> None:
     tm.locks.check_idle()
 
 
-def test_s2pl_keeps_read_locks_until_someone_waits_or_lock_cache_are_held() -> None:
-    """``s2pl`` by default: no window count ends the kept read locks, so a row read
-    again is read under the lock already held; ``lock_cache`` bounds how many."""
-    rng = random.Random(3)
-    tm = load_table("s2pl", {k: new_part(rng) for k in range(ROWS)})
-    events = [{"id": i, "part": rng.randrange(ROWS), "qty": 1} for i in range(2_000)]
-    keeping_all = tm.commit_keeping_all
-    for cache, sorted_out in ((1 << 14, False), (6, True)):
-        engine = CQEngine(build_query(R), tm, "s2pl", {TABLE: COLUMNS})
-        engine.lock_cache = cache
-        held: list[int] = []
-
-        def commit_keeping_all(txn: Any, held: list[int] = held) -> Any:
-            held.append(len(txn.locks))
-            return keeping_all(txn)
-
-        with (
-            mock.patch.object(tm, "commit_keeping_all", commit_keeping_all),
-            mock.patch.object(tm, "commit_and_continue", wraps=tm.commit_and_continue) as cont,
-        ):
-            results = engine.run(events)
-        assert len(results) > 300
-        if sorted_out:
-            assert cont.call_count > 10 and max(held) < cache
-        else:  # every row got locked once and stayed locked: nothing to sort out
-            assert cont.call_count == 0 and max(held) == ROWS
-        tm.locks.check_idle()
-
-
 @pytest.mark.parametrize("every", [0, -3, 2.5, "32", True])
 def test_a_bad_release_every_is_one_error_before_anything_runs(every: Any) -> None:
     tm = load_table("s2pl", {k: {"price": 1, "cat": 0} for k in range(ROWS)})
     engine = CQEngine(build_query(R), tm, "s2pl", {TABLE: COLUMNS})
     engine.release_every = every
     with pytest.raises(CQError, match="release_every must be a positive number of windows"):
-        engine.run([{"id": 0, "part": 0, "qty": 1}])
-    tm.locks.check_idle()
-
-
-@pytest.mark.parametrize("cache", [0, -3, 2.5, "32", True, None])
-def test_a_bad_lock_cache_is_one_error_before_anything_runs(cache: Any) -> None:
-    tm = load_table("s2pl", {k: {"price": 1, "cat": 0} for k in range(ROWS)})
-    engine = CQEngine(build_query(R), tm, "s2pl", {TABLE: COLUMNS})
-    engine.lock_cache = cache
-    with pytest.raises(CQError, match="lock_cache must be a positive number of locks"):
         engine.run([{"id": 0, "part": 0, "qty": 1}])
     tm.locks.check_idle()
 

@@ -317,3 +317,25 @@ def test_keeping_all_refuses_a_writer_and_a_stranger() -> None:
     writer.abort()
     with pytest.raises(TransactionError, match="this manager's begin"):
         tm.commit_keeping_all(loaded("ss2pl").begin(read_only=True))
+
+
+def test_ss2pl_reused_successor_leaves_another_readers_locks_on_released_rows() -> None:
+    """The release of the items not kept drops only the renewed reader's lock: a row
+    another reader shares stays locked for it (a writer still waits)."""
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    txn, other = tm.begin(read_only=True), tm.begin(read_only=True)
+    for k in range(3):
+        txn.read(parts, k)
+    other.read(parts, 1)
+    heir = tm.commit_and_continue(txn, [parts.item(2)], reuse=True)
+    assert tm.resume(heir) == set()
+    assert tm.locks.holders(parts.item(0)) == {}
+    assert tm.locks.holders(parts.item(1)) == {other.hid: 1}
+    assert set(heir.locks) == {parts.item(2)}
+    with pytest.raises(LockTimeoutError):
+        write(tm, 1, 0)
+    other.commit()
+    heir.commit()
+    write(tm, 1, 0)
+    tm.locks.check_idle()

@@ -209,7 +209,7 @@ class CQEngine:
     forget_at: int = 1024
     """Feed drops the raw events no window needs once at least this many are."""
 
-    release_every: int | None = None
+    release_every: int = 32
     """``s2pl``, ``optimistic``: windows a transaction's unneeded reads may be kept for.
 
     A window's transaction hands the reads of the events the next window
@@ -217,28 +217,17 @@ class CQEngine:
     dropping them from the read set) costs about as much as the window's own
     reads, so the engine lets the successor keep every read, and sorts them out
     only every this many windows, and at once when an updater waits for a lock
-    (``s2pl``) or when more than :attr:`lock_cache` read locks are held.
-    Holding a read lock or validating a read a little longer is never less
-    safe, only less concurrent: an updater of such a row waits until the next
-    window's start (``s2pl``), a window may be redone for a row a predecessor
-    read (``optimistic``).  1: sort them out at every window.  ``None`` (the
-    default): 32 under ``optimistic`` (a kept read that an updater rewrites
-    fails the next validation), no bound in windows under ``s2pl`` (a kept read
-    lock delays an updater by at most a window, and a row read again under a
-    kept lock costs no new lock).  Only without a recorder and without
-    callbacks (``on_result``, ``on_commit``), which could update a kept row from
-    this thread.
-    """
+    (``s2pl``).  Holding a read lock or validating a read a little longer is
+    never less safe, only less concurrent: an updater of such a row waits a few
+    windows more (``s2pl``), a window may be redone for a row a predecessor read
+    (``optimistic``).  1: sort them out at every window.  Only without a
+    recorder and without callbacks (``on_result``, ``on_commit``), which could
+    update a kept row from this thread.
 
-    lock_cache: int = 16384
-    """``s2pl``: read locks a window's transaction holds at most before it sorts out.
-
-    Read locks of rows no window needs any more are kept (see
-    :attr:`release_every`) until an updater waits for one of them or the
-    transaction holds this many; then the window commits with
-    :meth:`~txstream.txn.TransactionManager.commit_and_continue`, which keeps
-    only the next window's.  Bounds the lock table's memory (a few hundred bytes
-    a lock) on large tables.
+    (Keeping ``s2pl``'s read locks until an updater waits for one, with no bound
+    in windows, was measured and is slower under the collector: the lock table's
+    entries then live long enough to reach its oldest generation, whose full
+    passes are the expensive ones.)
     """
 
     escalate_after: int = 8
@@ -325,7 +314,6 @@ class CQEngine:
         self._keep_all = False  # windows may keep every read (see release_every)
         self._kept_all = False  # the heir kept every read of its predecessor
         self._held = 0  # windows since the unneeded reads were last sorted out
-        self._every = 32  # release_every as the run uses it (see _advance)
         # the attempt whose transaction handed all its reads on to the current one
         self._kept_from = -2
         # s2pl and optimistic without a recorder: reads call the protocol's read hook
@@ -426,7 +414,7 @@ class CQEngine:
                 version = DIRTY  # deleted by a transaction that has not committed
         elif committed is not value:
             version = DIRTY
-        return value, (table, key, version, max(clock, version))
+        return value, (table, key, version, clock if clock > version else version)
 
     def _apply(
         self,
@@ -570,11 +558,11 @@ class CQEngine:
             if value is _ABSENT_ROW:
                 if committed is not _ABSENT and committed is not None:
                     version = DIRTY  # deleted by a transaction that has not committed
-                reads.append((table, key, version, max(clock, version)))
+                reads.append((table, key, version, clock if clock > version else version))
                 return None
             if committed is not value:
                 version = DIRTY
-            read = (table, key, version, max(clock, version))
+            read = (table, key, version, clock if clock > version else version)
             reads.append(read)
             if value is None:
                 return None
@@ -911,14 +899,8 @@ class CQEngine:
         on_result: Callable[[Result], None] | None,
     ) -> list[Result]:
         every = self.release_every
-        if every is None:
-            every = 32 if self._optimistic else 1 << 62
         if not isinstance(every, int) or isinstance(every, bool) or every < 1:
             raise CQError(f"release_every must be a positive number of windows, not {every!r:.40}")
-        cache = self.lock_cache
-        if not isinstance(cache, int) or isinstance(cache, bool) or cache < 1:
-            raise CQError(f"lock_cache must be a positive number of locks, not {cache!r:.40}")
-        self._every = every
         after = self.escalate_after
         if not isinstance(after, int) or isinstance(after, bool) or after < 1:
             raise CQError(
@@ -1065,10 +1047,8 @@ class CQEngine:
                     elif (
                         carry is not None
                         and self._keep_all
-                        and self._held < self._every
-                        and not (
-                            self._s2pl and (tm.locks.queued or len(txn.locks) >= self.lock_cache)
-                        )
+                        and self._held < self.release_every
+                        and not (self._s2pl and tm.locks.queued)
                     ):
                         # hold on to the rows the next window does not read a few
                         # windows more, rather than sort them out at each window

@@ -512,13 +512,20 @@ class LockManager:
             lost = set() if len(mine) - len(drop) == len(keep) else keep - mine.keys()
             txn.lost = lost
             if not self.queued:
-                # Nobody waits for any lock: release what is not kept, short.
+                # Nobody waits for any lock: release what is not kept, short.  An RCB
+                # txn holds alone leaves the table as it is (nobody else can reach it:
+                # a request that found it looks it up again under the mutex), and
+                # txn's own table is refilled with what it keeps (usually far less
+                # than what it drops).
+                kept = {item: mine[item] for item in keep if item in mine}
                 for item in drop:
                     rcb = table[item]
-                    del rcb[txn]
-                    if not rcb:
+                    if len(rcb) == 1:
                         del table[item]
-                    del mine[item]
+                    else:
+                        del rcb[txn]
+                mine.clear()
+                mine.update(kept)
                 return
             awaited = [item for item in mine if item not in keep or table[item].waiters]
             for item in awaited:
