@@ -248,3 +248,29 @@ def test_a_read_set_handed_on_is_validated_from_its_reads_again() -> None:
         w.put(parts, 1, 1)
     with pytest.raises(TransientError, match=r"parts\.1 changed after it was read"):
         heir.commit()
+
+
+def test_the_manager_asks_the_protocol_not_its_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A protocol derived from ``ss2pl`` or ``optimistic`` under another name gets the
+    readers' short paths and ``begin_snapshot`` through the protocol's hooks."""
+    from txstream.txn.protocols import PROTOCOLS, SS2PL, Optimistic
+
+    class AuditedLocks(SS2PL):
+        name = "ss2pl-audited"
+
+    class AuditedOptimistic(Optimistic):
+        name = "optimistic-audited"
+
+    for cls in (AuditedLocks, AuditedOptimistic):
+        monkeypatch.setitem(PROTOCOLS, cls.name, cls)
+        tm = loaded(cls.name)
+        parts = tm.table("parts")
+        txn = tm.begin(read_only=True)
+        txn.read(parts, 0)
+        assert tm.commit_keeping_all(txn) is txn  # the short path: nothing moved
+        assert tm.commit_and_continue(txn, [parts.item(0)], reuse=True) is txn
+        assert tm.resume(txn) == set()
+        txn.commit()
+    snap = tm.begin_snapshot()  # (the last one: optimistic-audited)
+    assert snap.snapshot_ts == tm.clock
+    snap.commit()

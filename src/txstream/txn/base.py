@@ -30,6 +30,7 @@ Invariants a protocol relies on and keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, ClassVar
 
 from txstream.errors import TransientError, TxStreamError
@@ -120,6 +121,57 @@ class ConcurrencyControl(ABC):
     @abstractmethod
     def release(self, txn: Transaction) -> None:
         """Free everything ``txn`` holds; called exactly once when it has ended."""
+
+    # -- readers that go on (continuous queries' windows) ------------------------------
+    # The manager asks these instead of looking at the protocol's name: see
+    # TransactionManager.begin_snapshot, commit_and_continue, commit_keeping_all, resume.
+
+    snapshot_readers: ClassVar[bool] = False
+    """Whether :meth:`~txstream.txn.TransactionManager.begin_snapshot` serves readers
+    under it (a read-only transaction that reads the state committed at its start)."""
+
+    continues_readers: ClassVar[bool] = False
+    """Whether a reader's ``commit_and_continue`` and ``commit_keeping_all`` have short
+    paths under it (:meth:`continue_reader`, :meth:`commit_reader`); the manager
+    takes them only without a recorder or a predefined order."""
+
+    def snapshot_reader(self, txn: Transaction) -> None:  # noqa: B027 - optional hook
+        """Give read-only ``txn``, just begun, its snapshot (when :attr:`snapshot_readers`)."""
+
+    def hand_over(self, txn: Transaction, heir: Transaction, keep: Iterable[str]) -> list[str]:
+        """``commit_and_continue``'s general path, before reader ``txn`` commits.
+
+        Gives ``heir`` what it keeps of ``txn``'s reads of ``keep`` and sets
+        ``heir.lost`` to the kept items it does not get; returns the items to
+        join ``heir``'s read set as read at the clock sampled before the commit.
+        By default nothing is kept.
+        """
+        heir.lost = set(keep)
+        return []
+
+    def continue_reader(
+        self, txn: Transaction, keep: Iterable[str], reuse: bool
+    ) -> Transaction | None:
+        """``commit_and_continue``'s short path: commit reader ``txn``; its successor.
+
+        Called only when :attr:`continues_readers`, without a recorder, order or
+        log, and with ``txn`` active and not doomed.  ``None``: take the general path.
+        """
+        return None
+
+    def commit_reader(self, txn: Transaction) -> None:
+        """``commit_keeping_all``'s short path: commit reader ``txn``, which goes on.
+
+        Called under the conditions of :meth:`continue_reader`; a failure is
+        raised with ``txn`` aborted.
+        """
+        raise TransactionError(f"protocol {self.name} has no short path for a reader's commit")
+
+    def resume(self, heir: Transaction) -> set[str]:
+        """The successor of ``commit_and_continue`` starts: the kept items it lost."""
+        lost = heir.lost
+        heir.lost = None
+        return lost if lost is not None else set()
 
     def stats(self) -> dict[str, int]:
         """Counters worth reporting (deadlocks, timeouts, ...)."""

@@ -620,19 +620,13 @@ class TransactionManager:
         self.protocol: ConcurrencyControl = cls(self)
         self._validates = cls.validate is not ConcurrencyControl.validate
         # In-place protocol, no validation, no recorder, no ordering: commit is short.
+        # (snapshot: tracks writes)
         self._plain = not (
-            ordered
-            or self.recorder is not None
-            or self._validates
-            or cls.tracks_writes
-            or cls.name == "snapshot"
+            ordered or self.recorder is not None or self._validates or cls.tracks_writes
         )
         # commit_and_continue without a log, recorder or order (checked per call: a
-        # store's log): the short paths of ss2pl and optimistic readers
-        self._continue_locks = cls.name == "ss2pl"
-        self._fast_continue = (
-            not ordered and self.recorder is None and cls.name in ("ss2pl", "optimistic")
-        )
+        # store's log): the protocol's short paths for readers
+        self._fast_continue = not ordered and self.recorder is None and cls.continues_readers
         self.latch: threading.Lock | None = (
             threading.Lock()
             if self.recorder is not None and not self.protocol.records_writes_at_commit
@@ -716,15 +710,13 @@ class TransactionManager:
         ``optimistic`` escalation).  Under ``snapshot`` it is ``begin(read_only=True)``.
         Other protocols: :class:`TransactionError` (their readers lock).
         """
-        name = self.protocol.name
-        if name == "snapshot":
-            return self.begin(read_only=True)
-        if name != "optimistic":
+        if not self.protocol.snapshot_readers:
             raise TransactionError(
-                f"begin_snapshot needs the optimistic or snapshot protocol, not {name!r}"
+                "begin_snapshot needs the optimistic or snapshot protocol, not "
+                f"{self.protocol.name!r}"
             )
         txn = self.begin(read_only=True)
-        self.take_snapshot(txn)
+        self.protocol.snapshot_reader(txn)
         return txn
 
     def read(self, txn: Transaction, table: TableRef, key: Hashable, default: Any = None) -> Any:
@@ -846,29 +838,15 @@ class TransactionManager:
             and not txn.offsets
             and self.store.wal is None
         ):
-            if self._continue_locks:
-                if reuse:
-                    return self._renew_ss2pl(txn, keep)
-                return self._continue_ss2pl(txn, keep)
-            if not (txn.wset or txn.wappends):
-                return self._continue_optimistic(txn, keep, reuse)
+            short = self.protocol.continue_reader(txn, keep, reuse)
+            if short is not None:
+                return short
         heir = self.begin(read_only=True)
-        name = self.protocol.name
-        kept: list[str] = []
+        # clock read after the heir's start (which bounds optimistic's write-map
+        # pruning at or below it, so no write after it is forgotten)
         seen = self.clock
         try:
-            if name == "ss2pl":
-                self.locks.hand_over(txn, heir, keep)
-            elif name == "optimistic" and not self.ordered:
-                # clock read after the heir's start: its start bounds write-map pruning
-                # at or below ``seen``, so no write after ``seen`` is forgotten
-                kept = list(keep)
-                lost = set(kept).difference(txn.reads)  # never read by txn: not vouched for
-                if lost:
-                    kept = [item for item in kept if item not in lost]
-                heir.lost = lost
-            else:
-                heir.lost = set(keep)
+            kept = self.protocol.hand_over(txn, heir, keep)
             txn.commit()
         except BaseException:
             heir.abort()
@@ -1021,13 +999,7 @@ class TransactionManager:
                     f"transaction {txn.hid} is not read-only: only a reader hands its reads on"
                 )
             return self.commit_and_continue(txn, set(txn.locks) | set(txn.reads), reuse=True)
-        if self._continue_locks:
-            with self.commit_mutex:
-                self.clock += 1
-        else:
-            failure = self._commit_validated(txn)
-            if failure is not None:
-                raise failure
+        self.protocol.commit_reader(txn)
         self.committed += 1
         return txn
 
@@ -1057,11 +1029,7 @@ class TransactionManager:
 
     def resume(self, heir: Transaction) -> set[str]:
         """The successor of :meth:`commit_and_continue` starts: the kept items it lost."""
-        if self._continue_locks:
-            return self.locks.resume(heir)
-        lost = heir.lost
-        heir.lost = None
-        return lost if lost is not None else set()
+        return self.protocol.resume(heir)
 
     # -- snapshots ---------------------------------------------------------------------
 

@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import repeat
 from operator import gt
 from typing import TYPE_CHECKING, ClassVar
@@ -92,6 +93,31 @@ class SS2PL(_Locking):
         held = txn.locks.get(item, 0)
         if held != EXCLUSIVE:
             self._acquire(txn, item, EXCLUSIVE, held)
+
+    continues_readers: ClassVar[bool] = True
+
+    def hand_over(self, txn: Transaction, heir: Transaction, keep: Iterable[str]) -> list[str]:
+        """The shared locks on ``keep`` move to ``heir`` without being released."""
+        self.manager.locks.hand_over(txn, heir, keep)
+        return []
+
+    def continue_reader(
+        self, txn: Transaction, keep: Iterable[str], reuse: bool
+    ) -> Transaction | None:
+        """A reader's plain commit; its locks on ``keep`` stay or move, the others go."""
+        if reuse:
+            return self.manager._renew_ss2pl(txn, keep)
+        return self.manager._continue_ss2pl(txn, keep)
+
+    def commit_reader(self, txn: Transaction) -> None:
+        """A reader's plain commit (the clock moves on by one); its locks stay held."""
+        manager = self.manager
+        with manager.commit_mutex:
+            manager.clock += 1
+
+    def resume(self, heir: Transaction) -> set[str]:
+        """The handed-over locks stop being revocable (see ``LockManager.resume``)."""
+        return self.manager.locks.resume(heir)
 
     def stats(self) -> dict[str, int]:
         """Deadlocks found and broken."""
@@ -163,6 +189,8 @@ class SnapshotIsolation(_Locking):
                     f"transaction {txn.hid}: {item} was changed by a transaction that "
                     f"committed after its snapshot ({snap}); retry it"
                 )
+
+    snapshot_readers: ClassVar[bool] = True  # (its begin gives a reader its snapshot)
 
     def stats(self) -> dict[str, int]:
         """Write conflicts (first-committer-wins aborts)."""
@@ -242,6 +270,43 @@ class Optimistic(ConcurrencyControl):
     def release(self, txn: Transaction) -> None:
         """Nothing is held; the transaction no longer bounds write-map pruning."""
         self._active.pop(txn.id, None)
+
+    snapshot_readers: ClassVar[bool] = True
+    continues_readers: ClassVar[bool] = True
+
+    def snapshot_reader(self, txn: Transaction) -> None:
+        """A snapshot as of now: the reader reads committed versions and never fails."""
+        self.manager.take_snapshot(txn)
+
+    def hand_over(self, txn: Transaction, heir: Transaction, keep: Iterable[str]) -> list[str]:
+        """The items of ``keep`` that ``txn`` read join ``heir``'s read set.
+
+        (As read at the clock the manager sampled after ``heir`` began: its start
+        bounds write-map pruning at or below that clock, so no later write is
+        forgotten.)  Under a predefined order nothing is kept.
+        """
+        if self.manager.ordered:
+            return super().hand_over(txn, heir, keep)
+        kept = list(keep)
+        lost = set(kept).difference(txn.reads)  # never read by txn: not vouched for
+        if lost:
+            kept = [item for item in kept if item not in lost]
+        heir.lost = lost
+        return kept
+
+    def continue_reader(
+        self, txn: Transaction, keep: Iterable[str], reuse: bool
+    ) -> Transaction | None:
+        """A reader's validating commit; the kept reads join the successor's read set."""
+        if txn.wset or txn.wappends:
+            return None
+        return self.manager._continue_optimistic(txn, keep, reuse)
+
+    def commit_reader(self, txn: Transaction) -> None:
+        """A reader's validating commit; its read set stays, validated up to it."""
+        failure = self.manager._commit_validated(txn)
+        if failure is not None:
+            raise failure
 
     def stats(self) -> dict[str, int]:
         """Validation failures."""
