@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
 from txstream.spark import batches
+from txstream.spark.connect import conf_get, default_parallelism, functions, is_connect
 from txstream.spark.runtime.base import (
     JobSpec,
     RuntimeJobError,
@@ -190,6 +191,56 @@ class TxQuery:
         """Set when :meth:`stop` has done all it does (the end of the inputs included)."""
         self._schema: Any = None
         """The schema of the micro-batches' rows (an ending batch has none of them)."""
+        self.connect = is_connect(spark)
+        """Whether ``spark`` is a Spark Connect session: the batches then run in the
+        server's Python process, on a copy of this object (see :meth:`__getstate__`)."""
+        self._slots: int | None = None
+        """A Connect session's ``defaultParallelism``, asked once (it costs a Spark job)."""
+
+    # -- Spark Connect ------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What a Connect server's ``foreachBatch`` process gets of this query.
+
+        Over Spark Connect, ``foreachBatch(self._on_batch)`` pickles this object
+        into a Python process that the server starts: the batches run there,
+        on that copy, against the server-side session that Spark hands each
+        batch's DataFrame in.  The copy takes the job without its input
+        DataFrames and initial rows (client objects), and none of the client's
+        session, query handle, locks and threads; it reads its position from
+        the store (:meth:`__setstate__`), which both processes share.
+        """
+        state = dict(self.__dict__)
+        job = copying.copy(self.job)
+        job.spec = self.spec.for_tasks()
+        state["job"], state["spec"] = job, job.spec
+        for name in ("spark", "query", "_lock", "_thread", "_end_lock", "_stopped", "_watch"):
+            state[name] = None
+        state["_schema"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The server-side copy (see :meth:`__getstate__`): its position from the store."""
+        self.__dict__.update(state)
+        self._thread = batches.BatchThread()
+        self._end_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._watch = self.job.failure_watch(f"tx.read_failures({str(self.root)!r})")
+        self._resync()
+
+    def _resync(self) -> None:
+        """Take the last committed batch's position from the store (another process ran it)."""
+        committed = self.store.committed()
+        self._prev = committed[-1] if committed else -1
+        self._tokens = committed_tokens(self.store)
+        self._frontier = committed_frontier(self.store)
+
+    def _parallelism(self) -> int:
+        """The session's ``defaultParallelism`` (a Connect session's: asked once)."""
+        if not self.connect:
+            return int(self.spark.sparkContext.defaultParallelism)
+        if self._slots is None:
+            self._slots = default_parallelism(self.spark)
+        return self._slots
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -513,10 +564,15 @@ class TxQuery:
         if not held or spark_log_ends(spark_dir) != (last, last):
             return
         batch = last + 1
-        sc = self.spark.sparkContext
         # One Spark partition per phase-1 task, without a row: under the event-time
         # merge each task runs the partitions it hosts (see _phase1_outputs).
-        empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
+        if self.connect:  # (no RDDs; the batches before ran in the server's process)
+            F = functions(self.spark)
+            self._resync()
+            empty = self.spark.range(self.tasks, numPartitions=self.tasks).where(F.rand() < 0)
+        else:
+            sc = self.spark.sparkContext
+            empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
         self._ending = True
         try:
             self._run(empty, batch)
@@ -630,8 +686,18 @@ class TxQuery:
 
             spark = local_session()
         root.mkdir(parents=True, exist_ok=True)
-        partitions = partitions or int(spark.sparkContext.defaultParallelism)
+        if engine == "driver" and is_connect(spark):
+            raise RuntimeJobError(
+                "the driver engine keeps its tables in the client's memory, which a Spark "
+                "Connect session's batches cannot reach; use engine='executors' (the default)"
+            )
+        # (a Connect session's costs a Spark job: asked once, kept for the server's copy)
+        slots = default_parallelism(spark) if partitions is None or is_connect(spark) else None
+        partitions = partitions or slots
+        assert partitions is not None
         self = cls(job, root, spark, partitions, engine)
+        if self.connect:
+            self._slots = slots
         try:
             if any(q.name == job.spec.name for q in spark.streams.active):
                 # Spark would refuse it only after the routes and initial rows, and
@@ -696,11 +762,10 @@ class TxQuery:
         self.forward = False
         if not (self.spec.may_cross and forwarding(self.spec)):
             return self.partitions
-        sc = self.spark.sparkContext
-        if sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true":
+        if conf_get(self.spark, "spark.dynamicAllocation.enabled", "false") == "true":
             return self.partitions
         self.forward = True
-        return max(1, min(self.partitions, int(sc.defaultParallelism)))
+        return max(1, min(self.partitions, self._parallelism()))
 
     def _route_expr(self, pid_column: str, routes: list[int] | None = None) -> str:
         array = ", ".join(f"cast({r} as bigint)" for r in (routes or self.routes))
@@ -737,7 +802,7 @@ class TxQuery:
             df.repartition(self.partitions, "route").mapInArrow(write, "n long").collect()
 
     def _start_stream(self) -> None:
-        from pyspark.sql import functions as F
+        F = functions(self.spark)
 
         # One schema for all inputs (a union needs it): each input's rows travel
         # as a struct column of their own (__in<i>), null in the other inputs'
@@ -797,6 +862,8 @@ class TxQuery:
 
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
+        if self.spark is None:  # a Connect server's copy: the session the batch runs in
+            self.spark = df.sparkSession
         with self._thread.running():
             self._batches += 1
             try:
@@ -1023,9 +1090,8 @@ class TxQuery:
         if self._merge != "event-time" or self._ending:
             return False
         if self._barrier is None:
-            sc = self.spark.sparkContext
-            dynamic = sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true"
-            self._barrier = not dynamic and self.tasks <= sc.defaultParallelism
+            dynamic = conf_get(self.spark, "spark.dynamicAllocation.enabled", "false") == "true"
+            self._barrier = not dynamic and self.tasks <= self._parallelism()
         return self._barrier
 
     def _advance(self, df: DataFrame) -> tuple[Bound | None, dict[str, Any]]:
@@ -1034,7 +1100,7 @@ class TxQuery:
             return None, {}
         if self._ending:  # (no rows: every input ends)
             return ended(self._frontier, self.job._idle_batches)
-        from pyspark.sql import functions as F
+        F = functions(self.spark)
 
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
         # Spark's max takes NaN as the largest double: NaN and the infinities are

@@ -1,0 +1,117 @@
+"""The runtime through Spark Connect: the same ledger answers as a classic session.
+
+A session-scoped fixture starts the Connect server that the PySpark wheel ships
+(on loopback, a free port, stopped at the end) and connects a client session to
+it.  Skipped only when the Connect client's packages (``txstream[connect]``,
+which ``make install`` installs) are missing.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import txstream as tx
+from test_runtime_spark import ledger_streams, run_available, write_ledger_input
+from txstream.bench.ledger import events, ledger_job, serial_oracle
+from txstream.errors import TxStreamError
+from txstream.spark.connect import client_missing, connect_server, is_connect
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="session")
+def connect_spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """A Spark Connect session on a server of its own (local[2], loopback)."""
+    missing = client_missing()
+    if missing:
+        pytest.skip(f"Spark Connect's client needs {missing}: pip install 'txstream[connect]'")
+    # (pyspark.sql.SparkSession.builder.remote refuses a Connect session beside the
+    # classic one this test process runs too; Connect's own builder does not)
+    from pyspark.sql.connect.session import SparkSession
+
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    with connect_server("local[2]", log=log) as url:
+        session = SparkSession.builder.remote(url).getOrCreate()
+        try:
+            yield session
+        finally:
+            session.stop()  # (a client left open keeps this process from exiting)
+
+
+def _run_ledger(spark: Any, folder: Path, mode: str, merge: str) -> tuple[Path, Any]:
+    job = ledger_job(*ledger_streams(spark, folder / "in"), merge=merge)
+    job.option("crossPartition", mode)
+    checkpoint = folder / "ckpt"
+    return checkpoint, run_available(job, checkpoint, spark, partitions=2)
+
+
+@pytest.mark.parametrize(("mode", "merge"), [("forward", "batch"), ("defer", "event-time")])
+def test_ledger_through_connect_equals_the_classic_session(
+    spark: Any, connect_spark: Any, tmp_path: Path, mode: str, merge: str
+) -> None:
+    # forward: phase 1 in a barrier stage; defer: phases 2-3 (no RDDs over Connect);
+    # event-time: the end of the inputs runs one more batch from the client.
+    assert is_connect(connect_spark) and not is_connect(spark)
+    stream = list(events(600, 30, 30, seed=5))
+    answers = {}
+    for kind, session in (("classic", spark), ("connect", connect_spark)):
+        write_ledger_input(tmp_path / kind / "in", stream, files=3)
+        checkpoint, query = _run_ledger(session, tmp_path / kind, mode, merge)
+        assert not query.isActive
+        answers[kind] = tx.read_output(checkpoint, "transfers_done")
+        assert len(RuntimeCommits(checkpoint)) >= 3  # one batch per file (and the end)
+    _, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in answers["classic"]] == outcomes
+    assert answers["connect"] == answers["classic"]  # row for row
+    deferred = mode == "defer"
+    assert any(RuntimeCommits(tmp_path / "connect" / "ckpt").roles("coord")) is deferred
+
+
+class RuntimeCommits:
+    """The commit markers of a checkpoint's store (what each batch's tasks wrote)."""
+
+    def __init__(self, checkpoint: Path) -> None:
+        from txstream.spark.runtime.state import RuntimeStore
+
+        self.store = RuntimeStore(checkpoint / "txstream")
+
+    def __len__(self) -> int:
+        return len(self.store.committed())
+
+    def roles(self, prefix: str) -> list[str]:
+        return [
+            rel
+            for _, info in self.store.chain()
+            for rel in info["files"]
+            if Path(rel).stem.startswith(prefix)
+        ]
+
+
+def test_the_driver_engine_is_refused_on_connect_in_one_line(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    write_ledger_input(tmp_path / "in", list(events(20, 4, 0, seed=1)), files=1)
+    job = ledger_job(*ledger_streams(connect_spark, tmp_path / "in"))
+    job.trigger(availableNow=True)
+    with pytest.raises(TxStreamError, match=r"driver engine .* Spark Connect.*'executors'"):
+        job.start(tmp_path / "ckpt", spark=connect_spark, engine="driver")
+
+
+def test_the_server_side_copy_of_a_query_holds_no_client_object(spark: Any, tmp_path: Path) -> None:
+    # What foreachBatch pickles over Connect: without the sources, the session, the locks.
+    write_ledger_input(tmp_path / "in", list(events(20, 4, 0, seed=1)), files=1)
+    job = ledger_job(*ledger_streams(spark, tmp_path / "in"))
+    query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
+    try:
+        query.awaitTermination()
+        copy = pickle.loads(pickle.dumps(query))
+    finally:
+        query.stop()
+    assert copy.spark is None and copy.query is None
+    assert all(spec.source is None for spec in copy.spec.inputs.values())
+    assert copy._prev == query.store.committed()[-1]  # its position, read from the store
