@@ -58,16 +58,24 @@ def test_ledger_through_connect_equals_the_classic_session(
     # event-time: the end of the inputs runs one more batch from the client.
     assert is_connect(connect_spark) and not is_connect(spark)
     stream = list(events(600, 30, 30, seed=5))
-    answers = {}
+    answers, progress, tables = {}, {}, {}
     for kind, session in (("classic", spark), ("connect", connect_spark)):
         write_ledger_input(tmp_path / kind / "in", stream, files=3)
         checkpoint, query = _run_ledger(session, tmp_path / kind, mode, merge)
         assert not query.isActive
         answers[kind] = tx.read_output(checkpoint, "transfers_done")
+        tables[kind] = sorted(tx.read_table(checkpoint, "accounts"), key=lambda r: r["acct"])
+        progress[kind] = [
+            (p["batchId"], p["numInputRows"], p["committed"]) for p in query.recentProgress
+        ]
         assert len(RuntimeCommits(checkpoint)) >= 3  # one batch per file (and the end)
     _, outcomes = serial_oracle(stream)
     assert [(r["id"], r["ok"]) for r in answers["classic"]] == outcomes
     assert answers["connect"] == answers["classic"]  # row for row
+    assert tables["connect"] == tables["classic"]  # every balance (held deposits included)
+    # The batches ran in the server's process; the client's handle reports them all.
+    assert progress["connect"] == progress["classic"]
+    assert sum(rows for _, rows, _ in progress["connect"]) == len(stream)
     deferred = mode == "defer"
     assert any(RuntimeCommits(tmp_path / "connect" / "ckpt").roles("coord")) is deferred
 
@@ -115,3 +123,29 @@ def test_the_server_side_copy_of_a_query_holds_no_client_object(spark: Any, tmp_
     assert copy.spark is None and copy.query is None
     assert all(spec.source is None for spec in copy.spec.inputs.values())
     assert copy._prev == query.store.committed()[-1]  # its position, read from the store
+
+
+def test_a_batch_failure_on_the_server_reaches_the_client_as_its_own_class(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    # The handler emits to an output the job does not declare: every transfer fails with
+    # a SchemaError, and after allFailLimit of them the batch (on the server) raises.
+    stream = [e for e in events(60, 6, 50, seed=2) if e[0] == "transfers"]
+    write_ledger_input(tmp_path / "in", stream, files=1)
+    _, transfers = ledger_streams(connect_spark, tmp_path / "in")
+    job = (
+        tx.Job("typo")
+        .table("accounts", key="acct", schema="acct long, balance long")
+        .input("transfers", transfers, keys=["src", "dst"], order="id")
+        .on("transfers", lambda t, e: t.emit("typo", {"id": e["id"]}))
+        .option("allFailLimit", 5)
+        .trigger(availableNow=True)
+    )
+    query = job.start(tmp_path / "ckpt", spark=connect_spark)
+    try:
+        with pytest.raises(tx.InputFailingError, match=r"^input 'transfers': all \d+ of its"):
+            query.awaitTermination()
+        assert isinstance(query.exception(), tx.InputFailingError)
+        assert query.status["message"] == "failed"
+    finally:
+        query.stop()

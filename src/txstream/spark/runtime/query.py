@@ -31,6 +31,7 @@ import copy as copying
 import io
 import json
 import logging
+import pickle
 import shutil
 import threading
 import time
@@ -196,6 +197,11 @@ class TxQuery:
         server's Python process, on a copy of this object (see :meth:`__getstate__`)."""
         self._slots: int | None = None
         """A Connect session's ``defaultParallelism``, asked once (it costs a Spark job)."""
+        self._shared: str | None = None
+        """Over Connect: the folder where the server's copy leaves each batch's progress
+        and its failure for this handle (see :meth:`_pull`)."""
+        self._server_copy = False
+        """Whether this object is the copy a Connect server's ``foreachBatch`` runs."""
 
     # -- Spark Connect ------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -225,7 +231,40 @@ class TxQuery:
         self._end_lock = threading.Lock()
         self._stopped = threading.Event()
         self._watch = self.job.failure_watch(f"tx.read_failures({str(self.root)!r})")
+        self._server_copy = True
         self._resync()
+
+    def _share(self, name: str, payload: Any) -> None:
+        """(The server's copy) leave ``payload`` for the client's handle (see :meth:`_pull`)."""
+        if not self._server_copy or self._shared is None:
+            return
+        folder = Path(self._shared)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # (an error whose class does not pickle: its message)
+            data = pickle.dumps(TxStreamError(str(payload)))
+        write_atomic(folder / name, data)
+
+    def _pull(self) -> None:
+        """Take what the Connect server's copy left: batches' progress, the failure.
+
+        The batches of a Connect session run in the server's Python process
+        (see :meth:`__getstate__`); this handle learns of them from the store,
+        when its methods are called (``status``, ``lastProgress``,
+        ``processAllAvailable`` ...).
+        """
+        if self._shared is None or self._server_copy:
+            return
+        folder = Path(self._shared)
+        for path in sorted(folder.glob("p*.pkl")):  # (batch order: the names are padded)
+            self._progressed(pickle.loads(path.read_bytes()), listeners=False)
+            path.unlink()
+        failure = folder / "failure.pkl"
+        if self._failure is None and failure.exists():
+            self._error = pickle.loads(failure.read_bytes())
+            self._failure = str(self._error)
+            self._status = "failed"
 
     def _resync(self) -> None:
         """Take the last committed batch's position from the store (another process ran it)."""
@@ -270,6 +309,7 @@ class TxQuery:
         InputFailingError("input 'readings': all 20 of its transactions ...")
         """
         spark_error = self.query.exception() if self.query is not None else None
+        self._pull()
         if self._failure:
             error = self._failed()
         elif spark_error is None:
@@ -348,6 +388,7 @@ class TxQuery:
     @property
     def status(self) -> dict[str, Any]:
         """What the job is doing now."""
+        self._pull()
         return {
             "message": self._status,
             "isActive": self.isActive,
@@ -362,6 +403,7 @@ class TxQuery:
         >>> query.lastProgress["batchId"], query.lastProgress["committed"]  # doctest: +SKIP
         (0, 2)
         """
+        self._pull()
         return self.recentProgress[-1] if self.recentProgress else None
 
     def processAllAvailable(self) -> None:
@@ -390,6 +432,7 @@ class TxQuery:
             else:
                 self._drained = self._batches
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
@@ -417,6 +460,7 @@ class TxQuery:
                 self._end_if_finished()
             return done  # type: ignore[no-any-return]
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def _spark_query(self) -> StreamingQuery:
@@ -482,6 +526,7 @@ class TxQuery:
             stop = partial(self._stop, settle_s, end_inputs)
             self._thread.stop(stop, name=f"stop {self.name}")
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def _stop(self, settle_s: float, end_inputs: bool | None = None) -> None:
@@ -510,6 +555,9 @@ class TxQuery:
                 text = format_history(self.driver.tm.history()) + "\n"
                 write_atomic(self.store.root / DRIVER_HISTORY, text.encode())
         finally:
+            if self._shared is not None:
+                self._pull()
+                shutil.rmtree(self._shared, ignore_errors=True)
             self._lock.release()
             self._status = "stopped"
             self._stopped.set()
@@ -568,8 +616,11 @@ class TxQuery:
         # merge each task runs the partitions it hosts (see _phase1_outputs).
         if self.connect:  # (no RDDs; the batches before ran in the server's process)
             F = functions(self.spark)
+            self._pull()
             self._resync()
-            empty = self.spark.range(self.tasks, numPartitions=self.tasks).where(F.rand() < 0)
+            # (measured on 4.3: behind a filter on rand() the task function was not
+            # called at all, behind this one it runs once per partition)
+            empty = self.spark.range(self.tasks, numPartitions=self.tasks).where(F.col("id") < 0)
         else:
             sc = self.spark.sparkContext
             empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
@@ -627,6 +678,7 @@ class TxQuery:
             return call()
         except Exception as exc:
             # One line, and PySpark's exception as the cause (raise ... from exc).
+            self._pull()
             if self._failure:
                 raise self._failed() from exc
             raise self._spark_error("failed", exc) from exc
@@ -841,6 +893,8 @@ class TxQuery:
         for part in parts[1:]:
             union = union.unionByName(part)
         self._schema = union.schema
+        if self.connect:  # (before foreachBatch pickles this object: see __getstate__)
+            self._shared = str(self.store.root / "connect" / uuid.uuid4().hex)
         writer = (
             union.writeStream.queryName(self.spec.name)
             .option("checkpointLocation", str(self.root / "spark"))
@@ -872,6 +926,7 @@ class TxQuery:
                 self._failure = str(exc)
                 self._error = exc
                 self._status = "failed"
+                self._share("failure.pkl", exc)
                 log.error("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
                 raise
             except Exception as exc:  # Spark's (the caller gets it as a SparkJobError)
@@ -1037,7 +1092,7 @@ class TxQuery:
         ids = {"id": self.id, "runId": self.runId, "name": self.name}
         return {**ids, **_progress(batch_id, stats, seconds, partitions)}
 
-    def _progressed(self, progress: dict[str, Any]) -> None:
+    def _progressed(self, progress: dict[str, Any], listeners: bool = True) -> None:
         """Record a committed batch's progress and tell the job's progress listeners.
 
         ``recentProgress`` keeps the last ones.  A listener that raises is
@@ -1066,7 +1121,9 @@ class TxQuery:
                 progress.get("batchId", -1),
                 progress["held"],
             )
-        for listener in self.job._progress_listeners:
+        # Over Connect the server's copy runs the listeners, and leaves the progress here.
+        self._share(f"p{progress.get('batchId', 0):012d}.pkl", progress)
+        for listener in self.job._progress_listeners if listeners else ():
             try:
                 listener(copying.deepcopy(progress))
             except Exception as exc:
