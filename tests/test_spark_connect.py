@@ -149,3 +149,17 @@ def test_a_batch_failure_on_the_server_reaches_the_client_as_its_own_class(
         assert query.status["message"] == "failed"
     finally:
         query.stop()
+
+
+def test_a_watermark_on_a_connect_input_is_seen_as_on_a_classic_one(
+    spark: Any, connect_spark: Any, tmp_path: Path
+) -> None:
+    # Read from Spark's plan: over Connect through the server's explain text (no py4j).
+    write_ledger_input(tmp_path / "in", list(events(20, 4, 0, seed=1)), files=1)
+    for session in (spark, connect_spark):
+        deposits, _ = ledger_streams(session, tmp_path / "in")
+        deposits = deposits.withColumn("ts", deposits["id"].cast("timestamp"))
+        job = tx.Job("marks").table("accounts", key="acct")
+        job.input("deposits", deposits.withWatermark("ts", "7 seconds"), keys="acct")
+        with pytest.raises(TxStreamError, match=r"withWatermark is on column 'ts'.*order="):
+            job.on("deposits", lambda t, e: None).start(tmp_path / "ckpt", spark=session)
