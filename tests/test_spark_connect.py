@@ -163,3 +163,39 @@ def test_a_watermark_on_a_connect_input_is_seen_as_on_a_classic_one(
         job.input("deposits", deposits.withWatermark("ts", "7 seconds"), keys="acct")
         with pytest.raises(TxStreamError, match=r"withWatermark is on column 'ts'.*order="):
             job.on("deposits", lambda t, e: None).start(tmp_path / "ckpt", spark=session)
+
+
+class _FakeConf:
+    def __init__(self, settings: dict[str, str]) -> None:
+        self.settings = settings
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.settings.get(key, default)
+
+
+class _FakeConnectSession:
+    """Only what default_parallelism asks of a Connect session (a Spark job fails)."""
+
+    def __init__(self, **settings: str) -> None:
+        self.conf = _FakeConf(settings)
+        self.jobs = 0
+
+    def range(self, n: int) -> Any:
+        self.jobs += 1
+        raise RuntimeError("a Spark job")
+
+
+_FakeConnectSession.__module__ = "pyspark.sql.connect.session"
+
+
+def test_a_connect_sessions_parallelism_comes_from_its_settings_without_a_job() -> None:
+    from txstream.spark.connect import default_parallelism
+
+    assert default_parallelism(_FakeConnectSession(**{"spark.master": "local[3]"})) == 3
+    assert default_parallelism(_FakeConnectSession(**{"spark.master": "local[2, 4]"})) == 2
+    assert default_parallelism(_FakeConnectSession(**{"spark.master": "local"})) == 1
+    given = {"spark.master": "local[3]", "spark.default.parallelism": "5"}
+    assert default_parallelism(_FakeConnectSession(**given)) == 5
+    cluster = _FakeConnectSession(**{"spark.master": "spark://h:7077"})
+    with pytest.raises(RuntimeError, match="a Spark job"):  # (then it counts partitions)
+        default_parallelism(cluster)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -85,14 +86,22 @@ def default_parallelism(spark: Any) -> int:
     """The session's ``defaultParallelism`` (the cluster's task slots, unless set).
 
     A Connect session cannot ask the SparkContext: ``spark.default.parallelism``
-    when set, otherwise a small job counts the partitions of ``spark.range``,
-    which Spark cuts into ``defaultParallelism`` slices (once, at a start).
+    when set, N on a ``local[N]`` master, otherwise a small job counts the
+    partitions of ``spark.range``, which Spark cuts into ``defaultParallelism``
+    slices (once, at a start).
     """
     if not is_connect(spark):
         return int(spark.sparkContext.defaultParallelism)
     set_ = spark.conf.get("spark.default.parallelism", None)
     if set_:
         return int(set_)
+    # local[N] (and local[N,F]) has N slots, as Spark's LocalSchedulerBackend says: a
+    # setting read instead of a first Spark job (measured: 2.8 s of a start of 9 s).
+    local = re.fullmatch(
+        r"local(?:\[([1-9][0-9]*)(?:\s*,\s*[0-9]+)?\])?", spark.conf.get("spark.master", "")
+    )
+    if local:
+        return int(local.group(1) or 1)
     F = functions(spark)
     return int(spark.range(4096).select(F.spark_partition_id()).distinct().count())
 

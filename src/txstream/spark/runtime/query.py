@@ -894,6 +894,8 @@ class TxQuery:
             union = union.unionByName(part)
         self._schema = union.schema
         if self.connect:  # (before foreachBatch pickles this object: see __getstate__)
+            # An earlier run's folder (a crash) is nobody's now: this run holds the store.
+            shutil.rmtree(self.store.root / "connect", ignore_errors=True)
             self._shared = str(self.store.root / "connect" / uuid.uuid4().hex)
         writer = (
             union.writeStream.queryName(self.spec.name)
