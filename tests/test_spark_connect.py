@@ -76,6 +76,7 @@ def test_ledger_through_connect_equals_the_classic_session(
     # The batches ran in the server's process; the client's handle reports them all.
     assert progress["connect"] == progress["classic"]
     assert sum(rows for _, rows, _ in progress["connect"]) == len(stream)
+    assert {p["runId"] for p in query.recentProgress} == {query.runId} != {""}
     deferred = mode == "defer"
     assert any(RuntimeCommits(tmp_path / "connect" / "ckpt").roles("coord")) is deferred
 

@@ -258,7 +258,10 @@ class TxQuery:
             return
         folder = Path(self._shared)
         for path in sorted(folder.glob("p*.pkl")):  # (batch order: the names are padded)
-            self._progressed(pickle.loads(path.read_bytes()), listeners=False)
+            progress = pickle.loads(path.read_bytes())
+            # (the copy was pickled before Spark's query started: it knew no ids)
+            progress.update(id=self.id, runId=self.runId)
+            self._progressed(progress, listeners=False)
             path.unlink()
         failure = folder / "failure.pkl"
         if self._failure is None and failure.exists():
@@ -743,7 +746,7 @@ class TxQuery:
                 "the driver engine keeps its tables in the client's memory, which a Spark "
                 "Connect session's batches cannot reach; use engine='executors' (the default)"
             )
-        # (a Connect session's costs a Spark job: asked once, kept for the server's copy)
+        # (a Connect session's may cost a Spark job: asked once, kept for the server's copy)
         slots = default_parallelism(spark) if partitions is None or is_connect(spark) else None
         partitions = partitions or slots
         assert partitions is not None
