@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@scripts/check-python.sh $(PYTHON)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,connect]'
 	@scripts/pg-install.sh
 	@touch $(STAMP)
 

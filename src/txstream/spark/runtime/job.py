@@ -685,7 +685,13 @@ def _plan_text(source: Any) -> str | None:
     """A DataFrame's analyzed logical plan as text (None: not a Spark DataFrame)."""
     jdf = getattr(source, "_jdf", None)
     if jdf is None:
-        return None
+        explain = getattr(source, "_explain_string", None)  # a Spark Connect DataFrame
+        if explain is None or not type(source).__module__.startswith("pyspark.sql.connect"):
+            return None
+        # (no py4j over Connect: the server's explain text, its analyzed plan only)
+        text = str(explain(extended=True))
+        analyzed = text.partition("== Analyzed Logical Plan ==")[2]
+        return analyzed.partition("== Optimized Logical Plan ==")[0]
     return str(jdf.queryExecution().analyzed().toString())
 
 

@@ -31,6 +31,7 @@ import copy as copying
 import io
 import json
 import logging
+import pickle
 import shutil
 import threading
 import time
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
 from txstream.spark import batches
+from txstream.spark.connect import conf_get, default_parallelism, functions, is_connect
 from txstream.spark.runtime.base import (
     JobSpec,
     RuntimeJobError,
@@ -190,6 +192,97 @@ class TxQuery:
         """Set when :meth:`stop` has done all it does (the end of the inputs included)."""
         self._schema: Any = None
         """The schema of the micro-batches' rows (an ending batch has none of them)."""
+        self.connect = is_connect(spark)
+        """Whether ``spark`` is a Spark Connect session: the batches then run in the
+        server's Python process, on a copy of this object (see :meth:`__getstate__`)."""
+        self._slots: int | None = None
+        """A Connect session's ``defaultParallelism``, asked once (it costs a Spark job)."""
+        self._shared: str | None = None
+        """Over Connect: the folder where the server's copy leaves each batch's progress
+        and its failure for this handle (see :meth:`_pull`)."""
+        self._server_copy = False
+        """Whether this object is the copy a Connect server's ``foreachBatch`` runs."""
+
+    # -- Spark Connect ------------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What a Connect server's ``foreachBatch`` process gets of this query.
+
+        Over Spark Connect, ``foreachBatch(self._on_batch)`` pickles this object
+        into a Python process that the server starts: the batches run there,
+        on that copy, against the server-side session that Spark hands each
+        batch's DataFrame in.  The copy takes the job without its input
+        DataFrames and initial rows (client objects), and none of the client's
+        session, query handle, locks and threads; it reads its position from
+        the store (:meth:`__setstate__`), which both processes share.
+        """
+        state = dict(self.__dict__)
+        job = copying.copy(self.job)
+        job.spec = self.spec.for_tasks()
+        state["job"], state["spec"] = job, job.spec
+        for name in ("spark", "query", "_lock", "_thread", "_end_lock", "_stopped", "_watch"):
+            state[name] = None
+        state["_schema"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """The server-side copy (see :meth:`__getstate__`): its position from the store."""
+        self.__dict__.update(state)
+        self._thread = batches.BatchThread()
+        self._end_lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._watch = self.job.failure_watch(f"tx.read_failures({str(self.root)!r})")
+        self._server_copy = True
+        self._resync()
+
+    def _share(self, name: str, payload: Any) -> None:
+        """(The server's copy) leave ``payload`` for the client's handle (see :meth:`_pull`)."""
+        if not self._server_copy or self._shared is None:
+            return
+        folder = Path(self._shared)
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            data = pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception:  # (an error whose class does not pickle: its message)
+            data = pickle.dumps(TxStreamError(str(payload)))
+        write_atomic(folder / name, data)
+
+    def _pull(self) -> None:
+        """Take what the Connect server's copy left: batches' progress, the failure.
+
+        The batches of a Connect session run in the server's Python process
+        (see :meth:`__getstate__`); this handle learns of them from the store,
+        when its methods are called (``status``, ``lastProgress``,
+        ``processAllAvailable`` ...).
+        """
+        if self._shared is None or self._server_copy:
+            return
+        folder = Path(self._shared)
+        for path in sorted(folder.glob("p*.pkl")):  # (batch order: the names are padded)
+            progress = pickle.loads(path.read_bytes())
+            # (the copy was pickled before Spark's query started: it knew no ids)
+            progress.update(id=self.id, runId=self.runId)
+            self._progressed(progress, listeners=False)
+            path.unlink()
+        failure = folder / "failure.pkl"
+        if self._failure is None and failure.exists():
+            self._error = pickle.loads(failure.read_bytes())
+            self._failure = str(self._error)
+            self._status = "failed"
+
+    def _resync(self) -> None:
+        """Take the last committed batch's position from the store (another process ran it)."""
+        committed = self.store.committed()
+        self._prev = committed[-1] if committed else -1
+        self._tokens = committed_tokens(self.store)
+        self._frontier = committed_frontier(self.store)
+
+    def _parallelism(self) -> int:
+        """The session's ``defaultParallelism`` (a Connect session's: asked once)."""
+        if not self.connect:
+            return int(self.spark.sparkContext.defaultParallelism)
+        if self._slots is None:
+            self._slots = default_parallelism(self.spark)
+        return self._slots
 
     # -- StreamingQuery-like surface -----------------------------------------------
     @property
@@ -219,6 +312,7 @@ class TxQuery:
         InputFailingError("input 'readings': all 20 of its transactions ...")
         """
         spark_error = self.query.exception() if self.query is not None else None
+        self._pull()
         if self._failure:
             error = self._failed()
         elif spark_error is None:
@@ -297,6 +391,7 @@ class TxQuery:
     @property
     def status(self) -> dict[str, Any]:
         """What the job is doing now."""
+        self._pull()
         return {
             "message": self._status,
             "isActive": self.isActive,
@@ -311,6 +406,7 @@ class TxQuery:
         >>> query.lastProgress["batchId"], query.lastProgress["committed"]  # doctest: +SKIP
         (0, 2)
         """
+        self._pull()
         return self.recentProgress[-1] if self.recentProgress else None
 
     def processAllAvailable(self) -> None:
@@ -339,6 +435,7 @@ class TxQuery:
             else:
                 self._drained = self._batches
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def awaitTermination(self, timeout: float | None = None) -> bool | None:
@@ -366,6 +463,7 @@ class TxQuery:
                 self._end_if_finished()
             return done  # type: ignore[no-any-return]
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def _spark_query(self) -> StreamingQuery:
@@ -431,6 +529,7 @@ class TxQuery:
             stop = partial(self._stop, settle_s, end_inputs)
             self._thread.stop(stop, name=f"stop {self.name}")
         finally:
+            self._pull()
             self._watch.warn(stacklevel=3)
 
     def _stop(self, settle_s: float, end_inputs: bool | None = None) -> None:
@@ -459,6 +558,9 @@ class TxQuery:
                 text = format_history(self.driver.tm.history()) + "\n"
                 write_atomic(self.store.root / DRIVER_HISTORY, text.encode())
         finally:
+            if self._shared is not None:
+                self._pull()
+                shutil.rmtree(self._shared, ignore_errors=True)
             self._lock.release()
             self._status = "stopped"
             self._stopped.set()
@@ -513,10 +615,18 @@ class TxQuery:
         if not held or spark_log_ends(spark_dir) != (last, last):
             return
         batch = last + 1
-        sc = self.spark.sparkContext
         # One Spark partition per phase-1 task, without a row: under the event-time
         # merge each task runs the partitions it hosts (see _phase1_outputs).
-        empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
+        if self.connect:  # (no RDDs; the batches before ran in the server's process)
+            F = functions(self.spark)
+            self._pull()
+            self._resync()
+            # (measured on 4.3: behind a filter on rand() the task function was not
+            # called at all, behind this one it runs once per partition)
+            empty = self.spark.range(self.tasks, numPartitions=self.tasks).where(F.col("id") < 0)
+        else:
+            sc = self.spark.sparkContext
+            empty = self.spark.createDataFrame(sc.parallelize([], self.tasks), self._schema)
         self._ending = True
         try:
             self._run(empty, batch)
@@ -571,6 +681,7 @@ class TxQuery:
             return call()
         except Exception as exc:
             # One line, and PySpark's exception as the cause (raise ... from exc).
+            self._pull()
             if self._failure:
                 raise self._failed() from exc
             raise self._spark_error("failed", exc) from exc
@@ -630,8 +741,18 @@ class TxQuery:
 
             spark = local_session()
         root.mkdir(parents=True, exist_ok=True)
-        partitions = partitions or int(spark.sparkContext.defaultParallelism)
+        if engine == "driver" and is_connect(spark):
+            raise RuntimeJobError(
+                "the driver engine keeps its tables in the client's memory, which a Spark "
+                "Connect session's batches cannot reach; use engine='executors' (the default)"
+            )
+        # (a Connect session's may cost a Spark job: asked once, kept for the server's copy)
+        slots = default_parallelism(spark) if partitions is None or is_connect(spark) else None
+        partitions = partitions or slots
+        assert partitions is not None
         self = cls(job, root, spark, partitions, engine)
+        if self.connect:
+            self._slots = slots
         try:
             if any(q.name == job.spec.name for q in spark.streams.active):
                 # Spark would refuse it only after the routes and initial rows, and
@@ -696,11 +817,10 @@ class TxQuery:
         self.forward = False
         if not (self.spec.may_cross and forwarding(self.spec)):
             return self.partitions
-        sc = self.spark.sparkContext
-        if sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true":
+        if conf_get(self.spark, "spark.dynamicAllocation.enabled", "false") == "true":
             return self.partitions
         self.forward = True
-        return max(1, min(self.partitions, int(sc.defaultParallelism)))
+        return max(1, min(self.partitions, self._parallelism()))
 
     def _route_expr(self, pid_column: str, routes: list[int] | None = None) -> str:
         array = ", ".join(f"cast({r} as bigint)" for r in (routes or self.routes))
@@ -737,7 +857,7 @@ class TxQuery:
             df.repartition(self.partitions, "route").mapInArrow(write, "n long").collect()
 
     def _start_stream(self) -> None:
-        from pyspark.sql import functions as F
+        F = functions(self.spark)
 
         # One schema for all inputs (a union needs it): each input's rows travel
         # as a struct column of their own (__in<i>), null in the other inputs'
@@ -776,6 +896,10 @@ class TxQuery:
         for part in parts[1:]:
             union = union.unionByName(part)
         self._schema = union.schema
+        if self.connect:  # (before foreachBatch pickles this object: see __getstate__)
+            # An earlier run's folder (a crash) is nobody's now: this run holds the store.
+            shutil.rmtree(self.store.root / "connect", ignore_errors=True)
+            self._shared = str(self.store.root / "connect" / uuid.uuid4().hex)
         writer = (
             union.writeStream.queryName(self.spec.name)
             .option("checkpointLocation", str(self.root / "spark"))
@@ -797,6 +921,8 @@ class TxQuery:
 
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
+        if self.spark is None:  # a Connect server's copy: the session the batch runs in
+            self.spark = df.sparkSession
         with self._thread.running():
             self._batches += 1
             try:
@@ -805,6 +931,7 @@ class TxQuery:
                 self._failure = str(exc)
                 self._error = exc
                 self._status = "failed"
+                self._share("failure.pkl", exc)
                 log.error("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
                 raise
             except Exception as exc:  # Spark's (the caller gets it as a SparkJobError)
@@ -970,7 +1097,7 @@ class TxQuery:
         ids = {"id": self.id, "runId": self.runId, "name": self.name}
         return {**ids, **_progress(batch_id, stats, seconds, partitions)}
 
-    def _progressed(self, progress: dict[str, Any]) -> None:
+    def _progressed(self, progress: dict[str, Any], listeners: bool = True) -> None:
         """Record a committed batch's progress and tell the job's progress listeners.
 
         ``recentProgress`` keeps the last ones.  A listener that raises is
@@ -999,7 +1126,9 @@ class TxQuery:
                 progress.get("batchId", -1),
                 progress["held"],
             )
-        for listener in self.job._progress_listeners:
+        # Over Connect the server's copy runs the listeners, and leaves the progress here.
+        self._share(f"p{progress.get('batchId', 0):012d}.pkl", progress)
+        for listener in self.job._progress_listeners if listeners else ():
             try:
                 listener(copying.deepcopy(progress))
             except Exception as exc:
@@ -1023,9 +1152,8 @@ class TxQuery:
         if self._merge != "event-time" or self._ending:
             return False
         if self._barrier is None:
-            sc = self.spark.sparkContext
-            dynamic = sc.getConf().get("spark.dynamicAllocation.enabled", "false") == "true"
-            self._barrier = not dynamic and self.tasks <= sc.defaultParallelism
+            dynamic = conf_get(self.spark, "spark.dynamicAllocation.enabled", "false") == "true"
+            self._barrier = not dynamic and self.tasks <= self._parallelism()
         return self._barrier
 
     def _advance(self, df: DataFrame) -> tuple[Bound | None, dict[str, Any]]:
@@ -1034,7 +1162,7 @@ class TxQuery:
             return None, {}
         if self._ending:  # (no rows: every input ends)
             return ended(self._frontier, self.job._idle_batches)
-        from pyspark.sql import functions as F
+        F = functions(self.spark)
 
         names = {spec.index: spec.name for spec in self.spec.inputs.values()}
         # Spark's max takes NaN as the largest double: NaN and the infinities are

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from txstream.errors import TxStreamError
+from txstream.spark.connect import is_connect
 from txstream.spark.runtime.base import (
     JobSpec,
     RuntimeJobError,
@@ -196,9 +197,11 @@ class SparkPhases(Phases):
         # phase 2 leaves each partition's rows to take back there: two one-stage
         # jobs, no shuffle and no cached DataFrame between the phases.  Phase 2
         # runs in P tasks, each on whole chains of deferred transactions.
-        job, sc = self.job, self.prepared.sparkSession.sparkContext
-
+        job, spark = self.job, self.prepared.sparkSession
         P = self.partitions
+        if is_connect(spark):
+            return self._deferred_frames(ctx)
+        sc = spark.sparkContext
 
         def coordinate(shares: Iterator[int]) -> Iterator[Any]:
             return (_phase2_task(job, ctx, share, P) for share in shares)
@@ -209,6 +212,33 @@ class SparkPhases(Phases):
         stats = merge_stats(sc.parallelize(range(P), P).mapPartitions(coordinate).collect())
         tokens = dict(sc.parallelize(range(P), P).mapPartitions(take).collect())
         return stats, tokens
+
+    def _deferred_frames(self, ctx: BatchContext) -> tuple[dict[str, Any], dict[int, str]]:
+        """:meth:`deferred` with DataFrames only (Spark Connect has no RDDs).
+
+        The same two one-stage jobs: ``spark.range(P)`` in P partitions, one
+        share (or partition id) per row, through ``mapInArrow``; the tasks'
+        results come back pickled, as phase 1's do.
+        """
+        job, P = self.job, self.partitions
+        ids = self.prepared.sparkSession.range(P, numPartitions=P)
+
+        def coordinate(batches: Iterator[Any]) -> Iterator[Any]:
+            shares = [s for b in batches for s in b.column(0).to_pylist()]
+            out = [_out("stats", s, _phase2_task(job, ctx, s, P)) for s in shares]
+            if out:
+                yield _record_batch(out)
+
+        def take(batches: Iterator[Any]) -> Iterator[Any]:
+            pids = [p for b in batches for p in b.column(0).to_pylist()]
+            out = [_out("token", pid, token) for pid, token in _phase3_task(job, ctx, iter(pids))]
+            if out:
+                yield _record_batch(out)
+
+        rows = ids.mapInArrow(coordinate, OUT_SCHEMA).select("payload").collect()
+        stats = merge_stats([pickle.loads(r[0]) for r in rows])
+        rows = ids.mapInArrow(take, OUT_SCHEMA).select("pid", "payload").collect()
+        return stats, {int(r[0]): pickle.loads(r[1]) for r in rows}
 
 
 def _out(kind: str, pid: int, payload: Any) -> dict[str, Any]:
