@@ -37,6 +37,7 @@ and is rolled back unapplied.
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Any, ClassVar
 
 from txstream.errors import TransientError, TxStreamError
@@ -81,9 +82,19 @@ class PostgresTarget(Target):
         deadlock_timeout_ms: int | None = None,
         value_locks: bool = True,
         pipeline: bool = True,
+        statement_delay: float = 0.0,
     ) -> None:
         super().__init__(schema)
         _need_psycopg()
+        if (
+            isinstance(statement_delay, bool)
+            or not isinstance(statement_delay, int | float)
+            or not 0 <= statement_delay < math.inf
+        ):
+            raise TxStreamError(
+                f"statement_delay must be a finite number of seconds >= 0, not {statement_delay!r}"
+            )
+        self.statement_delay = float(statement_delay)
         self.conninfo = server if isinstance(server, str) else server.conninfo
         if not namespace.replace("_", "a").isalnum():
             raise TxStreamError(f"bad PostgreSQL schema name {namespace!r}")
@@ -553,12 +564,10 @@ class _PostgresSession(TargetSession):
                 if target.pipeline and len(statements) > 1:
                     with conn.pipeline():
                         for op in statements:
-                            sql, params = target.statement(op)
-                            cur.execute(sql, params, prepare=True)
+                            self._statement(cur, op)
                 else:
                     for op in statements:
-                        sql, params = target.statement(op)
-                        cur.execute(sql, params, prepare=True)
+                        self._statement(cur, op)
             conn.commit()
             return True
         except pg_errors.DeadlockDetected as exc:
@@ -570,6 +579,16 @@ class _PostgresSession(TargetSession):
         except BaseException:
             self._rollback()
             raise
+
+    def _statement(self, cur: Any, op: Modification) -> None:
+        sql, params = self.target.statement(op)
+        cur.execute(sql, params, prepare=True)
+        delay = self.target.statement_delay
+        if delay:
+            # The server's own cost of the statement (a disk-bound server), spent
+            # in the server while the statement's locks are held; see
+            # EmbeddedTarget's statement_delay and docs/loading.md.
+            cur.execute("SELECT pg_sleep(%s)", (delay,), prepare=True)
 
     def _rollback(self) -> None:
         with contextlib.suppress(Exception):
