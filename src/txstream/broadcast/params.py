@@ -11,6 +11,10 @@ MAX_OBJECTS = 5_000
 """The F-Matrix keeps objects x objects entries: 5,000 objects are 25 million."""
 
 
+SERVER_OPS = ("update", "read-or-write")
+"""The two readings of a server transaction's operations (:attr:`SimParams.server_ops`)."""
+
+
 def step_budget(transactions: int) -> int:
     """The default ``max_steps`` of the command line and the benchmark.
 
@@ -34,6 +38,19 @@ class SimParams:
     objects: int = 300
     object_bits: int = 8 * 1024
     server_read_prob: float = 0.5
+    server_ops: str = "update"
+    """How a server transaction uses its ``server_txn_length`` operations.
+
+    ``"update"`` (the default): each operation updates one of
+    ``server_txn_length`` distinct objects, reading it first with probability
+    ``server_read_prob``; a transaction of length 8 writes 8 objects.  Table 1
+    calls the length the number of "read/write operations" of a server *update*
+    transaction, and Section 4.3 says longer server transactions mean more
+    updates per cycle.  ``"read-or-write"``: each operation is a read with
+    ``server_read_prob`` and a write otherwise, on objects drawn with
+    replacement (about 4 writes per transaction of length 8); the paper's
+    R-Matrix and Datacycle response times are out of reach with it (see
+    docs/broadcast.md)."""
     op_delay: float = 65_536.0
     txn_delay: float = 131_072.0
     restart_delay: float = 0.0
@@ -75,6 +92,10 @@ class SimParams:
             raise BroadcastError("delays must be positive (the server inter-arrival time > 0)")
         if self.object_bits < 1 or self.timestamp_bits < 0:
             raise BroadcastError("object size must be positive and timestamp size >= 0")
+        if self.server_ops not in SERVER_OPS:
+            raise BroadcastError(
+                f"server_ops must be one of: {', '.join(SERVER_OPS)}; got {self.server_ops!r}"
+            )
         if not 0 <= self.server_read_prob <= 1 or not 0 <= self.client_update_prob <= 1:
             raise BroadcastError("probabilities must lie between 0 and 1")
         if not 1 <= self.measured <= self.transactions:

@@ -8,16 +8,18 @@ vector algorithms, 0 for F-Matrix-No).  A client may read object j of cycle k
 only if it is listening when j's slot begins; it has the value at the end of the
 slot.
 
-The server runs update transactions that arrive as a Poisson process; each does
-``server_txn_length`` operations on uniformly chosen objects, each a read with
-``server_read_prob`` and a write otherwise, and runs alone at its arrival
-instant.  The client runs transactions one after another: after an exponential
-inter-transaction delay it submits one reading ``client_txn_length`` distinct,
-uniformly chosen objects, with an exponential inter-operation delay after every
-read; a failed read-condition restarts it (the same objects) after
-``restart_delay``.  Response time runs from submission to commit, restarts
-included.  The server and the client draw from separate random streams, so
-runs with the same seed see the same workload under every algorithm.
+The server runs update transactions that arrive as a Poisson process; each
+updates ``server_txn_length`` distinct, uniformly chosen objects, reading each
+one first with probability ``server_read_prob`` (``server_ops="update"``; with
+``"read-or-write"`` each operation is a read with that probability and a write
+otherwise), and runs alone at its arrival instant.  The client runs
+transactions one after another: after an exponential inter-transaction delay
+it submits one reading ``client_txn_length`` distinct, uniformly chosen
+objects, with an exponential inter-operation delay after every read; a failed
+read-condition restarts it (the same objects) after ``restart_delay``.
+Response time runs from submission to commit, restarts included.  The server
+and the client draw from separate random streams, so runs with the same seed
+see the same workload under every algorithm.
 
 Events are kept in time order by hand rather than in a heap: there are only
 two sources (the next server arrival and the client's next step), and the
@@ -228,6 +230,13 @@ def _server_txn(server: Server, rng: random.Random, p: SimParams, names: list[st
     """One server update transaction, run alone (so it always commits)."""
     txn = server.begin()
     n = len(names)
+    if p.server_ops == "update":
+        for j in rng.sample(range(n), min(p.server_txn_length, n)):
+            if rng.random() < p.server_read_prob:
+                txn.read(names[j])
+            txn.write(names[j], txn.id)
+        txn.commit()
+        return
     for _ in range(p.server_txn_length):
         name = names[rng.randrange(n)]
         if rng.random() < p.server_read_prob:

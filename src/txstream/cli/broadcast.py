@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
-from txstream.broadcast.params import MAX_OBJECTS, SimParams, step_budget
+from txstream.broadcast.params import MAX_OBJECTS, SERVER_OPS, SimParams, step_budget
 from txstream.cli import Subparsers, command_group
 from txstream.cli.types import (
     json_safe,
@@ -80,6 +80,13 @@ def register_cli(sub: Subparsers) -> None:
     s.add_argument("--objects", type=positive_int(MAX_OBJECTS), default=d.objects)
     s.add_argument("--object-bytes", type=positive_int(2**30), default=d.object_bits // 8)
     s.add_argument("--server-read-prob", type=probability, default=d.server_read_prob)
+    s.add_argument(
+        "--server-ops",
+        choices=SERVER_OPS,
+        default=d.server_ops,
+        help="update: every server operation writes its object (reading it first with "
+        "the read probability); read-or-write: each is a read or a write",
+    )
     s.add_argument("--op-delay", type=nonnegative_float(MAX_BITS), default=d.op_delay)
     s.add_argument("--txn-delay", type=nonnegative_float(MAX_BITS), default=d.txn_delay)
     s.add_argument("--timestamp-bits", type=nonnegative_int(64), default=d.timestamp_bits)
@@ -140,6 +147,7 @@ def run_simulate(args: argparse.Namespace) -> int:
         objects=args.objects,
         object_bits=args.object_bytes * 8,
         server_read_prob=args.server_read_prob,
+        server_ops=args.server_ops,
         op_delay=args.op_delay,
         txn_delay=args.txn_delay,
         timestamp_bits=args.timestamp_bits,
