@@ -177,9 +177,9 @@ def _check_size(n: int, t: float, simulated: float, snapshots: bool) -> None:
     """Refuse, before any work, a run whose window, slides or reads would not fit.
 
     The simulated clock charges every read at least the tuples of a sub-window
-    (about half of ``t * rate`` at the slowest rate) or, for a snapshot query,
-    its address subset; so the reads are at most the simulated seconds over
-    that cost, and each read looks at up to ``n`` sub-windows.
+    (about half of ``t * rate`` at the slowest rate; snapshot queries scan
+    tuples too); so the reads are at most the simulated seconds over that
+    cost, and each read looks at up to ``n`` sub-windows.
     """
     params = WindowParams()
     packets = n * t * params.rate
@@ -195,7 +195,7 @@ def _check_size(n: int, t: float, simulated: float, snapshots: bool) -> None:
             f"{MAX_SLIDES:,} per run (a larger t or a shorter --duration)"
         )
     per_read = max(1.0, 0.5 * t * params.rate)
-    if snapshots:
+    if snapshots and params.snapshot_cost != "tuples":
         per_read = min(per_read, float(params.snapshot_subset))
     reads = simulated / (params.costs.per_unit * per_read)
     if reads * n > MAX_READ_WORK:

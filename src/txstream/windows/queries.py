@@ -113,9 +113,10 @@ class QueryGroup:
     read every tuple).  :meth:`partial` reads one sub-window and returns the
     partial result and its cost in *work units* (summary entries or tuples
     touched), which the simulation turns into time.  ``cost="tuples"`` charges
-    the tuples of each sub-window whatever the mode: the window scan of the
-    paper's experiment (a hash table built over every tuple), computed from the
-    summary, which holds exactly that hash table.  ``scope`` is what one
+    the window scan of the paper's experiment whatever the mode: every tuple of
+    the sub-window put into a hash table, plus the table's entries merged into
+    the group's answer (a per-read cost that hardly depends on the sub-window's
+    size), computed from the summary, which holds exactly that hash table.  ``scope`` is what one
     execution reads: the youngest ``max(length)`` sub-windows (``"length"``) or
     the whole window (``"window"``, as the experiment's full scans do).
     """
@@ -188,8 +189,8 @@ class QueryGroup:
         if self.mode == "ws":
             return self._scan(sub), max(1, len(sub.tuples))
         if self.cost == "tuples":
-            part, _ = self._summary_partial(sub, q)
-            return part, max(1, len(sub.tuples))
+            part, entries = self._summary_partial(sub, q)
+            return part, max(1, len(sub.tuples)) + entries
         return self._summary_partial(sub, q)
 
     def _summary_partial(self, sub: SubWindow, q: Query) -> tuple[Partial, int]:
