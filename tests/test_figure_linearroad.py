@@ -1,0 +1,46 @@
+"""Botan et al.: Figure 4 and Tables 1-2 compare the two variants on one engine.
+
+The test fails if a parameter of the figure's setup is not applied; it does not
+measure the figure (no timing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from txstream.bench import linearroad as bench_lr
+
+# -- Botan et al.: Figure 4 and Tables 1-2 compare the variants on one engine ---------------------
+
+
+def test_linear_road_compares_both_variants_on_one_engine() -> None:
+    from txstream.linearroad.run_job import ENGINES
+
+    assert bench_lr.ENGINES == ENGINES
+    for grid in (bench_lr.EXPERIMENT.grid, bench_lr.EXPERIMENT.quick_grid):
+        compared = [p for p in grid if p["sweep"] in ("speedup", "duplicates")]
+        assert {p["variant"] for p in compared} == {"serializable", "not-serializable"}
+        assert {p["engine"] for p in compared} == {bench_lr.COMPARE_ENGINE} == {"driver"}
+
+
+def test_linear_road_point_passes_its_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    import txstream.linearroad.run_job as run_job_module
+    import txstream.spark.session as session_module
+
+    seen: list[Any] = []
+
+    def fake_run_job(options: Any, spark: Any) -> dict[str, Any]:
+        seen.append(options.engine)
+        return {"fell_behind": True, "max_response_s": 9.0, "p99_response_s": 9.0,
+                "mean_response_s": 1.0, "within_5s_pct": 50.0}  # fmt: skip
+
+    monkeypatch.setattr(run_job_module, "run_job", fake_run_job)
+    monkeypatch.setattr(session_module, "local_session", lambda *a, **k: None)
+    (point,) = [
+        p for p in bench_lr.EXPERIMENT.quick_grid
+        if p["sweep"] == "speedup" and p["variant"] == "not-serializable" and p["speedup"] == 10
+    ]  # fmt: skip
+    bench_lr.measure(point, seed=1)
+    assert seen == ["driver"]
