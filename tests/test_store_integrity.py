@@ -774,3 +774,29 @@ def test_initial_rows_are_not_taken_from_a_gone_file_once_a_snapshot_held_them(
         snap.write_bytes(bytes(raw))
     with pytest.raises(StoreError, match="checksum mismatch"):
         tx.read_table(tmp_path, "counts")
+
+
+@pytest.mark.parametrize(
+    "lines",
+    [
+        ['{"k": 1, "__order": [1]}', '{"k": 2, "__order"'],  # a cut line
+        ['{"k": 1, "__order": [1]}', '{"k": 2}'],  # no order field
+        ['{"k": 1, "__order": [1]}', "[2]"],  # not an object
+        ['{"k": 1, "__order": [1]}', '{"k": 2, "__order": [2]}, {"k": 3, "__order": [3]}'],
+        ['{"k": 1, "__order": [1]', "}"],  # one object over two lines
+        ['{"k": 1, "__order": [1]}', ""],
+    ],
+)
+def test_an_output_file_whose_lines_are_not_one_row_each_is_refused(
+    tmp_path: Path, lines: list[str]
+) -> None:
+    # The rows of an output part are parsed in one call (a sink reads every batch on the
+    # driver); a file whose lines are not one JSON object each must still be refused.
+    from txstream.spark.runtime.results import _output_rows
+
+    part = tmp_path / "p00000.jsonl"
+    part.write_text("\n".join(lines) + "\n")
+    with pytest.raises(StoreError, match=str(part)):
+        _output_rows(part)
+    part.write_text('{"k": 2, "__order": [2]}\n{"k": 1, "__order": [1]}\n')
+    assert _output_rows(part) == [([2], {"k": 2}), ([1], {"k": 1})]

@@ -9,6 +9,8 @@ in which transactions committed or the files were written.
 
 from __future__ import annotations
 
+import json
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -146,19 +148,25 @@ def read_batch_output(store: RuntimeStore, name: str, batch: int) -> list[dict[s
     rows: list[tuple[Any, dict[str, Any]]] = []
     for part in _parts(store, batch, store.commit_info(batch), "outputs", name):
         rows += _output_rows(part)
-    rows.sort(key=lambda item: item[0])
+    rows.sort(key=itemgetter(0))
     return [row for _, row in rows]
 
 
 def _output_rows(part: Path) -> list[tuple[Any, dict[str, Any]]]:
     """(order, row) of each line of an output part file; a damaged line is a StoreError."""
-    rows = []
-    for line in part.read_text().splitlines():
-        row = json_record(part, "output row", line)
-        if "__order" not in row:
-            raise StoreError(f"{part}: damaged output row (no __order)")
-        rows.append((row.pop("__order"), row))
-    return rows
+    lines = part.read_text().splitlines()
+    try:
+        # One parse for the whole file: a sink reads every batch's rows on the
+        # driver, and a json.loads call per line cost 4-5 us a row there.
+        records = json.loads(f"[{','.join(lines)}]")
+    except ValueError:
+        records = None  # (some line is damaged: the per-line parse below names it)
+    if records is None or len(records) != len(lines):
+        records = [json_record(part, "output row", line) for line in lines]
+    try:
+        return [(row.pop("__order"), row) for row in records]
+    except (KeyError, AttributeError, TypeError):  # (a row without __order, or not an object)
+        raise StoreError(f"{part}: damaged output row (no __order)") from None
 
 
 def read_failures(path: str | Path) -> list[dict[str, Any]]:
