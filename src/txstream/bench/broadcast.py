@@ -16,31 +16,24 @@ time is within 10% of the mean (at least ``min_reps``, at most ``max_reps``).
 Rows carry the point (``sweep``, ``x``, ``algorithm``), every parameter, the
 means over replications, the interval's half-width and the replication count.
 
-Two ways to run it, with identical rows (same seeds, same code per point):
-
-* ``txstream bench broadcast [--out DIR]``: the full grid runs as a Spark job,
-  every point a task on a local SparkSession (``--no-spark``: one point after
-  another in this process); ``--quick`` runs in this process unless ``--spark``;
-* ``python -m txstream.bench.broadcast --spark [--quick] [--out DIR]``: the
-  same Spark job, without the ``txstream`` command.
+``txstream bench broadcast [--out DIR]`` (or ``python -m txstream bench
+broadcast``) runs the full grid as a Spark job, every point a task on a local
+SparkSession (``--no-spark``: one point after another in this process, with
+identical rows: same seeds, same code per point); ``--quick`` runs in this
+process unless ``--spark``.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from txstream.bench.harness import Experiment, Figure, Param
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import step_budget
 from txstream.broadcast.sim import SimParams, simulate
-from txstream.cli.types import path_arg
-from txstream.cli.types import seed as seed_type
 from txstream.errors import TxStreamError
 
 ALGORITHMS = ("f-matrix", "r-matrix", "datacycle", "f-matrix-no")
@@ -218,45 +211,3 @@ def tasks(quick: bool = False, seed: int = 0) -> list[tuple[dict[str, Any], int]
     """The ``(point, seed)`` pairs, seeded exactly as the harness seeds them."""
     grid = EXPERIMENT.quick_grid if quick else EXPERIMENT.grid
     return [(dict(point), seed * 1_000_003 + i) for i, point in enumerate(grid)]
-
-
-def run_with_spark(
-    out: Path, quick: bool = False, seed: int = 0, spark: Any | None = None
-) -> list[dict[str, Any]]:
-    """Run the sweep with one Spark task per point; write the CSV and plots like the harness."""
-    from functools import partial
-
-    from txstream.bench.harness import run_experiment
-    from txstream.spark.sweep import run_points
-
-    return run_experiment(
-        EXPERIMENT, out, quick=quick, seed=seed, mapper=partial(run_points, spark=spark)
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m txstream.bench.broadcast --spark``: the sweep as a Spark job."""
-    parser = argparse.ArgumentParser(prog="python -m txstream.bench.broadcast")
-    parser.add_argument("--spark", action="store_true", help="one Spark task per point")
-    parser.add_argument("--quick", action="store_true", help="the small grid used in CI")
-    parser.add_argument("--out", type=path_arg, default=Path("bench-out"))
-    parser.add_argument("--seed", type=seed_type, default=0)
-    args = parser.parse_args(argv)
-    started = time.perf_counter()
-    try:
-        if args.spark:
-            rows = run_with_spark(args.out, args.quick, args.seed)
-        else:
-            from txstream.bench.harness import run_experiment
-
-            rows = run_experiment(EXPERIMENT, args.out, quick=args.quick, seed=args.seed)
-    except TxStreamError as exc:
-        print(f"txstream: {exc}", file=sys.stderr)
-        return 2
-    elapsed = time.perf_counter() - started
-    print(f"broadcast: {len(rows)} points in {elapsed:.0f} s; wrote {args.out}/broadcast.csv")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from txstream.cli.types import BadValueError, parse_float, parse_int
+from txstream.bench.values import BadValueError, parse_float, parse_int
 from txstream.errors import TxStreamError
 from txstream.storage.files import check_folder, writing
 
