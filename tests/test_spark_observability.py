@@ -128,12 +128,10 @@ def test_a_spark_failure_is_one_line_with_pysparks_exception_as_its_cause(
     (folder / "a.json").write_text('{"k": 1}\n{"k": oops\n')
     source = spark.readStream.schema("k long").option("mode", "FAILFAST").json(str(folder))
     job = tx.Job("unreadable").input("e", source, keys="k").on("e", lambda t, e: None)
+    caplog.set_level(logging.INFO, logger="txstream")  # (before the batch's thread logs)
     query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark, partitions=1)
     try:
-        with (
-            caplog.at_level(logging.ERROR, logger="txstream"),
-            pytest.raises(tx.SparkJobError) as caught,
-        ):
+        with pytest.raises(tx.SparkJobError) as caught:
             query.awaitTermination()
     finally:
         query.stop()

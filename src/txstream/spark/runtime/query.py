@@ -921,7 +921,7 @@ class TxQuery:
 
     # -- one micro-batch ------------------------------------------------------------
     def _on_batch(self, df: DataFrame, batch_id: int) -> None:
-        if self.spark is None:  # a Connect server's copy: the session the batch runs in
+        if self.spark is None and df is not None:  # a Connect server's copy: the batch's session
             self.spark = df.sparkSession
         with self._thread.running():
             self._batches += 1
@@ -932,10 +932,12 @@ class TxQuery:
                 self._error = exc
                 self._status = "failed"
                 self._share("failure.pkl", exc)
-                log.error("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
+                # INFO: the caller gets this error as the query's one line (awaitTermination,
+                # processAllAvailable, exception()); a WARNING would print it twice.
+                log.info("job %r failed in batch %s: %s", self.spec.name, batch_id, exc)
                 raise
             except Exception as exc:  # Spark's (the caller gets it as a SparkJobError)
-                log.error(
+                log.info(
                     "job %r failed in batch %s: %s", self.spec.name, batch_id, decode(exc).line
                 )
                 raise
