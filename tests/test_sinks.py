@@ -82,6 +82,58 @@ def test_delta_declared_schema_and_mismatch(tmp_path: Path) -> None:
     assert len(DeltaTable(str(tmp_path / "u")).to_pyarrow_table()) == 1
 
 
+def _declared_job(sink: Any, schema: str = "name string, n double") -> tx.Job:
+    def greet(t: Any, e: dict[str, Any]) -> None:
+        t.emit("greetings", {"name": e["name"], "n": e["n"]})
+
+    return (
+        tx.Job()
+        .input("people", None, keys="name")
+        .output("greetings", schema=schema)
+        .on("people", greet)
+        .sink("greetings", sink)
+    )
+
+
+def test_delta_takes_the_outputs_declared_schema(tmp_path: Path) -> None:
+    # The events carry ints; the output declares n double: the table has the declared
+    # types (inferred from the first batch it would be int64), even when the first
+    # batch emits nothing.
+    table = tmp_path / "t"
+    sink = tx.DeltaSink(table)
+    _declared_job(sink).run_local([[], *BATCHES], tmp_path / "ckpt")
+    schema = pa.schema(DeltaTable(str(table)).schema().to_arrow())
+    assert [(f.name, str(f.type)) for f in schema] in (
+        [("name", "string"), ("n", "double")],
+        [("name", "large_string"), ("n", "double")],
+        [("name", "string_view"), ("n", "double")],
+    )
+    assert _delta_rows(table) == [
+        {"name": "ada", "n": 1.0},
+        {"name": "bob", "n": 2.0},
+        {"name": "cy", "n": 3.0},
+    ]
+
+
+def test_delta_refuses_a_schema_or_table_that_does_not_fit_the_output_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    given = tx.DeltaSink(tmp_path / "a", schema=pa.schema([("name", pa.string())]))
+    with pytest.raises(
+        tx.RuntimeJobError,
+        match=r"the sink's schema \(name string\) does not fit output 'greetings'",
+    ) as err:
+        _declared_job(given)
+    assert "\n" not in str(err.value)
+    # A table written before with other columns: refused when the sink is declared.
+    old = tmp_path / "b"
+    tx.DeltaSink(old)(0, [{"name": "ada", "age": 3}])
+    with pytest.raises(tx.RuntimeJobError, match=r"the table \(name \w+, age int64\) does not fit"):
+        _declared_job(tx.DeltaSink(old))
+    # The same table fits an output that declares its columns.
+    _declared_job(tx.DeltaSink(old), schema="name string, age long")
+
+
 def test_delta_bad_paths(tmp_path: Path) -> None:
     with pytest.raises(TxStreamError, match="str or a Path, not int"):
         tx.DeltaSink(42)  # type: ignore[arg-type]

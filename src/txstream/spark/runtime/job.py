@@ -305,6 +305,10 @@ class Job:
             raise RuntimeJobError(f".sink({output!r}, ...) names no output; declare it first")
         if not callable(sink):
             raise RuntimeJobError(f".sink({output!r}, ...) needs a callable sink(batch_id, rows)")
+        columns = self.spec.outputs[output].columns
+        declare = getattr(sink, "declare", None)
+        if columns is not None and callable(declare):
+            declare(output, columns)  # (a table sink takes or checks the declared schema)
         self._sinks.setdefault(output, []).append(sink)
         return self
 

@@ -25,6 +25,31 @@ from txstream.spark.runtime.results import read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
+
+_ARROW_TYPES = {
+    "string": "string",
+    "int": "int64",
+    "integer": "int64",
+    "long": "int64",
+    "bigint": "int64",
+    "double": "float64",
+    "float": "float64",
+    "boolean": "bool",
+    "bool": "bool",
+}
+"""Each type of an output's declared schema (``Job.output(name, schema=...)``) in Arrow:
+the Python values the runtime accepts for it (ints are 64-bit, floats doubles)."""
+
+
+def arrow_schema(columns: dict[str, str]) -> Any:
+    """An output's declared columns (``{"id": "long"}``) as a ``pyarrow.Schema``."""
+    import pyarrow as pa
+
+    return pa.schema(
+        [(name, pa.type_for_alias(_ARROW_TYPES[kind])) for name, kind in columns.items()]
+    )
+
+
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -164,6 +189,38 @@ class DeltaSink:
         self.name = name or Path(str(path).rstrip("/")).name
         self.app_id = f"txstream:{self.name}"
 
+    def declare(self, output: str, columns: dict[str, str]) -> None:
+        """Take output ``output``'s declared columns as the table's schema (``Job.sink`` calls it).
+
+        A sink built without ``schema`` takes the output's; one built with a
+        schema, or a table that exists already, must have the output's column
+        names in its order and types that hold its values, else a one-line
+        :class:`RuntimeJobError` before the job starts.
+        """
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        declared = arrow_schema(columns)
+        for what, schema in (("the sink's schema", self.schema), ("the table", None)):
+            if what == "the table":
+                if not DeltaTable.is_deltatable(self.path):
+                    continue
+                schema = pa.schema(DeltaTable(self.path).schema().to_arrow())
+            if schema is None:
+                continue
+            got = [(f.name, str(f.type)) for f in schema]
+            want = [(f.name, str(f.type)) for f in declared]
+            if [n for n, _ in got] != [n for n, _ in want] or not all(
+                _holds(g, w) for (_, g), (_, w) in zip(got, want, strict=True)
+            ):
+                raise RuntimeJobError(
+                    f"DeltaSink {self.path}: {what} ({', '.join(f'{n} {t}' for n, t in got)}) "
+                    f"does not fit output {output!r} "
+                    f"({', '.join(f'{n} {t}' for n, t in want)})"
+                )
+        if self.schema is None:
+            self.schema = declared
+
     def _table(self, rows: list[dict[str, Any]]) -> Any:
         """The batch as an Arrow table in the sink's schema (or a one-line error)."""
         import pyarrow as pa
@@ -210,3 +267,9 @@ class DeltaSink:
             mode="append",
             commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch)]),
         )
+
+
+def _holds(have: str, need: str) -> bool:
+    """Whether an Arrow column of type ``have`` is the declared ``need`` (strings: any kind)."""
+    strings = ("string", "large_string", "string_view")
+    return have == need or (have in strings and need in strings)
