@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 import txstream as tx
+from txstream.spark import testing as spark_testing
 from txstream.spark.runtime.query import TxQuery
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -68,6 +69,7 @@ def entry_points() -> Iterator[tuple[str, Any]]:
         yield f"tx.Job.{name}", getattr(tx.Job, name)
     for name in QUERY_METHODS:
         yield f"TxQuery.{name}", inspect.getattr_static(TxQuery, name)
+    yield "txstream.spark.testing", spark_testing  # (the users' testing kit)
 
 
 def _function(obj: Any) -> Any:
