@@ -30,13 +30,14 @@ from txstream.spark.runtime.results import (
     read_output_pandas,
     read_table,
 )
-from txstream.spark.runtime.sinks import DeltaSink, PostgresSink
+from txstream.spark.runtime.sinks import DeltaSink, FolderSink, PostgresSink
 
 __all__ = [
     "BOUNDARIES",
     "Boundary",
     "DeltaSink",
     "DuplicateKeyError",
+    "FolderSink",
     "GroupOrderError",
     "InputFailingError",
     "Job",

@@ -41,6 +41,7 @@ from txstream.spark.runtime.base import (
     TableSpec,
     TxnFunction,
     _names,
+    canonical_kind,
     check_partitions,
     parse_schema,
 )
@@ -311,6 +312,27 @@ class Job:
             declare(output, columns)  # (a table sink takes or checks the declared schema)
         self._sinks.setdefault(output, []).append(sink)
         return self
+
+    def _plan_output_stream(self, name: str) -> tuple[Path, str]:
+        """The folder and DDL schema of output ``name``'s stream (see ``TxQuery.output_stream``)."""
+        from txstream.spark.runtime.sinks import FolderSink
+
+        spec = self.spec.outputs.get(name)
+        if spec is None:
+            raise RuntimeJobError(f"output_stream({name!r}): the job has no output {name!r}")
+        if spec.columns is None:
+            raise RuntimeJobError(
+                f"output_stream({name!r}): declare the output's schema "
+                f"(.output({name!r}, schema='...')): a stream needs one"
+            )
+        folders = [s.path for s in self._sinks.get(name, []) if isinstance(s, FolderSink)]
+        if not folders:
+            raise RuntimeJobError(
+                f"output_stream({name!r}): add .sink({name!r}, tx.FolderSink(path)) before "
+                "start(): the stream reads the committed batches it writes"
+            )
+        ddl = ", ".join(f"`{c}` {canonical_kind(k)}" for c, k in spec.columns.items())
+        return folders[0], ddl
 
     def on(self, input_name: str, fn: TxnFunction) -> Job:
         """The transaction function for events of ``input_name``: ``fn(tx, event_row)``.

@@ -664,6 +664,26 @@ class TxQuery:
             return []
         return read_output(self.store.root, name)
 
+    def output_stream(self, name: str) -> DataFrame:
+        """Output ``name``'s committed rows as a streaming DataFrame, for any Spark sink.
+
+        The output needs a declared schema (the stream's) and a
+        :class:`~txstream.spark.runtime.sinks.FolderSink`; the DataFrame is a
+        file source on its folder, which holds only committed batches, each
+        once: a downstream query with Spark's exactly-once file sink writes
+        every committed row once.  Call it on the session the query runs on.
+
+        >>> import txstream as tx
+        >>> job = tx.Job().input("ev", None, keys="k").output("seen", schema="k long")
+        >>> job.sink("seen", tx.FolderSink("out/seen"))._plan_output_stream("seen")
+        (PosixPath('out/seen'), '`k` long')
+        """
+        folder, ddl = self.job._plan_output_stream(name)
+        spark = self.spark
+        if spark is None:
+            raise RuntimeJobError(f"output_stream({name!r}): the query has no Spark session")
+        return spark.readStream.schema(ddl).json(str(folder))
+
     def failures(self) -> list[dict[str, Any]]:
         """Transactions rolled back so far, with their input positions (as ``tx.read_failures``).
 

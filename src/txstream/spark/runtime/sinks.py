@@ -9,11 +9,16 @@ built-in ones are:
 
 * the store's own files (always: :func:`~txstream.spark.runtime.read_output`);
 * :class:`PostgresSink`: the rows and the batch id go into PostgreSQL in one
-  transaction, and a batch id that is already there is skipped.
+  transaction, and a batch id that is already there is skipped;
+* :class:`DeltaSink`: one Delta commit per batch with its batch id as Delta's
+  application transaction version;
+* :class:`FolderSink`: one JSON-lines file per batch, the source of
+  ``TxQuery.output_stream``.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -88,6 +93,38 @@ def deliver(
             write_atomic(marker, b"")
             done += 1
     return done
+
+
+class FolderSink:
+    """Writes each committed batch of an output as one JSON-lines file in a folder, exactly once.
+
+    Batch ``n``'s rows go to ``<path>/batch-<n>.jsonl`` (12 digits), written
+    whole through a hidden temporary file and a rename, after the batch's
+    commit marker; a batch re-delivered after a crash rewrites the same file
+    with the same rows.  The folder is what ``TxQuery.output_stream(name)``
+    reads as a Spark file source: Spark takes each file once, by its path, so a
+    downstream query with Spark's own exactly-once file sink (Parquet, ...)
+    sees every committed row once.  A batch without rows writes no file.
+
+    >>> import txstream as tx
+    >>> tx.FolderSink("")
+    Traceback (most recent call last):
+    txstream.spark.runtime.errors.RuntimeJobError: FolderSink: an empty path; name a folder
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        if not isinstance(path, (str, Path)) or not str(path).strip():
+            raise RuntimeJobError("FolderSink: an empty path; name a folder")
+        self.path = Path(path)
+        if self.path.exists() and not self.path.is_dir():
+            raise RuntimeJobError(f"FolderSink: {self.path} is a file; give a folder")
+
+    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+        """Write batch ``batch``'s ``rows`` as ``batch-<n>.jsonl`` (nothing when there are none)."""
+        if not rows:
+            return
+        text = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
+        write_atomic(self.path / f"batch-{batch:012d}.jsonl", text.encode())
 
 
 class PostgresSink:
