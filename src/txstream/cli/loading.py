@@ -6,12 +6,19 @@
   final state is right (``view_ok``, ``exact``).
 * The experiment is ``txstream bench loading`` (target postgres;
   ``--set target=embedded`` for the embedded target).
+* ``txstream loading run --spark --target postgres`` streams the operations
+  through Spark (one JSON-lines file per micro-batch) with the k sessions as
+  Spark tasks (``--on executors``, each with its own connection), through the
+  driver's loader (``--on driver``), or both alternated on the same input
+  (``--on both``, the comparison of ``docs/loading.md``), with the processes'
+  CPU time.  ``--out DIR --conninfo ...`` makes a run resumable after a crash.
 * ``txstream loading methods`` lists the loading methods.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -71,6 +78,29 @@ def register_cli(sub: Subparsers) -> None:
         "--deadlock-timeout-ms", type=positive_int(3_600_000), default=50, help="postgres only"
     )
     run.add_argument("--conninfo", help="postgres: use this server instead of a throwaway one")
+    run.add_argument(
+        "--spark",
+        action="store_true",
+        help="feed the operations through a Spark stream of JSON-lines files (one per batch)",
+    )
+    run.add_argument(
+        "--on",
+        default="executors",
+        help="with --spark: executors (sessions are Spark tasks), driver, or both (alternated)",
+    )
+    run.add_argument(
+        "--files", type=positive_int(100_000), default=10, help="with --spark: micro-batches"
+    )
+    run.add_argument(
+        "--rounds", type=positive_int(100), default=3, help="with --on both: driver/executors pairs"
+    )
+    run.add_argument(
+        "--out",
+        type=path_arg,
+        help="with --spark: the run's folder (input files, checkpoint); a run killed "
+        "midway resumes from it (with --conninfo, the same server)",
+    )
+    run.add_argument("--master", help="with --spark: Spark master (default local[2])")
     run.set_defaults(func=cmd_run)
 
     methods = lsub.add_parser("methods", help="list the loading methods")
@@ -116,6 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise TxStreamError("--sessions and --grouping must be at least 1")
     if args.parts < 1 or args.operations < 0 or not 0.0 <= args.p <= 1.0:
         raise TxStreamError("--parts must be >= 1, --operations >= 0 and --p within [0, 1]")
+    if args.spark:
+        _check_spark_args(args)
     schema = demand_schema()
     init = initial_rows(args.parts, seed=args.seed)
     raw: list[Any]
@@ -128,6 +160,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raw = list(increment_stream(args.operations, min(args.parts, 50), seed=args.seed))
     else:
         raise UnknownNameError("workload", args.workload, ["demand", "increments"])
+    if args.spark:
+        return _cmd_run_spark(args, schema, init, raw)
     server = None
     target: Target
     if args.target == "embedded":
@@ -200,3 +234,285 @@ def _check_input(schema: Any, raw: list[Any], path: Path) -> None:
         except InvalidOperation as exc:
             first = first or f"line {i + 1}: {exc}"
     raise TxStreamError(f"none of the {len(raw)} operations in {path} is valid; {first}")
+
+
+SPARK_ON = ("executors", "driver", "both")
+
+
+def _check_spark_args(args: argparse.Namespace) -> None:
+    """Refuse what a Spark run cannot do, in one line, before anything starts."""
+    if args.on not in SPARK_ON:
+        raise UnknownNameError("--on", args.on, list(SPARK_ON))
+    if args.on != "driver" and args.target != "postgres":
+        raise TxStreamError(
+            "the executors' sessions need a database they can reach: add --target postgres "
+            "(or --on driver for the embedded target)"
+        )
+    if args.on == "both" and args.out is not None:
+        raise TxStreamError("--on both makes a fresh run per round: leave out --out")
+    if (
+        args.out is not None
+        and args.target == "postgres"
+        and not args.conninfo
+        and (args.out / RUN_FILE).exists()
+    ):
+        raise TxStreamError(
+            f"{args.out} holds a run whose throwaway server ended with it: resume it with "
+            "--conninfo of a server of your own, or choose another --out"
+        )
+
+
+RUN_FILE = "run.json"
+"""In a ``--spark --out`` folder: the run's settings, written once the target is set up."""
+
+
+def _settings(args: argparse.Namespace, on: str) -> dict[str, Any]:
+    return {
+        "on": on,
+        "method": args.method,
+        "target": args.target,
+        "k": args.sessions,
+        "n": args.grouping,
+        "preaggregate": args.preaggregate,
+        "seed": args.seed,
+        "starvation_ts": args.starvation_ts,
+        "files": args.files,
+        "input": None if args.input is None else str(args.input),
+        "workload": args.workload,
+        "operations": args.operations,
+        "parts": args.parts,
+        "p": args.p,
+    }
+
+
+def _write_input(folder: Path, schema: Any, raw: list[Any], files: int) -> None:
+    """``raw`` as ``files`` JSON-lines files, oldest first (Spark takes them in that order)."""
+    import os
+    import time
+
+    from txstream.loading.ops import Modification
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps(r.to_json(schema)) if isinstance(r, Modification) else r for r in raw]
+    per = -(-len(lines) // files) if lines else 0
+    now = time.time()
+    for i in range(files):
+        path = folder / f"part-{i:05d}.jsonl"
+        tmp = folder / f".part-{i:05d}.tmp"
+        tmp.write_text("".join(line + "\n" for line in lines[i * per : (i + 1) * per]))
+        # Distinct modification times in file order: the file source's order.
+        stamp = now - files + i
+        os.utime(tmp, (stamp, stamp))
+        tmp.rename(path)
+
+
+def _cmd_run_spark(args: argparse.Namespace, schema: Any, init: Any, raw: list[Any]) -> int:
+    """``txstream loading run --spark``: one run, or ``--on both`` alternated."""
+    import statistics
+    import tempfile
+
+    from txstream.loading.ops import InvalidOperation, validate
+    from txstream.loading.oracle import apply_serial, base_from_rows, expected_state
+
+    good = []
+    for r in raw:
+        with contextlib.suppress(InvalidOperation):
+            good.append(validate(schema, r))
+    expected = expected_state(schema, apply_serial(schema, good, base_from_rows(schema, init)))
+    from txstream.spark import local_session
+
+    server = None
+    conninfo = args.conninfo
+    if args.target == "postgres" and not conninfo:
+        from txstream.loading.pgserver import PostgresServer
+
+        server = PostgresServer(
+            deadlock_timeout_ms=args.deadlock_timeout_ms,
+            max_connections=max(40, 2 * args.sessions + 10),
+        ).start()
+        conninfo = server.conninfo
+    spark = None
+    try:
+        spark = local_session("txstream-loading", master=args.master)
+        server_pid = _postmaster(server)
+        if args.on != "both":
+            summary = _spark_once(
+                args, args.on, spark, schema, init, raw, expected, conninfo, server_pid, args.out
+            )
+            ok = summary["view_ok"] and summary["exact"] and not summary["rejected"]
+        else:
+            rows = []
+            with tempfile.TemporaryDirectory(prefix="txstream-loading-") as tmp:
+                for r in range(args.rounds):
+                    for on in ("driver", "executors"):
+                        out = Path(tmp) / f"{on}-{r}"
+                        rows.append(
+                            _spark_once(
+                                args, on, spark, schema, init, raw, expected, conninfo,
+                                server_pid, out,
+                            )
+                        )  # fmt: skip
+            summary = {"rounds": rows}
+            for on in ("driver", "executors"):
+                mine = [row for row in rows if row["on"] == on]
+                summary[f"{on}_median"] = {
+                    key: round(statistics.median(row[key] for row in mine), 4)
+                    for key in (
+                        "throughput",
+                        "elapsed_s",
+                        "driver_cpu_us_per_op",
+                        "executors_cpu_us_per_op",
+                        "driver_share",
+                    )
+                }
+            summary["executors_over_driver_throughput"] = round(
+                summary["executors_median"]["throughput"]
+                / max(summary["driver_median"]["throughput"], 1e-9),
+                3,
+            )
+            ok = all(row["view_ok"] and row["exact"] for row in rows)
+    finally:
+        if spark is not None:
+            spark.stop()
+        if server is not None:
+            server.stop()
+    print(json.dumps(json_safe(summary), indent=2, allow_nan=False))
+    return 0 if ok else 1
+
+
+def _postmaster(server: Any) -> int | None:
+    """The throwaway server's postmaster pid (for its CPU time), or None."""
+    if server is None or server.dir is None:
+        return None
+    try:
+        return int((server.dir / "data" / "postmaster.pid").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _spark_once(
+    args: argparse.Namespace,
+    on: str,
+    spark: Any,
+    schema: Any,
+    init: Any,
+    raw: list[Any],
+    expected: Any,
+    conninfo: str | None,
+    server_pid: int | None,
+    out: Path | None,
+) -> dict[str, Any]:
+    """One streamed run (``on`` the driver or the executors) into a target; its summary."""
+    import shutil
+    import tempfile
+    import time
+
+    from txstream.jobs.loading import ExecutorLoadingSink, LoadingSink, ProcessCPU, load_directory
+    from txstream.loading import EmbeddedTarget, Loader, Target
+    from txstream.loading.oracle import differences, verify
+
+    temporary = out is None
+    folder = Path(tempfile.mkdtemp(prefix="txstream-loading-")) if out is None else out
+    settings = _settings(args, on)
+    run_file = folder / RUN_FILE
+    target: Target
+    if args.target == "postgres":
+        from txstream.loading.postgres import PostgresTarget
+
+        assert conninfo is not None
+        target = PostgresTarget(schema, conninfo, deadlock_timeout_ms=args.deadlock_timeout_ms)
+    else:
+        target = EmbeddedTarget(schema)
+    loader = None
+    try:
+        resumed = run_file.exists()
+        if resumed:
+            before = json.loads(run_file.read_text())
+            if before != settings:
+                changed = sorted(k for k in settings if before.get(k) != settings[k])
+                raise TxStreamError(
+                    f"{folder} holds a run with other settings ({', '.join(changed)}); "
+                    "resume it with the same ones, or choose another --out"
+                )
+        else:
+            shutil.rmtree(folder / "checkpoint", ignore_errors=True)
+            _write_input(folder / "in", schema, raw, args.files)
+            target.setup()
+            target.bulk_load(init)
+            run_file.write_text(json.dumps(settings))
+        sink: LoadingSink | ExecutorLoadingSink
+        if on == "executors":
+            sink = ExecutorLoadingSink(
+                target,
+                args.method,
+                sessions=args.sessions,
+                grouping=args.grouping,
+                preaggregate=args.preaggregate,
+                seed=args.seed,
+                starvation_ts=args.starvation_ts,
+            )
+        else:
+            loader = Loader(
+                target,
+                args.method,
+                sessions=args.sessions,
+                grouping=args.grouping,
+                preaggregate=args.preaggregate,
+                seed=args.seed,
+                starvation_ts=args.starvation_ts,
+            )
+            sink = LoadingSink(loader)
+        cpu = ProcessCPU(spark, server_pid)
+        first, start = cpu.sample(), time.perf_counter()
+        query = load_directory(
+            spark, folder / "in", sink, checkpoint=folder / "checkpoint", max_files_per_trigger=1
+        )
+        try:
+            query.processAllAvailable()
+        finally:
+            query.stop()
+        failure = query.failure()
+        if failure is not None:
+            raise TxStreamError(f"the loading query failed: {failure}")
+        elapsed = time.perf_counter() - start
+        used = {k: v - first[k] for k, v in cpu.sample().items()}
+        state = target.state()
+        reports = list(sink.reports.values())
+        operations = sum(r.operations for r in reports)
+        rejected = [msg for r in reports for _i, msg in r.rejected]
+        executors = used["jvm"] + used["workers"]
+        driver_us = 1e6 * used["driver"] / max(operations, 1)
+        summary: dict[str, Any] = {
+            "on": on,
+            "target": target.name,
+            "method": args.method,
+            "k": args.sessions,
+            "n": args.grouping,
+            "batches": len(reports),
+            "skipped_batches": len(sink.skipped),
+            "resumed": resumed,
+            "operations": operations,
+            "rejected": len(rejected),
+            "transactions": sum(r.transactions for r in reports),
+            "skipped_transactions": sum(r.skipped for r in reports),
+            "deadlocks": sum(r.deadlocks for r in reports),
+            "statements": sum(r.statements for r in reports),
+            "elapsed_s": round(elapsed, 3),
+            "throughput": round(operations / elapsed, 1) if elapsed > 0 else 0.0,
+            "cpu_s": {k: round(v, 3) for k, v in used.items()},
+            "driver_cpu_us_per_op": round(driver_us, 2),
+            "executors_cpu_us_per_op": round(1e6 * executors / max(operations, 1), 2),
+            "driver_share": round(used["driver"] / executors, 4) if executors > 0 else None,
+            "view_ok": not verify(schema, state),
+            "exact": not differences(schema, state, expected),
+            "rejected_examples": rejected[:10],
+        }
+        for msg in rejected[:10]:
+            print(f"txstream: rejected operation: {msg}", file=sys.stderr)
+        return summary
+    finally:
+        if loader is not None:
+            loader.close()
+        target.close()
+        if temporary:
+            shutil.rmtree(folder, ignore_errors=True)

@@ -90,6 +90,28 @@ class TargetSession(ABC):
         transaction.  After any exception nothing of ``txn`` is applied.
         """
 
+    def execute_gated(
+        self,
+        txn: LoadTransaction,
+        statements: list[Modification],
+        gate: tuple[int, tuple[int, ...]],
+        wait: bool,
+    ) -> bool | None:
+        """:meth:`execute`, once the transaction holds the locks ``gate`` names.
+
+        ``gate`` is (an exclusive lock key, shared lock keys), held until the
+        transaction ends: the reordering method's array J for sessions that
+        share no process (:mod:`txstream.loading.sessions`).  Without ``wait``
+        it returns None at once, nothing applied, when a lock is taken; with
+        ``wait`` it waits for the locks in key order.
+        """
+        from txstream.errors import TxStreamError
+
+        raise TxStreamError(
+            f"{type(self).__name__} cannot coordinate sessions in separate processes; "
+            "load with the postgres target"
+        )
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the connection."""
 

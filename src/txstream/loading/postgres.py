@@ -549,10 +549,33 @@ class _PostgresSession(TargetSession):
         self.conn = conn
 
     def execute(self, txn: LoadTransaction, statements: list[Modification]) -> bool:
+        applied = self._run(txn, statements, None, False)
+        assert applied is not None  # (only a gate can be busy)
+        return applied
+
+    def execute_gated(
+        self,
+        txn: LoadTransaction,
+        statements: list[Modification],
+        gate: tuple[int, tuple[int, ...]],
+        wait: bool,
+    ) -> bool | None:
+        return self._run(txn, statements, gate, wait)
+
+    def _run(
+        self,
+        txn: LoadTransaction,
+        statements: list[Modification],
+        gate: tuple[int, tuple[int, ...]] | None,
+        wait: bool,
+    ) -> bool | None:
         conn = self.conn
         target = self.target
         try:
             with conn.cursor() as cur:
+                if gate is not None and not self._gate(cur, gate, wait):
+                    conn.rollback()  # releases the locks it did get
+                    return None
                 if txn.ident is not None:
                     cur.execute(
                         "INSERT INTO txstream_ledger VALUES (%s, %s) ON CONFLICT DO NOTHING",
@@ -579,6 +602,25 @@ class _PostgresSession(TargetSession):
         except BaseException:
             self._rollback()
             raise
+
+    @staticmethod
+    def _gate(cur: Any, gate: tuple[int, tuple[int, ...]], wait: bool) -> bool:
+        """Take the gate's advisory locks (transaction-scoped); False if one is taken."""
+        exclusive, shared = gate
+        if not wait:
+            cur.execute(
+                "SELECT pg_try_advisory_xact_lock(%s) AND coalesce((SELECT "
+                "bool_and(pg_try_advisory_xact_lock_shared(s)) FROM unnest(%s::bigint[]) s), true)",
+                (exclusive, list(shared)),
+                prepare=True,
+            )
+            row = cur.fetchone()
+            return bool(row and row[0])
+        # Waiting sessions take their locks in one global order: two of them never
+        # wait for each other in a cycle.
+        for key, mode in sorted([(exclusive, "")] + [(s, "_shared") for s in shared]):
+            cur.execute(f"SELECT pg_advisory_xact_lock{mode}(%s)", (key,), prepare=True)
+        return True
 
     def _statement(self, cur: Any, op: Modification) -> None:
         sql, params = self.target.statement(op)
