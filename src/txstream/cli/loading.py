@@ -497,6 +497,10 @@ def _spark_once(
             "skipped_transactions": sum(r.skipped for r in reports),
             "deadlocks": sum(r.deadlocks for r in reports),
             "statements": sum(r.statements for r in reports),
+            "method_stats": {
+                key: sum(r.method_stats.get(key, 0) for r in reports)
+                for key in sorted({key for r in reports for key in r.method_stats})
+            },
             "elapsed_s": round(elapsed, 3),
             "throughput": round(operations / elapsed, 1) if elapsed > 0 else 0.0,
             "cpu_s": {k: round(v, 3) for k, v in used.items()},

@@ -543,6 +543,19 @@ def _statement_sql(rel: Relation, kind: str, cols: tuple[str, ...]) -> str:
     return f"UPDATE {table} SET {adds} WHERE {where}"
 
 
+_TRY_GATE = (
+    "pg_try_advisory_xact_lock(%s) AND coalesce((SELECT "
+    "bool_and(pg_try_advisory_xact_lock_shared(s)) FROM unnest(%s::bigint[]) s), true)"
+)
+_GATE_AND_LEDGER = (
+    f"WITH g AS (SELECT {_TRY_GATE} AS ok), "
+    "ins AS (INSERT INTO txstream_ledger SELECT %s, %s FROM g WHERE g.ok "
+    "ON CONFLICT DO NOTHING RETURNING 1) "
+    "SELECT (SELECT ok FROM g), (SELECT count(*) FROM ins)"
+)
+"""Whether the gate's locks were free (and are now held), and whether the ledger row is new."""
+
+
 class _PostgresSession(TargetSession):
     def __init__(self, target: PostgresTarget, conn: Any) -> None:
         self.target = target
@@ -573,10 +586,24 @@ class _PostgresSession(TargetSession):
         target = self.target
         try:
             with conn.cursor() as cur:
-                if gate is not None and not self._gate(cur, gate, wait):
+                logged = False
+                if gate is not None and not wait and txn.ident is not None:
+                    # The gate and the ledger row in one round trip.
+                    cur.execute(
+                        _GATE_AND_LEDGER, (gate[0], list(gate[1]), *txn.ident), prepare=True
+                    )
+                    row = cur.fetchone()
+                    if not (row and row[0]):
+                        conn.rollback()  # releases the locks it did get
+                        return None
+                    if not row[1]:
+                        conn.rollback()
+                        return False
+                    logged = True
+                elif gate is not None and not self._gate(cur, gate, wait):
                     conn.rollback()  # releases the locks it did get
                     return None
-                if txn.ident is not None:
+                if txn.ident is not None and not logged:
                     cur.execute(
                         "INSERT INTO txstream_ledger VALUES (%s, %s) ON CONFLICT DO NOTHING",
                         txn.ident,
@@ -608,12 +635,7 @@ class _PostgresSession(TargetSession):
         """Take the gate's advisory locks (transaction-scoped); False if one is taken."""
         exclusive, shared = gate
         if not wait:
-            cur.execute(
-                "SELECT pg_try_advisory_xact_lock(%s) AND coalesce((SELECT "
-                "bool_and(pg_try_advisory_xact_lock_shared(s)) FROM unnest(%s::bigint[]) s), true)",
-                (exclusive, list(shared)),
-                prepare=True,
-            )
+            cur.execute(f"SELECT {_TRY_GATE}", (exclusive, list(shared)), prepare=True)
             row = cur.fetchone()
             return bool(row and row[0])
         # Waiting sessions take their locks in one global order: two of them never
