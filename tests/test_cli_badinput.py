@@ -204,6 +204,11 @@ CASES: list[tuple[list[str], str]] = [
     (["loading", "run", "--starvation-ts", "inf"], FINITE),
     (["loading", "run", "--deadlock-timeout-ms", "0"], ">= 1"),
     (["loading", "run", "--operations", "-1"], ">= 0"),
+    (["loading", "run", "--spark"], "add --target postgres"),
+    (["loading", "run", "--spark", "--on", "cluster"], "cluster"),
+    (["loading", "run", "--spark", "--master", "bogus"], "is not a Spark master"),
+    (["loading", "run", "--spark", "--target", "postgres", "--on", "both", "--out", "o"], "--out"),
+    (["loading", "run", "--on", "executors"], "go with --spark"),
     # check
     (["check", "--subwindows", "nan", "x"], "invalid int value"),
     (["check", "--subwindows", "-1", "x"], "must be at least 1"),

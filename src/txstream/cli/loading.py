@@ -85,14 +85,17 @@ def register_cli(sub: Subparsers) -> None:
     )
     run.add_argument(
         "--on",
-        default="executors",
+        default=None,
         help="with --spark: executors (sessions are Spark tasks), driver, or both (alternated)",
     )
     run.add_argument(
-        "--files", type=positive_int(100_000), default=10, help="with --spark: micro-batches"
+        "--files", type=positive_int(100_000), default=None, help="with --spark: micro-batches (10)"
     )
     run.add_argument(
-        "--rounds", type=positive_int(100), default=3, help="with --on both: driver/executors pairs"
+        "--rounds",
+        type=positive_int(100),
+        default=None,
+        help="with --on both: driver/executors pairs (3)",
     )
     run.add_argument(
         "--out",
@@ -148,6 +151,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise TxStreamError("--parts must be >= 1, --operations >= 0 and --p within [0, 1]")
     if args.spark:
         _check_spark_args(args)
+    else:
+        given = [f"--{a}" for a in SPARK_ONLY if getattr(args, a) is not None]
+        if given:
+            raise TxStreamError(f"{', '.join(given)} go with --spark")
     schema = demand_schema()
     init = initial_rows(args.parts, seed=args.seed)
     raw: list[Any]
@@ -239,8 +246,19 @@ def _check_input(schema: Any, raw: list[Any], path: Path) -> None:
 SPARK_ON = ("executors", "driver", "both")
 
 
+SPARK_ONLY = ("on", "files", "rounds", "out", "master")
+"""The options of a ``--spark`` run (None when not given)."""
+
+
 def _check_spark_args(args: argparse.Namespace) -> None:
-    """Refuse what a Spark run cannot do, in one line, before anything starts."""
+    """Refuse what a Spark run cannot do, in one line, before anything starts; fill defaults."""
+    from txstream.spark.session import check_master
+
+    args.on = "executors" if args.on is None else args.on
+    args.files = 10 if args.files is None else args.files
+    args.rounds = 3 if args.rounds is None else args.rounds
+    if args.master is not None:
+        check_master(args.master)
     if args.on not in SPARK_ON:
         raise UnknownNameError("--on", args.on, list(SPARK_ON))
     if args.on != "driver" and args.target != "postgres":
