@@ -96,8 +96,8 @@ def load_directory(
     )
 
 
-ROUTED = "pos long, route long, session int, op binary, reason string"
-"""The operations on their way to their session's task (session -1: rejected)."""
+ROUTED = "pos long, route long, dest int, session int, op binary, reason string"
+"""The operations on their way to task ``dest`` (session -1: rejected, travelling with 0)."""
 REPORTED = (
     "kind string, session int, pos long, reason string, operations long, transactions long, "
     "skipped long, deadlocks long, retries long, statements long, statements_attempted long, "
@@ -238,8 +238,6 @@ class ExecutorLoadingSink:
         return self._routes
 
     def _load(self, batch: MicroBatch) -> None:
-        from pyspark.sql import functions as F
-
         start = time.perf_counter()
         df = batch.frame
         plan = _Plan(
@@ -254,9 +252,8 @@ class ExecutorLoadingSink:
             batch.id,
             self.routes(df.sparkSession),
         )
-        tagged = df.select(
-            F.col("value").cast("string").alias("value"),
-            F.monotonically_increasing_id().alias("pos"),
+        tagged = df.selectExpr(
+            "CAST(value AS STRING) AS value", "monotonically_increasing_id() AS pos"
         )
         routed = tagged.mapInArrow(functools.partial(_route_task, plan), ROUTED)
         by_session = routed.repartition(self.k, "route").sortWithinPartitions("pos")
@@ -300,7 +297,14 @@ def _route_task(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
 
     schema = plan.target.schema
     for rb in batches:
-        out: dict[str, list[Any]] = {"pos": [], "route": [], "session": [], "op": [], "reason": []}
+        out: dict[str, list[Any]] = {
+            "pos": [],
+            "route": [],
+            "dest": [],
+            "session": [],
+            "op": [],
+            "reason": [],
+        }
         for value, pos in zip(
             rb.column("value").to_pylist(), rb.column("pos").to_pylist(), strict=True
         ):
@@ -318,6 +322,7 @@ def _route_task(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
             out["pos"].append(pos)
             # A rejected operation travels with session 0 back to the driver.
             out["route"].append(plan.routes[max(m, 0)])
+            out["dest"].append(max(m, 0))
             out["session"].append(m)
             out["op"].append(data)
             out["reason"].append(reason)
@@ -327,6 +332,7 @@ def _route_task(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
                 [
                     ("pos", pa.int64()),
                     ("route", pa.int64()),
+                    ("dest", pa.int32()),
                     ("session", pa.int32()),
                     ("op", pa.binary()),
                     ("reason", pa.string()),
@@ -340,32 +346,35 @@ def _session_task(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
     import os
 
     import pyarrow as pa
-    from pyspark import TaskContext
 
     from txstream.loading.sessions import decode, form, run_session
 
-    ctx = TaskContext.get()
-    m = ctx.partitionId() if ctx is not None else 0
+    m: int | None = None
     rows: list[dict[str, Any]] = []
     blank = dict.fromkeys(_COUNTERS, 0)
-    base = {"session": m, "pos": None, "reason": None, "elapsed": 0.0, "cpu": 0.0}
+    base: dict[str, Any] = {"pos": None, "reason": None, "elapsed": 0.0, "cpu": 0.0}
     base["pid"] = os.getpid()
     try:
         ops = []
         for rb in batches:
-            for pos, session, data, reason in zip(
-                *(rb.column(c).to_pylist() for c in ("pos", "session", "op", "reason")),
+            for pos, dest, session, data, reason in zip(
+                *(rb.column(c).to_pylist() for c in ("pos", "dest", "session", "op", "reason")),
                 strict=True,
             ):
+                if m is None:
+                    m = base["session"] = dest
+                elif dest != m:
+                    raise TxStreamError(
+                        f"operations of sessions {m} and {dest} reached one task: the shuffle "
+                        "did not keep the sessions apart"
+                    )
                 if session < 0:
                     rows.append({**base, **blank, "kind": "rejected", "pos": pos, "reason": reason})
                     continue
-                if session != m:
-                    raise TxStreamError(
-                        f"session {session}'s operation reached task {m}: the shuffle did not "
-                        "keep sessions apart"
-                    )
                 ops.append((pos, decode(data)))
+        if m is None:  # no operation for this task (its session got none)
+            yield pa.RecordBatch.from_pylist([], schema=_reported_schema())
+            return
         ops.sort(key=lambda p: p[0])  # arrival order (the shuffle sorted them already)
         txns = form((op for _, op in ops), m, plan.n, plan.batch)
         report = run_session(
@@ -391,7 +400,7 @@ def _session_task(plan: _Plan, batches: Iterator[Any]) -> Iterator[Any]:
         )
     except Exception as exc:  # sent to the driver, which fails the batch in one line
         reason = str(exc) if isinstance(exc, TxStreamError) else f"{type(exc).__name__}: {exc}"
-        rows = [{**base, **blank, "kind": "error", "reason": reason.splitlines()[0]}]
+        rows = [{**base, **blank, "kind": "error", "session": m, "reason": reason.splitlines()[0]}]
     yield pa.RecordBatch.from_pylist(rows, schema=_reported_schema())
 
 
