@@ -201,6 +201,29 @@ def test_sessions_apart_load_what_the_oracle_says(server: PostgresServer, method
     assert check_loaded(target, init, ops) == []
 
 
+def test_a_batch_begun_one_way_is_not_resumed_another(server: PostgresServer) -> None:
+    # Ledger rows name transactions by (batch, seq): under another method, k, n or
+    # seed, or under the driver's loader, the same seq is another transaction, and
+    # a resumed batch would skip transactions that never ran.
+    from txstream.jobs.loading import ExecutorLoadingSink, LoadingSink
+
+    target, init = _fresh(server)
+    sink = ExecutorLoadingSink(target, "reorder", sessions=4, grouping=8)
+    target.begin_batch(1, sink.plan())
+    target.begin_batch(1, sink.plan())  # resumed with the same settings
+    other = ExecutorLoadingSink(target, "reorder", sessions=2, grouping=8)
+    with pytest.raises(TxStreamError, match=r"begun as .*k=4.*resume it with the same settings"):
+        other(None, 1)  # (refused before the batch's rows are read)
+    with Loader(target, "reorder", sessions=2, grouping=4) as loader:
+        ops = demand_stream(30, 40, seed=1)
+        loader.load(ops, batch_id=2)  # the driver's loader began batch 2
+        with pytest.raises(TxStreamError, match="begun by the driver's loader"):
+            sink(None, 2)
+        with pytest.raises(TxStreamError, match="finish it with ExecutorLoadingSink"):
+            LoadingSink(loader)(None, 1)
+    assert check_loaded(target, init, ops) == []
+
+
 # -- on Spark ----------------------------------------------------------------------------
 
 

@@ -55,6 +55,12 @@ class LoadingSink:
         self.batches(batch_df, batch_id)
 
     def _load(self, batch: MicroBatch) -> None:
+        plan_of = getattr(self.loader.target, "batch_plan", None)
+        if plan_of is not None and plan_of(batch.id) is not None:
+            raise TxStreamError(
+                f"batch {batch.id} was begun as {plan_of(batch.id)}: finish it with "
+                "ExecutorLoadingSink and the same settings, then switch"
+            )
         values = batch.columns(["value"])["value"]
         lines = [v for v in values if v and v.strip()]
         self.reports[batch.id] = self.loader.load(lines, batch_id=batch.id)
@@ -158,7 +164,9 @@ class ExecutorLoadingSink:
     marked is skipped, and every load transaction writes ``(batch id, m *
     2**32 + i)`` in its own database transaction, so a re-run task (or a
     re-run batch after the driver died) skips what committed.  A re-run
-    forms the same transactions only with the same method, k, n and seed.
+    forms the same transactions only with the same method, k, n and seed:
+    the target records them per batch and refuses a batch begun otherwise
+    (``PostgresTarget.begin_batch``).
     ``target`` must be reachable from the executors (``PostgresTarget``).
     """
 
@@ -237,8 +245,14 @@ class ExecutorLoadingSink:
             self._routes = tuple(found[m] for m in range(k))
         return self._routes
 
+    def plan(self) -> str:
+        """What decides which transactions a batch forms (see ``PostgresTarget.begin_batch``)."""
+        # (pre-aggregation changes the statements, not which operations form a transaction)
+        return f"sessions apart: method={self.method} k={self.k} n={self.n} seed={self.seed}"
+
     def _load(self, batch: MicroBatch) -> None:
         start = time.perf_counter()
+        self.target.begin_batch(batch.id, self.plan())
         df = batch.frame
         plan = _Plan(
             self.target,

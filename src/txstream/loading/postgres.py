@@ -139,6 +139,7 @@ class PostgresTarget(Target):
             "CREATE TABLE txstream_ledger (batch bigint, seq bigint, PRIMARY KEY (batch, seq))"
         )
         out.append("CREATE TABLE txstream_batches (batch bigint PRIMARY KEY)")
+        out.append("CREATE TABLE txstream_plans (batch bigint PRIMARY KEY, plan text NOT NULL)")
         indexed: set[tuple[str, tuple[str, ...]]] = set()
         for view in self.schema.views.values():
             for rname in view.relations:
@@ -503,6 +504,43 @@ class PostgresTarget(Target):
         with self._connect(autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO txstream_batches VALUES (%s) ON CONFLICT DO NOTHING", (batch_id,)
+            )
+
+    def batch_plan(self, batch_id: int) -> str | None:
+        """How sessions apart began ``batch_id`` (:meth:`begin_batch`), or None."""
+        with self._connect(autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT plan FROM txstream_plans WHERE batch = %s", (batch_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def begin_batch(self, batch_id: int, plan: str) -> None:
+        """Record that ``batch_id`` is loaded by sessions apart as ``plan`` says.
+
+        A load transaction's ledger row names it by ``(batch, seq)``; the
+        same ``seq`` is another transaction under another method, k, n or
+        seed, or for the driver's loader.  So a batch begun one way and
+        resumed another could skip transactions that never ran: refused
+        here, in one line, before anything runs.
+        """
+        with self._connect(autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO txstream_plans SELECT %s, %s WHERE NOT EXISTS "
+                "(SELECT 1 FROM txstream_ledger WHERE batch = %s) ON CONFLICT DO NOTHING",
+                (batch_id, plan, batch_id),
+            )
+            row = conn.execute(
+                "SELECT plan FROM txstream_plans WHERE batch = %s", (batch_id,)
+            ).fetchone()
+        if row is None:
+            raise TxStreamError(
+                f"batch {batch_id} was begun by the driver's loader: finish it that way "
+                "(LoadingSink), then switch"
+            )
+        if row[0] != plan:
+            raise TxStreamError(
+                f"batch {batch_id} was begun as {row[0]}, not {plan}: resume it with the "
+                "same settings, then switch"
             )
 
     def stats(self) -> dict[str, Any]:
