@@ -97,3 +97,41 @@ def test_ledger_events_become_their_keys_in_order() -> None:
         ("audits", {"id": 2, "expected": 0}),
     ]
     assert keys_of(stream) == [(4,), (5, 6), ()]
+
+
+def test_placement_puts_each_connected_group_on_one_partition() -> None:
+    from txstream.bench.schedule import placement
+
+    # two transfers between partitions, unconnected: each group is placed whole
+    # (A-B on the partition holding more of it: a tie, the lower one, 0, moving B;
+    # A2-C then goes to partition 1, which has room, moving A2)
+    found = placement([(A, B), (A2, C)], 2)
+    assert found.crossing == 1.0
+    assert found.placed_crossing == 0.0
+    assert found.moved == pytest.approx(2 / 2)
+    assert found.load == 1.0
+
+
+def test_placement_leaves_a_group_too_big_for_one_partition_crossing() -> None:
+    from txstream.bench.schedule import placement
+
+    # A-B-C chained by three transactions: 3 of 4 transactions, more than a
+    # partition's share (2): left where hash puts it; its two crossing ones remain
+    txns = [(A, B), (B, C), (C, A), (A2,)]
+    found = placement(txns, 2)
+    assert found.crossing == pytest.approx(2 / 4)
+    assert found.placed_crossing == pytest.approx(2 / 4)
+    assert found.moved == 0.0
+    # hash homes: A, B, C, A2 -> 0, 1, 1, 0
+    assert found.load == pytest.approx(2 / 2)
+
+
+def test_placement_ignores_global_reads_and_one_partition() -> None:
+    from txstream.bench.schedule import placement
+
+    assert placement([(A, B), ()], 1).placed_crossing == 0.0
+    assert placement([(), ()], 2).crossing == 0.0
+    found = placement([(A, B), (), (A2,), (C,)], 2)  # the audit joins nothing
+    assert (found.crossing, found.placed_crossing) == (pytest.approx(1 / 3), 0.0)
+    # one group holding every transaction is more than a partition's share: left crossing
+    assert placement([(A, B), (), (B,)], 2).placed_crossing == pytest.approx(1 / 2)

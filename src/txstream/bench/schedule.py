@@ -30,8 +30,10 @@ Partitions are those of the runtime (:func:`~txstream.spark.runtime.partitioning
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from txstream.spark.runtime.base import Key
@@ -163,6 +165,119 @@ def batched(txns: Sequence[Txn], partitions: int, batch: int) -> tuple[float, fl
     return (serial / n, floor / n) if n else (0.0, 0.0)
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What co-locating each connected group of a batch's transactions would leave crossing.
+
+    Counted by :func:`placement`; shares are of the batch's transactions with keys.
+    """
+
+    crossing: float
+    """Transactions whose values live on several partitions, values placed by hash (today)."""
+    placed_crossing: float
+    """The same after placement: those of groups too big for one partition, left by hash."""
+    moved: float
+    """Rows moved per transaction, one way (each goes back at the batch's end)."""
+    load: float
+    """The busiest partition's transactions over the mean, after placement."""
+
+
+def _components(txns: Sequence[Txn]) -> dict[Key, Key]:
+    """Each value of ``txns`` -> its group's root: values joined by sharing a transaction."""
+    parent: dict[Key, Key] = {}
+
+    def root(x: Key) -> Key:
+        r = x
+        while parent[r] != r:
+            r = parent[r]
+        while parent[x] != r:  # (path compression)
+            parent[x], x = r, parent[x]
+        return r
+
+    for keys in txns:
+        for k in keys:
+            parent.setdefault(k, k)
+        for a, b in pairwise(keys):
+            ra, rb = root(a), root(b)
+            if ra != rb:
+                parent[ra] = rb
+    return {k: root(k) for k in parent}
+
+
+def placement(txns: Sequence[Txn], partitions: int, slack: float = 0.0) -> Placement:
+    """Count what a per-batch placement of connected transactions would leave crossing.
+
+    A design the runtime does not run yet (issue 28, docs/architecture.md): the
+    values that one batch's transactions connect (a transfer joins its two
+    accounts) form groups; a group placed whole on one partition for the batch
+    (its rows moved there before the batch and back after it) runs there with
+    no transaction crossing.  Greedy, deterministic: groups larger than
+    ``(1 + slack)`` times a partition's fair share of transactions stay where
+    hash placement puts their values (their crossing transactions remain, run
+    as today); the others, largest first, go to the partition that holds most
+    of their values and has room, else the least loaded one.  Global reads
+    join no values (they stay barriers).
+    """
+    keyed = [keys for keys in txns if keys]
+    n = len(keyed)
+    if n == 0 or partitions < 2:
+        return Placement(0.0, 0.0, 0.0, 1.0)
+    root_of = _components(keyed)
+    cache: dict[Key, int] = {}
+
+    def part(value: Key) -> int:
+        p = cache.get(value)
+        if p is None:
+            p = cache[value] = partition_of(value, partitions)
+        return p
+
+    events: Counter[Key] = Counter(root_of[keys[0]] for keys in keyed)
+    values: defaultdict[Key, list[Key]] = defaultdict(list)
+    for value, r in root_of.items():
+        values[r].append(value)
+    capacity = (1 + slack) * n / partitions
+    load = [0] * partitions
+    big = {r for r, count in events.items() if count > capacity}
+    for keys in keyed:  # (a big group's transactions run at their hash homes)
+        if root_of[keys[0]] in big:
+            load[part(keys[0])] += 1
+    moved = 0
+    for r, count in sorted(events.items(), key=lambda item: (-item[1], repr(item[0]))):
+        if r in big:
+            continue
+        held = Counter(part(v) for v in values[r])
+        ranked = sorted(held, key=lambda p: (-held[p], p))
+        to = next((p for p in ranked if load[p] + count <= capacity), None)
+        if to is None:
+            to = min(range(partitions), key=lambda p: (load[p], p))
+        load[to] += count
+        moved += len(values[r]) - held[to]
+    crossing = placed = 0
+    for keys in keyed:
+        if len({part(k) for k in keys}) > 1:
+            crossing += 1
+            if root_of[keys[0]] in big:
+                placed += 1
+    return Placement(crossing / n, placed / n, moved / n, max(load) / (n / partitions))
+
+
+def batched_placement(txns: Sequence[Txn], partitions: int, batch: int) -> Placement:
+    """:func:`placement` per batch of ``batch`` transactions, weighted by size."""
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, not {batch}")
+    sums = [0.0, 0.0, 0.0, 0.0]
+    n = 0
+    for start in range(0, len(txns), batch):
+        part = txns[start : start + batch]
+        found = placement(part, partitions)
+        for i, x in enumerate((found.crossing, found.placed_crossing, found.moved, found.load)):
+            sums[i] += x * len(part)
+        n += len(part)
+    if n == 0:
+        return Placement(0.0, 0.0, 0.0, 1.0)
+    return Placement(*(x / n for x in sums))
+
+
 def keys_of(stream: Iterable[tuple[str, dict[str, Any]]]) -> list[Txn]:
     """A ledger stream's transactions as keys (deposit: acct; transfer: src, dst; audit: none)."""
     out: list[Txn] = []
@@ -210,5 +325,35 @@ def table(events: int = 300_000, seed: int = 1, batch: int = 72_000) -> str:
     return "\n".join(lines)
 
 
+def placement_table(events: int = 300_000, seed: int = 1, batch: int = 36_000) -> str:
+    """:func:`placement` on the benchmark's inputs at 2, 8 and 32 partitions (Markdown).
+
+    Per cell: transactions crossing by hash -> after placement, and rows moved
+    per transaction.  ``batch``: the runtime benchmark's micro-batches hold
+    about 36,000 events.
+    """
+    from txstream.bench.ledger import events as ledger_events
+
+    parts = (2, 8, 32)
+    lines = ["| input | " + " | ".join(f"P = {p}" for p in parts) + " |"]
+    lines.append("|---|" + "---|" * len(parts))
+    for label, pattern, skew, accounts, audit_every in INPUTS:
+        stream = ledger_events(
+            events, accounts, 0, seed, pattern=pattern, skew=skew, audit_every=audit_every
+        )
+        txns = keys_of(stream)
+        cells = []
+        for p in parts:
+            found = batched_placement(txns, p, batch)
+            cells.append(
+                f"{100 * found.crossing:.0f}% -> {100 * found.placed_crossing:.0f}%, "
+                f"{found.moved:.2f} rows, load {found.load:.2f}"
+            )
+        lines.append(f"| {label.split(' (')[0]} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
     print(table())
+    print()
+    print(placement_table())
