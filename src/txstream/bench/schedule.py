@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
@@ -301,28 +301,40 @@ INPUTS: tuple[tuple[str, str, float, int, int], ...] = (
 """The benchmark's inputs that :func:`table` counts: label, pattern, skew, accounts, audits."""
 
 
-def table(events: int = 300_000, seed: int = 1, batch: int = 72_000) -> str:
-    """Serial share (and hot floor for zipf) of the benchmark's inputs at 2, 8 and 32 partitions.
+PARTITIONS = (2, 8, 32)
+"""The partition counts of the tables below."""
 
-    A Markdown table, as in docs/benchmarks.md: ``python -m txstream.bench.schedule``.
-    """
+
+def _grid(
+    events: int, seed: int, cell: Callable[[list[Txn], int, str], str], short: bool = False
+) -> str:
+    """A Markdown table: per input of :data:`INPUTS`, ``cell(txns, P, pattern)`` per P."""
     from txstream.bench.ledger import events as ledger_events
 
-    parts = (2, 8, 32)
-    lines = ["| input | " + " | ".join(f"P = {p}" for p in parts) + " |"]
-    lines.append("|---|" + "---|" * len(parts))
+    lines = ["| input | " + " | ".join(f"P = {p}" for p in PARTITIONS) + " |"]
+    lines.append("|---|" + "---|" * len(PARTITIONS))
     for label, pattern, skew, accounts, audit_every in INPUTS:
         stream = ledger_events(
             events, accounts, 0, seed, pattern=pattern, skew=skew, audit_every=audit_every
         )
         txns = keys_of(stream)
-        cells = []
-        for p in parts:
-            share, floor = batched(txns, p, batch)
-            cell = f"{100 * share:.1f}%"
-            cells.append(cell + (f" ({100 * floor:.1f}%)" if pattern == "zipf" else ""))
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        cells = [cell(txns, p, pattern) for p in PARTITIONS]
+        name = label.split(" (")[0] if short else label
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def table(events: int = 300_000, seed: int = 1, batch: int = 72_000) -> str:
+    """Serial share (and hot floor for zipf) of the benchmark's inputs at 2, 8 and 32 partitions.
+
+    A Markdown table, as in docs/benchmarks.md: ``python -m txstream.bench.schedule``.
+    """
+
+    def cell(txns: list[Txn], p: int, pattern: str) -> str:
+        share, floor = batched(txns, p, batch)
+        return f"{100 * share:.1f}%" + (f" ({100 * floor:.1f}%)" if pattern == "zipf" else "")
+
+    return _grid(events, seed, cell)
 
 
 def placement_table(events: int = 300_000, seed: int = 1, batch: int = 36_000) -> str:
@@ -332,25 +344,15 @@ def placement_table(events: int = 300_000, seed: int = 1, batch: int = 36_000) -
     per transaction.  ``batch``: the runtime benchmark's micro-batches hold
     about 36,000 events.
     """
-    from txstream.bench.ledger import events as ledger_events
 
-    parts = (2, 8, 32)
-    lines = ["| input | " + " | ".join(f"P = {p}" for p in parts) + " |"]
-    lines.append("|---|" + "---|" * len(parts))
-    for label, pattern, skew, accounts, audit_every in INPUTS:
-        stream = ledger_events(
-            events, accounts, 0, seed, pattern=pattern, skew=skew, audit_every=audit_every
+    def cell(txns: list[Txn], p: int, pattern: str) -> str:
+        found = batched_placement(txns, p, batch)
+        return (
+            f"{100 * found.crossing:.0f}% -> {100 * found.placed_crossing:.0f}%, "
+            f"{found.moved:.2f} rows, load {found.load:.2f}"
         )
-        txns = keys_of(stream)
-        cells = []
-        for p in parts:
-            found = batched_placement(txns, p, batch)
-            cells.append(
-                f"{100 * found.crossing:.0f}% -> {100 * found.placed_crossing:.0f}%, "
-                f"{found.moved:.2f} rows, load {found.load:.2f}"
-            )
-        lines.append(f"| {label.split(' (')[0]} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+
+    return _grid(events, seed, cell, short=True)
 
 
 if __name__ == "__main__":

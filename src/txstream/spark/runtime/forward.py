@@ -76,7 +76,7 @@ EXCHANGE_TIMEOUT_S = 600.0
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
 
-ADMIT_CHUNK = 128
+ADMIT_CHUNK = int(os.environ.get("TXSTREAM_ADMIT_CHUNK", "128"))
 """Transactions admitted per partition between looks at the messages that arrived (and
 sending what is queued).  A crossing transaction's round trip takes about two such
 rounds, and a hot value's crossing transactions follow each other one round trip
