@@ -709,3 +709,38 @@ def test_a_crossing_transaction_that_deletes_the_other_partitions_row(
     balances = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")}
     assert balances == {into: 11, acct: 5}
     assert check(tx.read_history(tmp_path), "csao").holds
+
+
+def test_a_partition_looks_at_its_messages_more_often_while_a_transaction_waits_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Partition 0 admits deposits in rounds of ADMIT_CHUNK; once the crossing
+    # transfer waits for partition 1's rows (partition 1 reaches it 450 events
+    # later: deposits come before transfers, limit changes after), in rounds of
+    # ADMIT_CHUNK_WAITING, so that a hot value's chain of round trips is not held
+    # up by long rounds.  One task: the partitions' rounds alternate deterministically.
+    src = next(a for a in range(50) if partition_of(a, 2) == 0)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 1)
+    zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][:550]
+    ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
+    batch = [
+        *[("deposits", {"acct": a, "amount": 1}) for a in zeros[:150] + ones],
+        ("deposits", {"acct": dst, "amount": 5}),
+        ("transfers", {"src": src, "dst": dst, "amount": 1}),
+        *[("limits", {"acct": a, "limit": 3}) for a in zeros[150:]],
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    limits: list[tuple[int, int, bool]] = []
+    admit = forward_module._Partition.admit
+
+    def spy(self: Any, limit: int) -> None:
+        limits.append((self.pid, limit, bool(self.waiting)))
+        admit(self, limit)
+
+    monkeypatch.setattr(forward_module._Partition, "admit", spy)
+    bank().run_local(batches, tmp_path, partitions=2, tasks=1)
+    chunk, waiting = forward_module.ADMIT_CHUNK, forward_module.ADMIT_CHUNK_WAITING
+    assert waiting < chunk
+    assert all(limit == (waiting if busy else chunk) for _, limit, busy in limits)
+    assert (0, waiting, True) in limits and (0, chunk, False) in limits
+    assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [False]

@@ -34,8 +34,8 @@ partition, partition 0 included, goes on at once once it took its totals;
 partition 0 runs the function when the others' totals are there.
 
 Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
-per partition), one list per pair of partitions, not one message per
-transaction.
+per partition, :data:`ADMIT_CHUNK_WAITING` while some wait for a message), one
+list per pair of partitions, not one message per transaction.
 
 This runs for the per-event boundary, whose transactions have the same id on
 every partition; a boundary that groups events cuts each partition's events on
@@ -76,11 +76,16 @@ EXCHANGE_TIMEOUT_S = 600.0
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
 
-ADMIT_CHUNK = int(os.environ.get("TXSTREAM_ADMIT_CHUNK", "128"))
+ADMIT_CHUNK = 128
 """Transactions admitted per partition between looks at the messages that arrived (and
-sending what is queued).  A crossing transaction's round trip takes about two such
-rounds, and a hot value's crossing transactions follow each other one round trip
-apart: smaller rounds shorten them; each round costs a few system calls."""
+sending what is queued), while none of the partition's transactions waits for a
+message: each round costs a few system calls."""
+ADMIT_CHUNK_WAITING = 32
+"""The same while some of its transactions wait for a message.  A crossing
+transaction's round trip takes about two rounds (its rows out, the answer back),
+and a hot value's crossing transactions follow each other one round trip apart:
+with rounds of 128, Zipf-skewed transfers ran at 0.55-0.74x the throughput of
+rounds of 32 on ``local[2]`` (docs/benchmarks.md)."""
 
 Message = tuple[int, int, list[tuple[int, str, Any]]]
 """(destination partition, source partition, messages): what one partition sent
@@ -609,7 +614,7 @@ class ForwardScheduler:
             admitted = False
             for part in parts:
                 if part.admitting():
-                    part.admit(ADMIT_CHUNK)
+                    part.admit(ADMIT_CHUNK_WAITING if part.waiting else ADMIT_CHUNK)
                     part.drain()
                     admitted = True
             if admitted:
