@@ -49,6 +49,8 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import Event, Group, PerEvent, Run, event_gid, track_runs
 from txstream.spark.runtime.partitioning import canonical, partition_of
+from txstream.spark.runtime.recorded import commit_mark as _commit_mark
+from txstream.spark.runtime.recorded import history_codes
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import (
     finish_total,
@@ -140,8 +142,11 @@ class ExecutorTx:
     __slots__ = (
         "_aggregates",
         "_allowed",
+        "_batch",
+        "_codes",
         "_data",
         "_emits",
+        "_event",
         "_gid",
         "_global",
         "_history",
@@ -157,7 +162,7 @@ class ExecutorTx:
     )
 
     def __init__(
-        self, job: JobSpec, state: PartitionState, gid: str | None, history: list[str] | None
+        self, job: JobSpec, state: PartitionState, gid: str | None, history: list[Any] | None
     ):
         self._job = job
         self._tables = job.tables
@@ -167,8 +172,14 @@ class ExecutorTx:
         """The partition's totals for global reads, kept by every write (see .totals)."""
         """The state's rows (the same dict for the whole batch: read on every verb)."""
         self._gid = gid
-        """The transaction's id, for the history (None when nothing is recorded)."""
+        """The transaction's id, for the history; None: made from ``_batch`` and ``_event``
+        when an operation needs it (see :meth:`_txn`)."""
+        self._batch = 0
+        self._event: Event | None = None
         self._history = history
+        """The task's history (None when nothing is recorded), in the compact form of
+        :func:`history_lines`: an operation on an int key as its table's code and the key."""
+        self._codes = history_codes(job)
         self._allowed: set[Any] = set()
         self._undo: list[tuple[tuple[str, Any, Any], Any]] = []
         """``((table, value, key), row before)`` per write of the transaction."""
@@ -200,15 +211,12 @@ class ExecutorTx:
         if value not in self._allowed:
             self._check_value(table, value)
         history = self._history
-        if history is not None:  # (item_name's text of an int key, inlined)
-            if type(key) is int:
-                op = f"r{self._gid}({table}:{key})"
+        if history is not None:
+            if type(key) is int and self._remote is None:  # (compact: see history_lines)
+                history.append(self._codes[table])
+                history.append(key)
             else:
-                op = f"r{self._gid}({item_name(table, key)})"
-            if self._remote is None:  # (_log, inlined)
-                history.append(op)
-            else:
-                self._log(value, op)
+                self._log(value, f"r{self._txn()}({item_name(table, key)})")
         rows = self._data.get(table)
         if rows is None:
             return default
@@ -224,9 +232,10 @@ class ExecutorTx:
         self._check_value(table, value)
         rows = self._state.data.get(table, {}).get(value, {})
         if self._history is not None:
-            self._log(value, f"r{self._gid}({_set_item(table, value)})")
+            gid = self._txn()
+            self._log(value, f"r{gid}({_set_item(table, value)})")
             for k in rows:
-                self._log(value, f"r{self._gid}({item_name(table, k)})")
+                self._log(value, f"r{gid}({item_name(table, k)})")
         return [dict(rows[k]) for k in sorted(rows, key=canonical)]
 
     def values(self, table: str) -> list[Key]:
@@ -244,7 +253,8 @@ class ExecutorTx:
         found = [v for v in self._state.data.get(table, {}) if partition_of(v, parts) == home]
         found.sort(key=canonical)
         if self._history is not None:
-            self._history.extend(f"r{self._gid}({_set_item(table, v)})" for v in found)
+            gid = self._txn()
+            self._history.extend(f"r{gid}({_set_item(table, v)})" for v in found)
         return found
 
     @property
@@ -328,14 +338,11 @@ class ExecutorTx:
             track(tracked, table, old, new)
         history = self._history
         if history is not None:
-            if type(key) is int:
-                op = f"w{self._gid}({table}:{key})"
+            if type(key) is int and self._remote is None:  # (compact: see history_lines)
+                history.append(self._codes[table] + 1)
+                history.append(key)
             else:
-                op = f"w{self._gid}({item_name(table, key)})"
-            if self._remote is None:  # (_log, inlined)
-                history.append(op)
-            else:
-                self._log(value, op)
+                self._log(value, f"w{self._txn()}({item_name(table, key)})")
         return total
 
     def delete(self, table: str, key: Key) -> None:
@@ -369,7 +376,7 @@ class ExecutorTx:
         # Every row is here (the deferred phase, the driver engine): count them now.
         found = partial_totals(self._state.data, ((table, column),))
         if self._history is not None:
-            record_reads(self._state.data, ((table, column),), self._gid or "", self._history)
+            record_reads(self._state.data, ((table, column),), self._txn(), self._history)
         return finish_total(found[(table, column)])
 
     def _undeclared_total(self, table: str, column: str | None) -> UndeclaredKeyError:
@@ -433,6 +440,14 @@ class ExecutorTx:
             self._check_value(spec.name, value)
         return value
 
+    def _txn(self) -> str:
+        """The transaction's id for a recorded operation (made once, when first needed)."""
+        gid = self._gid
+        if gid is None:
+            assert self._event is not None
+            gid = self._gid = f"b{self._batch}_{self._event.order[2]}"  # (event_gid, inlined)
+        return gid
+
     def _log(self, value: Any, op: str) -> None:
         """Record one operation (history on): here, or for the value's own partition."""
         remote = self._remote
@@ -471,9 +486,10 @@ class ExecutorTx:
             if tracked and table in tracked:
                 track(tracked, table, None if old is ABSENT else old, row)
         if self._history is not None:
-            self._log(value, f"w{self._gid}({item_name(table, key)})")
+            gid = self._txn()
+            self._log(value, f"w{gid}({item_name(table, key)})")
             if structural:
-                self._log(value, f"w{self._gid}({_set_item(table, value)})")
+                self._log(value, f"w{gid}({_set_item(table, value)})")
 
     def _rollback(self) -> None:
         state = self._state
@@ -517,9 +533,11 @@ class Outcome:
     """What one task did: outputs, history, failures and counts, for the driver."""
 
     outputs: dict[str, list[str]] = field(default_factory=dict)
-    history: list[str] = field(default_factory=list)
+    history: list[Any] = field(default_factory=list)
+    """Operations and commits in the order they happened, in the compact form of
+    :mod:`.recorded`."""
     txns: list[str] = field(default_factory=list)
-    """``T <gid> c|a <order>`` lines: every transaction's fate and declared order."""
+    """``T <gid> a <order>`` lines: the aborted transactions (a commit is in ``history``)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     events: int = 0
     committed: int = 0
@@ -679,7 +697,7 @@ class GroupRunner:
         needs it): this is the path of nearly every event of such a job.
         """
         gid = None
-        if self.record or abort:
+        if abort:  # (the history names it only when an operation needs it: see Tx._txn)
             gid = f"b{batch}_{event.order[2]}"  # (event_gid, inlined: a call per event)
             if gid in abort:
                 self.run(Group(gid, [event]), abort)
@@ -698,6 +716,8 @@ class GroupRunner:
         recorded = len(history) if history is not None else 0
         tx = self.tx
         tx._gid = gid
+        tx._batch = batch
+        tx._event = event
         tx._history = history
         remote = self.remote
         tx._remote = remote
@@ -734,26 +754,28 @@ class GroupRunner:
             if history is not None:
                 self.remote_ops = tx._remote_ops
             self.changed = tx._undo
-        if history is not None or emits:
-            # The order's text once for the history's line and the outputs' orders
-            # (a float's repr and a 70-bit int's digits are the costly part).
+        if history is not None:  # its commit: the order, and its id unless the order makes it
+            plain = group is None and type(order[0]) is float
+            history.append(order if plain else _commit_mark(order, tx._txn()))
+        if emits:
+            output, emitted = emits[0]
             at, mid = order[0], order[2]
-            plain = type(at) is float and at - at == 0.0 and type(index) is int and type(mid) is int
-            at_text, mid_text = repr(at), f"{mid}"
-            if history is not None:
-                outcome.txns.append(f"T {gid} c {at_text} {index} {mid_text}")
-            if emits:
-                output, emitted = emits[0]
-                if len(emits) == 1 and plain and isinstance(emitted, str):
-                    # (_emit_lines of one plain row: its line has seq 0)
-                    head = f'"__order": [{at_text}, {index}, {mid_text}, 0]}}'
-                    line = f"{{{emitted}, {head}" if emitted else f"{{{head}"
-                    lines = outcome.outputs.get(output)
-                    if lines is None:
-                        lines = outcome.outputs[output] = []
-                    lines.append(line)
-                else:
-                    self._emit_lines(emits, order)
+            if (
+                len(emits) == 1
+                and isinstance(emitted, str)
+                and type(at) is float
+                and at - at == 0.0
+                and type(index) is int
+                and type(mid) is int
+            ):  # (_emit_lines of one plain row: its line has seq 0)
+                head = f'"__order": [{at!r}, {index}, {mid}, 0]}}'
+                line = f"{{{emitted}, {head}" if emitted else f"{{{head}"
+                lines = outcome.outputs.get(output)
+                if lines is None:
+                    lines = outcome.outputs[output] = []
+                lines.append(line)
+            else:
+                self._emit_lines(emits, order)
         column = self.arrival_column
         if column is not None:
             value = row.get(column)
@@ -828,7 +850,8 @@ class GroupRunner:
         else:
             outcome.committed_txn(events)
         if history is not None:
-            outcome.txns.append(f"T {gid} c {order[0]!r} {order[1]} {order[2]}")
+            assert gid is not None
+            history.append(_commit_mark(order, gid))
             if remote is not None:
                 self.remote_ops = tx._remote_ops
         if remote is not None:  # (the runner's one Tx reuses its undo list: see changed)

@@ -17,6 +17,7 @@ from typing import Any
 from txstream.errors import TxStreamError
 from txstream.model.history import History
 from txstream.model.notation import parse_one
+from txstream.spark.runtime.recorded import MARK, expand
 from txstream.spark.runtime.state import RuntimeStore, StoreError, json_record
 
 DRIVER_HISTORY = "driver-history.txt"
@@ -248,10 +249,12 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
             for line in part.read_text().splitlines():
                 if line.startswith("T "):
                     _, gid, fate, ordv, index, mid = line.split()
-                    order = (batch, float(ordv), int(index), int(mid))
-                    known = fates.get(gid)
-                    if known is None or known[1] == "c":
-                        fates[gid] = (min(order, known[0]) if known else order, fate)
+                    _fate(fates, gid, (batch, float(ordv), int(index), int(mid)), fate)
+                elif line.startswith(MARK):  # (the compact form: see recorded.py)
+                    ops, commits = expand(line, batch, str(part))
+                    operations.extend(ops)
+                    for gid, (at, index, mid) in commits:
+                        _fate(fates, gid, (batch, at, index, mid), "c")
                 else:
                     operations.append(line)
             files.append((part.stem, operations))
@@ -263,6 +266,15 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
     lines.extend(operations)
     lines.extend(("c" if fates[gid][1] == "c" else "a") + gid for gid in arrival)
     return "\n".join(lines) + "\n"
+
+
+def _fate(
+    fates: dict[str, tuple[tuple[Any, ...], str]], gid: str, order: tuple[Any, ...], fate: str
+) -> None:
+    """Record transaction ``gid``'s fate (a part aborted anywhere: aborted) and first order."""
+    known = fates.get(gid)
+    if known is None or known[1] == "c":
+        fates[gid] = (min(order, known[0]) if known else order, fate)
 
 
 def _expand_table_reads(files: list[tuple[str, list[str]]]) -> list[str]:

@@ -33,6 +33,7 @@ from txstream.spark.runtime.executor import (
 from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import ForwardScheduler, SocketTransport
 from txstream.spark.runtime.merge import Bound
+from txstream.spark.runtime.recorded import history_line
 from txstream.spark.runtime.results import one_per_transaction
 from txstream.spark.runtime.state import RuntimeStore
 
@@ -117,9 +118,12 @@ def _write(
     for name, lines in outcome.outputs.items():
         files.update(store.write_lines("outputs", name, ctx.batch, role, lines))
     if job.record_history and (outcome.txns or outcome.history):
-        files.update(
-            store.write_lines("history", "", ctx.batch, role, outcome.txns + outcome.history)
-        )
+        # The aborted transactions' lines, then every operation and commit in the
+        # compact form the executor recorded (see recorded.py).
+        lines = outcome.txns
+        if outcome.history:
+            lines = [*lines, history_line(job, outcome.history)]
+        files.update(store.write_lines("history", "", ctx.batch, role, lines))
     if outcome.failures:
         lines = [json.dumps(f, default=str) for f in outcome.failures]
         files.update(store.write_lines("errors", "", ctx.batch, role, lines))
