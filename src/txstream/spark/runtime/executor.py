@@ -144,6 +144,7 @@ class ExecutorTx:
         "_allowed",
         "_batch",
         "_codes",
+        "_stride",
         "_data",
         "_emits",
         "_event",
@@ -178,8 +179,8 @@ class ExecutorTx:
         self._event: Event | None = None
         self._history = history
         """The task's history (None when nothing is recorded), in the compact form of
-        :func:`history_lines`: an operation on an int key as its table's code and the key."""
-        self._codes = history_codes(job)
+        :mod:`.recorded`: an operation on an int key as one int, its key and table's code)."""
+        self._codes, self._stride = history_codes(job)
         self._allowed: set[Any] = set()
         self._undo: list[tuple[tuple[str, Any, Any], Any]] = []
         """``((table, value, key), row before)`` per write of the transaction."""
@@ -212,9 +213,8 @@ class ExecutorTx:
             self._check_value(table, value)
         history = self._history
         if history is not None:
-            if type(key) is int and self._remote is None:  # (compact: see history_lines)
-                history.append(self._codes[table])
-                history.append(key)
+            if type(key) is int and self._remote is None:  # (compact: see recorded.py)
+                history.append(key * self._stride + self._codes[table])
             else:
                 self._log(value, f"r{self._txn()}({item_name(table, key)})")
         rows = self._data.get(table)
@@ -338,9 +338,8 @@ class ExecutorTx:
             track(tracked, table, old, new)
         history = self._history
         if history is not None:
-            if type(key) is int and self._remote is None:  # (compact: see history_lines)
-                history.append(self._codes[table] + 1)
-                history.append(key)
+            if type(key) is int and self._remote is None:  # (compact: see recorded.py)
+                history.append(key * self._stride + self._codes[table] + 1)
             else:
                 self._log(value, f"w{self._txn()}({item_name(table, key)})")
         return total
@@ -536,6 +535,8 @@ class Outcome:
     history: list[Any] = field(default_factory=list)
     """Operations and commits in the order they happened, in the compact form of
     :mod:`.recorded`."""
+    orders: list[tuple[float, int, int]] = field(default_factory=list)
+    """The orders of the plain commit marks in ``history``, one per mark (see :mod:`.recorded`)."""
     txns: list[str] = field(default_factory=list)
     """``T <gid> a <order>`` lines: the aborted transactions (a commit is in ``history``)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -754,9 +755,12 @@ class GroupRunner:
             if history is not None:
                 self.remote_ops = tx._remote_ops
             self.changed = tx._undo
-        if history is not None:  # its commit: the order, and its id unless the order makes it
-            plain = group is None and type(order[0]) is float
-            history.append(order if plain else _commit_mark(order, tx._txn()))
+        if history is not None:  # its commit mark (see recorded.py)
+            if group is None and type(order[0]) is float:
+                history.append(None)  # (its id is the event's: b<batch>_<mid>)
+                outcome.orders.append(order)
+            else:
+                history.append(_commit_mark(order, tx._txn()))
         if emits:
             output, emitted = emits[0]
             at, mid = order[0], order[2]

@@ -5,26 +5,34 @@ one as text (``r<txn>(<table>:<key>)``) on the hot path cost about a sixth
 of the phase-1 CPU per event, so the executor appends plain objects instead,
 to one list per task, in the order the operations happened:
 
-- an operation on a row whose key is an ``int``, by a transaction whose id
-  is not yet known: two entries, its table's *code* (``2 * i`` for a read of
-  the job's ``i``-th table, ``2 * i + 1`` for a write) and the key;
+- an operation on a row whose key is an ``int``, by a transaction that
+  commits with a mark (below): one int, ``key * stride + code``, where
+  ``stride`` is twice the job's number of tables and ``code`` is ``2 * i``
+  for a read of the job's ``i``-th table, ``2 * i + 1`` for a write;
 - any other operation: its text, with the transaction's id (as before);
-- a committed transaction: its *commit mark*, ``(order value, input, mid)``
-  when its id is ``b<batch>_<mid>`` (an ``event`` boundary's), or
-  ``[order value, input, mid, id]``.  It follows its compact operations (an
-  aborted transaction's operations are cut back, and it is recorded as a
-  ``T <id> a ...`` line, as before).
+- a committed transaction: its *commit mark*, after its compact operations:
+  ``None`` for one event's transaction (the ``event`` boundary's id,
+  ``b<batch>_<mid>``, at an order whose value is a float), whose order
+  ``(order value, input, mid)`` goes to a second list, one per mark;
+  ``[order value, input, mid, id]`` for any other.  An aborted
+  transaction's operations are cut back, and it is recorded as a
+  ``T <id> a ...`` line, as before.
 
-The task writes the list as one line ``@`` + JSON (written by the C encoder:
-no Python step per entry) after its ``T`` lines; :func:`expand` turns it back
-into the text operations and commits that earlier versions wrote, which is
-what :func:`~txstream.spark.runtime.results.history_text` reads.  Files of
-earlier versions have no ``@`` line and read as before.
+The task writes both lists as one line ``@`` + JSON (written by the C
+encoder: no Python step per entry; the marks' orders column by column, the
+order values as the bytes of float64s) after its ``T`` lines; :func:`expand`
+turns it back into the text operations and commits that earlier versions
+wrote, which is what :func:`~txstream.spark.runtime.results.history_text`
+reads.  Files of earlier versions have no ``@`` line and read as before.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import sys
+from array import array
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec
@@ -34,9 +42,10 @@ MARK = "@"
 """The first character of the compact operations' line in a history file."""
 
 
-def history_codes(job: JobSpec) -> dict[str, int]:
-    """Per table of ``job``, the code of a read of one of its rows (a write: the code + 1)."""
-    return {table: 2 * i for i, table in enumerate(job.tables)}
+def history_codes(job: JobSpec) -> tuple[dict[str, int], int]:
+    """Per table of ``job``, the code of a read of one of its rows (a write: the code + 1),
+    and the stride that an operation's int multiplies its key by (see the module)."""
+    return {table: 2 * i for i, table in enumerate(job.tables)}, 2 * max(1, len(job.tables))
 
 
 def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
@@ -44,52 +53,73 @@ def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
     return [float(order[0]), int(order[1]), int(order[2]), gid]
 
 
-def history_line(job: JobSpec, entries: list[Any]) -> str:
-    """A task's recorded entries (see the module docstring) as its history file's line."""
-    body = {"tables": list(job.tables), "ops": entries}
+def history_line(job: JobSpec, entries: list[Any], orders: list[tuple[float, int, int]]) -> str:
+    """A task's recorded entries and its plain marks' orders (see the module) as its line."""
+    values, inputs, mids = zip(*orders) if orders else ((), (), ())  # (in C: no step per order)
+    at = array("d", values)
+    if sys.byteorder != "little":
+        at.byteswap()
+    body = {
+        "tables": list(job.tables),
+        "ops": entries,
+        "at": base64.b64encode(at.tobytes()).decode(),
+        "input": inputs,
+        "mid": mids,
+    }
     return MARK + json.dumps(body, separators=(",", ":"))
 
 
 def expand(line: str, batch: int, where: str) -> tuple[list[str], list[tuple[str, list[Any]]]]:
     """The operations (text) and committed transactions ``(id, order)`` of an ``@`` line.
 
-    ``batch``: the batch whose file it is (a mark without an id names
-    ``b<batch>_<mid>``); ``where`` names the file in errors.  A line that is not
-    such a list (or leaves operations without their commit) is a
+    ``batch``: the batch whose file it is (a plain mark names ``b<batch>_<mid>``);
+    ``where`` names the file in errors.  A line that does not hold together
+    (operations without their commit, marks without their orders) is a
     :class:`StoreError`: a history is never read half.
     """
     try:
         body = json.loads(line[len(MARK) :])
         tables, entries = body["tables"], body["ops"]
-        if type(tables) is not list or not all(type(t) is str for t in tables):
+        if type(tables) is not list or not tables or not all(type(t) is str for t in tables):
             raise ValueError("no list of tables")
+        at = array("d")
+        at.frombytes(base64.b64decode(body["at"], validate=True))
+        if sys.byteorder != "little":
+            at.byteswap()
+        inputs, mids = body["input"], body["mid"]
+        if not len(at) == len(inputs) == len(mids):
+            raise ValueError("orders of unequal lengths")
+        stride = 2 * len(tables)
         operations: list[str] = []
         commits: list[tuple[str, list[Any]]] = []
         pending: list[tuple[int, int, int]] = []  # (place in operations, code, key)
-        it = iter(entries)
-        for entry in it:
+        plain = 0
+        for entry in entries:
             kind = type(entry)
+            if kind is int:
+                key, code = divmod(entry, stride)
+                pending.append((len(operations), code, key))
+                operations.append("")
+                continue
             if kind is str:
                 operations.append(entry)
-            elif kind is int:
-                key = next(it)
-                if type(key) is not int or not 0 <= entry < 2 * len(tables):
-                    raise ValueError(f"operation {entry}, {key!r}")
-                pending.append((len(operations), entry, key))
-                operations.append("")
-            elif kind is list and len(entry) in (3, 4):
-                at, index, mid = float(entry[0]), int(entry[1]), int(entry[2])
-                gid = entry[3] if len(entry) == 4 else f"b{batch}_{mid}"
-                if type(gid) is not str:
-                    raise ValueError(f"transaction id {gid!r}")
-                for place, code, key in pending:
-                    operations[place] = f"{'rw'[code & 1]}{gid}({tables[code >> 1]}:{key})"
-                pending.clear()
-                commits.append((gid, [at, index, mid]))
+                continue
+            if entry is None:
+                order = [at[plain], int(inputs[plain]), int(mids[plain])]
+                plain += 1
+                gid = f"b{batch}_{order[2]}"
+            elif kind is list and len(entry) == 4 and type(entry[3]) is str:
+                order, gid = [float(entry[0]), int(entry[1]), int(entry[2])], entry[3]
             else:
-                raise ValueError(f"entry {entry!r}")
+                raise ValueError(f"entry {entry!r:.40}")
+            for place, code, key in pending:
+                operations[place] = f"{'rw'[code & 1]}{gid}({tables[code >> 1]}:{key})"
+            pending.clear()
+            commits.append((gid, order))
         if pending:
             raise ValueError("operations without their transaction's commit")
-    except (ValueError, TypeError, KeyError, IndexError, StopIteration) as exc:
+        if plain != len(at):
+            raise ValueError("orders without their commits")
+    except (ValueError, TypeError, KeyError, IndexError, binascii.Error) as exc:
         raise StoreError(f"{where}: damaged history ({exc})") from None
     return operations, commits

@@ -122,7 +122,7 @@ def _write(
         # compact form the executor recorded (see recorded.py).
         lines = outcome.txns
         if outcome.history:
-            lines = [*lines, history_line(job, outcome.history)]
+            lines = [*lines, history_line(job, outcome.history, outcome.orders)]
         files.update(store.write_lines("history", "", ctx.batch, role, lines))
     if outcome.failures:
         lines = [json.dumps(f, default=str) for f in outcome.failures]
