@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Container, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import mul
@@ -144,7 +144,6 @@ class ExecutorTx:
         "_allowed",
         "_batch",
         "_codes",
-        "_stride",
         "_data",
         "_emits",
         "_event",
@@ -157,6 +156,7 @@ class ExecutorTx:
         "_remote",
         "_remote_ops",
         "_state",
+        "_stride",
         "_tables",
         "_tracked",
         "_undo",
@@ -181,7 +181,9 @@ class ExecutorTx:
         """The task's history (None when nothing is recorded), in the compact form of
         :mod:`.recorded`: an operation on an int key as one int, its key and table's code)."""
         self._codes, self._stride = history_codes(job)
-        self._allowed: set[Any] = set()
+        self._allowed: Collection[Any] = ()
+        """The transaction's declared partition values: one event's own list (no set made
+        per event: it holds one or two values), a set for several events."""
         self._undo: list[tuple[tuple[str, Any, Any], Any]] = []
         """``((table, value, key), row before)`` per write of the transaction."""
         self._emits: list[tuple[str, Row | str]] = []
@@ -213,7 +215,8 @@ class ExecutorTx:
             self._check_value(table, value)
         history = self._history
         if history is not None:
-            if type(key) is int and self._remote is None:  # (compact: see recorded.py)
+            remote = self._remote
+            if type(key) is int and (remote is None or value not in remote):  # (recorded.py)
                 history.append(key * self._stride + self._codes[table])
             else:
                 self._log(value, f"r{self._txn()}({item_name(table, key)})")
@@ -338,7 +341,8 @@ class ExecutorTx:
             track(tracked, table, old, new)
         history = self._history
         if history is not None:
-            if type(key) is int and self._remote is None:  # (compact: see recorded.py)
+            remote = self._remote
+            if type(key) is int and (remote is None or value not in remote):  # (recorded.py)
                 history.append(key * self._stride + self._codes[table] + 1)
             else:
                 self._log(value, f"w{self._txn()}({item_name(table, key)})")
@@ -732,9 +736,7 @@ class GroupRunner:
             emits.clear()
         if tx._global:
             tx._global, tx._aggregates = (), None
-        allowed = tx._allowed
-        allowed.clear()
-        allowed.update(event.values)
+        tx._allowed = event.values
         row = event.row
         try:
             self.handlers[event.input](tx, row)
@@ -757,7 +759,7 @@ class GroupRunner:
             self.changed = tx._undo
         if history is not None:  # its commit mark (see recorded.py)
             if group is None and type(order[0]) is float:
-                history.append(None)  # (its id is the event's: b<batch>_<mid>)
+                history.append(tx._stride - 1)  # (its id is the event's: b<batch>_<mid>)
                 outcome.orders.append(order)
             else:
                 history.append(_commit_mark(order, tx._txn()))
@@ -807,10 +809,7 @@ class GroupRunner:
         tx._history = history
         tx._undo.clear()
         tx._emits.clear()
-        allowed = tx._allowed
-        allowed.clear()
-        for event in events:
-            allowed.update(event.values)
+        tx._allowed = {v for event in events for v in event.values}
         # (a fresh Tx's defaults: see forward.py for remote and global reads)
         remote = self.remote
         tx._remote = remote
@@ -1087,6 +1086,8 @@ class PartitionExecutor:
         group at a time, so the two decide alike.
         """
         pid, run_event, counted = self.pid, self.runner.run_event, 0
+        # Without transactions to abort, run_event only calls this (a call per event less).
+        execute_one = None if abort else self.runner._execute_one
         for e in events:
             pids = e.pids
             if (
@@ -1097,7 +1098,10 @@ class PartitionExecutor:
                 and (not self.blocked or self.blocked.isdisjoint(e.values))
             ):
                 counted += 1  # (Event.counted: a copy with values)
-                run_event(e, batch, abort)
+                if execute_one is not None:
+                    execute_one(e, None, None, batch)
+                else:
+                    run_event(e, batch, abort)
             else:
                 counted += e.counted
                 self._general(Group(event_gid(batch, e), [e]), abort)

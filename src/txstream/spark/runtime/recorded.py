@@ -5,22 +5,24 @@ one as text (``r<txn>(<table>:<key>)``) on the hot path cost about a sixth
 of the phase-1 CPU per event, so the executor appends plain objects instead,
 to one list per task, in the order the operations happened:
 
-- an operation on a row whose key is an ``int``, by a transaction that
-  commits with a mark (below): one int, ``key * stride + code``, where
-  ``stride`` is twice the job's number of tables and ``code`` is ``2 * i``
-  for a read of the job's ``i``-th table, ``2 * i + 1`` for a write;
+- an operation on a row whose key is an ``int``: one int,
+  ``key * stride + code``, where ``stride`` is ``2 * T + 1`` for a job of
+  ``T`` tables and ``code`` is ``2 * i`` for a read of its ``i``-th table,
+  ``2 * i + 1`` for a write;
 - any other operation: its text, with the transaction's id (as before);
-- a committed transaction: its *commit mark*, after its compact operations:
-  ``None`` for one event's transaction (the ``event`` boundary's id,
-  ``b<batch>_<mid>``, at an order whose value is a float), whose order
-  ``(order value, input, mid)`` goes to a second list, one per mark;
-  ``[order value, input, mid, id]`` for any other.  An aborted
-  transaction's operations are cut back, and it is recorded as a
+- a committed transaction: its *commit mark*, after its operations: the int
+  ``2 * T`` (code ``2 * T``, key 0) for one event's transaction (the
+  ``event`` boundary's id, ``b<batch>_<mid>``, at an order whose value is a
+  float), whose order ``(order value, input, mid)`` goes to a second list,
+  one per mark; ``[order value, input, mid, id]`` for any other.  An
+  aborted transaction's operations are cut back, and it is recorded as a
   ``T <id> a ...`` line, as before.
 
-The task writes both lists as one line ``@`` + JSON (written by the C
-encoder: no Python step per entry; the marks' orders column by column, the
-order values as the bytes of float64s) after its ``T`` lines; :func:`expand`
+The task writes both lists as one line ``@`` + JSON after its ``T`` lines,
+with no Python step per entry: the entries as the bytes of int32s (or int64s)
+when they are all such ints (the common case), else as a JSON list (by the C
+encoder);
+the marks' orders column by column, the order values as float64s.  :func:`expand`
 turns it back into the text operations and commits that earlier versions
 wrote, which is what :func:`~txstream.spark.runtime.results.history_text`
 reads.  Files of earlier versions have no ``@`` line and read as before.
@@ -33,6 +35,7 @@ import binascii
 import json
 import sys
 from array import array
+from operator import itemgetter
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec
@@ -43,9 +46,12 @@ MARK = "@"
 
 
 def history_codes(job: JobSpec) -> tuple[dict[str, int], int]:
-    """Per table of ``job``, the code of a read of one of its rows (a write: the code + 1),
-    and the stride that an operation's int multiplies its key by (see the module)."""
-    return {table: 2 * i for i, table in enumerate(job.tables)}, 2 * max(1, len(job.tables))
+    """Per table of ``job``, the code of a read of one of its rows (a write: the code + 1).
+
+    And the stride that an operation's int multiplies its key by (see the module);
+    the plain commit mark is ``stride - 1``.
+    """
+    return {table: 2 * i for i, table in enumerate(job.tables)}, 2 * len(job.tables) + 1
 
 
 def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
@@ -55,18 +61,48 @@ def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
 
 def history_line(job: JobSpec, entries: list[Any], orders: list[tuple[float, int, int]]) -> str:
     """A task's recorded entries and its plain marks' orders (see the module) as its line."""
-    values, inputs, mids = zip(*orders) if orders else ((), (), ())  # (in C: no step per order)
-    at = array("d", values)
+    head = json.dumps(list(job.tables), separators=(",", ":"))
+    ops = _packed(entries)
+    if ops is None:
+        ops = '"ops":' + json.dumps(entries, separators=(",", ":"))
+    compact = (",", ":")
+    at = _base64(array("d", map(itemgetter(0), orders)))  # (in C: no step per order)
+    inputs = json.dumps(list(map(itemgetter(1), orders)), separators=compact)
+    mids = json.dumps(list(map(itemgetter(2), orders)), separators=compact)
+    # (base64 needs no escaping: the big strings are not passed through the encoder)
+    return f'{MARK}{{"tables":{head},{ops},"at":"{at}","input":{inputs},"mid":{mids}}}'
+
+
+def _packed(entries: list[int]) -> str | None:
+    """The ``"ops32"``/``"ops64"`` member of all-int ``entries``; None: not all such ints."""
+    for code, name in (("i", "ops32"), ("q", "ops64")):
+        try:
+            packed = array(code, entries)
+        except OverflowError:  # (a key past 32 bits, then past 64)
+            continue
+        except TypeError:  # (an operation's text, a mark with its id)
+            return None
+        if packed.itemsize * 8 == int(name[3:]):
+            return f'"{name}":"{_base64(packed)}"'
+    return None
+
+
+def _base64(numbers: array[Any]) -> str:
+    """An array's items as little-endian bytes in base64."""
     if sys.byteorder != "little":
-        at.byteswap()
-    body = {
-        "tables": list(job.tables),
-        "ops": entries,
-        "at": base64.b64encode(at.tobytes()).decode(),
-        "input": inputs,
-        "mid": mids,
-    }
-    return MARK + json.dumps(body, separators=(",", ":"))
+        numbers.byteswap()
+    return base64.b64encode(numbers.tobytes()).decode()
+
+
+def _unpack(text: Any, code: str) -> list[Any]:
+    """The items of an array that :func:`_base64` wrote."""
+    if type(text) is not str:
+        raise ValueError("no base64 text")
+    numbers = array(code)
+    numbers.frombytes(base64.b64decode(text, validate=True))
+    if sys.byteorder != "little":
+        numbers.byteswap()
+    return numbers.tolist()
 
 
 def expand(line: str, batch: int, where: str) -> tuple[list[str], list[tuple[str, list[Any]]]]:
@@ -79,32 +115,39 @@ def expand(line: str, batch: int, where: str) -> tuple[list[str], list[tuple[str
     """
     try:
         body = json.loads(line[len(MARK) :])
-        tables, entries = body["tables"], body["ops"]
+        tables = body["tables"]
         if type(tables) is not list or not tables or not all(type(t) is str for t in tables):
             raise ValueError("no list of tables")
-        at = array("d")
-        at.frombytes(base64.b64decode(body["at"], validate=True))
-        if sys.byteorder != "little":
-            at.byteswap()
+        if "ops32" in body or "ops64" in body:
+            wide = "ops64" in body
+            entries: list[Any] = _unpack(body["ops64" if wide else "ops32"], "q" if wide else "i")
+        else:
+            entries = body["ops"]
+            if type(entries) is not list:
+                raise ValueError("no list of operations")
+        at = _unpack(body["at"], "d")
         inputs, mids = body["input"], body["mid"]
         if not len(at) == len(inputs) == len(mids):
             raise ValueError("orders of unequal lengths")
-        stride = 2 * len(tables)
+        stride = 2 * len(tables) + 1
+        plain_mark = stride - 1
         operations: list[str] = []
         commits: list[tuple[str, list[Any]]] = []
         pending: list[tuple[int, int, int]] = []  # (place in operations, code, key)
         plain = 0
         for entry in entries:
             kind = type(entry)
-            if kind is int:
+            if kind is int and entry != plain_mark:
                 key, code = divmod(entry, stride)
+                if code == plain_mark:
+                    raise ValueError(f"entry {entry}")
                 pending.append((len(operations), code, key))
                 operations.append("")
                 continue
             if kind is str:
                 operations.append(entry)
                 continue
-            if entry is None:
+            if kind is int:
                 order = [at[plain], int(inputs[plain]), int(mids[plain])]
                 plain += 1
                 gid = f"b{batch}_{order[2]}"
