@@ -233,9 +233,9 @@ def _damage_compact_line(store: Path, change: Any) -> Path:
 @pytest.mark.parametrize(
     "change",
     [
-        # (two tables: stride 5, the plain commit mark 4)
-        lambda body: body["ops"].append(5 * 5 + 1),  # a write of row 5 without its commit
-        lambda body: body["ops"].append(4),  # a commit without its order
+        # (two tables: stride 9, the plain commit mark 8)
+        lambda body: body["ops"].append(5 * 9 + 1),  # a write of row 5 without its commit
+        lambda body: body["ops"].append(8),  # a commit without its order
         lambda body: body.update(tables=7),
         lambda body: body["ops"].append({"x": 1}),
     ],

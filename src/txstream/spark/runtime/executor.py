@@ -488,7 +488,19 @@ class ExecutorTx:
             tracked = self._tracked
             if tracked and table in tracked:
                 track(tracked, table, None if old is ABSENT else old, row)
-        if self._history is not None:
+        history = self._history
+        if history is not None:
+            remote = self._remote
+            if (
+                type(key) is int
+                and (remote is None or value not in remote)
+                and (not structural or (type(value) is int and ":" not in table))
+            ):  # (compact: see recorded.py; a set item's name is "table:v<value>")
+                stride, code = self._stride, self._codes[table]
+                history.append(key * stride + code + 1)
+                if structural:
+                    history.append(value * stride + code + 3)
+                return
             gid = self._txn()
             self._log(value, f"w{gid}({item_name(table, key)})")
             if structural:

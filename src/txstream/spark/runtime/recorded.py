@@ -6,12 +6,14 @@ of the phase-1 CPU per event, so the executor appends plain objects instead,
 to one list per task, in the order the operations happened:
 
 - an operation on a row whose key is an ``int``: one int,
-  ``key * stride + code``, where ``stride`` is ``2 * T + 1`` for a job of
-  ``T`` tables and ``code`` is ``2 * i`` for a read of its ``i``-th table,
-  ``2 * i + 1`` for a write;
+  ``key * stride + code``, where ``stride`` is ``4 * T + 1`` for a job of
+  ``T`` tables and ``code`` is ``4 * i`` for a read of its ``i``-th table,
+  ``4 * i + 1`` for a write; a write of the set of rows of an ``int``
+  partition value (an insert or a delete: ``table:v<value>``), the same
+  with ``4 * i + 3`` and the value;
 - any other operation: its text, with the transaction's id (as before);
 - a committed transaction: its *commit mark*, after its operations: the int
-  ``2 * T`` (code ``2 * T``, key 0) for one event's transaction (the
+  ``4 * T`` (code ``4 * T``, key 0) for one event's transaction (the
   ``event`` boundary's id, ``b<batch>_<mid>``, at an order whose value is a
   float), whose order ``(order value, input, mid)`` goes to a second list,
   one per mark; ``[order value, input, mid, id]`` for any other.  An
@@ -46,12 +48,12 @@ MARK = "@"
 
 
 def history_codes(job: JobSpec) -> tuple[dict[str, int], int]:
-    """Per table of ``job``, the code of a read of one of its rows (a write: the code + 1).
+    """Per table of ``job``, the code of a read of one of its rows (see the module).
 
     And the stride that an operation's int multiplies its key by (see the module);
     the plain commit mark is ``stride - 1``.
     """
-    return {table: 2 * i for i, table in enumerate(job.tables)}, 2 * len(job.tables) + 1
+    return {table: 4 * i for i, table in enumerate(job.tables)}, 4 * len(job.tables) + 1
 
 
 def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
@@ -129,7 +131,7 @@ def expand(line: str, batch: int, where: str) -> tuple[list[str], list[tuple[str
         inputs, mids = body["input"], body["mid"]
         if not len(at) == len(inputs) == len(mids):
             raise ValueError("orders of unequal lengths")
-        stride = 2 * len(tables) + 1
+        stride = 4 * len(tables) + 1
         plain_mark = stride - 1
         operations: list[str] = []
         commits: list[tuple[str, list[Any]]] = []
@@ -156,7 +158,9 @@ def expand(line: str, batch: int, where: str) -> tuple[list[str], list[tuple[str
             else:
                 raise ValueError(f"entry {entry!r:.40}")
             for place, code, key in pending:
-                operations[place] = f"{'rw'[code & 1]}{gid}({tables[code >> 1]}:{key})"
+                what = code & 3
+                item = f"{tables[code >> 2]}:{'v' if what > 1 else ''}{key}"
+                operations[place] = f"{'rwrw'[what]}{gid}({item})"
             pending.clear()
             commits.append((gid, order))
         if pending:
