@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -570,7 +570,7 @@ class Outcome:
     """Milliseconds a task waited for another task's message with nothing to run (forward.py)."""
     sent: list[float] = field(default_factory=list)
     """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
-    inputs: dict[int, int] = field(default_factory=dict)
+    inputs: dict[int, int] = field(default_factory=lambda: defaultdict(int))
     """Committed transactions per input index (a transaction counts for each of its
     events' inputs): the driver's all-fail rule (see :mod:`.failures`)."""
 
@@ -763,8 +763,8 @@ class GroupRunner:
             return
         order = event.order
         outcome.committed += 1  # (Outcome.committed_txn of one event)
-        counts, index = outcome.inputs, order[1]
-        counts[index] = counts.get(index, 0) + 1
+        index = order[1]
+        outcome.inputs[index] += 1  # (a defaultdict: no get call)
         if remote is not None:  # (see _execute)
             if history is not None:
                 self.remote_ops = tx._remote_ops
