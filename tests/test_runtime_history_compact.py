@@ -25,10 +25,14 @@ import pytest
 import txstream as tx
 from txstream.model import check
 from txstream.spark.runtime.errors import StoreError
+from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.results import history_text
 
 DATA = Path(__file__).parent / "data" / "history"
-CASES = ("forward", "defer", "timestamp", "wide")
+CASES = ("forward", "defer", "timestamp", "wide", "cross")
+INTS = ("wide", "cross")
+"""The cases with int keys only: ``wide`` on one partition, ``cross`` on three (its
+transfers forwarded between them, recorded as numbers on both sides)."""
 WIDE = [0, 1, 2, 3, 4, 5, 2**33 + 1, 2**33 + 2, 2**62 + 7]
 """The ``wide`` case's account keys: batch 0 uses the first six (operations packed as
 int32s), batch 1 up to 2**33 (int64s), batch 2 all (an operation past 64 bits: a list)."""
@@ -39,7 +43,7 @@ def deposit(t: Any, e: dict[str, Any]) -> None:
         t.insert("accounts", {"acct": e["acct"], "balance": 0})
     t.increment("accounts", e["acct"], "balance", e["amount"])
     # A row keyed by a string (text operations, with the item's escaped name).
-    if "owner" not in e:  # (the wide case: int keys only)
+    if "owner" not in e:  # (the cases with int keys only)
         return
     row = t.read("owners", e["owner"])
     t.upsert("owners", {"name": e["owner"], "n": (row["n"] if row else 0) + 1})
@@ -78,11 +82,11 @@ def job(case: str) -> tx.Job:
             "accounts",
             key="acct",
             schema="acct long, balance long",
-            # (the wide case: no insert, whose set item is text, in the packed batches)
-            initial=[{"acct": a, "balance": 50} for a in WIDE] if case == "wide" else None,
+            # (int keys only: rows from the start, fewer inserts)
+            initial=[{"acct": a, "balance": 50} for a in WIDE] if case in INTS else None,
         )
         .table("owners", key="name", schema="name string, n long")
-        .input("deposits", None, keys="acct" if case == "wide" else ["acct", "owner"], **keys)
+        .input("deposits", None, keys="acct" if case in INTS else ["acct", "owner"], **keys)
         .input("transfers", None, keys=["src", "dst"], **keys)
         .input("sweeps", None, **keys)
         .output("done")
@@ -118,11 +122,11 @@ def batches(case: str) -> list[list[tuple[str, dict[str, Any]]]]:
             k += 1
             if i % 4 == 0:
                 batch.append(("deposits", {"acct": acct(k * 5 % 9, b), "amount": 60 + k}))
-                if case != "wide":
+                if case not in INTS:
                     batch[-1][1]["owner"] = owners[k % 4]
-            elif i % 7 == 3 and case != "wide":
+            elif i % 7 == 3 and case not in INTS:
                 batch.append(("sweeps", {}))
-            elif i == 9 and case not in ("timestamp", "wide"):
+            elif i == 9 and case not in ("timestamp", *INTS):
                 batch.append(("audits", {}))
             else:
                 amount = 13 if k % 11 == 0 else 7 if k % 13 == 0 else 5 + k % 40
@@ -182,12 +186,21 @@ def test_the_compact_history_reads_as_the_text_history_did(tmp_path: Path, case:
     # forwarded or deferred transactions, aborts, global reads)
     files = list((tmp_path / "store" / "history").glob("*/*.txt"))
     assert any(line.startswith("@") for f in files for line in f.read_text().splitlines())
-    assert "\na" in text and ("owners:s" in text) == (case != "wide")
+    assert "\na" in text and ("owners:s" in text) == (case not in INTS)
     assert check(tx.read_history(tmp_path / "store"), "csao").holds
-    if case == "wide":  # (each form of the operations' list: packed as int32s, int64s, a list)
-        lines = [json.loads(line[1:]) for f in files for line in f.read_text().splitlines()
-                 if line.startswith("@")]  # fmt: skip
-        assert {"ops32", "ops64", "ops"} <= {k for body in lines for k in body}
+    bodies = [json.loads(line[1:]) for f in files for line in f.read_text().splitlines()
+              if line.startswith("@")]  # fmt: skip
+    forms = {k for body in bodies for k in body if k.startswith("ops")}
+    if case == "cross":  # (transfers forwarded between partitions, every line packed)
+        assert forms == {"ops32"}
+        assert any(
+            partition_of(e["src"], 3) != partition_of(e["dst"], 3)
+            for batch in batches(case)
+            for name, e in batch
+            if name == "transfers"
+        )
+    elif case == "wide":  # (each form of the operations' list: packed as int32s, int64s, a list)
+        assert forms == {"ops32", "ops64", "ops"}
     elif case != "timestamp":
         assert "rb0_9(accounts:" in text and ":*)" not in text  # an audit, expanded
 

@@ -195,7 +195,7 @@ class ExecutorTx:
         """Values whose rows were forwarded here from their own partitions (see
         :mod:`.forward`): their operations are recorded there, so they go to
         ``_remote_ops`` as (value, operation)."""
-        self._remote_ops: list[tuple[Any, str]] = []
+        self._remote_ops: list[tuple[Any, str | int]] = []
         self._global: tuple[tuple[str, str | None], ...] = ()
         """What this transaction may read across all partitions (its input's global_reads)."""
         self._aggregates: dict[tuple[str, str | None], list[Any]] | None = None
@@ -215,11 +215,12 @@ class ExecutorTx:
             self._check_value(table, value)
         history = self._history
         if history is not None:
-            remote = self._remote
-            if type(key) is int and (remote is None or value not in remote):  # (recorded.py)
+            if type(key) is not int:
+                self._log(value, f"r{self._txn()}({item_name(table, key)})")
+            elif self._remote is None:  # (compact: see recorded.py)
                 history.append(key * self._stride + self._codes[table])
             else:
-                self._log(value, f"r{self._txn()}({item_name(table, key)})")
+                self._log(value, key * self._stride + self._codes[table])
         rows = self._data.get(table)
         if rows is None:
             return default
@@ -341,11 +342,12 @@ class ExecutorTx:
             track(tracked, table, old, new)
         history = self._history
         if history is not None:
-            remote = self._remote
-            if type(key) is int and (remote is None or value not in remote):  # (recorded.py)
+            if type(key) is not int:
+                self._log(value, f"w{self._txn()}({item_name(table, key)})")
+            elif self._remote is None:  # (compact: see recorded.py)
                 history.append(key * self._stride + self._codes[table] + 1)
             else:
-                self._log(value, f"w{self._txn()}({item_name(table, key)})")
+                self._log(value, key * self._stride + self._codes[table] + 1)
         return total
 
     def delete(self, table: str, key: Key) -> None:
@@ -451,8 +453,12 @@ class ExecutorTx:
             gid = self._gid = f"b{self._batch}_{self._event.order[2]}"  # (event_gid, inlined)
         return gid
 
-    def _log(self, value: Any, op: str) -> None:
-        """Record one operation (history on): here, or for the value's own partition."""
+    def _log(self, value: Any, op: str | int) -> None:
+        """Record one operation (history on): here, or for the value's own partition.
+
+        ``op``: its text, or its int (see :mod:`.recorded`), which the value's own
+        partition follows with the transaction's commit mark (see ``record_remote``).
+        """
         remote = self._remote
         if remote is not None and value in remote:
             self._remote_ops.append((value, op))
@@ -490,16 +496,13 @@ class ExecutorTx:
                 track(tracked, table, None if old is ABSENT else old, row)
         history = self._history
         if history is not None:
-            remote = self._remote
-            if (
-                type(key) is int
-                and (remote is None or value not in remote)
-                and (not structural or (type(value) is int and ":" not in table))
+            if type(key) is int and (
+                not structural or (type(value) is int and ":" not in table)
             ):  # (compact: see recorded.py; a set item's name is "table:v<value>")
                 stride, code = self._stride, self._codes[table]
-                history.append(key * stride + code + 1)
+                self._log(value, key * stride + code + 1)
                 if structural:
-                    history.append(value * stride + code + 3)
+                    self._log(value, value * stride + code + 3)
                 return
             gid = self._txn()
             self._log(value, f"w{gid}({item_name(table, key)})")
@@ -670,7 +673,7 @@ class GroupRunner:
         """Values whose rows were forwarded for the next :meth:`run` (see :mod:`.forward`)."""
         self.aggregates: dict[tuple[str, str | None], list[Any]] | None = None
         """The gathered totals for the next :meth:`run` of a global read (see :class:`Tx`)."""
-        self.remote_ops: list[tuple[Any, str]] = []
+        self.remote_ops: list[tuple[Any, str | int]] = []
         """After a committed :meth:`run` with ``remote``: the operations on those values."""
         self.changed: list[tuple[tuple[str, Any, Any], Any]] = []
         """After a committed :meth:`run` with ``remote``: its undo log, ((table, value, key),
@@ -684,6 +687,22 @@ class GroupRunner:
         """The one Tx of every transaction this runner runs, reset for each (one
         object less per event; transactions run one after the other)."""
         self.tx._partitions = partitions
+
+    def record_remote(self, ops: list[Any], order: tuple[float, int, int], gid: str) -> None:
+        """Record what a transaction did here through its home (see :mod:`.forward`).
+
+        ``ops``: its operations on this partition's rows forwarded to its home,
+        where it committed; ``gid``: its id, its event's (``b<batch>_<mid>``, this
+        batch's).  Then its commit mark, which names it for the compact ones (see
+        :mod:`.recorded`); the fate it repeats is its home's.
+        """
+        history = self.outcome.history
+        history.extend(ops)
+        if type(order[0]) is float:  # (the mark of one event's transaction: _execute_one's)
+            history.append(self.tx._stride - 1)
+            self.outcome.orders.append(order)
+        else:
+            history.append(_commit_mark(order, gid))
 
     def run(self, group: Group, abort: Mapping[str, Mapping[str, Any]]) -> None:
         """Execute ``group`` as one transaction (or record it aborted).

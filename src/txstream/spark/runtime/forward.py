@@ -439,7 +439,7 @@ class _Partition:
         # state, and the undo log, which makes this partition's delta.
         if len(parts) == 1:  # (the common case: one other participant, all rows its)
             changes: list[Any] = []
-            ops: list[str] = []
+            ops: list[Any] = []
             if committed:
                 undo = state.undo
                 for undo_key, _old in runner.changed:
@@ -453,7 +453,7 @@ class _Partition:
             send(parts[0], mid, BACK, (changes, ops, committed))
             self._finish(item)
             return
-        backs: dict[int, tuple[list[Any], list[str], bool]] = {
+        backs: dict[int, tuple[list[Any], list[Any], bool]] = {
             p: ([], [], committed) for p in parts
         }
         if committed:
@@ -501,7 +501,7 @@ class _Partition:
         # (its parts finished when they sent their totals: nothing goes back)
         self._finish(item)
 
-    def _take_back(self, item: _Item, back: tuple[list[Any], list[str], bool]) -> None:
+    def _take_back(self, item: _Item, back: tuple[list[Any], list[Any], bool]) -> None:
         """At a participant: the home's answer; the rows it changed replace these."""
         changes, ops, committed = back
         if changes:
@@ -518,8 +518,8 @@ class _Partition:
                 if undo_key not in undo:
                     undo[undo_key] = rows.get(key, ABSENT)
                 rows[key] = row
-        if ops and committed:
-            self.outcome.history.extend(ops)
+        if ops and committed:  # (then its commit mark: see GroupRunner.record_remote)
+            self.runner.record_remote(ops, item.event.order, event_gid(self.batch, item.event))
         self._finish(item)
 
     def _record_global_read(self, event: Event, gid: str) -> None:
