@@ -458,28 +458,18 @@ def _spark_once(
             target.setup()
             target.bulk_load(init)
             run_file.write_text(json.dumps(settings))
+        method = {
+            "sessions": args.sessions,
+            "grouping": args.grouping,
+            "preaggregate": args.preaggregate,
+            "seed": args.seed,
+            "starvation_ts": args.starvation_ts,
+        }
         sink: LoadingSink | ExecutorLoadingSink
         if on == "executors":
-            sink = ExecutorLoadingSink(
-                target,
-                args.method,
-                sessions=args.sessions,
-                grouping=args.grouping,
-                preaggregate=args.preaggregate,
-                seed=args.seed,
-                starvation_ts=args.starvation_ts,
-            )
+            sink = ExecutorLoadingSink(target, args.method, **method)
         else:
-            loader = Loader(
-                target,
-                args.method,
-                sessions=args.sessions,
-                grouping=args.grouping,
-                preaggregate=args.preaggregate,
-                seed=args.seed,
-                starvation_ts=args.starvation_ts,
-            )
-            sink = LoadingSink(loader)
+            sink = LoadingSink(Loader(target, args.method, **method))
         cpu = ProcessCPU(spark, server_pid)
         first, start = cpu.sample(), time.perf_counter()
         query = load_directory(
