@@ -652,6 +652,12 @@ OUTPUT_OPTIONS: dict[str, tuple[list[str], str, str, str]] = {
         "EXPERIMENT.run",
         "folder",
     ),
+    "loading run --out": (
+        ["loading", "run", "--spark", "--on", "driver", "--operations", "10", "--out"],
+        "txstream.loading.workloads",
+        "demand_stream",
+        "folder",
+    ),
 }
 INPUT_OPTIONS = {
     ("loading run", "--input"),

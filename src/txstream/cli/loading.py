@@ -35,6 +35,7 @@ from txstream.cli.types import (
     seed,
 )
 from txstream.errors import TxStreamError, UnknownNameError
+from txstream.storage.files import check_folder
 
 MAX_SESSIONS = 256
 """More sessions than this is a typo, not an experiment (each is a thread and a connection)."""
@@ -268,6 +269,8 @@ def _check_spark_args(args: argparse.Namespace) -> None:
         )
     if args.on == "both" and args.out is not None:
         raise TxStreamError("--on both makes a fresh run per round: leave out --out")
+    if args.out is not None:
+        check_folder(args.out, "run folder ")  # (before the input is made and Spark starts)
     if (
         args.out is not None
         and args.target == "postgres"
