@@ -77,6 +77,9 @@ def test_a_failing_job_prints_its_one_line_error_without_spark_stack_traces(
         "",
         proc.stderr,
     )
+    # ... or, when the driver's process ends while that worker writes, only the
+    # traceback's first line, last in the output (seen once in CI: nothing after it)
+    stderr = re.sub(r"Traceback \(most recent call last\):\n?\Z", "", stderr)
     lines = stderr.splitlines()
     failed = [line for line in lines if line.startswith("failed: ")]
     assert len(failed) == 2, proc.stderr[-3000:]
