@@ -84,8 +84,9 @@ ADMIT_CHUNK_WAITING = 32
 """The same while some of its transactions wait for a message.  A crossing
 transaction's round trip takes about two rounds (its rows out, the answer back),
 and a hot value's crossing transactions follow each other one round trip apart:
-with rounds of 128, Zipf-skewed transfers ran at 0.55-0.74x the throughput of
-rounds of 32 on ``local[2]`` (docs/benchmarks.md)."""
+with rounds of 128, Zipf-skewed transfers on ``local[2]`` ran at a median of
+20,295 txn/s against 28,492 with rounds of 32 (four alternated runs each;
+docs/benchmarks.md)."""
 
 Message = tuple[int, int, list[tuple[int, str, Any]]]
 """(destination partition, source partition, messages): what one partition sent
