@@ -812,19 +812,25 @@ def test_a_restart_on_spark_keeps_inputs_and_key_types_and_reads_new_outputs(
     assert [r["id"] for r in tx.read_output(tmp_path / "ckpt", "audit")] == later
 
 
+@pytest.mark.parametrize("background", [False, True], ids=["in-batch", "background"])
 def test_a_failing_sink_fails_the_query_after_the_commit_and_gets_the_batch_on_restart(
-    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    spark: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture, background: bool
 ) -> None:
+    # A user's callable runs in the batch's thread; a built-in sink (background)
+    # on the query's delivery thread: the failure speaks the same either way.
     stream = list(events(90, 6, 20, seed=9))
     write_ledger_input(tmp_path / "in", stream, files=2)
     delivered: list[tuple[int, list[int]]] = []
     down = [True]  # the database is down for the first call of batch 1
 
-    def sink(batch: int, rows: list[dict[str, Any]]) -> None:
-        if batch == 1 and down and down.pop():
-            raise ConnectionError("db down")
-        delivered.append((batch, [r["id"] for r in rows]))
+    class Sink:
+        def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+            if batch == 1 and down and down.pop():
+                raise ConnectionError("db down")
+            delivered.append((batch, [r["id"] for r in rows]))
 
+    sink = Sink()
+    sink.background = background  # type: ignore[attr-defined]
     job = ledger_job(*ledger_streams(spark, tmp_path / "in")).sink("transfers_done", sink)
     query = job.trigger(availableNow=True).start(tmp_path / "ckpt", spark=spark)
     try:

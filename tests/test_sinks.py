@@ -258,3 +258,113 @@ def test_the_built_in_sinks_travel_to_a_connect_server(tmp_path: Path) -> None:
         '{"k":1}',
         '{"k":2}',
     ]
+
+
+# -- delivery off the batch's thread (a running query's built-in sinks) ---------------
+class _Recorder:
+    """A sink that may run in the background: records (batch, thread, rows) of each call."""
+
+    background = True
+
+    def __init__(self, fail_at: int | None = None, gate: Any = None) -> None:
+        self.calls: list[tuple[int, str, int]] = []
+        self.fail_at, self.gate = fail_at, gate
+
+    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+        import threading
+
+        if self.gate is not None:
+            self.gate.wait()
+        if batch == self.fail_at:
+            raise ConnectionError("the table's server went away\nsecond line")
+        self.calls.append((batch, threading.current_thread().name, len(rows)))
+
+
+def _committed_store(tmp_path: Path, batches: int) -> RuntimeStore:
+    more = [
+        [("people", {"name": f"p{b}-{i}", "n": i}) for i in range(b + 1)] for b in range(batches)
+    ]
+    _job(lambda batch, rows: None).run_local(more, tmp_path / "ckpt")
+    shutil.rmtree(tmp_path / "ckpt" / "sinks")  # (committed, none delivered yet)
+    return RuntimeStore(tmp_path / "ckpt")
+
+
+def test_only_sinks_that_say_so_run_in_the_background() -> None:
+    from txstream.spark.runtime.sinks import in_background
+
+    assert in_background({"o": [tx.FolderSink("f"), tx.DeltaSink("d"), _Recorder()]})
+    assert not in_background({"o": [tx.FolderSink("f")], "p": [lambda b, rows: None]})
+    assert not in_background({})
+
+
+def test_background_delivery_delivers_every_batch_in_order_off_the_callers_thread(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from txstream.spark.runtime.sinks import BackgroundDelivery
+
+    store = _committed_store(tmp_path, 5)
+    sink = _Recorder()
+    delivery = BackgroundDelivery(store, {"greetings": [sink]}, "greet")
+    for batch in store.committed():
+        delivery.submit(batch)
+    delivery.flush()
+    assert [(b, n) for b, _, n in sink.calls] == [(b, b + 1) for b in range(5)]
+    assert {name for _, name, _ in sink.calls} == {"txstream sinks greet"}
+    assert threading.current_thread().name != "txstream sinks greet"
+    assert deliver(store, {"greetings": [sink]}) == 0  # every .done record written
+    delivery.close()
+    delivery.close()
+
+
+def test_a_slow_sink_holds_the_query_back_after_depth_batches(tmp_path: Path) -> None:
+    import threading
+
+    from txstream.spark.runtime.sinks import BackgroundDelivery
+
+    store = _committed_store(tmp_path, 5)
+    gate = threading.Event()
+    delivery = BackgroundDelivery(store, {"greetings": [_Recorder(gate=gate)]}, "slow")
+    delivery.submit(0)  # taken by the thread, which waits at the gate
+    for batch in range(1, 1 + BackgroundDelivery.DEPTH):
+        delivery.submit(batch)  # queued
+    blocked = threading.Thread(target=delivery.submit, args=(1 + BackgroundDelivery.DEPTH,))
+    blocked.start()
+    blocked.join(0.3)
+    still_waiting = blocked.is_alive()
+    gate.set()
+    blocked.join()
+    delivery.flush()
+    delivery.close()
+    assert still_waiting  # (were the queue unbounded, it would have returned at once)
+
+
+def test_a_failing_background_sink_stops_later_deliveries_and_speaks_once(
+    tmp_path: Path,
+) -> None:
+    import threading
+
+    from txstream.spark.runtime.sinks import BackgroundDelivery
+
+    store = _committed_store(tmp_path, 4)
+    gate = threading.Event()
+    sink = _Recorder(fail_at=1, gate=gate)
+    delivery = BackgroundDelivery(store, {"greetings": [sink]}, "fails")
+    for batch in (0, 1, 2):  # 0 at the gate, 1 and 2 queued behind it
+        delivery.submit(batch)
+    gate.set()
+    with pytest.raises(TxStreamError) as err:
+        delivery.flush()
+    message = str(err.value)
+    assert "\n" not in message and "'greetings' failed on batch 1" in message
+    assert "ConnectionError: the table's server went away" in message
+    with pytest.raises(TxStreamError, match="failed on batch 1"):
+        delivery.submit(3)  # the next micro-batch fails with it
+    delivery.flush()  # (reported once)
+    delivery.close()
+    assert [b for b, _, _ in sink.calls] == [0]
+    # A restart delivers what was not: batch 1 on, in order.
+    sink.fail_at = None
+    assert deliver(store, {"greetings": [sink]}) == 3
+    assert [b for b, _, _ in sink.calls] == [0, 1, 2, 3]

@@ -95,3 +95,52 @@ def test_output_stream_needs_a_schema_and_a_folder_sink(tmp_path: Path) -> None:
     afile.write_text("x")
     with pytest.raises(tx.RuntimeJobError, match="is a file"):
         tx.FolderSink(afile)
+
+
+class _WaitsForTheNextBatch:
+    """A background sink whose batch 0 waits (up to a minute) for batch 1 to commit.
+
+    Run in the batch's thread, as a user's callable is, it would wait in vain:
+    batch 1 cannot start before batch 0's sinks return.
+    """
+
+    background = True
+
+    def __init__(self, store: Path) -> None:
+        self.store = store
+        self.calls: list[tuple[int, int]] = []
+        self.saw_next: bool | None = None
+
+    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+        import time
+
+        if batch == 0:
+            deadline = time.time() + 60
+            while not RuntimeStore(self.store).is_committed(1) and time.time() < deadline:
+                time.sleep(0.05)
+            self.saw_next = RuntimeStore(self.store).is_committed(1)
+        self.calls.append((batch, len(rows)))
+
+
+def test_the_next_batch_runs_while_the_built_in_sinks_deliver_the_last(
+    spark: Any, tmp_path: Path
+) -> None:
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    for n in range(3):
+        rows = [{"k": n * 10 + i, "v": i} for i in range(n + 1)]
+        (inputs / f"{n}.json").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ckpt = tmp_path / "ckpt"
+    slow = _WaitsForTheNextBatch(ckpt / "txstream")
+    job = _job(spark, inputs, tmp_path / "published").sink("seen", slow)
+    query = job.trigger(availableNow=True).start(ckpt, spark=spark)
+    try:
+        query.awaitTermination()  # (returns once the sinks have every batch)
+        assert [b for b, _ in slow.calls] == [0, 1, 2]  # (a file each, in batch order)
+        assert sorted(n for _, n in slow.calls) == [1, 2, 3]
+        assert slow.saw_next is True
+    finally:
+        query.stop()
+    assert sorted(p.name for p in (tmp_path / "published").iterdir()) == [
+        f"batch-{n:012d}.jsonl" for n in range(3)
+    ]

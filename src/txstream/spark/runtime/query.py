@@ -68,7 +68,7 @@ from txstream.spark.runtime.merge import Bound, advance, ended
 from txstream.spark.runtime.partitioning import partition_of, spark_routes, sql_partition
 from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
 from txstream.spark.runtime.results import DRIVER_HISTORY
-from txstream.spark.runtime.sinks import deliver
+from txstream.spark.runtime.sinks import BackgroundDelivery, deliver, in_background
 from txstream.spark.runtime.spark_errors import decode
 from txstream.spark.runtime.spark_tasks import (
     MID_EXPR,
@@ -202,6 +202,9 @@ class TxQuery:
         and its failure for this handle (see :meth:`_pull`)."""
         self._server_copy = False
         """Whether this object is the copy a Connect server's ``foreachBatch`` runs."""
+        self._delivery: BackgroundDelivery | None = None
+        """Delivers committed batches to the sinks off the batch's thread, when every sink
+        may run there (:func:`~.sinks.in_background`); None: in the batch's thread."""
 
     # -- Spark Connect ------------------------------------------------------------
     def __getstate__(self) -> dict[str, Any]:
@@ -219,7 +222,8 @@ class TxQuery:
         job = copying.copy(self.job)
         job.spec = self.spec.for_tasks()
         state["job"], state["spec"] = job, job.spec
-        for name in ("spark", "query", "_lock", "_thread", "_end_lock", "_stopped", "_watch"):
+        names = ("spark", "query", "_lock", "_thread", "_end_lock", "_stopped", "_watch")
+        for name in (*names, "_delivery"):  # (the server's copy delivers in its batch thread)
             state[name] = None
         state["_schema"] = None
         return state
@@ -431,9 +435,11 @@ class TxQuery:
             self._wrap(query.processAllAvailable)
             if self._bounded():
                 self._wrap(query.awaitTermination)
+                self._flush()  # (a sink's failure fails the run before its inputs end)
                 self._end_if_finished()
             else:
                 self._drained = self._batches
+            self._flush()
         finally:
             self._pull()
             self._watch.warn(stacklevel=3)
@@ -460,7 +466,10 @@ class TxQuery:
                 # and may still be ending the inputs: the caller reads the outputs next.
                 self._stopped.wait(timeout)
             elif self._bounded():
+                self._flush()  # (as in processAllAvailable)
                 self._end_if_finished()
+            if done is not False:  # (ended, not timed out)
+                self._flush()
             return done  # type: ignore[no-any-return]
         finally:
             self._pull()
@@ -550,6 +559,7 @@ class TxQuery:
                 end = end_inputs if end_inputs is not None else finished or drained
             if end:
                 self._end_inputs()
+            self._flush()
             if self.driver is not None and self.spec.record_history:
                 from txstream.model import format_history
 
@@ -558,6 +568,8 @@ class TxQuery:
                 text = format_history(self.driver.tm.history()) + "\n"
                 write_atomic(self.store.root / DRIVER_HISTORY, text.encode())
         finally:
+            if self._delivery is not None:
+                self._delivery.close()  # (before the store is given up: it writes there)
             if self._shared is not None:
                 self._pull()
                 shutil.rmtree(self._shared, ignore_errors=True)
@@ -804,6 +816,8 @@ class TxQuery:
                     job.spec.name,
                     redelivered,
                 )
+            if in_background(job._sinks) and not self.connect:
+                self._delivery = BackgroundDelivery(self.store, job._sinks, job.spec.name)
             self._start_stream()
         except TxStreamError:
             self._lock.release()
@@ -1038,7 +1052,7 @@ class TxQuery:
             self._prev = batch_id
             self._progressed(self._progress(batch_id, stats, time.time() - started, 1))
             self._watch.after_batch(stats)  # (before a sink can fail)
-            deliver(self.store, self.job._sinks, [batch_id])
+            self._deliver(batch_id)
             stop_on_error(stats, self.job._on_error)  # (as on executors)
             self._watch.check()
             return
@@ -1106,11 +1120,38 @@ class TxQuery:
         # The batch committed: its progress counts even if a sink then fails.
         self._progressed(self._progress(batch_id, stats, time.time() - started, P))
         self._watch.after_batch(stats)  # (before a sink can fail: they count all the same)
-        # The batches before were delivered when they committed, or at start:
-        # a query whose sink failed stops, and its restart delivers the rest.
-        deliver(self.store, self.job._sinks, [batch_id])
+        self._deliver(batch_id)
         stop_on_error(stats, self.job._on_error)
         self._watch.check()
+
+    def _deliver(self, batch_id: int) -> None:
+        """Hand committed batch ``batch_id`` to the sinks (queued, when they run in the background).
+
+        The batches before were delivered when they committed, or at start: a
+        query whose sink failed stops, and its restart delivers the rest.
+        """
+        if self._delivery is None:
+            deliver(self.store, self.job._sinks, [batch_id])
+            return
+        try:
+            self._delivery.submit(batch_id)
+        except TxStreamError as exc:
+            self._sink_failed(exc)
+            raise
+
+    def _flush(self) -> None:
+        """Wait for the sinks to have every committed batch; a sink's failure fails the query."""
+        if self._delivery is None:
+            return
+        try:
+            self._delivery.flush()
+        except TxStreamError as exc:
+            self._sink_failed(exc)  # (the next micro-batch fails with it too)
+            raise
+
+    def _sink_failed(self, exc: TxStreamError) -> None:
+        """A background sink failed: the query has failed (``exception()``, ``status``)."""
+        self._failure, self._error, self._status = str(exc), exc, "failed"
 
     def _progress(
         self, batch_id: int, stats: dict[str, Any], seconds: float, partitions: int

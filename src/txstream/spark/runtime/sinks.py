@@ -14,12 +14,21 @@ built-in ones are:
   application transaction version;
 * :class:`FolderSink`: one JSON-lines file per batch, the source of
   ``TxQuery.output_stream``.
+
+A running query hands batches to the built-in sinks on a thread of its own
+(:class:`BackgroundDelivery`), so that the next micro-batch does not wait
+for a Delta commit or a database round trip; a user's own callable runs in
+the batch's thread, in order with the batch, because it may call back into
+the query (``query.stop()``).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import queue
 import re
+import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -30,6 +39,8 @@ from txstream.spark.runtime.results import read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
+
+log = logging.getLogger("txstream.runtime")
 
 _ARROW_TYPES = {
     "string": "string",
@@ -95,6 +106,100 @@ def deliver(
     return done
 
 
+def in_background(sinks: dict[str, list[Sink]]) -> bool:
+    """Whether every sink is one that may run off the batch's thread (``background = True``).
+
+    The built-in sinks are: they write where the batch says and call nothing
+    of the query.  A user's callable is not, since it may stop the query or
+    read what the batch left.
+    """
+    return bool(sinks) and all(
+        getattr(sink, "background", False) is True for targets in sinks.values() for sink in targets
+    )
+
+
+class BackgroundDelivery:
+    """Delivers a running query's committed batches to its sinks on a thread of its own.
+
+    :meth:`submit` queues a batch that has just committed, and the thread
+    calls :func:`deliver` for it, batch after batch, in order, while the next
+    micro-batch already runs.  At most :data:`DEPTH` batches wait: a slower
+    sink holds the query back rather than falling behind without bound.  A
+    batch committed and not yet delivered when the driver dies is delivered
+    at the next start (its ``.done`` record is missing), as before.
+
+    A sink's failure stops the delivery of every later batch (their order
+    would break) and is raised, one line, by the next :meth:`submit` (so the
+    next micro-batch fails, as it would have had the sink run in its thread)
+    or by :meth:`flush`.
+
+    Ownership: ``submit`` is called from the query's batch thread, ``flush``
+    and ``close`` from whoever waits for the query (``processAllAvailable``,
+    ``awaitTermination``, ``stop``); only the delivery thread calls the sinks
+    and writes their ``.done`` records.
+    """
+
+    DEPTH = 2
+    """Committed batches that may wait for their delivery before ``submit`` blocks."""
+
+    def __init__(self, store: RuntimeStore, sinks: dict[str, list[Sink]], name: str) -> None:
+        self._store = store
+        self._sinks = sinks
+        self._name = name
+        self._queue: queue.Queue[int | None] = queue.Queue(maxsize=self.DEPTH)
+        self._error: TxStreamError | None = None
+        self._reported = False
+        self._thread = threading.Thread(
+            target=self._loop, name=f"txstream sinks {name}", daemon=True
+        )
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._queue.get()
+            try:
+                if batch is None:
+                    return
+                if self._error is None:
+                    deliver(self._store, self._sinks, [batch])
+            except Exception as exc:  # (deliver gives a TxStreamError; anything else: a bug)
+                error = (
+                    exc
+                    if isinstance(exc, TxStreamError)
+                    else TxStreamError(
+                        f"delivery of batch {batch} to the sinks failed: "
+                        f"{type(exc).__name__}: {exc}"
+                    )
+                )
+                log.error("job %r: %s", self._name, error)
+                self._error = error
+            finally:
+                self._queue.task_done()
+
+    def submit(self, batch: int) -> None:
+        """Queue committed batch ``batch`` (raises a failure of an earlier delivery)."""
+        self._raise()
+        self._queue.put(batch)
+
+    def flush(self) -> None:
+        """Wait until every queued batch is delivered; raise a delivery's failure once."""
+        if self._thread.is_alive():
+            self._queue.join()
+        if not self._reported:
+            self._raise()
+
+    def close(self) -> None:
+        """Deliver what is queued, then end the thread (idempotent)."""
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            self._reported = True
+            raise self._error
+
+
 class FolderSink:
     """Writes each committed batch of an output as one JSON-lines file in a folder, exactly once.
 
@@ -111,6 +216,9 @@ class FolderSink:
     Traceback (most recent call last):
     txstream.spark.runtime.errors.RuntimeJobError: FolderSink: an empty path; name a folder
     """
+
+    background = True
+    """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
 
     def __init__(self, path: str | Path) -> None:
         if not isinstance(path, (str, Path)) or not str(path).strip():
@@ -149,6 +257,9 @@ class PostgresSink:
     plain SQL identifier
     >>> job.on("readings", check).start(checkpoint="ckpt/alerts")    # doctest: +SKIP
     """
+
+    background = True
+    """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
 
     def __init__(
         self,
@@ -211,6 +322,9 @@ class DeltaSink:
     txstream.spark.runtime.errors.RuntimeJobError: DeltaSink: the path must be a str or a Path,
     not int
     """
+
+    background = True
+    """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
 
     def __init__(self, path: str | Path, schema: Any = None, name: str | None = None) -> None:
         if not isinstance(path, (str, Path)):
