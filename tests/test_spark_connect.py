@@ -200,3 +200,29 @@ def test_a_connect_sessions_parallelism_comes_from_its_settings_without_a_job() 
     cluster = _FakeConnectSession(**{"spark.master": "spark://h:7077"})
     with pytest.raises(RuntimeError, match="a Spark job"):  # (then it counts partitions)
         default_parallelism(cluster)
+
+
+def test_a_connect_query_restarts_from_its_checkpoint_where_it_stopped(
+    connect_spark: Any, tmp_path: Path
+) -> None:
+    # Half the input, stop, the other half arrives, a new query (a new Connect
+    # batch process) on the same checkpoint: the serial answer, each batch once.
+    import shutil
+
+    stream = list(events(600, 30, 30, seed=8))
+    write_ledger_input(tmp_path / "all", stream, files=4)
+    inputs, checkpoint = tmp_path / "in", tmp_path / "ckpt"
+    runs = []
+    for parts in ((0, 1), (2, 3)):
+        for name in ("deposits", "transfers"):
+            (inputs / name).mkdir(parents=True, exist_ok=True)
+            for n in parts:
+                part = f"part-{n:04d}.json"
+                shutil.copy2(tmp_path / "all" / name / part, inputs / name / part)
+        job = ledger_job(*ledger_streams(connect_spark, inputs), merge="batch")
+        runs.append(run_available(job, checkpoint, connect_spark, partitions=2))
+    first, second = ([p["batchId"] for p in q.recentProgress] for q in runs)
+    assert first == [0, 1] and second == [2, 3]  # (the restart went on, it did not redo)
+    assert sum(p["numInputRows"] for q in runs for p in q.recentProgress) == len(stream)
+    _, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(checkpoint, "transfers_done")] == outcomes
