@@ -209,8 +209,19 @@ class WindowEngine:
 
     # -- slides -------------------------------------------------------------------------
 
-    def fill(self, buffers: Sequence[Iterable[Row]], t: float = 1.0) -> None:
-        """Run ``T_0 .. T_{n-1}``: fill the window before time 0 (not recorded)."""
+    def fill(
+        self,
+        buffers: Sequence[Iterable[Row]],
+        t: float = 1.0,
+        *,
+        fulls: Sequence[float] | None = None,
+    ) -> None:
+        """Run ``T_0 .. T_{n-1}``: fill the window before time 0 (not recorded).
+
+        ``fulls``: when each buffer was full, for a window fed by a stream
+        (its clock is the stream's); by default ``-(n-1-j)*t``, so that the
+        window is full at time 0 (the simulation's clock).
+        """
         if self.window.slides:
             raise WindowError("the window is already filled")
         n = self.window.n
@@ -223,11 +234,18 @@ class WindowEngine:
             ) from None
         if len(buffers) != n:
             raise WindowError(f"filling needs {n} buffers, got {len(buffers)}")
+        if fulls is not None:
+            fulls = list(fulls)
+            if len(fulls) != n:
+                raise WindowError(f"filling needs {n} full times, got {len(fulls)}")
+            for when in fulls:
+                _check_time("full", when)
         # every buffer is checked (built) before the first is installed
         built = [self.window.build(j, j, rows) for j, rows in enumerate(buffers)]
         for j, sub in enumerate(built):
-            full = -(n - 1 - j) * t
-            self.window.slide(sub, start=full - t, full=full)
+            full = -(n - 1 - j) * t if fulls is None else fulls[j]
+            start = full - t if fulls is None or j == 0 else fulls[j - 1]
+            self.window.slide(sub, start=start, full=full)
             self._full_time[j] = full
 
     def offer_slide(self, rows: Iterable[Row], start: float, full: float) -> None:
