@@ -507,3 +507,72 @@ def run_keyed(spec: KeyedWindows, events: Iterable[Event], *, key: str = "key") 
         results.extend(result_row(str(k), r) for r in done)
         histories.setdefault(k, []).extend(entries)
     return KeyedRun(windows, results, histories)
+
+
+def workload(
+    keys: int,
+    seconds: float,
+    *,
+    rate: float = 1000.0,
+    snapshot_interval: float = 0.0,
+    subset: int = 20,
+    addresses: int = 1000,
+    n: int = 20,
+    seed: int = 0,
+) -> list[Event]:
+    """A keyed packet stream and snapshot queries, as :func:`run_keyed` and the job take them.
+
+    Each of ``keys`` keys (0 .. keys-1) gets about ``rate`` packets
+    ``(ts, src, dst, size)`` a second for ``seconds``, with the rate of
+    Section 5 (0.5-1.2x, bursts up to 10x with probability 0.1, per tenth of
+    a second); snapshot queries (count, sum or avg of the sizes over
+    ``subset`` random addresses, a random length ``1..n``) arrive at random,
+    ``snapshot_interval`` seconds apart on average per key (0: none).
+    Timestamps are distinct within a key, so the order is the same whatever
+    ties would be broken by.  Sorted by ``ts``.
+    """
+    import random
+
+    rng = random.Random(seed)
+    events: list[Event] = []
+    for k in range(keys):
+        ts, end = 0.0, float(seconds)
+        while ts < end:
+            factor = rng.uniform(1.0, 10.0) if rng.random() < 0.1 else rng.uniform(0.5, 1.2)
+            count = max(1, int(rate * 0.1 * factor))
+            step = 0.1 / count
+            for j in range(count):
+                events.append(
+                    (
+                        "packets",
+                        {
+                            "key": k,
+                            "ts": round(ts + j * step, 9),
+                            "src": rng.randrange(addresses),
+                            "dst": rng.randrange(addresses),
+                            "size": 40 + rng.randint(1, 100),
+                        },
+                    )
+                )
+            ts += 0.1
+        if snapshot_interval > 0:
+            at = rng.expovariate(1 / snapshot_interval)
+            while at < end:
+                chosen = sorted(rng.sample(range(addresses), min(subset, addresses)))
+                events.append(
+                    (
+                        "snapshots",
+                        {
+                            "key": k,
+                            "ts": round(at, 9) + 5e-10,  # never a packet's time
+                            "id": len(events),
+                            "aggregate": rng.choice(("count", "sum", "avg")),
+                            "length": rng.randint(1, n),
+                            "attr": rng.choice(("src", "dst")),
+                            "subset": " ".join(map(str, chosen)),
+                        },
+                    )
+                )
+                at += rng.expovariate(1 / snapshot_interval)
+    events.sort(key=lambda e: (e[1]["ts"], e[0] != "packets"))
+    return events
