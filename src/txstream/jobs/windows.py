@@ -21,6 +21,7 @@ from typing import Any
 
 from txstream.spark.batches import MicroBatch, StreamHandle, foreach_batch
 from txstream.spark.runtime import Job, read_output
+from txstream.windows.base import WindowError
 from txstream.windows.feed import WindowFeed
 from txstream.windows.keyed import RESULT_SCHEMA, KeyedWindows, history_text, snapshot_query
 from txstream.windows.rows import (
@@ -129,3 +130,60 @@ def window_histories(checkpoint: str | Path, n: int) -> dict[str, str]:
             (row["seq"], row["op"], row["before"], row["drop"])
         )
     return {k: history_text(e, n, f"window of key {k}") for k, e in sorted(entries.items())}
+
+
+INPUTS = {"packets": PACKETS_SCHEMA, "snapshots": SNAPSHOTS_SCHEMA}
+
+
+def write_input(events: list[tuple[str, dict[str, Any]]], folder: str | Path, files: int) -> None:
+    """Write ``events`` as JSON-lines files under ``folder/packets`` and ``folder/snapshots``.
+
+    File ``f`` of each input holds the ``f``-th of ``files`` equal periods of
+    ``ts`` (zero-padded names, increasing modification times: the file source
+    takes them in that order, one per micro-batch with ``maxFilesPerTrigger``).
+    """
+    import json
+    import os
+
+    root = Path(folder)
+    if not events:
+        raise WindowError("no events to write")
+    end = max(row["ts"] for _, row in events)
+    span = (end + 1e-9) / files
+    parts: dict[str, list[list[str]]] = {name: [[] for _ in range(files)] for name in INPUTS}
+    for name, row in events:
+        parts[name][min(files - 1, int(row["ts"] / span))].append(json.dumps(row))
+    for name, chunks in parts.items():
+        (root / name).mkdir(parents=True, exist_ok=True)
+        for f, lines in enumerate(chunks):
+            path = root / name / f"part-{f:05d}.json"
+            path.write_text("".join(line + "\n" for line in lines))
+            os.utime(path, (1_000_000 + f, 1_000_000 + f))
+
+
+def start(
+    spark: Any,
+    spec: KeyedWindows,
+    data: str | Path,
+    checkpoint: str | Path,
+    *,
+    once: bool = True,
+    partitions: int = 2,
+    record: bool = False,
+) -> Any:
+    """Start :func:`window_job` on the files :func:`write_input` wrote under ``data``.
+
+    One file of each input per micro-batch; ``once``: ``availableNow`` (process
+    what is there, end the inputs and stop), else every 200 ms until stopped.
+    Returns the query handle (``tx.TxQuery``).
+    """
+    root = Path(data)
+    streams = [
+        spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(root / name))
+        for name, schema in INPUTS.items()
+    ]
+    job = window_job(spec, *streams, record=record)
+    trigger = {"availableNow": True} if once else {"processingTime": "200 milliseconds"}
+    return job.trigger(**trigger).start(
+        checkpoint=str(checkpoint), spark=spark, partitions=partitions
+    )
