@@ -52,8 +52,17 @@ def spec(scheduler: str, n: int = 5, t: float = 0.2) -> KeyedWindows:
 def run(spark: Any, data: Path, checkpoint: Path, continuous: bool, partitions: int) -> Any:
     """Start the job on ``data`` (one file of each input per micro-batch)."""
     settings = json.loads((data / "settings.json").read_text())
-    return start(spark, spec(settings["scheduler"]), data, checkpoint, once=not continuous,
-                 partitions=partitions, record=True)
+    return start(
+        spark,
+        spec(settings["scheduler"]),
+        data,
+        checkpoint,
+        once=not continuous,
+        partitions=partitions,
+        record=True,
+    )
+
+
 # ---- end of the job -------------------------------------------------------------------------
 
 
@@ -80,22 +89,35 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.cmd == "generate":
-            events = workload(args.keys, args.seconds, snapshot_interval=0.1, addresses=100,
-                              subset=5, n=5, seed=args.seed)
+            events = workload(
+                args.keys,
+                args.seconds,
+                snapshot_interval=0.1,
+                addresses=100,
+                subset=5,
+                n=5,
+                seed=args.seed,
+            )
             s = spec(args.scheduler)
             s.validate()
             write_input(events, args.out, args.files)
             expected = run_keyed(s, events)
             (args.out / "settings.json").write_text(json.dumps({"scheduler": args.scheduler}))
-            (args.out / "expected.json").write_text(json.dumps(
-                {"results": expected.results,
-                 "histories": {str(k): expected.history(k) for k in expected.windows}}))
+            (args.out / "expected.json").write_text(
+                json.dumps(
+                    {
+                        "results": expected.results,
+                        "histories": {str(k): expected.history(k) for k in expected.windows},
+                    }
+                )
+            )
             print(f"wrote {args.out}: {len(events)} events, {len(expected.results)} answers")
         elif args.cmd == "run":
             from txstream.spark import local_session
 
-            spark = local_session("keyed-windows", **({"master": args.master} if args.master
-                                                      else {}))
+            spark = local_session(
+                "keyed-windows", **({"master": args.master} if args.master else {})
+            )
             query = run(spark, args.data, args.checkpoint, args.continuous, args.partitions)
             try:
                 query.awaitTermination()

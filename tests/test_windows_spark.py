@@ -1,11 +1,17 @@
-"""A Spark file source fills the sub-window buffers (one test only: Spark is slow)."""
+"""Windows on Spark: a file source feeding one window, and one window per key on the executors."""
 
 from __future__ import annotations
 
 import os
 import random
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from txstream.windows import SlidingWindow, WindowEngine, get_scheduler
 from txstream.windows.feed import WindowFeed
@@ -49,3 +55,167 @@ def test_micro_batches_fill_and_slide_the_window(spark: Any, tmp_path: Path) -> 
         assert sorted(got.tuples) == sorted(want.tuples)
         assert got.summary.distinct == want.summary.distinct
     assert sorted(feed.buffer) == sorted(packets[600:])
+
+
+# -- one window per key on the executors (txstream.jobs.windows.window_job) ---------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "keyed_windows.py"
+
+
+def _example(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "src"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    return subprocess.run(
+        [sys.executable, str(EXAMPLE), *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        **kwargs,
+    )
+
+
+@pytest.mark.spark
+def test_keyed_windows_on_executors_equal_the_in_process_engine(spark: Any, tmp_path: Path) -> None:
+    # ws: the scheduler whose queries keep expired versions (win_old rows) across
+    # micro-batches; every answer, window history and counter as in process.
+    import txstream as tx
+    from txstream.jobs.windows import start, window_histories, write_input
+    from txstream.model import check, parse_one
+    from txstream.model.check import CheckOptions
+    from txstream.windows import Costs, Query
+    from txstream.windows.keyed import KeyedWindows, run_keyed, workload
+
+    spec = KeyedWindows(
+        n=4,
+        t=0.2,
+        scheduler="ws",
+        long_queries=((Query("topk", 4, k=3), Query("topk", 2, k=3)),),
+        costs=Costs(per_unit=3e-5),
+        record=True,
+    )
+    events = workload(3, 2.0, snapshot_interval=0.15, addresses=60, subset=5, n=4, seed=11)
+    write_input(events, tmp_path / "in", files=6)
+    query = start(spark, spec, tmp_path / "in", tmp_path / "ckpt", partitions=2, record=True)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    want = run_keyed(spec, events)
+    order = lambda rows: sorted(rows, key=lambda r: (r["key"], r["tid"]))  # noqa: E731
+    got = tx.read_output(tmp_path / "ckpt", "results")
+    assert order(got) == order(want.results)
+    assert {r["kind"] for r in got} == {"long", "snapshot"}
+    histories = window_histories(tmp_path / "ckpt", 4)
+    assert histories == {str(k): want.history(k) for k in want.windows}
+    for text in histories.values():
+        assert check(parse_one(text), "ws", CheckOptions(subwindows=4)).holds
+    assert check(tx.read_history(tmp_path / "ckpt"), "csao").holds
+    # more than one micro-batch ran: the windows' state crossed batches in the store
+    assert len(query.recentProgress) >= 6
+
+
+@pytest.mark.spark
+def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> None:
+    # The example's driver (and its JVM) is SIGKILLed mid-run twice, at a random
+    # moment after the k-th commit; a last run consumes the rest.  The answers and
+    # the window histories equal the in-process engine's: nothing lost, nothing twice.
+    data, ckpt = tmp_path / "data", tmp_path / "data" / "ckpt"
+    made = _example(
+        "generate",
+        "--out",
+        str(data),
+        "--scheduler",
+        "lws",
+        "--keys",
+        "3",
+        "--seconds",
+        "3",
+        "--files",
+        "20",
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    commits = ckpt / "txstream" / "commits"
+    rng = random.Random(4)
+    at_kill = []
+    for k, target in enumerate((3, 9)):
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYTHONPATH": str(ROOT / "src"),
+            "SPARK_LOCAL_IP": "127.0.0.1",
+        }
+        err = (tmp_path / f"run{k}.err").open("w")
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(EXAMPLE),
+                "run",
+                "--continuous",
+                "--data",
+                str(data),
+                "--checkpoint",
+                str(ckpt),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            deadline = time.time() + 300  # (a bound on a hang, not a speed requirement)
+            while proc.poll() is None and time.time() < deadline:
+                if commits.exists() and len(list(commits.glob("*.json"))) >= target:
+                    break
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, 0.8))
+            assert proc.poll() is None, (tmp_path / f"run{k}.err").read_text()[-3000:]
+            at_kill.append(len(list(commits.glob("*.json"))))
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
+            proc.wait()
+            err.close()
+    assert at_kill[-1] < 20, at_kill  # the kills came before the input's end
+    final = _example("run", "--data", str(data), "--checkpoint", str(ckpt))
+    assert final.returncode == 0, final.stderr[-3000:]
+    shown = _example("show", "--data", str(data), "--checkpoint", str(ckpt))
+    assert '"exactly_as_expected": true' in shown.stdout, shown.stdout + shown.stderr[-2000:]
+
+
+@pytest.mark.spark
+def test_keyed_windows_on_local_cluster_give_the_same_answers(tmp_path: Path) -> None:
+    # Two executor JVMs, each with its own Python workers: nothing of a key's
+    # window may live in driver memory or in one worker only.
+    data, ckpt = tmp_path / "data", tmp_path / "data" / "ckpt"
+    made = _example(
+        "generate",
+        "--out",
+        str(data),
+        "--scheduler",
+        "ttu",
+        "--keys",
+        "4",
+        "--seconds",
+        "2",
+        "--files",
+        "6",
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    ran = _example(
+        "run",
+        "--data",
+        str(data),
+        "--checkpoint",
+        str(ckpt),
+        "--master",
+        "local-cluster[2,1,1024]",
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    shown = _example("show", "--data", str(data), "--checkpoint", str(ckpt))
+    assert '"exactly_as_expected": true' in shown.stdout, shown.stdout + shown.stderr[-2000:]
