@@ -142,6 +142,14 @@ CASES: list[tuple[list[str], str]] = [
     (["stress", "--transactions", "100000000", *H], "<= 1,000,000"),
     (["windows", "run", "--snapshot-interval", "-1"], ">= 0"),
     (["windows", "run", "--m", "0"], ">= 1"),
+    (["windows", "run", "--keys", "3"], "--keys go with --spark"),
+    (["windows", "run", "--spark"], "--spark needs --out DIR"),
+    (["windows", "run", "--spark", "--out", "o", "--record", "h.txt"], "are for the simulation"),
+    (["windows", "run", "--spark", "--out", "o", "--master", "nowhere"], "not a Spark master"),
+    (
+        ["windows", "run", "--spark", "--out", "o", "--keys", "1000", "--duration", "3000"],
+        "packets; at most",
+    ),
     (["windows", "run", "--long-queries", "-1"], ">= 0"),
     # cq: nan crashed int()
     (["cq", "run", "--seconds", "nan"], FINITE),
@@ -650,6 +658,12 @@ OUTPUT_OPTIONS: dict[str, tuple[list[str], str, str, str]] = {
         ["bench", "checker", "--quick", "--no-spark", "--no-progress", "--out"],
         "txstream.bench.checker",
         "EXPERIMENT.run",
+        "folder",
+    ),
+    "windows run --out": (
+        ["windows", "run", "--spark", "--out"],
+        "txstream.windows.keyed",
+        "workload",
         "folder",
     ),
     "loading run --out": (

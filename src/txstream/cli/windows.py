@@ -3,7 +3,10 @@
 ``txstream windows run`` simulates one run of the Section 5 workload (or of the
 queries given with ``--query``) and prints its metrics; ``--record FILE`` writes
 the history, which ``txstream check --criterion ws|lws FILE`` judges (the file
-carries its ``# subwindows:`` directive).  ``txstream windows schedulers`` lists
+carries its ``# subwindows:`` directive).  ``txstream windows run --spark --out
+DIR`` runs one window per group key on Spark executors instead
+(:func:`txstream.jobs.windows.run_spark`) over a generated packet stream and
+compares the answers with the in-process engine's.  ``txstream windows schedulers`` lists
 the schedulers.
 """
 
@@ -91,6 +94,34 @@ def register_cli(sub: Subparsers) -> None:
     r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--record", type=path_arg, metavar="FILE", help="write the history here")
     r.add_argument("--answers", action="store_true", help="print the last answer of each group")
+    r.add_argument(
+        "--spark",
+        action="store_true",
+        help="run one window per key on Spark executors (tx.Job) over a generated packet "
+        "stream, and compare with the in-process engine",
+    )
+    r.add_argument(
+        "--keys", type=int_range(1, 1_000), default=None, help="with --spark: group keys (4)"
+    )
+    r.add_argument(
+        "--files",
+        type=int_range(1, 10_000),
+        default=None,
+        help="with --spark: input files per input, one micro-batch each (10)",
+    )
+    r.add_argument(
+        "--partitions",
+        type=int_range(1, 256),
+        default=None,
+        help="with --spark: runtime partitions (2)",
+    )
+    r.add_argument("--master", help="with --spark: Spark master (default local[2])")
+    r.add_argument(
+        "--out",
+        type=path_arg,
+        metavar="DIR",
+        help="with --spark: the run's folder (input, checkpoint, histories); required",
+    )
     r.set_defaults(func=_run)
 
     s = group.add_parser("schedulers", help="list the schedulers")
@@ -120,8 +151,18 @@ def parse_query(text: str) -> Query:
     return Query(agg, n, attr=attr)
 
 
+SPARK_ONLY = ("keys", "files", "partitions", "master", "out")
+"""The options of a ``--spark`` run (None when not given)."""
+
+
 def _run(args: argparse.Namespace) -> int:
     from txstream.windows.sim import run
+
+    if args.spark:
+        return _run_spark(args)
+    given = [f"--{a}" for a in SPARK_ONLY if getattr(args, a) is not None]
+    if given:
+        raise WindowError(f"{', '.join(given)} go with --spark")
 
     simulated = args.duration if args.duration is not None else args.n * args.t
     if simulated > MAX_SIMULATED_S:
@@ -210,3 +251,65 @@ def _schedulers(args: argparse.Namespace) -> int:
     for name, cls in SCHEDULERS.items():
         print(f"{name:12} {cls.summary}")
     return 0
+
+
+def _run_spark(args: argparse.Namespace) -> int:
+    """``txstream windows run --spark``: one window per key on the executors."""
+    from txstream.spark.session import check_master
+    from txstream.storage.files import check_folder
+    from txstream.windows.keyed import KeyedWindows, random_long_queries, run_keyed, workload
+
+    if args.out is None:
+        raise WindowError("--spark needs --out DIR: the run's input, checkpoint and histories")
+    if args.record is not None or args.answers:
+        raise WindowError(
+            "--record and --answers are for the simulation; a --spark run writes each key's "
+            "history to DIR/histories and its answers to DIR/checkpoint (output 'results')"
+        )
+    if args.master is not None:
+        check_master(args.master)
+    keys = 4 if args.keys is None else args.keys
+    seconds = args.duration if args.duration is not None else 2 * args.n * args.t
+    # every key's packets are generated and written: bound them as the simulation's window
+    if keys * seconds * 1_000 > 10 * MAX_WINDOW_PACKETS:
+        raise WindowError(
+            f"{keys} keys over {seconds:g} s make about {keys * seconds * 1_000:,.0f} packets; "
+            f"at most {10 * MAX_WINDOW_PACKETS:,} (fewer --keys or a shorter --duration)"
+        )
+    if seconds / args.t > MAX_SLIDES:
+        raise WindowError(f"{seconds:g} s with t={args.t:g} s make more than {MAX_SLIDES:,} slides")
+    queries = [parse_query(q) for q in args.query] if args.query else None
+    long = (
+        tuple((q,) for q in queries)
+        if queries is not None
+        else random_long_queries(args.n, args.long_queries, seed=args.seed)
+    )
+    spec = KeyedWindows(
+        n=args.n, t=args.t, scheduler=args.scheduler, long_queries=long, m=args.m, record=True
+    )
+    spec.validate()
+    check_folder(args.out, "run folder ")  # before the input is made and Spark starts
+    events = workload(
+        keys, seconds, snapshot_interval=args.snapshot_interval, n=args.n, seed=args.seed
+    )
+    from txstream.jobs.windows import run_spark
+
+    summary = run_spark(
+        spec,
+        events,
+        args.out,
+        files=10 if args.files is None else args.files,
+        partitions=2 if args.partitions is None else args.partitions,
+        master=args.master,
+    )
+    from txstream.jobs.windows import summarize
+    from txstream.spark.runtime import read_output
+
+    got = read_output(args.out / "checkpoint", "results")
+    want = run_keyed(spec, events)
+    order = sorted(got, key=lambda r: (r["key"], r["tid"]))
+    summary["equal_in_process"] = order == sorted(want.results, key=lambda r: (r["key"], r["tid"]))
+    summary["in_process"] = summarize(want.results)
+    out = {"scheduler": args.scheduler, "n": args.n, "t": args.t, "spark": summary}
+    print(json.dumps(json_safe(out), default=str, allow_nan=False))
+    return 0 if summary["equal_in_process"] else 1

@@ -187,3 +187,82 @@ def start(
     return job.trigger(**trigger).start(
         checkpoint=str(checkpoint), spark=spark, partitions=partitions
     )
+
+
+def summarize(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run's metrics from its committed executions (result rows)."""
+
+    def mean(xs: list[float]) -> float | None:
+        return sum(xs) / len(xs) if xs else None
+
+    long = [r for r in results if r["kind"] == "long"]
+    snap = [r for r in results if r["kind"] == "snapshot"]
+    return {
+        "commits": len(results),
+        "long_commits": len(long),
+        "snapshots": len(snap),
+        "restarts": sum(r["attempts"] - 1 for r in results),
+        "lr_freshness": mean([r["freshness"] for r in long]),
+        "snap_response": mean([r["committed"] - r["arrival"] for r in snap]),
+        "snap_freshness": mean([r["freshness"] for r in snap]),
+    }
+
+
+def run_spark(
+    spec: KeyedWindows,
+    events: list[tuple[str, dict[str, Any]]],
+    out: str | Path,
+    *,
+    files: int = 10,
+    partitions: int = 2,
+    master: str | None = None,
+) -> dict[str, Any]:
+    """Run :func:`window_job` on Spark over ``events``, written under ``out``; a summary.
+
+    ``out`` receives the input files (``in/``), the checkpoint (``checkpoint/``)
+    and each key's window history (``histories/key-<k>.txt``, with
+    ``spec.record``).  The summary has the metrics (:func:`summarize`), the
+    events per second of the run, and the CPU seconds of the driver (this
+    Python process), Spark's JVM and the Python workers over the run (from
+    ``/proc``: :class:`txstream.jobs.loading.ProcessCPU`), per event in µs.
+    """
+    import time
+
+    from txstream.jobs.loading import ProcessCPU
+    from txstream.spark import local_session
+
+    root = Path(out)
+    write_input(events, root / "in", files)
+    spark = local_session("txstream-windows", master=master)
+    try:
+        cpu = ProcessCPU(spark)
+        before, wall = cpu.sample(), time.perf_counter()
+        query = start(spark, spec, root / "in", root / "checkpoint", partitions=partitions)
+        try:
+            query.awaitTermination()
+        finally:
+            query.stop()
+        after, wall = cpu.sample(), time.perf_counter() - wall
+    finally:
+        spark.stop()
+    results = read_output(root / "checkpoint", RESULTS)
+    summary: dict[str, Any] = {
+        "events": len(events),
+        "keys": len({row["key"] for _, row in events}),
+        "batches": len(query.recentProgress),
+        "seconds": round(wall, 3),
+        "events_per_s": round(len(events) / wall, 1),
+        **summarize(results),
+    }
+    used = {k: after[k] - before[k] for k in ("driver", "jvm", "workers")}
+    summary["cpu_us_per_event"] = {k: round(v / len(events) * 1e6, 2) for k, v in used.items()}
+    summary["driver_over_workers"] = round(used["driver"] / max(used["workers"], 1e-9), 4)
+    summary["driver_over_executors"] = round(
+        used["driver"] / max(used["workers"] + used["jvm"], 1e-9), 4
+    )
+    if spec.record:
+        folder = root / "histories"
+        folder.mkdir(exist_ok=True)
+        for key, text in window_histories(root / "checkpoint", spec.n).items():
+            (folder / f"key-{key}.txt").write_text(text)
+    return summary

@@ -576,3 +576,36 @@ def workload(
                 at += rng.expovariate(1 / snapshot_interval)
     events.sort(key=lambda e: (e[1]["ts"], e[0] != "packets"))
     return events
+
+
+def random_long_queries(
+    n: int, count: int, *, group_size: int = 5, seed: int = 0
+) -> tuple[tuple[Query, ...], ...]:
+    """``count`` top-k / percentile queries over random lengths ``1..n``, in groups.
+
+    The long-running workload of Section 5, as :func:`txstream.windows.sim.long_groups`
+    draws it: each group one aggregate of one attribute (src or dst).
+    """
+    import random
+
+    from txstream.windows.sim import LONG_AGGREGATES, PERCENTILES
+
+    rng = random.Random(seed * 31 + 7)
+    groups = []
+    for g in range((count + group_size - 1) // group_size):
+        aggregate = rng.choice(LONG_AGGREGATES)
+        attr = rng.choice(("src", "dst"))
+        size = min(group_size, count - g * group_size)
+        groups.append(
+            tuple(
+                Query(
+                    aggregate,
+                    rng.randint(1, n),
+                    attr=attr,
+                    k=rng.choice((5, 10, 20)),
+                    p=rng.choice(PERCENTILES),
+                )
+                for _ in range(size)
+            )
+        )
+    return tuple(groups)
