@@ -213,6 +213,22 @@ RESULT_SCHEMA = (
 """The schema of :func:`result_row`'s rows (the key as text)."""
 
 
+_SHAPES: dict[int, tuple[KeyedWindows, SlidingWindow]] = {}
+
+
+def shape_of(spec: KeyedWindows) -> SlidingWindow:
+    """An empty window of ``spec``'s shape, made once per spec object, never changed.
+
+    Keyed by the object's identity: hashing a spec hashes all its queries.
+    """
+    found = _SHAPES.get(id(spec))
+    if found is None or found[0] is not spec:
+        if len(_SHAPES) > 64:
+            _SHAPES.clear()
+        found = _SHAPES[id(spec)] = (spec, spec.window())
+    return found[1]
+
+
 def check_row(window: SlidingWindow, row: Row) -> float:
     """The tuple's timestamp; :class:`WindowError` if the tuple cannot enter the window.
 
@@ -298,6 +314,9 @@ class KeyWindow:
             engine.log = StreamLog(self.window.n, log_seq)
         return engine
 
+    def _snapshot_group(self, query: Query) -> QueryGroup:
+        return self.spec.snapshot_group(self.window, query)
+
     def _append(self, row: Row) -> None:
         self._buffer.append(row)
 
@@ -310,7 +329,7 @@ class KeyWindow:
 
     def packet(self, row: Row) -> None:
         """Take one tuple in at its timestamp."""
-        ts = check_row(self.window, row)
+        ts = check_row(shape_of(self.spec), row)
         self._start(ts)
         crossing = self.span_end is not None and ts >= self.span_end
         if crossing or (self.busy and self.now < ts):
@@ -327,7 +346,7 @@ class KeyWindow:
         """A snapshot query arrives at ``ts`` (priority over long-running ones)."""
         if not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts):
             raise WindowError(f"a snapshot query's time is a finite number, not {ts!r}")
-        group = self.spec.snapshot_group(self.window, query)  # checked before any change
+        group = self._snapshot_group(query)  # checked before any change
         self._start(float(ts))
         self._advance(float(ts))
         if not self.filled:
@@ -407,7 +426,7 @@ class KeyWindow:
         start, self.buffer_start = self.buffer_start, at
         if not self.filled:
             self.cuts.append((pending, at))
-            if len(self.cuts) < self.window.n:
+            if len(self.cuts) < self.spec.n:
                 return
             rows = self._take(self.buffered)
             buffers, k = [], 0
@@ -419,7 +438,7 @@ class KeyWindow:
             self.cuts, self.buffered, self.filled = [], 0, True
             self._trigger(self.now)
             for ts, query, tag in self.waiting:
-                group = self.spec.snapshot_group(self.window, query)
+                group = self._snapshot_group(query)
                 engine.submit(group, ts, kind="snapshot", priority=1, tag=tag)
             self.waiting = []
             self.busy = bool(engine.active)

@@ -27,6 +27,8 @@ transaction's undo log holds the rows as they were.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from typing import Any
 
 from txstream.windows.base import Row, WindowError
@@ -61,6 +63,35 @@ class _Tracked(SlidingWindow):
         new = super().slide(rows, start=start, full=full)
         self.seen[(new.index, new.version)] = new
         return new
+
+
+_LOCAL = threading.local()
+
+
+def _template(spec: KeyedWindows) -> tuple[_Tracked, list[QueryGroup], dict[Query, QueryGroup]]:
+    """The window object of this thread for ``spec``, its long-running and snapshot groups.
+
+    Building a window and its query groups (which check every query) for each
+    event cost more than the event's own work; one window object per thread is
+    reset and refilled from the rows by every event instead (a thread runs one
+    transaction at a time).
+    """
+    cache = getattr(_LOCAL, "cache", None)
+    if cache is None:
+        cache = _LOCAL.cache = {}
+    found = cache.get(id(spec))
+    if found is None or found[0] is not spec:
+        window = spec.window(_Tracked)
+        assert isinstance(window, _Tracked)
+        window.seen = {}
+        found = cache[id(spec)] = (spec, window, spec.long_groups(window), {})
+    _, window, groups, snapshots = found
+    window.slides = 0
+    window._subs = [None] * window.n
+    window._retained = {}
+    window._keep = Counter()
+    window.seen = {}
+    return window, groups, snapshots
 
 
 def _query_dict(q: Query) -> dict[str, Any]:
@@ -110,7 +141,8 @@ def _sub_row(key: Any, sub: SubWindow, table: str) -> dict[str, Any]:
 
 def _sub_of(row: dict[str, Any]) -> SubWindow:
     summary = Summary(row["count"], row["sums"], row["mins"], row["maxs"], row["distinct"])
-    sub = SubWindow(row["i"], row["version"], list(row["tuples"]), summary)
+    # (rows are never changed in place: the tuples are shared, not copied)
+    sub = SubWindow(row["i"], row["version"], row["tuples"], summary)
     sub.start_time, sub.full_time = row["start"], row["full"]
     return sub
 
@@ -123,9 +155,13 @@ class RowKeyWindow(KeyWindow):
     emits the committed executions and history entries.
     """
 
+    _waiting: list[tuple[float, Query, Any]] | None
+    _waiting_rows: list[Any]
+
     def __init__(self, spec: KeyedWindows, t: Any, key: Any) -> None:
         super().__init__(spec, key)
         self.t = t
+        self._window, self._groups, self._snapshots = _template(spec)
         meta = t.read(META, key)
         self._meta = meta
         self._seq_first = self._seq_next = 0
@@ -139,7 +175,8 @@ class RowKeyWindow(KeyWindow):
             self.cuts = [(c, f) for c, f in meta["cuts"]]
             self.filled = meta["filled"]
             self.slides = meta["slides"]
-            self.waiting = [(ts, _query_of(q), tag) for ts, q, tag in meta["waiting"]]
+            self._waiting_rows = meta["waiting"]
+            self._waiting = None
             self.busy = meta["busy"]
             self._seq_first, self._seq_next = meta["seq_first"], meta["seq_next"]
             self._state = meta["engine"]
@@ -147,11 +184,24 @@ class RowKeyWindow(KeyWindow):
                 self._stored_old = [(i, v) for i, v in self._state["old"]]
         self._loaded: dict[int, SubWindow] = {}
 
-    def _make_window(self) -> SlidingWindow:
-        window = self.spec.window(_Tracked)
-        assert isinstance(window, _Tracked)
-        window.seen = {}
-        return window
+    @property
+    def waiting(self) -> list[tuple[float, Query, Any]]:
+        """The snapshot queries waiting for the window to fill (read from the row on use)."""
+        if self._waiting is None:
+            self._waiting = [(ts, _query_of(q), tag) for ts, q, tag in self._waiting_rows]
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: list[tuple[float, Query, Any]]) -> None:
+        self._waiting = value
+
+    def _snapshot_group(self, query: Query) -> QueryGroup:
+        group = self._snapshots.get(query)
+        if group is None:
+            if len(self._snapshots) > 1_000:
+                self._snapshots.clear()
+            group = self._snapshots[query] = self.spec.snapshot_group(self.window, query)
+        return group
 
     # -- the buffer ------------------------------------------------------------------------
 
@@ -238,7 +288,7 @@ class RowKeyWindow(KeyWindow):
         if ref[0] == "L":
             group: QueryGroup = self.groups[ref[1]]
             return group
-        return self.spec.snapshot_group(self.window, _query_of(ref[1]))
+        return self._snapshot_group(_query_of(ref[1]))
 
     def _group_ref(self, txn: QueryTxn) -> list[Any]:
         if txn.kind == "long":
@@ -265,7 +315,9 @@ class RowKeyWindow(KeyWindow):
             "cuts": [[c, f] for c, f in self.cuts],
             "filled": self.filled,
             "slides": self.slides,
-            "waiting": [[ts, _query_dict(q), tag] for ts, q, tag in self.waiting],
+            "waiting": self._waiting_rows
+            if self._waiting is None
+            else [[ts, _query_dict(q), tag] for ts, q, tag in self._waiting],
             "busy": self.busy,
             "seq_first": self._seq_first,
             "seq_next": self._seq_next,
