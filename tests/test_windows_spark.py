@@ -219,3 +219,56 @@ def test_keyed_windows_on_local_cluster_give_the_same_answers(tmp_path: Path) ->
     assert ran.returncode == 0, ran.stderr[-3000:]
     shown = _example("show", "--data", str(data), "--checkpoint", str(ckpt))
     assert '"exactly_as_expected": true' in shown.stdout, shown.stdout + shown.stderr[-2000:]
+
+
+@pytest.mark.spark
+def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_path: Path) -> None:
+    # The command end to end, in a process of its own (it stops the session it starts).
+    import json
+
+    env = {
+        **os.environ,
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": str(ROOT / "src"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    ran = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "txstream",
+            "windows",
+            "run",
+            "--spark",
+            "--out",
+            str(tmp_path / "run"),
+            "--scheduler",
+            "lws",
+            "--keys",
+            "2",
+            "--n",
+            "4",
+            "--t",
+            "0.5",
+            "--long-queries",
+            "10",
+            "--snapshot-interval",
+            "0.5",
+            "--files",
+            "4",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        timeout=600,
+    )
+    assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
+    out = json.loads(ran.stdout.strip().splitlines()[-1])["spark"]
+    assert out["equal_in_process"] is True
+    assert out["long_commits"] > 0 and out["snapshots"] > 0
+    assert out["cpu_us_per_event"]["workers"] > 0
+    assert sorted(p.name for p in (tmp_path / "run" / "histories").iterdir()) == [
+        "key-0.txt",
+        "key-1.txt",
+    ]
