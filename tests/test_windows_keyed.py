@@ -161,3 +161,25 @@ def test_a_bad_tuple_or_query_is_refused_alone_and_changes_nothing(tmp_path: Pat
     with pytest.raises(WindowError, match="size must be a finite number"):
         kw.packet((0.1, 1, 2, float("inf")))
     assert kw.now == float("-inf") and kw.buffered == 0
+
+
+@pytest.mark.parametrize("scheduler", ["serial", "ttu"])
+def test_tuple_based_windows_on_runtime_tables_equal_the_in_process_engine(
+    tmp_path: Path, scheduler: str
+) -> None:
+    # A buffer is full at its b-th tuple (not at a span's end): the slide runs in
+    # that tuple's own transaction.
+    s = KeyedWindows(
+        n=4,
+        t=None,
+        tuples_per_subwindow=150,
+        scheduler=scheduler,
+        long_queries=LONG,
+        costs=Costs(per_unit=3e-5),
+        record=True,
+    )
+    want = run_keyed(s, EVENTS)
+    window_job(s).run_local(batches(EVENTS, 4), tmp_path, partitions=2)
+    got = tx.read_output(tmp_path, "results")
+    assert by_tid(got) == by_tid(want.results) and len(got) > 20
+    assert window_histories(tmp_path, 4) == {str(k): want.history(k) for k in want.windows}
