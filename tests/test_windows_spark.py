@@ -266,6 +266,7 @@ def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_pat
     assert ran.returncode == 0, ran.stdout + ran.stderr[-3000:]
     out = json.loads(ran.stdout.strip().splitlines()[-1])["spark"]
     assert out["equal_in_process"] is True
+    assert out["histories"] == {"criterion": "lws", "hold": True}
     assert out["long_commits"] > 0 and out["snapshots"] > 0
     assert out["cpu_us_per_event"]["workers"] > 0
     assert sorted(p.name for p in (tmp_path / "run" / "histories").iterdir()) == [

@@ -224,7 +224,9 @@ def run_spark(
     ``spec.record``).  The summary has the metrics (:func:`summarize`), the
     events per second of the run, and the CPU seconds of the driver (this
     Python process), Spark's JVM and the Python workers over the run (from
-    ``/proc``: :class:`txstream.jobs.loading.ProcessCPU`), per event in µs.
+    ``/proc``: :class:`txstream.jobs.loading.ProcessCPU`), per event in µs;
+    with ``spec.record``, whether every key's history meets the scheduler's
+    criterion (``ws`` or ``lws``).
     """
     import time
 
@@ -261,8 +263,17 @@ def run_spark(
         used["driver"] / max(used["workers"] + used["jvm"], 1e-9), 4
     )
     if spec.record:
+        from txstream.model import check, parse_one
+        from txstream.model.check import CheckOptions
+        from txstream.windows.schedulers import get_scheduler
+
         folder = root / "histories"
         folder.mkdir(exist_ok=True)
+        criterion = get_scheduler(spec.scheduler).guarantees
+        holds = True
         for key, text in window_histories(root / "checkpoint", spec.n).items():
             (folder / f"key-{key}.txt").write_text(text)
+            verdict = check(parse_one(text), criterion, CheckOptions(subwindows=spec.n))
+            holds = holds and verdict.holds
+        summary["histories"] = {"criterion": criterion, "hold": holds}
     return summary
