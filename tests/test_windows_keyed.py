@@ -22,7 +22,16 @@ from txstream.model import check, parse_one
 from txstream.model.check import CheckOptions
 from txstream.spark.testing import assert_same_results, run_with_crashes, serial_run
 from txstream.windows import Costs, Query, WindowError
-from txstream.windows.keyed import KeyedWindows, KeyWindow, run_keyed, workload
+from txstream.windows.engine import HistoryLog
+from txstream.windows.keyed import (
+    KeyedWindows,
+    KeyWindow,
+    StreamLog,
+    history_operations,
+    run_keyed,
+    snapshot_query,
+    workload,
+)
 from txstream.windows.rows import META
 
 SCHEDULERS = ["serial", "ws", "lws", "ttu", "lws-rescan", "ttu-rescan"]
@@ -183,3 +192,60 @@ def test_tuple_based_windows_on_runtime_tables_equal_the_in_process_engine(
     got = tx.read_output(tmp_path, "results")
     assert by_tid(got) == by_tid(want.results) and len(got) > 20
     assert window_histories(tmp_path, 4) == {str(k): want.history(k) for k in want.windows}
+
+
+class _Tee(HistoryLog):
+    """The engine's own history log, with a StreamLog written alongside."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__(n)
+        self.stream = StreamLog(n)
+        self.positions: dict[int, int] = {}
+
+    def slide(self, j: int) -> None:
+        super().slide(j)
+        self.stream.slide(j)
+
+    def read(self, tid: str, index: int, version: int, current: int) -> int:
+        pos = super().read(tid, index, version, current)
+        self.positions[pos] = self.stream.read(tid, index, version, current)
+        return pos
+
+    def remove(self, pos: int) -> None:
+        super().remove(pos)
+        self.stream.remove(self.positions.get(pos, -1))
+
+    def end(self, tid: str, committed: bool) -> None:
+        super().end(tid, committed)
+        self.stream.end(tid, committed)
+
+
+@pytest.mark.parametrize("scheduler", ["ws", "lws", "lws-rescan", "ttu-rescan"])
+def test_the_streamed_history_is_the_engines_own_history(scheduler: str) -> None:
+    # The executors emit a key's history as entries; put in order they must give
+    # the text WindowEngine's HistoryLog gives (ws reads of expired versions moved
+    # before their expiry, reads undone by a re-scan left out).
+    class Teed(KeyWindow):
+        def _new_engine(self, log_seq: int = 0) -> Any:
+            engine = super()._new_engine(log_seq)
+            engine.log = _Tee(self.window.n)
+            return engine
+
+    s = spec(scheduler)
+    kw = Teed(s, 0)
+    for kind, row in EVENTS:
+        if row["key"] != 0:
+            continue
+        if kind == "packets":
+            kw.packet(tuple(row[f] for f in s.fields))
+        else:
+            kw.snapshot(row["ts"], snapshot_query(row), row["id"])
+    log = kw.engine.log
+    assert isinstance(log, _Tee)
+    ops = log.operations()
+    assert len(ops) > 100
+    assert history_operations(log.stream.entries) == ops
+    if scheduler == "ws":
+        assert any(e[2] >= 0 for e in log.stream.entries)  # reads placed before an expiry
+    if scheduler == "lws-rescan":
+        assert any(e[1] is None for e in log.stream.entries)  # reads undone
