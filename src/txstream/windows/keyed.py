@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ from txstream.windows.base import PACKET_FIELDS, Row, WindowError
 from txstream.windows.engine import Costs, HistoryLog, Result, WindowEngine
 from txstream.windows.queries import Query, QueryGroup
 from txstream.windows.schedulers import get_scheduler
+from txstream.windows.sim import LONG_AGGREGATES, PERCENTILES
 from txstream.windows.window import SlidingWindow
 
 
@@ -550,8 +552,6 @@ def workload(
     Timestamps are distinct within a key, so the order is the same whatever
     ties would be broken by.  Sorted by ``ts``.
     """
-    import random
-
     rng = random.Random(seed)
     events: list[Event] = []
     for k in range(keys):
@@ -605,10 +605,6 @@ def random_long_queries(
     The long-running workload of Section 5, as :func:`txstream.windows.sim.long_groups`
     draws it: each group one aggregate of one attribute (src or dst).
     """
-    import random
-
-    from txstream.windows.sim import LONG_AGGREGATES, PERCENTILES
-
     rng = random.Random(seed * 31 + 7)
     groups = []
     for g in range((count + group_size - 1) // group_size):

@@ -232,6 +232,8 @@ class RowKeyWindow(KeyWindow):
         return self._engine
 
     def _load(self, state: dict[str, Any]) -> WindowEngine:
+        # Sets the window's and engine's private fields directly: they are this
+        # package's own classes, and their state is exactly what the rows hold.
         t, key = self.t, self.key
         window = self.window
         assert isinstance(window, _Tracked)
