@@ -129,9 +129,10 @@ def register_cli(sub: Subparsers) -> None:
     r.add_argument(
         "--engine",
         default=None,
-        help="runtime (partitions on Spark executors, serial in arrival order; the default "
-        "for serializable) or driver (the transaction manager's concurrent paths in the "
-        "driver; the default for not-serializable)",
+        help="runtime (the default: partitions on Spark executors; the not-serializable "
+        "variant as two jobs, the minute path and the notification path, with no common "
+        "order) or driver (the transaction manager's concurrent paths as threads in the "
+        "driver)",
     )
     r.add_argument(
         "--master", default=None, help="Spark master, e.g. local[1], local-cluster[2,1,1024]"

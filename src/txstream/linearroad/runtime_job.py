@@ -12,6 +12,15 @@ Answers leave through :class:`AnswersFile`, a sink that appends each committed
 batch's answers to ``answers.txt`` exactly once per batch id (the file is cut
 back to the length recorded with the previous batch before a batch is written
 again after a crash), stamping each answer's ``Emit`` with its commit time.
+
+The not-serializable variant is two such jobs over the same input, with no
+order in common (:func:`path_jobs`): the minute path (statistics, stopped
+cars, each minute's accidents and tolls, published through
+:class:`~txstream.linearroad.tollstore.TollsPublisher` when its batches commit)
+and the notification path (segment entries, charges, alerts, queries, which
+reads the published tolls as they are when a notification runs).  On Spark
+they are two streaming queries running side by side; in this process they
+take turns batch by batch (:func:`run_local`, ``first``).
 """
 
 from __future__ import annotations
@@ -19,16 +28,17 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from txstream.errors import TxStreamError
-from txstream.linearroad.engine import TXN_SIZES, Latency
+from txstream.linearroad.engine import TXN_SIZES, Latency, check_variant
 from txstream.linearroad.formats import open_text
 from txstream.linearroad.replay import duplicate_entries, numbered_lines
-from txstream.linearroad.txns import PARTITION_BY, TABLES, LinearRoadTxns, combine_balance
+from txstream.linearroad.tollstore import TollsPublisher
+from txstream.linearroad.txns import PARTITION_BY, PATHS, TABLES, LinearRoadTxns, combine_balance
 from txstream.spark.runtime import Job, read_output
 from txstream.spark.runtime.state import RuntimeStore
 
@@ -55,11 +65,12 @@ def linear_road_job(
     """
     if txn_size not in TXN_SIZES:
         raise TxStreamError(f"unknown transaction size {txn_size!r}; one of {list(TXN_SIZES)}")
-    job = Job("linear_road")
-    for name, key in TABLES.items():
-        job.table(name, key=key, partition_by=PARTITION_BY)
+    job = Job("linear_road" if txns.path == "all" else f"linear_road_{txns.path}")
+    for name in PATHS[txns.path]:
+        job.table(name, key=TABLES[name], partition_by=PARTITION_BY)
     job.input("lines", source, keys=[("xk", "dk")], order="seq", broadcast="everywhere")
-    for name in ("answers", "rejected", "duplicates"):
+    outputs = ("tolls",) if txns.path == "minute" else ("answers", "rejected", "duplicates")
+    for name in outputs:
         job.output(name)
     job.on("lines", txns.line)
     period = TXN_SIZES[txn_size]
@@ -68,6 +79,24 @@ def linear_road_job(
     job.option("arrivalTime", "handoff")
     job.option("recordHistory", record)
     return job
+
+
+MINUTE_CKPT = "ckpt-minute"
+"""The minute path's checkpoint folder beside ``ckpt`` (the notification path's)."""
+TOLLS_STORE = "tolls-store.json"
+"""The TOLLS store file between the two paths, in the run's folder."""
+
+
+def path_jobs(txns: LinearRoadTxns, out: Path) -> tuple[LinearRoadTxns, LinearRoadTxns]:
+    """The not-serializable variant's two jobs' functions: (minute path, notification path).
+
+    They share ``txns``' readings of the specification and the TOLLS store
+    file in ``out`` (absolute, so that executors find it).
+    """
+    from dataclasses import replace
+
+    store = str((out / TOLLS_STORE).resolve())
+    return replace(txns, path="minute"), replace(txns, path="notify", published=store)
 
 
 PLACEMENT = (("xk", 5), ("dk", 7), ("time", 2), ("kind", 1))
@@ -212,6 +241,9 @@ def run_local(
     batch_lines: int = 5000,
     duplicate_every: int = 0,
     record: bool = False,
+    variant: str = "serializable",
+    first: str = "notify",
+    by_minute: bool = False,
 ) -> tuple[Path, AnswersFile]:
     """Run the job over ``input_path`` in this process; returns (answers file, its sink).
 
@@ -219,17 +251,120 @@ def run_local(
     resumes: the batches are cut from the input the same way each time, and
     those the store in ``out/ckpt`` has committed are not run again (they would
     be new batches to the runner, and their balance queries answered twice).
+
+    Batches are ``batch_lines`` lines, or with ``by_minute`` the lines of one
+    minute of input time each.  The ``not-serializable`` variant runs its two
+    jobs (:func:`path_jobs`; stores ``out/ckpt`` and ``out/ckpt-minute``) taking
+    turns batch by batch, ``first`` (``notify`` or ``minute``) running each
+    batch first: the in-process stand-in for two queries side by side, so the
+    answers depend on the turns as on Spark they depend on timing.
     """
+    check_variant(variant)
+    if first not in ("notify", "minute"):
+        raise TxStreamError(f"unknown first path {first!r}; notify or minute")
     out.mkdir(parents=True, exist_ok=True)
     answers = AnswersFile(out / "answers.txt", time.time())
-    job = linear_road_job(txns, txn_size, record=record).sink("answers", answers)
     with open_text(input_path) as f:
         events = list(input_events(duplicate_entries(numbered_lines(f), duplicate_every)))
-    done = len(RuntimeStore(out / "ckpt").committed())
-    starts = range(done * batch_lines, len(events), batch_lines)
-    batches = [_handed(events[i : i + batch_lines]) for i in starts]
-    job.run_local(batches, out / "ckpt", partitions=partitions)
+    cuts = _cuts(events, batch_lines, by_minute)
+    if variant == "serializable":
+        job = linear_road_job(txns, txn_size, record=record).sink("answers", answers)
+        done = len(RuntimeStore(out / "ckpt").committed())
+        batches = [_handed(events[i:j]) for i, j in cuts[done:]]
+        job.run_local(batches, out / "ckpt", partitions=partitions)
+        return out / "answers.txt", answers
+    minute, notify = path_jobs(txns, out)
+    stores = {"minute": out / MINUTE_CKPT, "notify": out / "ckpt"}
+    jobs = {
+        "minute": linear_road_job(minute, txn_size, record=record).sink(
+            "tolls", TollsPublisher(out / TOLLS_STORE)
+        ),
+        "notify": linear_road_job(notify, txn_size, record=record).sink("answers", answers),
+    }
+    order = [first, "minute" if first == "notify" else "notify"]
+    ran = {name: len(RuntimeStore(store).committed()) for name, store in stores.items()}
+    steps = [(name, k) for k in range(len(cuts)) for name in order if k >= ran[name]]
+    _take_turns(jobs, stores, partitions, [(n, events[slice(*cuts[k])]) for n, k in steps])
     return out / "answers.txt", answers
+
+
+def _cuts(
+    events: list[tuple[str, dict[str, Any]]], batch_lines: int, by_minute: bool
+) -> list[tuple[int, int]]:
+    """Where the batches start and end: every ``batch_lines`` events, or at each new minute."""
+    if not by_minute:
+        return [(i, min(i + batch_lines, len(events))) for i in range(0, len(events), batch_lines)]
+    starts = [0]
+    current: int | None = None
+    for i, (_, row) in enumerate(events):
+        if row["time"] < 0:
+            continue  # (a line whose time Spark cannot read stays in the batch it falls in)
+        m = row["time"] // 60
+        if current is not None and m > current:
+            starts.append(i)
+        if current is None or m > current:
+            current = m
+    return [(a, b) for a, b in zip(starts, [*starts[1:], len(events)], strict=True) if b > a]
+
+
+def _take_turns(
+    jobs: dict[str, Job],
+    stores: dict[str, Path],
+    partitions: int,
+    steps: list[tuple[str, list[tuple[str, dict[str, Any]]]]],
+) -> None:
+    """Run each step's batch on its job, one step after the other, each job in its own runner.
+
+    Each job's ``run_local`` consumes a generator in a thread of its own; the
+    generator hands over one batch when this thread says so and reports when
+    the runner asks for the next (the batch then committed and went to the
+    sinks), so the jobs' batches run strictly in the order of ``steps``.  The
+    steps begin once every runner asked for its first batch: a runner first
+    delivers the committed batches its sinks missed (a crash between a commit
+    and its sink), so the TOLLS store is whole before a notification reads it.
+    """
+    import queue
+    import threading
+
+    feeds: dict[str, queue.Queue[Any]] = {name: queue.Queue() for name in jobs}
+    finished: dict[str, queue.Queue[bool]] = {name: queue.Queue() for name in jobs}
+    failed: list[BaseException] = []
+
+    def batches(name: str) -> Iterator[Iterator[tuple[str, dict[str, Any]]]]:
+        finished[name].put(True)  # ready: the runner asks for its first batch
+        while True:
+            batch = feeds[name].get()
+            if batch is None:
+                return
+            yield _handed(batch)
+            finished[name].put(True)
+
+    def run(name: str) -> None:
+        try:
+            # (run_local iterates its batches once, in order, so a generator will do)
+            lazy = cast("Sequence[Iterable[tuple[str, dict[str, Any]]]]", batches(name))
+            jobs[name].run_local(lazy, stores[name], partitions=partitions)
+        except BaseException as exc:  # re-raised in the caller's thread
+            failed.append(exc)
+        finally:
+            finished[name].put(False)
+
+    threads = {name: threading.Thread(target=run, args=(name,), daemon=True) for name in jobs}
+    for thread in threads.values():
+        thread.start()
+    try:
+        ready = all([finished[name].get() for name in jobs]) and not failed
+        for name, batch in steps if ready else []:
+            feeds[name].put(batch)
+            if not finished[name].get() or failed:
+                break
+    finally:
+        for name in jobs:
+            feeds[name].put(None)
+        for thread in threads.values():
+            thread.join()
+    if failed:
+        raise failed[0]
 
 
 def _handed(batch: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -237,11 +372,11 @@ def _handed(batch: list[tuple[str, dict[str, Any]]]) -> Iterator[tuple[str, dict
 
     In this process the input is replayed as fast as it runs, so a response time
     is measured from when a batch is handed over, not from any wall clock.
+    (Copies: the not-serializable variant's two jobs take the same events.)
     """
     now = time.time()
     for name, row in batch:
-        row["handoff"] = now
-        yield name, row
+        yield name, {**row, "handoff": now}
 
 
 def rejected_lines(checkpoint: Path) -> list[str]:
@@ -309,36 +444,62 @@ def run_spark(
     record: bool = False,
     progress: Callable[[str], None] | None = None,
     give_up_after_s: float | None = None,
+    variant: str = "serializable",
 ) -> SparkRun:
     """Replay ``input_path`` through Spark at ``speedup`` into the job; wait for every answer.
 
     ``work`` holds the source folder and the checkpoint (``ckpt/``: Spark's and
     txstream's); running again with the same folders resumes after a crash.
+    The ``not-serializable`` variant starts its two jobs (:func:`path_jobs`) as
+    two queries over the same source folder, the minute path's checkpoint in
+    ``ckpt-minute/``; they run side by side, ordered by nothing but Spark's
+    scheduling.
     """
     from txstream.linearroad.report import FellBehind
     from txstream.linearroad.spark_job import Feeder
     from txstream.spark.sources import text_files
 
+    check_variant(variant)
     # Constraint inference over the SQL parser's large CASE expression exhausted the
     # planner's heap (an OutOfMemoryError before the first batch) when this job still
     # parsed in SQL; the driver engine's job still does and may share this session.
     spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
     chunk_seconds = max(1, int(speedup // 10))  # at most ~10 files per wall second
     feeder = Feeder(input_path, work / "source", speedup, chunk_seconds, duplicate_every)
-    source = lines_source(text_files(spark, work / "source"))
-    job = linear_road_job(txns, txn_size, source, record).sink("answers", answers)
-    job.option("partitions", partitions)
-    query = job.start(checkpoint=work / "ckpt", spark=spark)
+    plan: list[tuple[LinearRoadTxns, str, str, Callable[[int, list[dict[str, Any]]], None]]]
+    if variant == "serializable":
+        plan = [(txns, "ckpt", "answers", answers)]
+    else:
+        minute, notify = path_jobs(txns, work)
+        publisher = TollsPublisher(work / TOLLS_STORE)
+        # The minute path first: its query starts (and restarts) before the one that reads it.
+        plan = [(minute, MINUTE_CKPT, "tolls", publisher), (notify, "ckpt", "answers", answers)]
+    queries: list[Any] = []
+    try:
+        for fns, ckpt, output, sink in plan:
+            source = lines_source(text_files(spark, work / "source"))
+            job = linear_road_job(fns, txn_size, source, record).sink(output, sink)
+            job.option("partitions", partitions)
+            queries.append(job.start(checkpoint=work / ckpt, spark=spark))
+    except BaseException:
+        for started in queries:
+            started.stop()
+        raise
+    query = queries[-1]  # the one that answers
     run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)
     interrupted = False
     try:
-        feeder.warm_up(lambda: len(query.recentProgress), lambda: not query.isActive)
+        feeder.warm_up(
+            lambda: min(len(q.recentProgress) for q in queries),
+            lambda: not all(q.isActive for q in queries),
+        )
         feeder.start()
         last = time.time()
         while feeder.is_alive():
             feeder.join(timeout=1.0)
-            _check(query, feeder)
-            lag = _lag(answers, feeder, query)
+            for q in queries:
+                _check(q, feeder)
+            lag = max(_lag(answers, feeder, q) for q in queries)
             if give_up_after_s is not None and lag > give_up_after_s:
                 raise FellBehind(f"the answers lag the input by {lag:.0f} s")
             if progress is not None and time.time() - last >= 5:
@@ -348,8 +509,9 @@ def run_spark(
                     f"{len(query.recentProgress)} batches committed, {answers.answers} answers, "
                     f"recent max response {lag:.2f} s"
                 )
-        _check(query, feeder)
-        query.processAllAvailable()
+        for q in queries:
+            _check(q, feeder)
+            q.processAllAvailable()
     except KeyboardInterrupt:
         interrupted = True
         raise
@@ -357,7 +519,8 @@ def run_spark(
         feeder.stopping.set()
         feeder.join(timeout=5.0)
         # Ctrl-C: let Spark read the chunks already handed over, then stop (see TxQuery.stop).
-        query.stop(settle_s=10.0 if interrupted else 0.0)
+        for q in reversed(queries):
+            q.stop(settle_s=10.0 if interrupted else 0.0)
     return run
 
 

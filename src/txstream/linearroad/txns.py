@@ -87,6 +87,7 @@ from txstream.linearroad.formats import (
     out_of_order,
     parse_input_line,
 )
+from txstream.linearroad.tollstore import published_toll
 
 TABLES: dict[str, tuple[str, ...]] = {
     "meta": ("xway", "dir"),
@@ -99,6 +100,21 @@ TABLES: dict[str, tuple[str, ...]] = {
 """Every table's key; each is partitioned by its first two columns ``(xway, dir)``."""
 
 PARTITION_BY = ("xway", "dir")
+
+PATHS: dict[str, tuple[str, ...]] = {
+    "all": tuple(TABLES),
+    "minute": ("meta", "cars", "segstats", "stops", "tolls"),
+    "notify": ("meta", "cars", "balance"),
+}
+"""Each job's processing paths by name, with the tables it keeps.
+
+``all``: the serializable job, every path in one serial order per partition.
+The not-serializable variant runs two jobs with no common order: ``minute``
+(statistics, stopped cars, each minute's accidents and tolls, which it
+publishes to the TOLLS store) and ``notify`` (segment entries, charges, toll
+and accident alerts, queries; it reads the TOLLS store as it is when a
+notification runs).
+"""
 
 _TOLLS_CACHE: dict[str, HistoricalTolls] = {}
 """Historical tolls per file, loaded once per Python worker (a static relation)."""
@@ -124,11 +140,21 @@ class LinearRoadTxns:
     lav: str = "spec"
     accident_end: str = "spec"
     tolls_path: str | None = None
+    path: str = "all"
+    """Which processing paths this job runs (:data:`PATHS`): ``all`` (the serializable
+    job), or one of the not-serializable variant's two jobs, ``minute`` or ``notify``."""
+    published: str | None = None
+    """The TOLLS store file between the two paths (:mod:`~txstream.linearroad.tollstore`):
+    the notification path reads it; required for ``path="notify"``."""
 
     def __post_init__(self) -> None:
         if self.lav not in LAV_DEFINITIONS:
             raise ValueError(f"unknown LAV definition {self.lav!r}")
         check_accident_end(self.accident_end)
+        if self.path not in PATHS:
+            raise ValueError(f"unknown path {self.path!r}; one of {list(PATHS)}")
+        if self.path == "notify" and self.published is None:
+            raise ValueError("the notification path needs the TOLLS store's file (published)")
 
     # -- the input ------------------------------------------------------------------------
 
@@ -140,7 +166,9 @@ class LinearRoadTxns:
         balance query reaches every partition (``t.home`` is its fragment's
         partition).  A malformed line is reported once, by one fragment.
         """
-        once = t.home is None or t.home == 0
+        # (the minute path reports nothing: the notification path, which reads the
+        # same lines, reports each once)
+        once = (t.home is None or t.home == 0) and self.path != "minute"
         try:
             f = parse_input_line(e["raw"])
         except MalformedTupleError as exc:
@@ -159,6 +187,8 @@ class LinearRoadTxns:
                 self.rejected(t, e["seq"], "fields the partitioning could not read", e["raw"])
             return
         base = {"seq": e["seq"], "handoff": e["handoff"], "time": f[TIME], "vid": f[VID]}
+        if kind != POSITION_REPORT and self.path == "minute":
+            return  # queries are the notification path's
         if kind == POSITION_REPORT:
             self.report(t, {**base, "spd": f[SPD], "xway": f[XWAY], "lane": f[LANE], "dir": f[DIR],
                             "seg": f[SEG], "pos": f[POS], "raw": e["raw"]})  # fmt: skip
@@ -176,20 +206,40 @@ class LinearRoadTxns:
         meta = t.read("meta", (x, d)) or {"xway": x, "dir": d, "minute": 0, "time": -1}
         if now < meta["time"]:
             # The input must come in time order (the validator rejects the same tuple).
-            self.rejected(t, e["seq"], out_of_order(now, meta["time"]), e["raw"])
+            if self.path != "minute":
+                self.rejected(t, e["seq"], out_of_order(now, meta["time"]), e["raw"])
             return
         minute = now // 60 + 1
-        for m in range(meta["minute"] + 1, minute + 1):
-            self._minute(t, x, d, m)
+        if self.path != "notify":
+            for m in range(meta["minute"] + 1, minute + 1):
+                self._minute(t, x, d, m)
         if now != meta["time"]:  # hundreds of reports share a second: write once
             t.upsert("meta", {"xway": x, "dir": d, "minute": max(minute, meta["minute"]),
                               "time": now})  # fmt: skip
         car = t.read("cars", (x, d, vid))
         if car is not None and car["time"] >= now:
             # Delivered again (a faulty source or a replay): no effect, reported.
-            t.emit("duplicates", {"seq": e["seq"]})
+            if self.path != "minute":
+                t.emit("duplicates", {"seq": e["seq"]})
+            return
+        if self.path == "notify":
+            self._enter(t, e, car)
             return
         entered = self._ingest(t, e, car, minute)
+        if entered and self.path == "all":
+            self._notify(t, e)
+
+    def _enter(self, t: Any, e: dict[str, Any], car: Any) -> None:
+        """The notification path's report: keep the car's segment; notify when it entered one.
+
+        (Its statistics and stops are the minute path's, in the other job.)
+        """
+        x, d, now, vid, seg, lane = e["xway"], e["dir"], e["time"], e["vid"], e["seg"], e["lane"]
+        # As in _ingest: a new segment, or back from the exit ramp (a new trip).
+        entered = (
+            car is None or car["seg"] != seg or (car["lane"] == EXIT_LANE and lane != EXIT_LANE)
+        )
+        t.upsert("cars", {"xway": x, "dir": d, "vid": vid, "time": now, "seg": seg, "lane": lane})
         if entered:
             self._notify(t, e)
 
@@ -270,10 +320,16 @@ class LinearRoadTxns:
             bal["pending"] = 0
             t.upsert("balance", bal)
             return
-        toll_row = t.read("tolls", (x, d, seg))
-        lav, toll, near = (
-            (toll_row["lav"], toll_row["toll"], toll_row["near"]) if toll_row else (0, 0, -1)
-        )
+        if self.path == "notify":
+            # The TOLLS store as the minute path, another job with no order in
+            # common with this one, last published it: the not-serializable read.
+            assert self.published is not None
+            lav, toll, near = published_toll(self.published, (x, d, seg))
+        else:
+            toll_row = t.read("tolls", (x, d, seg))
+            lav, toll, near = (
+                (toll_row["lav"], toll_row["toll"], toll_row["near"]) if toll_row else (0, 0, -1)
+            )
         bal["pending"] = toll
         t.upsert("balance", bal)
         base = {"seq": e["seq"], "handoff": e["handoff"]}
@@ -313,10 +369,10 @@ class LinearRoadTxns:
             toll = 2 * (cars - 50) ** 2 if cars > 50 and lav < 40 and near < 0 else 0
             old = t.read("tolls", (x, d, seg))
             if old is not None or toll or near >= 0 or rows:
-                t.upsert(
-                    "tolls",
-                    {"xway": x, "dir": d, "seg": seg, "lav": lav, "toll": toll, "near": near},
-                )
+                row = {"xway": x, "dir": d, "seg": seg, "lav": lav, "toll": toll, "near": near}
+                t.upsert("tolls", row)
+                if self.path == "minute":
+                    t.emit("tolls", {**row, "minute": m})  # published when the batch commits
             if t.read("segstats", (x, d, seg, m - 6)) is not None:
                 t.delete("segstats", (x, d, seg, m - 6))
 
