@@ -22,7 +22,7 @@ def test_linear_road_compares_both_variants_on_one_engine() -> None:
     for grid in (bench_lr.EXPERIMENT.grid, bench_lr.EXPERIMENT.quick_grid):
         compared = [p for p in grid if p["sweep"] in ("speedup", "duplicates")]
         assert {p["variant"] for p in compared} == {"serializable", "not-serializable"}
-        assert {p["engine"] for p in compared} == {bench_lr.COMPARE_ENGINE} == {"driver"}
+        assert {p["engine"] for p in compared} == {bench_lr.COMPARE_ENGINE} == {"runtime"}
 
 
 def test_linear_road_point_passes_its_engine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,4 +43,4 @@ def test_linear_road_point_passes_its_engine(monkeypatch: pytest.MonkeyPatch) ->
         if p["sweep"] == "speedup" and p["variant"] == "not-serializable" and p["speedup"] == 10
     ]  # fmt: skip
     bench_lr.measure(point, seed=1)
-    assert seen == ["driver"]
+    assert seen == ["runtime"]

@@ -99,6 +99,49 @@ def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Pat
     assert (out / "latency.png").stat().st_size > 0
 
 
+def test_not_serializable_two_queries_survive_sigkill_and_agree_with_run_local(
+    tmp_path: Path,
+) -> None:
+    # The variant's two jobs (minute path, notification path) as two queries; the
+    # driver killed mid-run, then resumed.  What the paths' timing cannot change
+    # (which notifications and queries are answered, and the expenditures) must
+    # equal the in-process run, each answer once; the tolls' values may differ.
+    from txstream.linearroad.runtime_job import run_local
+    from txstream.linearroad.txns import LinearRoadTxns, tolls_path
+
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    cmd = _run_cli(out, "--variant", "not-serializable")
+    victim = _started(cmd, out, env)
+    time.sleep(1.0)
+    assert victim.poll() is None, victim.stderr.read() if victim.stderr else ""
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["resumed"] is True and summary["execution"] == "runtime"
+    assert summary["paths"] == "two jobs: minute, notify"
+    by_type = summary["by_type"]
+    assert summary["duplicates"] == 0 and by_type["toll"]["missing"] == 0
+    txns = LinearRoadTxns(tolls_path=tolls_path(out / "tolls.dat"))
+    local, _ = run_local(out / "input.dat", tmp_path / "local", txns, variant="not-serializable")
+
+    def keys(path: Path) -> list[str]:
+        found = []
+        for line in path.read_text().splitlines():
+            f = line.split(",")
+            if f[0] == "0":
+                found.append(f"0,{f[1]},{f[2]}")  # (VID, Time)
+            elif f[0] == "2":
+                found.append(",".join([f[0], f[1], *f[3:5]]))  # without Emit, Balance
+            elif f[0] == "3":
+                found.append(",".join([*f[:2], *f[3:]]))  # without Emit
+        return sorted(found)
+
+    assert keys(out / "answers.txt") == keys(local)
+
+
 def test_ctrl_c_mid_run_is_one_line_and_a_rerun_at_another_speedup_loses_nothing(
     tmp_path: Path,
 ) -> None:
