@@ -62,8 +62,9 @@ COMPARE_ENGINE = "runtime"
 """The engine of both variants wherever the bench compares them (Figure 4, Tables 1-2)."""
 
 
-GENERATED_SEED = 11
-"""The quick grid's generated input: the same for every point."""
+GENERATED_SEED = 3
+"""The quick grid's generated input: the same for every point (with this seed its
+6 minutes hold accidents, 38 alerts: Table 1's missing alerts can show)."""
 
 
 def shared_dir() -> Path:
@@ -320,7 +321,7 @@ EXPERIMENT = Experiment(
     name="linear-road",
     description=__doc__ or "",
     grid=_grid((10, 15, 20, 30, 40), "shared", 1800, 10, short=300),
-    quick_grid=_grid((10, 20), "generated", 240, 10, short=240),
+    quick_grid=_grid((10, 20), "generated", 360, 10, short=240),
     run=measure,
     figures=[
         Figure(

@@ -6,9 +6,11 @@ writes the official input, historical-tolls and answer formats;
 :mod:`~txstream.linearroad.replay` numbers the lines and replays them (with a
 faulty source's duplicates);
 :mod:`~txstream.linearroad.txns` is the transaction function of the main job
-and :mod:`~txstream.linearroad.engine` the driver engine (Figure 3's stores
-under the transaction manager); :mod:`~txstream.linearroad.reference` computes
-the expected answers with a batch (pandas) computation,
+(and of the not-serializable variant's two jobs, whose TOLLS store is
+:mod:`~txstream.linearroad.tollstore`) and :mod:`~txstream.linearroad.engine`
+the driver engine (Figure 3's stores under the transaction manager);
+:mod:`~txstream.linearroad.reference` computes the expected answers with a
+batch (pandas) computation,
 :mod:`~txstream.linearroad.validate` compares an answers file against them and
 :mod:`~txstream.linearroad.report` sums up a run (response times, counts, latency plot).
 

@@ -44,7 +44,9 @@ latest entry has been charged by that later entry, which is exactly what a
 single balance row would hold.
 
 Each handler is deterministic (a replayed micro-batch does the same thing), as
-the runtime requires.
+the runtime requires, except the notification path's read of the TOLLS store
+(:data:`PATHS`): the not-serializable variant's one read outside its job,
+which sees what the minute path has published when it runs.
 """
 
 from __future__ import annotations
