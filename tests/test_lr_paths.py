@@ -115,3 +115,20 @@ def test_the_record_option_is_refused_for_the_two_jobs(tmp_path: Path) -> None:
     check_engine(RunOptions(out=tmp_path, variant="not-serializable"))
     with pytest.raises(TxStreamError, match="--engine driver"):
         check_engine(RunOptions(out=tmp_path, variant="not-serializable", record=tmp_path / "h"))
+
+
+def test_linear_road_run_puts_the_not_serializable_variant_on_the_executor_runtime(
+    tmp_path: Path,
+) -> None:
+    # Before issue 31 the variant ran on the driver engine unless told otherwise.
+    from txstream.linearroad.run_job import RunOptions, run_job
+
+    o = RunOptions(out=tmp_path / "o", L=1.0, minutes=6, seed=3, spark=False, quiet=True,
+                   variant="not-serializable")  # fmt: skip
+    summary = run_job(o)
+    assert summary["execution"] == "runtime" and summary["paths"] == "two jobs: minute, notify"
+    out = tmp_path / "o"
+    assert (out / "ckpt-minute").is_dir() and (out / "tolls-store.json").exists()
+    by_type = summary["by_type"]
+    assert by_type["toll"]["missing"] == by_type["toll"]["duplicates"] == 0
+    assert by_type["toll"]["wrong"] > 0  # counted by the validator, not hidden
