@@ -687,8 +687,8 @@ def _balances(query: Any, job: Any, folder: Path, partitions: int, accounts: int
     last = store.committed()[-1]
     out: dict[int, int] = {}
     for pid in range(partitions):
-        for rows in store.load(pid, last).data.get("accounts", {}).values():
-            out.update({k: r["balance"] for k, r in rows.items()})
+        for k, r in store.load(pid, last).all_rows("accounts"):
+            out[k] = r["balance"]
     return out
 
 

@@ -168,6 +168,7 @@ class ExecutorTx:
         self._job = job
         self._tables = job.tables
         self._state = state
+        state.use_flat(flat_tables(job))  # (before _data: it may replace a table's dict)
         self._data = state.data
         self._tracked = state.tracked
         """The partition's totals for global reads, kept by every write (see .totals)."""
@@ -224,8 +225,11 @@ class ExecutorTx:
         rows = self._data.get(table)
         if rows is None:
             return default
-        part = rows.get(value)
-        row = part.get(key) if part is not None else None
+        if spec.simple:  # (a flat table: key -> row, see PartitionState.flat)
+            row = rows.get(key)
+        else:
+            part = rows.get(value)
+            row = part.get(key) if part is not None else None
         if row is None:
             return default
         return dict(row)
@@ -234,7 +238,7 @@ class ExecutorTx:
         """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
         check_partition_value(f"scan of {table}", self._table(table), value)
         self._check_value(table, value)
-        rows = self._state.data.get(table, {}).get(value, {})
+        rows = self._state.rows_of(table, value)
         if self._history is not None:
             gid = self._txn()
             self._log(value, f"r{gid}({_set_item(table, value)})")
@@ -277,7 +281,7 @@ class ExecutorTx:
         spec = self._table(table)
         key = key_of_row(spec, row)
         value = self._value(f"insert into {table}", spec, key)
-        if key in self._state.data.get(table, {}).get(value, {}):
+        if key in (self._state.part(table, value) or _NO_ROWS):
             raise duplicate_key(table, key)
         self._put(table, value, key, dict(row), structural=True)
 
@@ -288,7 +292,7 @@ class ExecutorTx:
         value = spec.value_of_key(key)
         if value not in self._allowed:
             self._check_value(table, value)
-        part = self._state.data.get(table, {}).get(value)
+        part = self._state.part(table, value)
         exists = part is not None and key in part
         self._put(table, value, key, dict(row), structural=not exists)
 
@@ -296,7 +300,7 @@ class ExecutorTx:
         """Change some columns of the row with ``key``; returns the new row (a copy)."""
         spec = self._table(table)
         value = self._value(f"update of {table}", spec, key)
-        old = self._state.data.get(table, {}).get(value, {}).get(key)
+        old = (self._state.part(table, value) or _NO_ROWS).get(key)
         if old is None:
             raise missing_row(f"update of {table}", key)
         new = updated_row(spec, key, old, changes, columns)
@@ -314,8 +318,10 @@ class ExecutorTx:
         value = key if spec.simple else spec.value_of_key(key)
         if value not in self._allowed:
             self._check_value(table, value)
-        rows = self._data.get(table)
-        part = rows.get(value) if rows is not None else None
+        # (part: the dict holding the key's row; a flat table's is the table itself)
+        part = self._data.get(table)
+        if part is not None and not spec.simple:
+            part = part.get(value)
         old = part.get(key) if part is not None else None
         if part is None or old is None:
             raise missing_row(f"increment of {table}.{column}", key)
@@ -354,7 +360,7 @@ class ExecutorTx:
         """Remove the row with ``key``; :class:`MissingRowError` when there is none."""
         spec = self._table(table)
         value = self._value(f"delete from {table}", spec, key)
-        if key not in self._state.data.get(table, {}).get(value, {}):
+        if key not in (self._state.part(table, value) or _NO_ROWS):
             raise missing_row(f"delete from {table}", key)
         self._put(table, value, key, ABSENT, structural=True)
 
@@ -379,9 +385,10 @@ class ExecutorTx:
         if self._aggregates is not None:
             return finish_total(self._aggregates[(table, column)])
         # Every row is here (the deferred phase, the driver engine): count them now.
-        found = partial_totals(self._state.data, ((table, column),))
+        state = self._state
+        found = partial_totals(state.data, ((table, column),), flat=state.flat)
         if self._history is not None:
-            record_reads(self._state.data, ((table, column),), self._txn(), self._history)
+            record_reads(state, ((table, column),), self._txn(), self._history)
         return finish_total(found[(table, column)])
 
     def _undeclared_total(self, table: str, column: str | None) -> UndeclaredKeyError:
@@ -482,7 +489,7 @@ class ExecutorTx:
         """Write one row (ABSENT deletes); ``part``: the value's rows, when the caller has them."""
         state = self._state
         if part is None:
-            part = self._data.get(table, _NO_ROWS).get(value)
+            part = state.part(table, value)
         old = ABSENT if part is None else part.get(key, ABSENT)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
@@ -533,17 +540,22 @@ def table_item(table: str) -> str:
     return f"{table}:*"
 
 
+def flat_tables(job: JobSpec) -> frozenset[str]:
+    """The job's tables whose key is one column: kept flat in memory (see PartitionState.flat)."""
+    return frozenset(name for name, spec in job.tables.items() if spec.simple)
+
+
 def record_reads(
-    data: Mapping[str, Mapping[Any, Mapping[Any, Row]]],
+    state: PartitionState,
     reads: Iterable[tuple[str, str | None]],
     gid: str,
     ops: list[str],
 ) -> None:
     """A global read's operations on this partition (history on): every row and row set."""
     for table in dict.fromkeys(table for table, _ in reads):
-        for value, part in data.get(table, {}).items():
+        for value in state.data.get(table, {}):
             ops.append(f"r{gid}({_set_item(table, value)})")
-            ops.extend(f"r{gid}({item_name(table, k)})" for k in part)
+            ops.extend(f"r{gid}({item_name(table, k)})" for k in state.rows_of(table, value))
 
 
 @dataclass
@@ -1140,11 +1152,12 @@ class PartitionExecutor:
 
     def shipped_rows(self) -> list[tuple[Any, dict[str, dict[Any, Row]]]]:
         """The rows of every deferred value, for the coordinator: (value, table -> rows)."""
-        data = self.state.data
+        state = self.state
         values = set(self.blocked)
-        if self.blocked_all:
-            values.update(v for t in self.job.tables for v in data.get(t, {}))
-        return [(v, {t: dict(data.get(t, {}).get(v, {})) for t in self.job.tables}) for v in values]
+        if self.blocked_all:  # (a value is a key of its table's dict, in either layout)
+            values.update(v for t in self.job.tables for v in state.data.get(t, {}))
+        tables = self.job.tables
+        return [(v, {t: dict(state.rows_of(t, v)) for t in tables}) for v in values]
 
 
 def run_deferred(
@@ -1161,12 +1174,13 @@ def run_deferred(
     Returns the outcome and, per shipped value, its rows afterwards (for phase 3).
     """
     state = PartitionState()
+    state.use_flat(flat_tables(job))
     values = []
     for value, tables in shipped_rows:
         values.append(value)
         for table, rows in tables.items():
             if rows:
-                state.data.setdefault(table, {})[value] = dict(rows)
+                state.set_rows(table, value, rows)
     state.begin(batch)
     groups: dict[str, Group] = {}
     for gid, event in shipped_events:
@@ -1180,7 +1194,7 @@ def run_deferred(
     values += sorted(
         {v for t in job.tables for v in state.data.get(t, {})} - set(values), key=canonical
     )
-    back = [(v, {t: dict(state.data.get(t, {}).get(v, {})) for t in job.tables}) for v in values]
+    back = [(v, {t: dict(state.rows_of(t, v)) for t in job.tables}) for v in values]
     return outcome, back
 
 

@@ -370,21 +370,24 @@ class _Partition:
         reads = self.global_reads[item.event.input]
         if self.record:  # (the reads happen now; dropped if it aborts)
             self._record_global_read(item.event, event_gid(self.batch, item.event))
-        return partial_totals(self.state.data, reads, self.state.tracked)
+        state = self.state
+        return partial_totals(state.data, reads, state.tracked, state.flat)
 
     def _rows(self, values: list[Any], dest: int) -> list[tuple[Any, dict[str, Any]]]:
         """What a participant sends its home: its values' rows, per table."""
-        data = self.state.data
+        state = self.state
         # The home changes the dict of a value's rows that it is given: a copy when it
-        # is in this process (a message to another task is a copy already).
+        # is in this process (a message to another task is a copy already; a flat
+        # table's rows_of is a new dict).
         copy = dest in self.sched.hosted
+        flat = state.flat
         rows = []
         for v in values:
             tables = {}
             for table in self.tables:
-                found = data.get(table, _NONE).get(v)
+                found = state.rows_of(table, v)
                 if found:
-                    tables[table] = dict(found) if copy else found
+                    tables[table] = dict(found) if copy and table not in flat else found
             rows.append((v, tables))
         return rows
 
@@ -413,16 +416,13 @@ class _Partition:
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
-        data, tracked = state.data, state.tracked
+        tracked = state.tracked
         owner: dict[Any, int] = {}
         for src, payload in ups.items():
             for value, tables in payload:
                 owner[value] = src
                 for table, rows in tables.items():
-                    by_value = data.get(table)
-                    if by_value is None:
-                        by_value = data[table] = {}
-                    by_value[value] = rows
+                    state.set_rows(table, value, rows)
                     if tracked and table in tracked:  # (counted while they are here)
                         for row in rows.values():
                             track(tracked, table, None, row)
@@ -446,7 +446,8 @@ class _Partition:
                 for undo_key, _old in runner.changed:
                     table, value, key = undo_key
                     if value in owner:
-                        changes.append((table, value, key, data[table].get(value, _NONE).get(key)))
+                        row = (state.part(table, value) or _NONE).get(key)
+                        changes.append((table, value, key, row))
                         undo.pop(undo_key, None)
                 if self.record:
                     ops = [op for _value, op in runner.remote_ops]
@@ -463,7 +464,8 @@ class _Partition:
                 table, value, key = undo_key
                 to = owner.get(value)
                 if to is not None:
-                    backs[to][0].append((table, value, key, data[table].get(value, _NONE).get(key)))
+                    row = (state.part(table, value) or _NONE).get(key)
+                    backs[to][0].append((table, value, key, row))
                     undo.pop(undo_key, None)
             if self.record:
                 for value, op in runner.remote_ops:
@@ -475,15 +477,14 @@ class _Partition:
 
     def _drop(self, owner: Mapping[Any, int]) -> None:
         """Take the forwarded values' rows out of this state (and out of its totals)."""
-        data, tracked = self.state.data, self.state.tracked
+        state = self.state
+        tracked = state.tracked
         for table in self.tables:
-            by_value = data.get(table)
-            if by_value is not None:
-                for value in owner:
-                    rows = by_value.pop(value, None)
-                    if rows and tracked and table in tracked:
-                        for row in rows.values():
-                            track(tracked, table, row, None)
+            for value in owner:
+                rows = state.pop_rows(table, value)
+                if rows and tracked and table in tracked:
+                    for row in rows.values():
+                        track(tracked, table, row, None)
 
     def _execute_global(self, item: _Item) -> None:
         """At partition 0: a global read over this partition's totals and everyone's."""
@@ -507,9 +508,9 @@ class _Partition:
         changes, ops, committed = back
         if changes:
             state = self.state
-            data, undo, tracked = state.data, state.undo, state.tracked
+            undo, tracked = state.undo, state.tracked
             for table, value, key, row in changes:
-                rows = data.get(table, _NONE).get(value)
+                rows = state.part(table, value)
                 if rows is None or row is None or (tracked and table in tracked):
                     # (a row made or deleted, or a table whose totals are kept)
                     state.put(table, value, key, ABSENT if row is None else row)

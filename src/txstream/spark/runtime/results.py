@@ -393,13 +393,12 @@ def read_table(path: str | Path, table: str, batch: int | None = None, as_: str 
                     f"snapshots); batches that can be read: {kept}"
                 ) from None
             raise
-        for values in state.data.get(table, {}).values():
-            for k, row in values.items():
-                full = dict(row)
-                parts = k if len(key) > 1 and isinstance(k, tuple) else (k,)
-                for column, part in zip(key, parts, strict=False):
-                    full.setdefault(column, part)
-                rows.append((k, full))
+        for k, row in state.all_rows(table):
+            full = dict(row)
+            parts = k if len(key) > 1 and isinstance(k, tuple) else (k,)
+            for column, part in zip(key, parts, strict=False):
+                full.setdefault(column, part)
+            rows.append((k, full))
     rows.sort(key=lambda item: _sort_key(item[0]))
     found = [row for _, row in rows]
     if as_ == "dicts":

@@ -66,8 +66,9 @@ OLD_MAGIC = b"TXRT1\n"
 """The pickle files of versions before the data format (refused, never loaded)."""
 _HEADER = struct.Struct(">IQ")
 ABSENT: Any = None  # a deleted row in a delta
-Data = dict[str, dict[Any, dict[Any, dict[str, Any]]]]
-"""table -> partition value -> key -> row"""
+Data = dict[str, dict[Any, Any]]
+"""table -> partition value -> key -> row; a table in :attr:`PartitionState.flat`:
+table -> key -> row (its key is its own partition value, see :meth:`PartitionState.use_flat`)"""
 
 
 def json_record(path: Path, what: str, line: str | None = None) -> dict[str, Any]:
@@ -174,9 +175,18 @@ class PartitionState:
     While a batch ``pending`` runs, ``undo`` keeps the first pre-image of every
     row it changed (``changed`` the same keys), so a re-run of the batch rolls
     back in memory.
+
+    A table whose key is one column (``TableSpec.simple``) is its own partition
+    value: its rows are kept flat, key -> row (:attr:`flat`), not in a dict of
+    one-row dicts per value, which costs a lookup and a cache miss more per row
+    access.  Every value's rows are reached through :meth:`part`,
+    :meth:`rows_of` and :meth:`set_rows`, whichever the layout; the files on
+    disk keep the nested layout's columns (:func:`columns`).
     """
 
     data: Data = field(default_factory=dict)
+    flat: frozenset[str] = frozenset()
+    """The tables kept flat (key -> row; their key is their partition value)."""
     meta: dict[str, Any] = field(default_factory=dict)
     version: int = -1
     pending: int | None = None
@@ -190,6 +200,76 @@ class PartitionState:
     """Per table, the totals that the batch's global reads keep (see :mod:`.totals`):
     every write changes them; they last one batch (cleared, never replaced: a
     transaction holds the dict)."""
+
+    def use_flat(self, tables: frozenset[str]) -> None:
+        """Keep ``tables`` flat and every other table nested, converting what is not yet.
+
+        A state read from disk (or made empty) is nested; the executors call this
+        with their job's one-column-keyed tables before touching the rows.
+        """
+        if tables == self.flat:
+            return
+        data = self.data
+        for table in self.flat - tables:  # (flat -> nested: a job of another shape)
+            if table in data:
+                data[table] = {key: {key: row} for key, row in data[table].items()}
+        for table in tables - self.flat:
+            if table in data:
+                data[table] = dict(chain.from_iterable(map(dict.items, data[table].values())))
+        self.flat = tables
+
+    def part(self, table: str, value: Any) -> dict[Any, Any] | None:
+        """The dict that holds ``value``'s rows by key (None: none of the table here).
+
+        For a flat table it is the whole table (a key of a flat table is its value):
+        look keys of ``value`` up in it, never iterate it (:meth:`rows_of` does).
+        """
+        rows = self.data.get(table)
+        if rows is None or table in self.flat:
+            return rows
+        found: dict[Any, Any] | None = rows.get(value)
+        return found
+
+    def rows_of(self, table: str, value: Any) -> dict[Any, Any]:
+        """``value``'s rows of ``table``, key -> row (never change it: it may be a copy)."""
+        rows = self.data.get(table, _NONE)
+        if table in self.flat:
+            row = rows.get(value)
+            return _NONE if row is None else {value: row}
+        found: dict[Any, Any] = rows.get(value, _NONE)
+        return found
+
+    def set_rows(self, table: str, value: Any, rows: dict[Any, Any]) -> None:
+        """Replace ``value``'s rows of ``table`` by ``rows`` (empty: none; no undo, no totals)."""
+        if table in self.flat:
+            by_key = self.data.setdefault(table, {})
+            row = rows.get(value)
+            if row is None:
+                by_key.pop(value, None)
+            else:
+                by_key[value] = row
+        elif rows:
+            self.data.setdefault(table, {})[value] = dict(rows)
+        else:
+            self.data.get(table, {}).pop(value, None)
+
+    def pop_rows(self, table: str, value: Any) -> dict[Any, Any]:
+        """Take ``value``'s rows of ``table`` out (no undo, no totals); returns them."""
+        rows = self.data.get(table)
+        if rows is None:
+            return _NONE
+        if table in self.flat:
+            row = rows.pop(value, None)
+            return _NONE if row is None else {value: row}
+        found: dict[Any, Any] = rows.pop(value, _NONE)
+        return found
+
+    def all_rows(self, table: str) -> list[tuple[Any, Any]]:
+        """Every ``(key, row)`` of ``table`` here, whichever the layout."""
+        rows = self.data.get(table, _NONE)
+        if table in self.flat:
+            return list(rows.items())
+        return list(chain.from_iterable(map(dict.items, rows.values())))
 
     def begin(self, batch: int) -> None:
         """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
@@ -224,18 +304,22 @@ class PartitionState:
         """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
         undo_key = (table, value, key)
         if undo_key not in self.undo:
-            self.undo[undo_key] = self.data.get(table, _NONE).get(value, _NONE).get(key, ABSENT)
+            self.undo[undo_key] = (self.part(table, value) or _NONE).get(key, ABSENT)
         self._set(table, value, key, row)
 
     def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
-        rows = self.data.setdefault(table, {}).setdefault(value, {})
+        flat = table in self.flat
+        if flat:
+            rows = self.data.setdefault(table, {})
+        else:
+            rows = self.data.setdefault(table, {}).setdefault(value, {})
         tracked = self.tracked
         if tracked and table in tracked:
             old = rows.get(key)
             track(tracked, table, old, None if row is ABSENT else row)
         if row is ABSENT:
             rows.pop(key, None)
-            if not rows:
+            if not rows and not flat:
                 self.data[table].pop(value, None)
         else:
             rows[key] = row
@@ -254,8 +338,11 @@ class PartitionState:
             by_value = self.data.get(table, _NONE)
             values, keys = list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine))
             # Each changed row as it is now, looked up in C (no Python code per row).
-            parts = map(by_value.get, values, repeat(_NONE))
-            rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
+            if table in self.flat:
+                rows = list(map(by_value.get, keys, repeat(ABSENT)))
+            else:
+                parts = map(by_value.get, values, repeat(_NONE))
+                rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
             changes[table] = [values, keys, rows]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
@@ -284,10 +371,7 @@ class PartitionState:
             return False
         for value, tables in patch["values"]:
             for table, rows in tables.items():
-                if rows:
-                    self.data.setdefault(table, {})[value] = dict(rows)
-                else:
-                    self.data.get(table, {}).pop(value, None)
+                self.set_rows(table, value, rows)
         self.token = patch["token"]
         return True
 
@@ -312,6 +396,12 @@ def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
     keys = list(chain.from_iterable(groups))
     rows = list(chain.from_iterable(map(dict.values, groups)))
     return [values, keys, rows]
+
+
+def flat_columns(by_key: dict[Any, Any]) -> list[list[Any]]:
+    """A flat table's rows (key -> row) as :func:`columns` writes them (each key its value)."""
+    keys = list(by_key)
+    return [keys, list(keys), list(by_key.values())]
 
 
 def nested(values: list[Any], keys: list[Any], rows: list[Any]) -> dict[Any, dict[Any, Any]]:
@@ -540,7 +630,10 @@ class RuntimeStore:
                 pdir / f"snap-{batch:012d}.bin",
                 dump_blob(
                     {
-                        "tables": {t: columns(rows) for t, rows in state.data.items()},
+                        "tables": {
+                            t: flat_columns(rows) if t in state.flat else columns(rows)
+                            for t, rows in state.data.items()
+                        },
                         "meta": state.meta,
                         "token": state.token,
                     }

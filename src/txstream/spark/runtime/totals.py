@@ -25,7 +25,7 @@ that runs the partition's batch; only the writes of that task change them.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from fractions import Fraction
 from itertools import chain
 from operator import itemgetter
@@ -63,18 +63,22 @@ def _add(partial: Partial, x: Any, sign: int) -> bool:
     return True
 
 
-def count_rows(by_value: Mapping[Any, Mapping[Any, Any]], column: str | None) -> Partial | None:
+def count_rows(
+    by_value: Mapping[Any, Any], column: str | None, flat: bool = False
+) -> Partial | None:
     """The partial of one table's rows here (``by_value``: value -> key -> row).
 
+    ``flat``: ``by_value`` is key -> row (a flat table, see ``PartitionState.flat``).
     None when a value of ``column`` is neither a number nor null.
     """
-    partial: Partial = [0, 0, 0, 0, 0, 0, sum(map(len, by_value.values()))]
+    count = len(by_value) if flat else sum(map(len, by_value.values()))
+    partial: Partial = [0, 0, 0, 0, 0, 0, count]
     if column is None:
         return partial
     # Every row of the partition, read in C when the column holds integers only
     # (an audit reads them all); nulls, floats or a row without it: one by one.
     every: Any = dict.values
-    rows = chain.from_iterable(map(every, by_value.values()))
+    rows: Any = by_value.values() if flat else chain.from_iterable(map(every, by_value.values()))
     try:
         total = sum(map(itemgetter(column), rows))
     except (TypeError, KeyError):
@@ -82,22 +86,24 @@ def count_rows(by_value: Mapping[Any, Mapping[Any, Any]], column: str | None) ->
     if type(total) is int:
         partial[0] = total
         return partial
-    for part in by_value.values():
-        for row in part.values():
-            if not _add(partial, row.get(column), 1):
-                return None
+    rows = by_value.values() if flat else chain.from_iterable(map(every, by_value.values()))
+    for row in rows:
+        if not _add(partial, row.get(column), 1):
+            return None
     return partial
 
 
 def partial_totals(
-    data: Mapping[str, Mapping[Any, Mapping[Any, Any]]],
+    data: Mapping[str, Mapping[Any, Any]],
     reads: Iterable[tuple[str, str | None]],
     tracked: Tracked | None = None,
+    flat: Collection[str] = (),
 ) -> dict[tuple[str, str | None], Partial]:
     """One partition's part of a global read: per (table, column), its partial.
 
     With ``tracked`` (the partition's kept partials), a partial kept there is
-    used as it is, and one counted here is kept from now on.
+    used as it is, and one counted here is kept from now on.  ``flat``: the
+    tables of ``data`` kept flat, key -> row (see ``PartitionState.flat``).
     """
     out: dict[tuple[str, str | None], Partial] = {}
     for table, column in reads:
@@ -108,7 +114,7 @@ def partial_totals(
                 found = list(partial)
                 break
         if found is None:
-            found = count_rows(data.get(table, {}), column)
+            found = count_rows(data.get(table, {}), column, table in flat)
             if found is None:
                 raise TypeError(f"the sum of {table}.{column}: a value is not a number")
             if tracked is not None:
