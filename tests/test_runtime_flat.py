@@ -117,6 +117,11 @@ def _job() -> tx.Job:
             if move["amount"] == 1:  # (deletes: a row set that changes shape)
                 t.delete(COMPOSITE, (e["src"], move["n"]))
 
+    def audit(t: tx.Tx, e: dict[str, Any]) -> None:
+        if t.home in (None, 0):  # (once per event: it reaches every partition)
+            total = {"money": t.sum(SIMPLE, "balance"), "accounts": t.count(SIMPLE)}
+            t.emit("audits", {**total, "moves": t.sum(COMPOSITE, "amount")})
+
     return (
         tx.Job("flat")
         .table(SIMPLE, key="acct", initial=[{"acct": 1, "balance": 100}])
@@ -128,8 +133,11 @@ def _job() -> tx.Job:
         )
         .input("deposits", None, keys="acct")
         .input("transfers", None, keys=["src", "dst"])
+        .input("audit", None, global_reads=[f"{SIMPLE}.balance", f"{COMPOSITE}.amount"])
         .on("deposits", deposit)
         .on("transfers", transfer)
+        .on("audit", audit)
+        .output("audits")
     )
 
 
@@ -144,7 +152,10 @@ def _pay(src: int, dst: int, n: int, amount: int) -> tuple[str, dict[str, Any]]:
 @pytest.mark.parametrize("tasks", [1, 2], ids=["deferred", "forwarded"])
 def test_both_kinds_of_table_in_one_job_across_a_restart(tmp_path: Path, tasks: int) -> None:
     first = [[_dep(2, 1, 1), _dep(3, 2, 7), _pay(1, 2, 3, 40), _dep(2, 4, 1)]]
-    second = [[_pay(2, 3, 5, 30), _dep(4, 6, 5), _pay(3, 4, 7, 500)], [_pay(4, 1, 8, 2)]]
+    second = [
+        [_pay(2, 3, 5, 30), _dep(4, 6, 5), _pay(3, 4, 7, 500)],
+        [_pay(4, 1, 8, 2), ("audit", {"at": 1})],
+    ]
     _job().run_local(first, tmp_path, partitions=3, tasks=tasks)
     state_module._CACHE.clear()  # (a restart: new workers read the store)
     _job().run_local(second, tmp_path, partitions=3, tasks=tasks)
@@ -154,6 +165,7 @@ def test_both_kinds_of_table_in_one_job_across_a_restart(tmp_path: Path, tasks: 
         {"acct": 3, "balance": 37},
         {"acct": 4, "balance": 3},
     ]
+    assert tx.read_output(tmp_path, "audits") == [{"money": 114, "accounts": 4, "moves": 112}]
     # acct 2's moves of amount 1 went when it paid (transfer 5).
     assert tx.read_table(tmp_path, COMPOSITE) == [
         {"acct": 1, "n": 0, "amount": 100},
