@@ -70,7 +70,7 @@ from txstream.storage.base import ABSENT as _ABSENT
 from txstream.storage.base import StorageError
 from txstream.txn import Transaction, TransactionManager
 from txstream.txn.base import ACTIVE, SHARED
-from txstream.txn.locks import RCB
+from txstream.txn.locks import RCB, solo_of
 
 VERSION_KEY = "__version__"
 """A table-level counter row some callers keep (plain Spark's baseline reads it).
@@ -546,9 +546,8 @@ class CQEngine:
                 locks = txn.locks
                 if item not in locks:
                     lock_table = self._lock_table
-                    fresh = RCB()
-                    fresh[txn] = SHARED
-                    if lock_table is not None and lock_table.setdefault(item, fresh) is fresh:
+                    solo = txn.solo or solo_of(txn)
+                    if lock_table is not None and lock_table.setdefault(item, solo) is solo:
                         locks[item] = SHARED
                     else:
                         self._lock(txn, item)  # held by others (or another protocol)

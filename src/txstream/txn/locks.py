@@ -7,7 +7,14 @@ Data structures (EDBT 2012 Section 4.1, after Weikum & Vossen):
 * the *Transaction Control Block* is the transaction itself: its ``locks`` dict
   (item -> mode) lists everything to release at the end;
 * a hash table (``dict``) maps each item to its RCB; an RCB is dropped when its
-  last holder leaves and no one waits.
+  last holder leaves and no one waits;
+* an item that one transaction alone holds in shared mode, with nobody
+  waiting, maps to that transaction's :class:`Solo` record: one RCB per
+  transaction, shared by all such items, never changed in place.  A reader's
+  uncontended lock then allocates nothing (a record per lock costs about as
+  much again as the lock's two dict insertions, and under the garbage
+  collector each record is one more object to track); the first request of
+  another party replaces it by a private copy (copy-on-write, under the mutex).
 
 Shared (S) locks are compatible with each other, exclusive (X) locks with
 nothing.  A holder of S that asks for X *upgrades*: it is granted at once when
@@ -85,6 +92,39 @@ class RCB(dict["Transaction", int]):
     waiters: deque[Waiter] | None = None
 
 
+class Solo(RCB):
+    """The RCB of every item one transaction alone holds in shared mode, nobody waiting.
+
+    ``{txn: SHARED}``, made once per transaction (:func:`solo_of`) and shared
+    by all those items of the lock table, so a reader's uncontended lock
+    (``table.setdefault(item, solo)``) makes no object.  It is read like any
+    RCB (its holders, their modes, no waiters) but never changed: whoever must
+    change an item's record (add a holder, queue a waiter, move or revoke the
+    lock) first puts a private copy in the table, under the mutex
+    (:meth:`LockManager._private`).  Changing it raises, so that a missed copy
+    is a loud bug, not a lock silently granted or dropped on every item.
+    """
+
+    def _shared(self, *args: object, **kwargs: object) -> None:
+        raise TransactionError("internal: a Solo lock record is shared and never changed")
+
+    __setitem__ = __delitem__ = pop = popitem = clear = update = setdefault = _shared  # type: ignore[assignment]
+    __setattr__ = _shared
+
+
+def solo_of(txn: Transaction) -> Solo:
+    """``txn``'s :class:`Solo` record, made at its first use.
+
+    (It refers to ``txn`` and ``txn`` to it: :meth:`LockManager.release_all`
+    drops the link when the transaction's locks go, so that an ended
+    transaction is freed by reference counting, not left to the collector.)
+    """
+    solo = txn.solo
+    if solo is None:
+        solo = txn.solo = Solo({txn: SHARED})
+    return solo
+
+
 def _compatible(rcb: RCB, txn: Transaction, mode: int) -> bool:
     """Whether ``txn`` could hold ``mode`` next to the other holders of ``rcb``."""
     for other, held in rcb.items():
@@ -128,12 +168,17 @@ class LockManager:
             return
         table = self.table
         if not held:
-            # Fast path for an item nobody has locked: publish a new RCB with
+            # Fast path for an item nobody has locked: publish an RCB with
             # ``dict.setdefault``, which is atomic under the GIL, so no mutex is
-            # needed.  Everything else about an RCB changes under the mutex, and an
-            # RCB is only removed from the table under it.
-            fresh = RCB()
-            fresh[txn] = mode
+            # needed (a shared lock: txn's Solo record, made once).  Everything else
+            # about an RCB changes under the mutex, and an RCB is only removed from
+            # the table under it.
+            fresh: RCB
+            if mode == SHARED:
+                fresh = txn.solo or solo_of(txn)
+            else:
+                fresh = RCB()
+                fresh[txn] = mode
             if table.setdefault(item, fresh) is fresh:
                 txn.locks[item] = mode
                 return
@@ -148,6 +193,8 @@ class LockManager:
                 if rcb is fresh:
                     txn.locks[item] = mode
                     return
+            if rcb.__class__ is Solo:
+                rcb = self._private(item, rcb)  # changed below (a holder, a waiter)
             if (held or not rcb.waiters) and _compatible(rcb, txn, mode):
                 rcb[txn] = mode
                 txn.locks[item] = mode
@@ -180,6 +227,14 @@ class LockManager:
                 while self._detect(waiter) and waiter.error is None:
                     pass
         self._wait(waiter)
+
+    def _private(self, item: str, rcb: RCB) -> RCB:
+        """A private copy of the shared :class:`Solo` record ``rcb``, in the table for ``item``.
+
+        Mutex held; every path that changes an item's record calls it first.
+        """
+        own = self.table[item] = RCB(rcb)
+        return own
 
     def _revoke(self, rcb: RCB, item: str, txn: Transaction, mode: int) -> bool:
         """Take handed-over locks that conflict with ``txn``'s request from their heirs.
@@ -392,6 +447,7 @@ class LockManager:
 
     def release_all(self, txn: Transaction) -> None:
         """Release every lock of ``txn`` (its TCB) and grant what can be granted."""
+        txn.solo = None  # (no item refers to it once released: see solo_of)
         locks = txn.locks
         if not locks:
             return
@@ -405,6 +461,10 @@ class LockManager:
         for item in items:
             rcb = table.get(item)
             if rcb is None:  # pragma: no cover - defensive
+                continue
+            if rcb.__class__ is Solo:
+                if txn in rcb:  # (txn's own: it alone held the item, nobody waits)
+                    del table[item]
                 continue
             rcb.pop(txn, None)
             if rcb.waiters:
@@ -440,8 +500,11 @@ class LockManager:
                 if mine.get(item) != SHARED or rcb is None or rcb.waiters:
                     lost.add(item)
                     continue
-                del rcb[txn]
-                rcb[heir] = SHARED
+                if rcb.__class__ is Solo:
+                    table[item] = heir.solo or solo_of(heir)
+                else:
+                    del rcb[txn]
+                    rcb[heir] = SHARED
                 del mine[item]
                 theirs[item] = SHARED
 
@@ -463,21 +526,29 @@ class LockManager:
             if not self.queued:
                 # Nobody waits for any lock (so for none of these): the same, short.
                 # (A reader holds only shared locks: an item it holds moves.)
+                solo = heir.solo or solo_of(heir)
                 for item in items:
                     if item in mine:
                         rcb = table[item]
-                        del rcb[txn]
-                        rcb[heir] = SHARED
+                        if rcb.__class__ is Solo:
+                            table[item] = solo
+                        else:
+                            del rcb[txn]
+                            rcb[heir] = SHARED
                         del mine[item]
                         theirs[item] = SHARED
                     elif item not in theirs:
                         lost.add(item)
                 for item in mine:
                     rcb = table[item]
+                    if rcb.__class__ is Solo:
+                        del table[item]
+                        continue
                     del rcb[txn]
                     if not rcb:
                         del table[item]
                 mine.clear()
+                txn.solo = None
                 return
             for item in items:
                 held = table.get(item)
@@ -485,12 +556,16 @@ class LockManager:
                     if item not in theirs:
                         lost.add(item)
                     continue
-                del held[txn]
-                held[heir] = SHARED
+                if held.__class__ is Solo:
+                    table[item] = heir.solo or solo_of(heir)
+                else:
+                    del held[txn]
+                    held[heir] = SHARED
                 del mine[item]
                 theirs[item] = SHARED
             self._release(txn, mine)
         mine.clear()
+        txn.solo = None
 
     def keep_only(self, txn: Transaction, items: Iterable[str]) -> None:
         """:meth:`pass_on` for a ``txn`` that committed and goes on as its own successor.
@@ -571,4 +646,4 @@ class LockManager:
                 raise TransactionError(f"locks still held on {sorted(self.table)[:5]}")
 
 
-__all__ = ["EXCLUSIVE", "RCB", "SHARED", "LockManager", "Waiter"]
+__all__ = ["EXCLUSIVE", "RCB", "SHARED", "LockManager", "Solo", "Waiter", "solo_of"]

@@ -36,7 +36,7 @@ from txstream.txn.base import (
     ValidationError,
     WriteConflictError,
 )
-from txstream.txn.locks import RCB
+from txstream.txn.locks import solo_of
 
 if TYPE_CHECKING:
     from txstream.txn.manager import Transaction, TransactionManager
@@ -74,16 +74,15 @@ class SS2PL(_Locking):
     def before_read(self, txn: Transaction, item: str) -> None:
         """Take a shared lock.
 
-        The lock manager's fast path for an item nobody has locked (publish a
-        new RCB with the atomic ``dict.setdefault``, see
-        :meth:`~txstream.txn.locks.LockManager.acquire`) is inlined here: a
-        reader's uncontended lock costs no further call.
+        The lock manager's fast path for an item nobody has locked (publish
+        ``txn``'s :class:`~txstream.txn.locks.Solo` record with the atomic
+        ``dict.setdefault``, see :meth:`~txstream.txn.locks.LockManager.acquire`)
+        is inlined here: a reader's uncontended lock costs no further call.
         """
         locks = txn.locks
         if item not in locks:
-            fresh = RCB()
-            fresh[txn] = SHARED
-            if self._table.setdefault(item, fresh) is fresh:
+            solo = txn.solo or solo_of(txn)
+            if self._table.setdefault(item, solo) is solo:
                 locks[item] = SHARED
             else:
                 self._acquire(txn, item, SHARED, 0)

@@ -16,7 +16,7 @@ from txstream.errors import TransientError
 from txstream.model.history import Operation
 from txstream.storage import ABSENT, DuplicateKeyError, MissingRowError, Stream, Table
 from txstream.txn.base import ABORTED, ACTIVE, COMMITTED, STATE_NAMES, TransactionError
-from txstream.txn.locks import Waiter
+from txstream.txn.locks import Solo, Waiter
 from txstream.txn.recorder import Slot
 
 if TYPE_CHECKING:
@@ -53,6 +53,7 @@ class Transaction:
         "reads",
         "slot",
         "snapshot_ts",
+        "solo",
         "state",
         "undo_log",
         "valid_to",
@@ -71,6 +72,8 @@ class Transaction:
         self.read_only = read_only
         self.state = ACTIVE
         self.locks: dict[str, int] = {}
+        # the lock record of the items it alone holds in shared mode (see locks.Solo)
+        self.solo: Solo | None = None
         # A successor of commit_and_continue until resumed: the kept items it lost
         self.lost: set[str] | None = None
         self.waiting: Waiter | None = None
