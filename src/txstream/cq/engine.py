@@ -176,6 +176,9 @@ class _Entry:
         self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
 
 
+_NO_ENTRIES: list[_Entry] = []  # (shared: never filled)
+
+
 @dataclass
 class _Branch:
     source: Source
@@ -543,14 +546,15 @@ class CQEngine:
             if self._late:
                 txn.reads.setdefault(item, self._since)
             else:
-                locks = txn.locks
-                if item not in locks:
-                    lock_table = self._lock_table
-                    solo = txn.solo or solo_of(txn)
-                    if lock_table is not None and lock_table.setdefault(item, solo) is solo:
-                        locks[item] = SHARED
-                    else:
-                        self._lock(txn, item)  # held by others (or another protocol)
+                # (no look at txn.locks first: an item txn holds through its Solo record
+                # is found as new ones are, one it shares is asked for again and the
+                # lock manager finds it held)
+                lock_table = self._lock_table
+                solo = txn.solo or solo_of(txn)
+                if lock_table is not None and lock_table.setdefault(item, solo) is solo:
+                    txn.locks[item] = SHARED
+                else:
+                    self._lock(txn, item)  # held by others (or another protocol)
             value = tbl._current.get(key, _ABSENT_ROW)
             chain = tbl._versions.get(key)
             version, committed = chain[-1] if chain else (0, _ABSENT)
@@ -997,7 +1001,7 @@ class CQEngine:
                 # failed attempt, which leaves no successor: not escalated)
                 self._kept_all = False
                 self._kept_from = self._heir_of
-                self._carried = []
+                self._carried = _NO_ENTRIES
             else:
                 self._kept_from = -2
                 if escalated:
