@@ -40,11 +40,10 @@ from __future__ import annotations
 import math
 import threading
 import time
-from abc import ABC
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
-from typing import Any, ClassVar
+from typing import Any
 
 from txstream.cq.base import (
     DIRTY,
@@ -63,7 +62,15 @@ from txstream.cq.base import (
     WindowJoin,
 )
 from txstream.cq.plan import commit_operator, setup_redo_queues, shape, validate
-from txstream.errors import TransientError, UnknownNameError
+from txstream.cq.strategies import STRATEGIES as STRATEGIES
+from txstream.cq.strategies import Naive as Naive
+from txstream.cq.strategies import Optimistic as Optimistic
+from txstream.cq.strategies import SnapshotStrategy as SnapshotStrategy
+from txstream.cq.strategies import Strategy as Strategy
+from txstream.cq.strategies import TwoPhaseLock as TwoPhaseLock
+from txstream.cq.strategies import UnknownStrategyError as UnknownStrategyError
+from txstream.cq.strategies import get_strategy as get_strategy
+from txstream.cq.strategies import make_manager as make_manager
 from txstream.model.history import Operation
 from txstream.storage import Table
 from txstream.storage.base import ABSENT as _ABSENT
@@ -81,70 +88,6 @@ _ABSENT_ROW: Any = object()
 
 # keys >= columns: a row has all of its source's columns (see CQEngine._tag)
 _KEYS_GE: Callable[[Any, Any], bool] = type({}.keys()).__ge__
-
-
-class Strategy(ABC):
-    """A CQ-processing strategy: the protocol its transactions run under."""
-
-    name: ClassVar[str]
-    protocol: ClassVar[str]
-    summary: ClassVar[str]
-    transactional: ClassVar[bool] = True
-
-
-class Naive(Strategy):
-    """No concurrency control (today's engines)."""
-
-    name = "naive"
-    protocol = "none"
-    summary = "no concurrency control: reads see whatever rows are current"
-    transactional = False
-
-
-class TwoPhaseLock(Strategy):
-    """Read locks from the first reference until the commit operator."""
-
-    name = "s2pl"
-    protocol = "ss2pl"
-    summary = "read locks held until the CQ-derived transaction commits"
-
-
-class SnapshotStrategy(Strategy):
-    """Reads the table version as of the transaction's start."""
-
-    name = "snapshot"
-    protocol = "snapshot"
-    summary = "the transaction reads a snapshot taken at its start"
-
-
-class Optimistic(Strategy):
-    """Validate reads at commit; abort and redo on a conflict."""
-
-    name = "optimistic"
-    protocol = "optimistic"
-    summary = "validate referenced-resource timestamps at commit, redo on failure"
-
-
-STRATEGIES: dict[str, type[Strategy]] = {
-    c.name: c for c in (Naive, TwoPhaseLock, SnapshotStrategy, Optimistic)
-}
-
-
-class UnknownStrategyError(UnknownNameError, CQError):
-    """An unknown strategy name: a bad query like the others (a :class:`CQError`)."""
-
-
-def get_strategy(name: str) -> type[Strategy]:
-    """The strategy class called ``name``; :class:`UnknownStrategyError` otherwise."""
-    try:
-        return STRATEGIES[name]
-    except (KeyError, TypeError):  # (TypeError: an unhashable name, e.g. a list)
-        raise UnknownStrategyError("strategy", name, list(STRATEGIES)) from None
-
-
-def make_manager(strategy: str, *, record: bool = False) -> TransactionManager:
-    """A transaction manager with the protocol ``strategy`` needs."""
-    return TransactionManager(protocol=get_strategy(strategy).protocol, record=record)
 
 
 @dataclass
@@ -253,17 +196,17 @@ class CQEngine:
         strategy: str,
         tables: Mapping[str, tuple[str, ...]],
     ) -> None:
-        self.strategy = get_strategy(strategy)
+        kind = get_strategy(strategy)
         if not isinstance(root, Operator) or not isinstance(tm, TransactionManager):
             raise CQError(
                 "CQEngine(root, tm, strategy, tables) takes an operator tree and a "
                 f"TransactionManager (make_manager(strategy)), got {type(root).__name__} and "
                 f"{type(tm).__name__}"
             )
-        if tm.protocol.name != self.strategy.protocol:
+        if tm.protocol.name != kind.protocol:
             raise CQError(
                 f"strategy {strategy!r} needs a transaction manager with protocol "
-                f"{self.strategy.protocol!r}, not {tm.protocol.name!r} (use make_manager)"
+                f"{kind.protocol!r}, not {tm.protocol.name!r} (use make_manager)"
             )
         validate(root, tables)
         self.root = root
@@ -306,31 +249,23 @@ class CQEngine:
             self._after = above[cut:]
         self.stats = RunStats()
         self._tables: dict[str, Table] = {name: tm.table(name) for name in tables}
-        self._mode = self.strategy.name
-        self._optimistic: bool = self._mode == "optimistic"
-        self._s2pl: bool = self._mode == "s2pl"
         self._quiet_now: bool = False
-        self._hands_on: bool = self._optimistic or self._s2pl
-        self._heir: Transaction | None = None  # the next window's transaction, begun early
-        self._carried: list[_Entry] = []  # the entries whose reads it keeps
-        self._heir_of = -2  # the attempt whose transaction began it
-        self._keep_all = False  # windows may keep every read (see release_every)
-        self._kept_all = False  # the heir kept every read of its predecessor
-        self._held = 0  # windows since the unneeded reads were last sorted out
-        # the attempt whose transaction handed all its reads on to the current one
-        self._kept_from = -2
-        # s2pl and optimistic without a recorder: reads call the protocol's read hook
-        # and read the table (see _read)
-        self._direct = self._hands_on and tm.recorder is None and not tm.ordered
+        # How reads are made on the direct path (no recorder, no order), which
+        # _apply_direct writes out inline per strategy (the engine's hot path: one
+        # read per input event); the strategy's class says which applies.
+        ordered = tm.recorder is not None or tm.ordered
+        # s2pl and optimistic, direct: reads call the protocol's read hook and read the
+        # table (see _read)
+        self._direct = (kind.locks_reads or kind.validates_reads) and not ordered
         self._lock = tm.protocol.before_read
         # s2pl, direct: the lock manager's table, for SS2PL.before_read's uncontended
         # path inline (see _apply_direct)
         self._lock_table: dict[str, RCB] | None = (
-            tm.locks.table if self._direct and self._s2pl else None
+            tm.locks.table if self._direct and kind.locks_reads else None
         )
         # optimistic, direct: an item read joins the read set as read at the clock of
         # the attempt's start (see _since)
-        self._late = self._direct and self._optimistic
+        self._late = self._direct and kind.validates_reads
         # What the protocol's read hook notes per read (the commit clock at the read,
         # see Optimistic.before_read), sampled once per attempt: after the transaction
         # began and before any of its reads, so a write committed after a read is
@@ -340,13 +275,12 @@ class CQEngine:
         self._since = 0
         # snapshot without a recorder or order: a read-only transaction's read is
         # the row as of its snapshot, with no hook to call (see _apply_direct)
-        self._snap_direct = self._mode == "snapshot" and tm.recorder is None and not tm.ordered
+        self._snapshot = kind.snapshot_reads
+        self._snap_direct = kind.snapshot_reads and not ordered
         self._direct_apply = self._direct or self._snap_direct
-        # snapshot: the previous unit's read-only transaction, kept open while nothing
-        # commits (see _transact), and whether runs may keep one (_advance decides)
-        self._snap_open: Transaction | None = None
-        self._reuse_snap = False
-        self._txn_per_unit = self.strategy.transactional and self.commit_op is not None
+        # (the class's flag, read per event: an instance attribute loads faster)
+        self._transactional = kind.transactional
+        self._txn_per_unit = kind.transactional and self.commit_op is not None
         self._limits: tuple[int | None, float | None] = (None, None)
         self._on_result: Callable[[Result], None] | None = None
         self._on_commit: Callable[[int], None] | None = None
@@ -358,6 +292,8 @@ class CQEngine:
         self._used: str | None = None
         self._off = 0
         self._results: list[Result] = []
+        self.strategy: Strategy = kind(self)
+        """The strategy's instance that runs this engine's units."""
         self._reset()
 
     # -- reading a referenced resource ----------------------------------------------------
@@ -650,40 +586,29 @@ class CQEngine:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
         entry = self._queue.get(ts)
         if entry is None:
-            entry = self._evaluate(ts, txn if self.strategy.transactional else None)
+            entry = self._evaluate(ts, txn if self._transactional else None)
             self._queue[ts] = entry
             if len(self._queue) > self.stats.max_redo_queue:
                 self.stats.max_redo_queue = len(self._queue)
             return entry
-        if not self.strategy.transactional or entry.checked == self._attempt or not entry.reads:
+        if not self._transactional or entry.checked == self._attempt or not entry.reads:
             return entry  # naive reuses its synopsis as it is
         assert txn is not None
-        if entry.checked == self._kept_from and self._fast:
+        if entry.checked == self.strategy.hand.kept_from and self._fast:
             # The previous window's transaction read it and handed all its reads on to
             # this one (read locks kept, or validated up to its commit and validated
             # again at this one's): they are this transaction's reads, as they were.
             entry.checked = self._attempt
             return entry
-        if self._quiet_now and entry.checked >= self._prev:
+        if (
+            self._quiet_now
+            and entry.checked >= self._prev
+            and self.strategy.current_as_read(txn, entry)
+        ):
             # Its rows are at the versions it read (nothing committed since they were
-            # found current): the transaction only has to make them its own reads.
-            if self._optimistic:
-                # validated at commit as read at the instant they were found current
-                # (this transaction started then or later: write-map pruning keeps
-                # every write after it)
-                txn.reads.update(dict.fromkeys(self._items((entry,)), self._clean))
-                entry.checked = self._attempt
-                return entry
-            if not self._s2pl:
-                entry.checked = self._attempt  # snapshot: its snapshot shows those versions
-                return entry
-            lock = self._lock
-            for item in self._items((entry,)):
-                lock(txn, item)  # the read lock (the row itself is not needed again)
-            if self._quiet(txn):  # still nothing committed: the versions locked are those
-                entry.checked = self._attempt
-                return entry
-            self._quiet_now = False
+            # found current): the transaction only had to make them its own reads.
+            entry.checked = self._attempt
+            return entry
         fresh: list[Read] = []
         for table, key, version, _ in entry.reads:
             _, read = self._read(txn, table, key, None)
@@ -893,7 +818,7 @@ class CQEngine:
         self._prev = 0
         self._fast = self.tm.recorder is None  # shortcuts skip reads a history must show
         self._quiet_now = False  # the current attempt may take the shortcut
-        self._record_naive = not self.strategy.transactional and self.tm.recorder is not None
+        self._record_naive = not self._transactional and self.tm.recorder is not None
 
     def _advance(
         self,
@@ -911,10 +836,10 @@ class CQEngine:
             )
         self._limits = (max_results, until)
         self._on_result = on_result
-        # a window's transaction may keep every read for the next one (see release_every)
-        # when nothing runs in this thread between windows that could update a kept row
-        self._keep_all = self._direct and on_result is None and self._on_commit is None
-        self._reuse_snap = self._snap_direct and on_result is None and self._on_commit is None
+        # a window's transaction may keep every read for the next one (see release_every),
+        # or a snapshot transaction go on, when nothing runs in this thread between
+        # windows that could update a kept row
+        self.strategy.start(on_result is None and self._on_commit is None)
         w = self.window
         try:
             if w is None:
@@ -925,7 +850,7 @@ class CQEngine:
                 self._run_time()
         finally:
             # no transaction stays open between calls (feed's callers may wait long)
-            self._drop_heir()
+            self.strategy.stop()
         return self._results
 
     def _emit(self, p: _Pending, attempts: int) -> None:
@@ -948,189 +873,10 @@ class CQEngine:
         """Whether the run's result count or deadline is reached."""
         return _stop(self._results, *self._limits)
 
-    def _transact(
-        self,
-        fill: Callable[[Transaction | None], Any],
-        carry: Callable[[Any], list[_Entry]] | None = None,
-    ) -> tuple[Any, int]:
-        """Run ``fill`` in one CQ-derived transaction; redo it on a transient failure.
-
-        ``fill`` returns what the unit produced, with the entries it used
-        (``out[0]``), or None when its window is not complete yet: then the
-        transaction aborts and the events wait in the redo queue.  Under
-        ``naive`` there is no transaction (with a recorder, one that only names
-        the window's reads in the history).  Returns (what ``fill`` returned,
-        attempts).
-
-        ``carry(out)`` names the entries the next window uses again.  Under
-        ``s2pl`` and ``optimistic`` the transaction then commits with
-        :meth:`~txstream.txn.TransactionManager.commit_and_continue`: the next
-        window's transaction begins before this one commits and keeps its reads
-        of those entries' rows (their read locks are never released; their
-        validation carries on), so it need not lock, re-read or re-validate
-        them one by one.
-        """
-        if not self._txn_per_unit:
-            self._attempt += 1
-            txn = self.tm.begin(read_only=True) if self._record_naive else None
-            try:
-                out = fill(txn)
-            except BaseException:
-                if txn is not None:
-                    txn.abort()  # as below: no transaction stays open
-                raise
-            if txn is not None:
-                if out is None:
-                    txn.abort()
-                else:
-                    self._name_reads(txn, out[0])
-                    txn.commit()
-            return out, 1
-        attempts = 0
-        tm = self.tm
-        escalate = self.escalate_after if self._optimistic else 0
-        while True:
-            attempts += 1
-            self._attempt += 1
-            txn = self._heir
-            self._heir = None
-            escalated = attempts > escalate > 0
-            if txn is not None and self._kept_all:
-                # the common case first (a window after a window): the previous
-                # window's transaction kept every read, nothing lost (never after a
-                # failed attempt, which leaves no successor: not escalated)
-                self._kept_all = False
-                self._kept_from = self._heir_of
-                self._carried = _NO_ENTRIES
-            else:
-                self._kept_from = -2
-                if escalated:
-                    # the unit failed its validation escalate_after times in a row: run
-                    # it on a snapshot, which a later write can neither change nor fail
-                    # (after a failed attempt there is no successor transaction to take
-                    # over)
-                    assert txn is None
-                    txn = tm.begin_snapshot()
-                    self.stats.escalations += 1
-                elif txn is None:
-                    txn = self._snap_open
-                    self._snap_open = None
-                    if txn is not None and tm.clock != txn.snapshot_ts:
-                        txn.commit()  # something committed since its snapshot: a new one
-                        txn = None
-                    if txn is None:
-                        txn = tm.begin(read_only=True)
-                else:
-                    self._take_over(txn)
-            snap = txn.snapshot_ts  # (what _quiet looks at, without the call)
-            # one sample of the clock, after the transaction began and before its reads
-            clock = tm.clock
-            self._quiet_now = (
-                self._fast
-                and not escalated
-                and ((snap if snap is not None else clock) == self._clean)
-            )
-            self._since = clock
-            try:
-                out = fill(txn)
-                if out is None:
-                    if self._optimistic:
-                        # "not complete yet" is a result of the reads too (a handed-on
-                        # read of a row updated since may have dropped an event): it
-                        # stands only if they validate, else the window is redone
-                        with tm.commit_mutex:
-                            tm.protocol.validate(txn)
-                    txn.abort()
-                else:
-                    clean = self._clean
-                    if escalated:
-                        # the next unit begins afresh, optimistic again (its transaction
-                        # must not inherit this one's snapshot)
-                        txn.commit()
-                    elif (
-                        carry is not None
-                        and self._keep_all
-                        and self._held < self.release_every
-                        and not (self._s2pl and tm.locks.queued)
-                    ):
-                        # hold on to the rows the next window does not read a few
-                        # windows more, rather than sort them out at each window
-                        heir = self._heir = tm.commit_keeping_all(txn)
-                        self._kept_all = heir is txn
-                        if heir is not txn:  # (a hand-over after all, e.g. with a log)
-                            self._carried = carry(out)
-                        self._held += 1
-                        self._heir_of = self._attempt
-                    elif entries := (carry(out) if carry is not None and self._hands_on else None):
-                        keep = self._items(entries)
-                        # (the successor may be txn's own object, begun again)
-                        self._heir = tm.commit_and_continue(txn, keep, reuse=True)
-                        self._held = 0
-                        self._carried = entries
-                        self._heir_of = self._attempt
-                    elif self._reuse_snap:
-                        # snapshot, read-only: the next unit begun now would get this
-                        # transaction's snapshot as long as nothing commits, so it goes on
-                        # in this one; the next unit commits it and begins another as soon
-                        # as the clock moved (the commit of a read-only snapshot
-                        # transaction writes nothing and cannot fail)
-                        self._snap_open = txn
-                        return out, attempts  # (nothing committed: _clean stays)
-                    else:
-                        txn.commit()
-                    # our own commit moved the clock by one: nothing else did
-                    self._clean = clean + 1 if clean >= 0 and tm.clock == clean + 1 else -1
-                return out, attempts
-            except TransientError:
-                # validation failed (or a deadlock victim): abort and redo the unit
-                if txn.status == "active":
-                    txn.abort()  # a lock request made without txn.read failed
-                self.stats.redos += 1
-            except BaseException:
-                # the query's own code failed (a predicate, a non-numeric value, ...):
-                # the error goes to the caller, but the transaction must not stay open
-                # with its read locks (updaters of those rows would wait forever), its
-                # snapshot or its place in the optimistic write map
-                if txn.status == "active":
-                    txn.abort()
-                raise
-
     def _items(self, entries: Iterable[_Entry]) -> set[str]:
         """The data items the entries' reads read, as the protocols name them."""
         tables = self._tables
         return {tables[table].item(key) for e in entries for table, key, _, _ in e.reads}
-
-    def _take_over(self, txn: Transaction) -> None:
-        """``txn`` has the previous window's reads of the rows its carried entries read.
-
-        Except those it lost (a lock someone waited for, or took meanwhile):
-        the entries that read one of those re-read under the usual rules.
-        """
-        lost = self.tm.resume(txn)
-        # An entry the handing transaction checked, if this window uses it, is one of
-        # the carried ones (the entries of that window from this one's start on)...
-        self._kept_from = self._heir_of
-        if lost:
-            for entry in self._carried:
-                if not lost.isdisjoint(self._items((entry,))):
-                    entry.checked = -1  # ... unless it lost a read: re-read it
-        # (Only those marks may change here: a carried entry past this window's end,
-        # which a re-evaluation can bring about, is not handed on again and must not
-        # pass for checked by this transaction.)
-        self._carried = []
-
-    def _drop_heir(self) -> None:
-        """The run stops: end the successor transaction kept for the next window."""
-        heir, self._heir = self._heir, None
-        snap, self._snap_open = self._snap_open, None
-        if snap is not None:
-            snap.commit()  # (its windows' results are out)
-        self._carried = []
-        self._kept_all = False
-        self._held = 0
-        if heir is not None:
-            self.tm.resume(heir)
-            heir.abort()
 
     def _name_reads(self, txn: Transaction, entries: list[_Entry]) -> None:
         """Naive with a recorder: the window's transaction made the reads of its events."""
@@ -1152,7 +898,7 @@ class CQEngine:
 
             # naive with a recorder: the event's reads go through the transaction
             # _transact opens to name them, and the manager records them
-            done, attempts = self._transact(fill)
+            done, attempts = self.strategy.transact(fill)
             self._pos += 1
             self._emit(done[1], attempts)
             if self._on_commit is not None:
@@ -1189,14 +935,15 @@ class CQEngine:
                 i = start
                 end, r = self._off + len(self._input), w.r
                 queue, get_entry = self._queue, self._entry
-                naive = not self.strategy.transactional
+                naive = not self._transactional
                 # an entry checked by the transaction that handed all its reads on to
                 # this one is current as it is (what _entry does first, without the call)
-                kept, attempt = (self._kept_from if self._fast else -3), self._attempt
+                kept = self.strategy.hand.kept_from if self._fast else -3
+                attempt = self._attempt
                 # snapshot, nothing committed since the previous window found its reads
                 # current: an entry checked since then shows its snapshot's versions
                 # (what _entry does for it, without the call)
-                quiet_from = self._prev if self._quiet_now and self._mode == "snapshot" else 1 << 62
+                quiet_from = self._prev if self._quiet_now and self._snapshot else 1 << 62
                 while len(acc) < r:
                     if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
                         # the input ends inside the window (or the run's time is up in a
@@ -1229,7 +976,7 @@ class CQEngine:
                 nxt = acc[w.s].ts if w.s < w.r else i
                 return used, pending, nxt
 
-            done, attempts = self._transact(fill, _carry_count)
+            done, attempts = self.strategy.transact(fill, _carry_count)
             if done is None:
                 return
             _, pending, nxt = done
@@ -1323,7 +1070,7 @@ class CQEngine:
                     p.reads, p.state = tuple(reads), state
                 return used, pendings
 
-            done, attempts = self._transact(fill, carry)
+            done, attempts = self.strategy.transact(fill, carry)
             if done is None:
                 return
             self._windows += 1
