@@ -1,7 +1,14 @@
 """Running a continuous query under a CQ-processing strategy, with concurrent updaters.
 
-Strategies, by name (:data:`STRATEGIES`), each a :class:`Strategy` that maps
-onto a transaction-manager protocol:
+:class:`CQEngine` holds the query's plan, its input and its redo queues, and
+makes the reads; the rooms around it: :mod:`~txstream.cq.strategies` (how a
+unit runs as a transaction, one class per strategy), :mod:`~txstream.cq.units`
+(events, count-based and time-based windows), :mod:`~txstream.cq.intake` (input
+checks), :mod:`~txstream.cq.entries` (what a run keeps) and
+:mod:`~txstream.cq.updaters` (the experiments' load).
+
+Strategies, by name (:data:`STRATEGIES`), each a :class:`Strategy` subclass that
+maps onto a transaction-manager protocol:
 
 * ``naive`` - today's engines: reference operators read the current rows with
   no transaction, and an overlapping window reuses the join results of the
@@ -37,12 +44,8 @@ which versions it saw and whether some instant had all of them current.
 
 from __future__ import annotations
 
-import math
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 from txstream.cq.base import (
@@ -57,10 +60,11 @@ from txstream.cq.base import (
     Result,
     Row,
     Select,
-    Source,
     WindowAgg,
     WindowJoin,
 )
+from txstream.cq.entries import Branch, Entry, Pending, RunStats
+from txstream.cq.intake import tag
 from txstream.cq.plan import commit_operator, setup_redo_queues, shape, validate
 from txstream.cq.strategies import STRATEGIES as STRATEGIES
 from txstream.cq.strategies import Naive as Naive
@@ -71,6 +75,8 @@ from txstream.cq.strategies import TwoPhaseLock as TwoPhaseLock
 from txstream.cq.strategies import UnknownStrategyError as UnknownStrategyError
 from txstream.cq.strategies import get_strategy as get_strategy
 from txstream.cq.strategies import make_manager as make_manager
+from txstream.cq.units import no_column, run_count, run_per_event, run_time
+from txstream.cq.updaters import Updaters as Updaters
 from txstream.model.history import Operation
 from txstream.storage import Table
 from txstream.storage.base import ABSENT as _ABSENT
@@ -85,61 +91,6 @@ VERSION_KEY = "__version__"
 The engine itself no longer reads it: versions are per row."""
 
 _ABSENT_ROW: Any = object()
-
-# keys >= columns: a row has all of its source's columns (see CQEngine._tag)
-_KEYS_GE: Callable[[Any, Any], bool] = type({}.keys()).__ge__
-
-
-@dataclass
-class RunStats:
-    """What a run did besides its results."""
-
-    redos: int = 0
-    windows: int = 0  # windows whose transaction committed
-    reads: int = 0
-    reevaluated: int = 0  # events re-input from a redo queue because a row they read changed
-    max_redo_queue: int = 0
-    # optimistic: units that failed their validation escalate_after times in a row and
-    # were run once more on a snapshot, which always commits (see CQEngine.escalate_after)
-    escalations: int = 0
-
-
-class _Entry:
-    """An input event in its branch's redo queue: what entered the queue, its reads, its output."""
-
-    __slots__ = ("branch", "checked", "out", "queued", "reads", "slots", "ts")
-
-    def __init__(self, ts: int, branch: int) -> None:
-        self.ts = ts
-        self.branch = branch
-        self.queued: Event | None = None  # the event at the input of the queue's operator
-        self.reads: tuple[Read, ...] = ()
-        self.out: Event | None = None  # what the branch outputs for it (None: dropped)
-        self.checked = -1  # the transaction attempt that last re-read its rows
-        self.slots: list[list[Operation]] = []  # naive + recording: history places of its reads
-
-
-_NO_ENTRIES: list[_Entry] = []  # (shared: never filled)
-
-
-@dataclass
-class _Branch:
-    source: Source
-    index: int
-    before: list[Operator]  # stateless operators below the redo queue (run once)
-    after: list[Operator]  # from the redo queue's operator up (re-run on redo)
-    time_column: str | None
-
-
-@dataclass
-class _Pending:
-    """A result computed inside a transaction, emitted once it commits."""
-
-    row: Row | None
-    reads: tuple[Read, ...]
-    state: tuple[int, int]
-    window: int
-    lwm: int
 
 
 class CQEngine:
@@ -216,11 +167,11 @@ class CQEngine:
         self.commit_op = commit_operator(root)
         self.redo_queues = setup_redo_queues(root)
         self.sources = [src for src, _ in plan.branches]
-        self._need = [frozenset(src.columns) for src in self.sources]  # (see _tag)
+        self._need = [frozenset(src.columns) for src in self.sources]  # (see intake.tag)
         self.source = self.sources[0]
         self._names = {src.name: k for k, src in enumerate(self.sources)}
         time_column = self.window.time_column if self.window is not None else None
-        self._branches: list[_Branch] = []
+        self._branches: list[Branch] = []
         for k, (src, chain) in enumerate(plan.branches):
             q = len(chain)
             for i, op in enumerate(chain):
@@ -232,7 +183,7 @@ class CQEngine:
                 raise CQError(  # Algorithm 1 always queues these inputs: a bug, not bad input
                     f"internal: no redo queue below the reference operators of {src.name!r}"
                 )
-            self._branches.append(_Branch(src, k, chain[:q], chain[q:], time_column))
+            self._branches.append(Branch(src, k, chain[:q], chain[q:], time_column))
         # the operators run inside the transaction and those after its commit
         above = plan.above if plan.window is not None else plan.branches[0][1]
         cut = 0
@@ -241,7 +192,7 @@ class CQEngine:
                 cut = i + 1
         if plan.window is None:
             # no window: the whole chain is one event's transaction
-            self._branches[0] = _Branch(self.source, 0, [], above[:cut], None)
+            self._branches[0] = Branch(self.source, 0, [], above[:cut], None)
             self._after = above[cut:]
             self._inside: list[Operator] = []
         else:
@@ -377,7 +328,7 @@ class CQEngine:
                 try:
                     key = e.value[op.key]
                 except KeyError:
-                    raise _no_column(f"join {op.name!r}", op.key, e.value) from None
+                    raise no_column(f"join {op.name!r}", op.key, e.value) from None
                 try:
                     row, read = self._read(txn, op.table, key, slots)
                 except (TypeError, StorageError):  # (the table refuses an unhashable key)
@@ -438,7 +389,7 @@ class CQEngine:
             try:
                 key = e.value[op.key]
             except KeyError:
-                raise _no_column(f"join {op.name!r}", op.key, e.value) from None
+                raise no_column(f"join {op.name!r}", op.key, e.value) from None
             table = op.table
             tbl = self._tables[table]
             self.stats.reads += 1
@@ -555,18 +506,18 @@ class CQEngine:
 
     # -- the redo queues ------------------------------------------------------------------
 
-    def _evaluate(self, ts: int, txn: Transaction | None) -> _Entry:
+    def _evaluate(self, ts: int, txn: Transaction | None) -> Entry:
         """Input one raw event: run its branch below the queue once, then the rest."""
         row = self._input[ts - self._off]
         branch = self._branch_of[ts - self._off] if self._branch_of else 0
         b = self._branches[branch]
-        entry = _Entry(ts, branch)
+        entry = Entry(ts, branch)
         event = Event(row, ts, ts)
         entry.queued = self._apply(b.before, event, None, []) if b.before else event
         self._rerun(entry, txn)
         return entry
 
-    def _rerun(self, entry: _Entry, txn: Transaction | None) -> None:
+    def _rerun(self, entry: Entry, txn: Transaction | None) -> None:
         """(Re-)input the entry's queued event above the redo queue, in ``txn``."""
         entry.checked = self._attempt
         if entry.queued is None:
@@ -582,7 +533,7 @@ class CQEngine:
         entry.reads = tuple(reads)
         entry.slots = slots or []
 
-    def _entry(self, ts: int, txn: Transaction | None) -> _Entry:
+    def _entry(self, ts: int, txn: Transaction | None) -> Entry:
         """Event ``ts`` for the current window: from the redo queue, re-read or redone."""
         entry = self._queue.get(ts)
         if entry is None:
@@ -662,7 +613,7 @@ class CQEngine:
                 "their window: feed the rest, or build a new CQEngine to run another input"
             )
         self._reset()
-        self._input, self._branch_of = self._tag(events)
+        self._input, self._branch_of = tag(self, events)
         self._used = "run"
         self._on_commit = on_commit
         return self._advance(max_results, until, on_result)
@@ -684,7 +635,7 @@ class CQEngine:
                 "run() processed a whole input on this engine; feed micro-batches to a new "
                 "CQEngine (or call run() with the whole input)"
             )
-        rows, branches = self._tag(events)
+        rows, branches = tag(self, events)
         self._used = "feed"
         self._input.extend(rows)
         self._branch_of.extend(branches)
@@ -711,100 +662,12 @@ class CQEngine:
                 del self._branch_of[:cut]
             self._off += cut
 
-    def _tag(self, events: Sequence[Any]) -> tuple[list[Row], list[int]]:
-        """The raw rows and, with several sources, the branch of each.
-
-        Malformed events are refused here, before any of them runs (one
-        :class:`CQError` naming the first): a row that is not a dict with its
-        source's columns, and for a window on a time column a time that is
-        not a number or goes back.
-        """
-        if isinstance(events, Mapping | str):
-            raise CQError(
-                f"events must be a sequence of events, got one {type(events).__name__}; "
-                "pass a list (e.g. [row])"
-            )
-        if not isinstance(events, Iterable):
-            raise CQError(
-                f"events must be a sequence of events, got {type(events).__name__} "
-                f"{events!r:.40}; pass a list (e.g. [row])"
-            )
-        if len(self.sources) == 1:
-            rows = list(events)
-            need = self._need[0]
-            try:  # all dicts with the source's columns (the usual case, checked at C speed)
-                ok = all(map(_KEYS_GE, map(dict.keys, rows), repeat(need)))
-            except TypeError:  # not a dict
-                ok = False
-            if not ok:
-                for i, row in enumerate(rows):
-                    self._check_row(row, 0, self._off + len(self._input) + i)
-            self._check_times(rows)
-            return rows, []
-        rows, branches = [], []
-        for i, e in enumerate(events):
-            if not (isinstance(e, tuple) and len(e) == 2 and e[0] in self._names):
-                raise CQError(
-                    f"a query with several sources takes (source, row) pairs with a source in "
-                    f"{sorted(self._names)}; got {e!r:.80}"
-                )
-            branch = self._names[e[0]]
-            row = e[1]
-            if row.__class__ is not dict or not row.keys() >= self._need[branch]:
-                self._check_row(row, branch, self._off + len(self._input) + i)
-            branches.append(branch)
-            rows.append(row)
-        self._check_times(rows)
-        return rows, branches
-
-    def _check_row(self, row: Any, branch: int, ts: int) -> None:
-        """:class:`CQError` unless ``row`` is a dict with the columns of its source."""
-        src = self.sources[branch]
-        if not isinstance(row, dict):
-            hint = (
-                "; a query with one source takes its rows, not (source, row) pairs"
-                if isinstance(row, tuple) and len(row) == 2 and row[0] == src.name
-                else ""
-            )
-            raise CQError(
-                f"event {ts} of source {src.name!r} must be a dict of its columns "
-                f"{src.columns}, got {type(row).__name__} {row!r:.60}{hint}"
-            )
-        missing = [c for c in src.columns if c not in row]
-        if missing:
-            raise CQError(
-                f"event {ts} of source {src.name!r} has no column {missing[0]!r}; give every "
-                f"event the source's columns {src.columns} (it has {tuple(row)})"
-            )
-
-    def _check_times(self, rows: list[Row]) -> None:
-        """A window on a time column: times are numbers that never go back."""
-        column = self._branches[0].time_column
-        if column is None or not rows:
-            return
-        prev = self._input[-1][column] if self._input else -math.inf
-        for i, row in enumerate(rows):
-            t = row[column]
-            # (not t >= prev: a NaN is refused too)
-            if not isinstance(t, int | float) or isinstance(t, bool) or not t >= prev:
-                what = (
-                    f"is {t!r}, not a number"
-                    if not isinstance(t, int | float) or isinstance(t, bool) or t != t
-                    else f"goes back from {prev!r} to {t!r}"
-                )
-                raise CQError(
-                    f"event {self._off + len(self._input) + i}: time column {column!r} {what}; "
-                    "a time-based window needs numeric times in non-decreasing order (sort "
-                    "the events)"
-                )
-            prev = t
-
     def _reset(self) -> None:
         self._input = []
         self._branch_of = []
         self._results = []  # feed: those not returned yet
         self._off = 0  # the index (timestamp) of the raw event _input[0]
-        self._queue: dict[int, _Entry] = {}
+        self._queue: dict[int, Entry] = {}
         self._base = 0  # the redo queues hold no event below this
         self._pos = 0  # per-event mode: next raw event
         self._start = 0  # count-based windows: raw index where the next window starts
@@ -843,17 +706,17 @@ class CQEngine:
         w = self.window
         try:
             if w is None:
-                self._run_per_event()
+                run_per_event(self)
             elif isinstance(w, WindowAgg) and w.time_column is None:
-                self._run_count()
+                run_count(self)
             else:
-                self._run_time()
+                run_time(self)
         finally:
             # no transaction stays open between calls (feed's callers may wait long)
             self.strategy.stop()
         return self._results
 
-    def _emit(self, p: _Pending, attempts: int) -> None:
+    def _emit(self, p: Pending, attempts: int) -> None:
         row = p.row
         if row is None:
             return
@@ -873,258 +736,16 @@ class CQEngine:
         """Whether the run's result count or deadline is reached."""
         return _stop(self._results, *self._limits)
 
-    def _items(self, entries: Iterable[_Entry]) -> set[str]:
+    def _items(self, entries: Iterable[Entry]) -> set[str]:
         """The data items the entries' reads read, as the protocols name them."""
         tables = self._tables
         return {tables[table].item(key) for e in entries for table, key, _, _ in e.reads}
 
-    def _name_reads(self, txn: Transaction, entries: list[_Entry]) -> None:
+    def _name_reads(self, txn: Transaction, entries: list[Entry]) -> None:
         """Naive with a recorder: the window's transaction made the reads of its events."""
         for entry in entries:
             for (table, key, _, _), slot in zip(entry.reads, entry.slots, strict=True):
                 slot.append(Operation("r", txn.hid, self._tables[table].item(key)))
-
-    def _run_per_event(self) -> None:
-        # Without a window, the commit operator is a reference operator (or there
-        # is none): one CQ-derived transaction per input event.
-        while self._pos < self._off + len(self._input) and not self._stopped():
-            ts = self._pos
-
-            def fill(txn: Transaction | None, ts: int = ts) -> Any:
-                entry = self._evaluate(ts, txn)
-                reads = list(entry.reads)
-                row = entry.out.value if entry.out is not None else None
-                return [], _Pending(row, entry.reads, self._state(txn, reads), ts, ts)
-
-            # naive with a recorder: the event's reads go through the transaction
-            # _transact opens to name them, and the manager records them
-            done, attempts = self.strategy.transact(fill)
-            self._pos += 1
-            self._emit(done[1], attempts)
-            if self._on_commit is not None:
-                self._on_commit(ts)
-
-    def _window_row(
-        self,
-        txn: Transaction | None,
-        n: int,
-        lwm: int,
-        ts: int,
-        row: Row,
-        dep: list[Read],
-        state: bool = True,
-    ) -> _Pending:
-        """Run the operators above the window up to the commit operator, in ``txn``."""
-        if self._inside:
-            reads = list(dep)
-            out = self._apply(self._inside, Event(row, ts, lwm), txn, reads)
-            value = out.value if out is not None else None
-        else:
-            reads, value = dep, row
-        return _Pending(value, tuple(reads), self._state(txn, reads) if state else (0, 0), n, lwm)
-
-    def _run_count(self) -> None:
-        w = self.window
-        assert isinstance(w, WindowAgg)
-        while not self._stopped():
-            start, n = self._start, self._windows
-
-            def fill(txn: Transaction | None, start: int = start, n: int = n) -> Any:
-                used: list[_Entry] = []
-                acc: list[_Entry] = []
-                i = start
-                end, r = self._off + len(self._input), w.r
-                queue, get_entry = self._queue, self._entry
-                naive = not self._transactional
-                # an entry checked by the transaction that handed all its reads on to
-                # this one is current as it is (what _entry does first, without the call)
-                kept = self.strategy.hand.kept_from if self._fast else -3
-                attempt = self._attempt
-                # snapshot, nothing committed since the previous window found its reads
-                # current: an entry checked since then shows its snapshot's versions
-                # (what _entry does for it, without the call)
-                quiet_from = self._prev if self._quiet_now and self._snapshot else 1 << 62
-                while len(acc) < r:
-                    if i >= end or ((i - start) % 4096 == 4095 and self._stopped()):
-                        # the input ends inside the window (or the run's time is up in a
-                        # window that takes long to fill): wait for more
-                        return None
-                    entry = queue.get(i)  # naive: the synopsis as it is
-                    if entry is None or not (
-                        naive or entry.checked == kept or entry.checked >= quiet_from
-                    ):
-                        entry = get_entry(i, txn)
-                    elif not naive:
-                        entry.checked = attempt
-                    used.append(entry)
-                    i += 1
-                    if entry.out is not None:
-                        acc.append(entry)
-                try:
-                    values = (
-                        [float(e.out.value[w.column]) for e in acc if e.out is not None]
-                        if (w.aggregate != "count")
-                        else [0.0] * len(acc)
-                    )
-                except (KeyError, TypeError, ValueError):
-                    raise _not_numeric(w, [e.out.value for e in acc if e.out]) from None
-                dep = [r for e in used for r in e.reads]
-                last = acc[-1].ts
-                pending = self._window_row(
-                    txn, n, start, last, {"window": n, "value": w.compute(values)}, dep
-                )
-                nxt = acc[w.s].ts if w.s < w.r else i
-                return used, pending, nxt
-
-            done, attempts = self.strategy.transact(fill, _carry_count)
-            if done is None:
-                return
-            _, pending, nxt = done
-            self._windows += 1
-            self.stats.windows += 1
-            self._start = nxt
-            self._prune(nxt)
-            self._emit(pending, attempts)
-            if self._on_commit is not None:
-                self._on_commit(n)
-
-    def _time(self, ts: int) -> float:
-        row = self._input[ts - self._off]
-        column = self._branches[0].time_column
-        return float(ts if column is None else row[column])
-
-    def _run_time(self) -> None:
-        w = self.window
-        assert w is not None
-        while not self._stopped():
-            if self._wstart is None:
-                if not self._input:
-                    return
-                self._t0 = self._wstart = self._time(self._off)
-            end = self._wstart + w.r
-            base, n = self._base, self._windows
-            # window k starts at t0 + k*s, computed so (adding s to the previous start
-            # would round at every window and drift off the definition)
-            nxt_start = self._t0 + (n + 1) * w.s
-
-            def carry(out: Any, nxt_start: float = nxt_start) -> list[_Entry]:
-                """The entries of the next window: from its start on."""
-                return [e for e in out[0] if self._time(e.ts) >= nxt_start]
-
-            def fill(
-                txn: Transaction | None, end: float = end, base: int = base, n: int = n
-            ) -> Any:
-                used: list[_Entry] = []
-                i = base
-                while True:
-                    if i >= self._off + len(self._input) or (
-                        (i - base) % 4096 == 4095 and self._stopped()
-                    ):
-                        return None  # wait for an event past the window's end
-                    if self._time(i) >= end:
-                        break
-                    used.append(self._entry(i, txn))
-                    i += 1
-                if isinstance(w, WindowAgg):
-                    outs = [e.out for e in used if e.out is not None]
-                    try:
-                        values = (
-                            [float(o.value[w.column]) for o in outs]
-                            if w.aggregate != "count"
-                            else [0.0] * len(outs)
-                        )
-                    except (KeyError, TypeError, ValueError):
-                        raise _not_numeric(w, [o.value for o in outs]) from None
-                    dep = [r for e in used for r in e.reads]
-                    last = used[-1].ts if used else i
-                    return used, [
-                        self._window_row(
-                            txn, n, base, last, {"window": n, "value": w.compute(values)}, dep
-                        )
-                    ]
-                pendings = []
-                window_reads = [r for e in used for r in e.reads]
-                left = [e for e in used if e.branch == 0 and e.out is not None]
-                right = [e for e in used if e.branch == 1 and e.out is not None]
-                right_keys = [_join_key(w, "right", w.right_key, e) for e in right]
-                for le in left:
-                    assert le.out is not None
-                    key = _join_key(w, "left", w.left_key, le)
-                    for re_, right_key in zip(right, right_keys, strict=True):
-                        assert re_.out is not None
-                        if right_key == key:
-                            row = {
-                                **le.out.value,
-                                **{w.prefix + c: v for c, v in re_.out.value.items()},
-                            }
-                            lwm = min(le.ts, re_.ts)  # the window's reads are added below
-                            pendings.append(
-                                self._window_row(txn, n, lwm, max(le.ts, re_.ts), row, [], False)
-                            )
-                # every result of the window is an output of the window's one
-                # transaction and reports its whole read set: the reads of events that
-                # formed no pair, and of pairs dropped above the join, decided that too
-                reads = window_reads + [r for p in pendings for r in p.reads]
-                state = self._state(txn, reads)
-                for p in pendings:
-                    p.reads, p.state = tuple(reads), state
-                return used, pendings
-
-            done, attempts = self.strategy.transact(fill, carry)
-            if done is None:
-                return
-            self._windows += 1
-            self.stats.windows += 1
-            self._wstart = start = nxt_start
-            j = self._base
-            while j < self._off + len(self._input) and self._time(j) < start:
-                j += 1
-            self._prune(j)
-            for pending in done[1]:
-                self._emit(pending, attempts)
-            if self._on_commit is not None:
-                self._on_commit(n)
-
-
-def _not_numeric(w: WindowAgg, rows: list[Row]) -> CQError:
-    """The error for a window whose aggregated column is missing or not a number.
-
-    The tables give the engine column names, not types: this is found when the
-    first such value reaches the window (its transaction is aborted).
-    """
-    for row in rows:
-        if w.column not in row:
-            return CQError(
-                f"window {w.name!r}: an event has no column {w.column!r} (it has "
-                f"{tuple(row)}); a Project below the window must give the columns it declares"
-            )
-        try:
-            float(row[w.column])
-        except (TypeError, ValueError):
-            return CQError(
-                f"window {w.name!r}: {w.aggregate} of {w.column!r} needs numbers, got "
-                f"{row[w.column]!r:.40}; aggregate a numeric column (or use count)"
-            )
-    return CQError(f"window {w.name!r}: cannot aggregate {w.column!r}")  # (not reached)
-
-
-def _no_column(what: str, column: str, value: Row) -> CQError:
-    """An event reached ``what`` without the ``column`` it needs."""
-    return CQError(
-        f"{what}: an event has no column {column!r} (it has {tuple(value)}); a Project below "
-        "must give the columns it declares, and each row of a joined table the columns of "
-        "its table"
-    )
-
-
-def _join_key(w: WindowJoin, side: str, column: str, entry: _Entry) -> Any:
-    """The key of a window join's input event; :class:`CQError` if it has none."""
-    assert entry.out is not None
-    try:
-        return entry.out.value[column]
-    except KeyError:
-        err = _no_column(f"window join {w.name!r}", column, entry.out.value)
-        raise CQError(str(err).replace("an event", f"an event of its {side} input", 1)) from None
 
 
 def _check_key(op: RefJoin, key: Any) -> None:
@@ -1155,111 +776,7 @@ def _not_a_dict(op: Project | Reference, what: str, value: Any) -> CQError:
     )
 
 
-def _carry_count(out: Any) -> list[_Entry]:
-    """Count-based windows: the entries of the next window (it starts at ``out[2]``)."""
-    used, _, nxt = out
-    # used holds the events start, start + 1, ... of the window, in order
-    return used[nxt - used[0].ts :] if used else []
-
-
 def _stop(results: list[Result], max_results: int | None, until: float | None) -> bool:
     if max_results is not None and len(results) >= max_results:
         return True
     return until is not None and time.monotonic() >= until
-
-
-class Updaters:
-    """Other systems updating a referenced table through the transaction manager.
-
-    ``threads`` threads together run ``rate`` update transactions per second
-    (as fast as they can when the rate is above what they reach); each
-    rewrites one random row with ``new_row(rng)``.
-    """
-
-    def __init__(
-        self,
-        tm: TransactionManager,
-        table: str,
-        keys: Sequence[Any],
-        rate: float,
-        new_row: Callable[[Any], Row],
-        *,
-        threads: int = 2,
-        seed: int = 0,
-    ) -> None:
-        if rate <= 0:
-            raise CQError(f"update rate must be > 0 transactions per second, got {rate}")
-        # else a thread died on its first update and stop() raised it (no keys), or
-        # nothing ran at all and stop() reported 0/s (no threads)
-        if not keys:
-            raise CQError(f"updaters of {table!r} need at least one key to update")
-        if not isinstance(threads, int) or threads < 1:
-            raise CQError(f"updaters need at least one thread, got threads={threads!r}")
-        self.tm = tm
-        self.table = table
-        self.keys = list(keys)
-        self.rate = rate
-        self.new_row = new_row
-        self.threads = threads
-        self.seed = seed
-        self.committed = 0
-        self._stop = threading.Event()
-        self._lock = threading.Lock()
-        self._workers: list[threading.Thread] = []
-        self._errors: list[BaseException] = []
-        self.started = 0.0
-        self.stopped = 0.0
-
-    def _work(self, k: int) -> None:
-        import random
-
-        rng = random.Random(self.seed * 1000 + k)
-        period = self.threads / self.rate
-        # staggered start, so that a short run at a low rate does not count a burst
-        due = time.monotonic() + rng.uniform(0, period)
-        if self._stop.wait(due - time.monotonic()):
-            return
-        done = 0
-        try:
-            while not self._stop.is_set():
-                key = rng.choice(self.keys)
-                row = self.new_row(rng)
-
-                def update(t: Transaction, key: Any = key, row: Row = row) -> None:
-                    t.put(self.table, key, row)
-
-                self.tm.run(update, retries=1000)
-                done += 1
-                due += period
-                delay = due - time.monotonic()
-                if delay > 0.002:
-                    # Sleep only when well ahead: a sleeping thread gives up the
-                    # GIL and may wait a whole switch interval (5 ms) to get it
-                    # back, which would cap the rate far below what it can do.
-                    self._stop.wait(delay)
-                elif delay < -1.0:
-                    due = time.monotonic()  # far behind: do not burst to catch up
-        except BaseException as exc:  # surfaced by stop()
-            self._errors.append(exc)
-        finally:
-            with self._lock:
-                self.committed += done
-
-    def start(self) -> Updaters:
-        """Start the threads."""
-        self.started = time.monotonic()
-        for k in range(self.threads):
-            t = threading.Thread(target=self._work, args=(k,), daemon=True)
-            t.start()
-            self._workers.append(t)
-        return self
-
-    def stop(self) -> float:
-        """Stop the threads; the committed update transactions per second."""
-        self._stop.set()
-        for t in self._workers:
-            t.join(timeout=30)
-        self.stopped = time.monotonic()
-        if self._errors:
-            raise self._errors[0]
-        return self.committed / max(1e-9, self.stopped - self.started)

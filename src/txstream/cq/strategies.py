@@ -34,15 +34,16 @@ from txstream.txn import Transaction, TransactionManager
 from txstream.txn.locks import LockManager
 
 if TYPE_CHECKING:
-    from txstream.cq.engine import CQEngine, _Entry
+    from txstream.cq.engine import CQEngine
+    from txstream.cq.entries import Entry
 
 Fill = Callable[[Transaction | None], Any]
 """A unit's work: what it produced, with the entries it used first (None: not complete)."""
 
-Carry = Callable[[Any], "list[_Entry]"]
+Carry = Callable[[Any], "list[Entry]"]
 """The entries of a unit's output that the next window uses again."""
 
-_NO_ENTRIES: list[_Entry] = []  # (shared: never filled)
+_NO_ENTRIES: list[Entry] = []  # (shared: never filled)
 
 
 class HandOver:
@@ -58,7 +59,7 @@ class HandOver:
 
     def __init__(self) -> None:
         self.heir: Transaction | None = None  # the next window's transaction, begun early
-        self.carried: list[_Entry] = _NO_ENTRIES  # the entries whose reads it keeps
+        self.carried: list[Entry] = _NO_ENTRIES  # the entries whose reads it keeps
         self.heir_of = -2  # the attempt whose transaction began it
         self.keep_all = False  # windows may keep every read (set per run)
         self.kept_all = False  # the heir kept every read of its predecessor
@@ -250,7 +251,7 @@ class Strategy(ABC):
         txn.commit()
         return True
 
-    def current_as_read(self, txn: Transaction, entry: _Entry) -> bool:
+    def current_as_read(self, txn: Transaction, entry: Entry) -> bool:
         """Make an entry's reads ``txn``'s own when nothing committed since they were current.
 
         Returns whether the entry stands as it is (else it is re-read).
@@ -339,7 +340,7 @@ class TwoPhaseLock(_HandsOn):
         # an updater waits for a lock: release what the next window does not need
         self.waits_on = self.tm.locks
 
-    def current_as_read(self, txn: Transaction, entry: _Entry) -> bool:
+    def current_as_read(self, txn: Transaction, entry: Entry) -> bool:
         """Lock the entry's rows; they stand if still nothing committed."""
         engine = self.engine
         lock = engine._lock
@@ -401,7 +402,7 @@ class SnapshotStrategy(Strategy):
         txn.commit()
         return True
 
-    def current_as_read(self, txn: Transaction, entry: _Entry) -> bool:
+    def current_as_read(self, txn: Transaction, entry: Entry) -> bool:
         """Its snapshot shows the versions the entry read."""
         return True
 
@@ -436,7 +437,7 @@ class Optimistic(_HandsOn):
             tm.protocol.validate(txn)
         txn.abort()
 
-    def current_as_read(self, txn: Transaction, entry: _Entry) -> bool:
+    def current_as_read(self, txn: Transaction, entry: Entry) -> bool:
         """Validated at commit as read at the instant they were found current.
 
         (This transaction started then or later: write-map pruning keeps every
