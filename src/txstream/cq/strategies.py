@@ -177,7 +177,7 @@ class Strategy(ABC):
                     txn.abort()
                 raise
 
-    def outside(self, fill: Fill) -> tuple[Any, int]:
+    def outside(self, fill: Fill, carry: Carry | None = None) -> tuple[Any, int]:
         """A unit with no CQ-derived transaction (``naive``, or no commit operator).
 
         With a recorder (``naive``), a read-only transaction only names the
@@ -267,9 +267,8 @@ class Naive(Strategy):
     summary = "no concurrency control: reads see whatever rows are current"
     transactional = False
 
-    def transact(self, fill: Fill, carry: Carry | None = None) -> tuple[Any, int]:
-        """No transaction: the synopsis is reused as it is."""
-        return self.outside(fill)
+    # No transaction: the synopsis is reused as it is.
+    transact = Strategy.outside
 
 
 class _HandsOn(Strategy):
