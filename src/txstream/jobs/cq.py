@@ -49,21 +49,27 @@ from txstream.errors import TransientError, TxStreamError
 from txstream.spark.batches import MicroBatch, StreamHandle, foreach_batch
 from txstream.spark.reference import (
     AGGREGATES,
+    NEVER,
     CountWindow,
     Evaluated,
     Join,
     TimeWindow,
+    arrow_rows,
+    arrow_type,
     check_plan,
     ddl_names,
     evaluate,
+    fits,
     key_values,
     numeric,
     orderable,
-    pin,
+    pin_frame,
+    pin_schema,
+    touched,
 )
 from txstream.spark.runtime.state import usable_directory
 from txstream.spark.sql import literal, where
-from txstream.storage.base import StorageError
+from txstream.storage.base import ABSENT
 from txstream.txn import Transaction, TransactionManager
 
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
@@ -269,11 +275,16 @@ class SparkCQ:
         after_batch: Callable[[int], None] | None = None,
         available_now: bool = True,
         processing_time: str | None = None,
+        read_sets: bool = False,
     ) -> CQQuery:
         """Start the query; results go to ``on_result``, the handle's ``results`` and ``output``.
 
         ``after_batch(batch_id)`` runs after each handled micro-batch (tests use it
-        to update the tables deterministically between batches).
+        to update the tables deterministically between batches).  With
+        ``read_sets`` each result's ``versions`` names every row version its
+        window read, which brings every read to the driver; without it (the
+        default) the executors send back a few numbers per window and
+        ``versions`` is empty (``state`` and ``consistent`` are the same).
         """
         if self._stream is None or not self._joins or self._window is None:
             raise CQError("a query needs .stream(...), at least one .join(...) and .window(...)")
@@ -289,7 +300,7 @@ class SparkCQ:
         if problem is not None:  # else it failed in the first micro-batch, in Spark's words
             raise CQError(problem)
         out = None if output is None else Path(output)
-        runner = _Runner(self, Path(checkpoint), out, on_result, after_batch)
+        runner = _Runner(self, Path(checkpoint), out, on_result, after_batch, read_sets)
         handle = foreach_batch(
             self._stream,
             runner.handle,
@@ -344,11 +355,23 @@ class CQQuery:
     def stop(self) -> None:
         """Stop the query (a micro-batch being redone stops at its next attempt)."""
         self._runner.stopping = True
-        self._handle.stop()
+        try:
+            self._handle.stop()
+        finally:
+            self._runner.close()
 
 
 class _Runner:
-    """The driver's per-batch work: pin, evaluate on executors, decide, save, deliver."""
+    """The driver's per-batch work: pin, evaluate on executors, decide, save, deliver.
+
+    Nothing here walks events, reads or table rows per batch: the pins are kept
+    up to date from the tables' change watchers (:class:`_Versions`), the
+    executors send back a few numbers per window (its value, LWM and the
+    instants its reads span), and the changes committed while a batch ran are
+    matched against the windows' keys in Arrow (:func:`touched`).  What stays
+    per key: ``s2pl``'s read locks (one per distinct key a batch joins on: the
+    lock manager lives in this process), and with ``read_sets`` every read.
+    """
 
     def __init__(
         self,
@@ -357,9 +380,11 @@ class _Runner:
         output: Path | None,
         on_result: Callable[[Result], None] | None,
         after_batch: Callable[[int], None] | None = None,
+        read_sets: bool = False,
     ) -> None:
         self.cq = cq
         self.after_batch = after_batch
+        self.read_sets = read_sets
         self.tm = cq.tm
         assert cq._window is not None
         self.window = cq._window
@@ -376,10 +401,17 @@ class _Runner:
         self.failure: TxStreamError | None = None
         self.stopping = False
         self.plain = cq.strategy == "plain"
-        self._cache: list[tuple[int, Any] | None] = [None] * len(self.joins)
+        # plain and optimistic judge (validate) reads against commits made while a batch ran
+        self.watch = cq.strategy in ("plain", "optimistic")
+        self.versions: list[_Versions] = []  # made at the first batch (it may fail there)
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
         self.t0: float | None = None  # time-based windows: the first event's time
         self.last_batch, self.next_window, self.carry = self._recover()
+
+    def close(self) -> None:
+        """Stop recording the tables' changes (the query has stopped)."""
+        for v in self.versions:
+            v.close()
 
     # -- durable progress -----------------------------------------------------------------
 
@@ -429,6 +461,8 @@ class _Runner:
     def _handle(self, b: MicroBatch) -> None:
         order = self.cq._order
         events, carry = b.frame, self.carry
+        if not self.versions:
+            self.versions = [_Versions(self, i) for i in range(len(self.joins))]
         results: list[Result] = []
         attempts = 0
         while True:
@@ -456,9 +490,17 @@ class _Runner:
                     rejoin=not self.plain,
                     first=self.next_window + len(results),
                     t0=self.t0,
+                    read_sets=self.read_sets,
+                    watch=self.watch,
                 )
                 self.t0 = out.t0 if isinstance(self.window, TimeWindow) else None
-                got = self._results(out, txn, attempts, self.next_window + len(results))
+                now, changed = self._drain()
+                if self.plain:
+                    self._refresh(out.carry, changed)
+                # the windows that read a row changed since the pin: the earliest change
+                fresh = txn is None or txn.snapshot_ts is None  # a snapshot's reads stay valid
+                hit = self._touched(out, changed) if self.watch and fresh else {}
+                got = self._results(out, txn, attempts, self.next_window + len(results), now, hit)
                 if txn is None:
                     results += got
                     break
@@ -467,11 +509,13 @@ class _Runner:
                     results += got
                     break
                 # Optimistic (Section 5): each window is validated; the windows before
-                # the first whose reads changed since the pin commit, that one and
-                # those after it are redone from its LWM under newer rows.
-                valid = self._valid_prefix(out)
-                self._read_set(txn, out.windows[:valid])
-                txn.commit()  # the protocol validates them again (TransientError: redo all)
+                # the first whose reads changed since the pin commit (they read only
+                # rows current at ``now``), that one and those after it are redone from
+                # its LWM under newer rows.
+                valid = next(
+                    (n for n, w in enumerate(out.windows) if w["at"] in hit), len(out.windows)
+                )
+                txn.commit()
                 results += got[:valid]
                 if valid == len(out.windows):
                     break
@@ -489,11 +533,13 @@ class _Runner:
                 col = out.carry.get(f"__seen{i}", [])
                 col[:] = [at if x is None else x for x in col]
         self.next_window += len(results)
+        # the output before the state: a crash between them redoes the batch, whose
+        # file is then replaced; the other order would lose its results
+        if self.output is not None:
+            self._write(b.id, results)
         self._save(b.id, out.carry)
         self.carry = out.carry
         self.last_batch = b.id
-        if self.output is not None:
-            self._write(b.id, results)
         self.stats.batches += 1
         self.stats.windows += len(results)
         self.stats.consistent += sum(1 for r in results if r.consistent)
@@ -504,113 +550,133 @@ class _Runner:
         if self.after_batch is not None:
             self.after_batch(b.id)
 
+    def _drain(self) -> tuple[int, list[dict[Any, int]]]:
+        """The clock and, per join, the keys committed since the last drain (first commit each)."""
+        with self.tm.commit_mutex:
+            return self.tm.clock, [v.drain() for v in self.versions]
+
+    def _refresh(self, carry: dict[str, list[Any]], changed: list[dict[Any, int]]) -> None:
+        """plain: carried joined rows learn when the versions they read stopped being current.
+
+        A carried read still current at the previous drain, whose key changed
+        since, was current until just before that change.
+        """
+        for i, (join, changes) in enumerate(zip(self.joins, changed, strict=True)):
+            keys, until = carry.get(join.on), carry.get(f"__until{i}")
+            if not changes or not keys or until is None:
+                continue
+            for n, key in enumerate(keys):
+                if key in changes and (until[n] is None or until[n] >= NEVER):
+                    until[n] = changes[key] - 1
+
+    def _touched(self, out: Evaluated, changed: list[dict[Any, int]]) -> dict[int, int]:
+        """Per grouped row of ``out``: the earliest commit since the pin of a row it read."""
+        hit: dict[int, int] = {}
+        if not out.keys:  # no event yet (time windows): no window
+            return hit
+        for keys, changes in zip(out.keys, changed, strict=True):
+            for row, ts in touched(keys, changes).items():
+                if ts < hit.get(row, NEVER):
+                    hit[row] = ts
+        return hit
+
     def _pin(self, txn: Transaction | None, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
         """Each join's rows as the strategy lets this transaction see them, on executors."""
-        mode = self.cq.strategy
-        if mode == "s2pl":
-            assert txn is not None
+        if self.cq.strategy == "s2pl" and txn is not None and txn.snapshot_ts is None:
             return self._pin_locked(txn, events, carry)
-        pinned = []
-        for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
-            if mode == "snapshot" or (txn is not None and txn.snapshot_ts is not None):
-                # (optimistic escalated to a snapshot, see ESCALATE_AFTER)
-                assert txn is not None and txn.snapshot_ts is not None
-                at: int | None = txn.snapshot_ts
-                seen = txn.snapshot_ts
-            else:
-                at, seen = None, self.tm.clock  # plain and optimistic read the current rows
-            self._pinned_at[i] = seen
-            cached = self._cache[i]
-            if cached is not None and cached[0] == seen:  # nothing committed since
-                pinned.append(cached[1])
-                continue
-            cols = _pin_columns(join)
-            for key, version, row in tbl.committed(at):
-                _add_row(cols, join, key, version, max(seen, version), row)
-            df = pin(events, self.joins, i, cols)
-            self._cache[i] = (seen, df)
-            pinned.append(df)
-        return pinned
+        snap = txn.snapshot_ts if txn is not None else None
+        with self.tm.commit_mutex:
+            # snapshot (or optimistic escalated to one, see ESCALATE_AFTER): the tables as
+            # of the snapshot; plain and optimistic: the rows current now
+            at = self.tm.clock if snap is None else snap
+            changed = [v.drain() for v in self.versions]
+            for v in self.versions:
+                v.update(at)
+        if self.plain:
+            self._refresh(carry, changed)
+        self._pinned_at = [at] * len(self.joins)
+        return [v.frame(at) for v in self.versions]
 
     def _pin_locked(self, txn: Transaction, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
-        """s2pl: read-lock the rows of every key the batch joins on, then ship them."""
+        """s2pl: read-lock the rows of every key the batch joins on, then ship them.
+
+        The locks are per key (the lock manager lives here); the rows shipped are
+        the whole pinned table, whose rows of the locked keys are the ones read.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         stream_cols = set(events.columns)
         wanted = key_values(events, sorted({j.on for j in self.joins if j.on in stream_cols}))
-        pinned = []
         columns_of: dict[str, list[Any]] = {c: v + carry.get(c, []) for c, v in wanted.items()}
-        for i, (join, tbl) in enumerate(zip(self.joins, self.tables, strict=True)):
-            cols = _pin_columns(join)
-            for key in dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None):
-                row = txn.read(tbl, key)  # the read lock, held until the commit
-                _add_row(cols, join, key, tbl.latest(key)[0], self.tm.clock, row)
-            for n in join.names:
-                columns_of[n] = cols[n]
-            self._pinned_at[i] = self.tm.clock  # the locks keep what was read current
-            pinned.append(pin(events, self.joins, i, cols))
-        return pinned
-
-    def _valid_prefix(self, out: Evaluated) -> int:
-        """Optimistic: how many windows, from the first, read only rows still current."""
-        for n, w in enumerate(out.windows):
-            for i, (tbl, rs) in enumerate(zip(self.tables, w["reads"], strict=True)):
-                for key, version, seen in rs:
-                    if seen is None:  # absent when pinned: still the same version?
-                        version = tbl.version_at(key, self._pinned_at[i])
-                    if tbl.latest(key)[0] != version:
-                        return n
-        return len(out.windows)
-
-    def _read_set(self, txn: Transaction, windows: list[dict[str, Any]]) -> None:
-        """Optimistic: the windows' reads join the transaction's read set, validated at commit."""
-        reads = txn.reads
-        for w in windows:
-            for i, (tbl, rs) in enumerate(zip(self.tables, w["reads"], strict=True)):
-                for key, _version, seen in rs:
-                    if seen is None:
-                        seen = self._pinned_at[i]
-                    item = tbl.item(key)
-                    if item not in reads or reads[item] > seen:
-                        reads[item] = seen
+        frames = []
+        for i, (join, tbl, v) in enumerate(
+            zip(self.joins, self.tables, self.versions, strict=True)
+        ):
+            keys = list(dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None))
+            for key in keys:
+                txn.read(tbl, key)  # the read lock, held until the commit
+            with self.tm.commit_mutex:
+                at = self.tm.clock
+                v.drain()
+                v.update(at)
+            if len(self.joins) > i + 1 and join.names:  # a later join's keys: these rows' columns
+                rel = v.rel
+                kind = rel.schema.field("__k").type
+                try:
+                    mine = rel.filter(pc.is_in(rel.column("__k"), pa.array(keys, type=kind)))
+                except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+                    mine = rel.slice(0, 0)  # keys of another type than the table's: none match
+                for n in join.names:
+                    columns_of[n] = mine.column(n).to_pylist()
+            self._pinned_at[i] = at  # the locks keep what was read current
+            frames.append(v.frame(at))
+        return frames
 
     # -- results --------------------------------------------------------------------------
 
     def _results(
-        self, out: Evaluated, txn: Transaction | None, attempts: int, first: int
+        self,
+        out: Evaluated,
+        txn: Transaction | None,
+        attempts: int,
+        first: int,
+        now: int,
+        hit: dict[int, int],
     ) -> list[Result]:
-        """The complete windows as results, each with the instants its reads were all current."""
+        """The complete windows as results, each with the instants its reads were all current.
+
+        ``lo`` and ``hi`` come from the executors (the newest version a window
+        read; the last instant all its reads were known current when pinned);
+        ``hit`` cuts ``hi`` at the first commit since the pin of a row it read.
+        """
         snap = txn.snapshot_ts if txn is not None else None
-        now = self.tm.clock
-        names = [j.table for j in self.joins]
         results = []
         for w in out.windows:
-            lo, hi = 0, now
-            versions = set()
-            for j, (name, tbl, rs) in enumerate(zip(names, self.tables, w["reads"], strict=True)):
-                for key, version, seen in rs:
-                    if seen is None:  # an absent row, read when the join was pinned
-                        seen = self._pinned_at[j]
-                        version = tbl.version_at(key, seen)  # its deletion, if any
-                    versions.add((name, key, version))
-                    if version > lo:
-                        lo = version
-                    if snap is None:
-                        hi = min(hi, _valid_until(tbl, key, version, seen))
+            lo = w["lo"]
             if snap is not None:
                 hi = snap
+            else:
+                hi = min(now, w["hi"])
+                if w["at"] in hit:
+                    hi = min(hi, hit[w["at"]] - 1)
             n = first + w["window"]
             value = w["value"]
+            versions = self._read_versions(w) if self.read_sets else frozenset()
             results.append(
                 Result(
-                    value,
-                    n,
-                    w["lwm"],
-                    frozenset(versions),
-                    attempts,
-                    (lo, hi),
-                    {"window": n, "value": value},
+                    value, n, w["lwm"], versions, attempts, (lo, hi), {"window": n, "value": value}
                 )
             )
         return results
+
+    def _read_versions(self, w: dict[str, Any]) -> frozenset[tuple[str, Any, int]]:
+        """``read_sets``: every (table, key, version) the window read (an absent key: 0)."""
+        return frozenset(
+            (join.table, key, version)
+            for join, rs in zip(self.joins, w["reads"], strict=True)
+            for key, version, _seen in rs
+        )
 
     def _write(self, batch: int, results: Iterable[Result]) -> None:
         assert self.output is not None
@@ -634,37 +700,124 @@ class _Runner:
         os.replace(tmp, path)
 
 
-def _pin_columns(join: Join) -> dict[str, list[Any]]:
-    """Empty columns of a join's pinned rows (see :func:`txstream.spark.reference.pin`)."""
-    return {"__k": [], "__v": [], "__seen": [], **{n: [] for n in join.names}}
+class _Versions:
+    """One joined table's rows as the executors get them, kept current from its changes.
 
-
-def _add_row(
-    cols: dict[str, list[Any]], join: Join, key: Any, version: int, seen: int, row: Any
-) -> None:
-    """Add one row read for the pin.
-
-    A value that is not a row of columns (a counter row, or None for an absent
-    key) joins nothing and is left out.
+    An Arrow table of every key the table has had (a deleted key as an absent
+    row, ``__p`` false, with its deletion's timestamp), as of the last pin.
+    Built once, from the table, at the query's first batch; after that a pin
+    recomputes only the rows of the keys committed since (the table's change
+    watcher, drained under the commit mutex), so the driver does work per
+    change, not per row, and ships the Arrow table (a 10,000-row table in
+    milliseconds).  A key whose version at the pin's instant is not its newest
+    (a snapshot older than a commit) stays pending: its row says until when it
+    was current (``__until``) and is recomputed at the next pin.
     """
-    if not isinstance(row, dict):
-        return
-    cols["__k"].append(key)
-    cols["__v"].append(version)
-    cols["__seen"].append(seen)
-    for n in join.names:
-        cols[n].append(row.get(n))
 
+    def __init__(self, runner: _Runner, i: int) -> None:
+        import pyarrow as pa
 
-def _valid_until(tbl: Any, key: Any, version: int, seen: int) -> int:
-    """The last instant at which the row version read was current (a large number if it is)."""
-    current = 1 << 62
-    try:
-        # version 0: no row was read; it stays absent until the first version after
-        nxt = tbl.changed_after(key, seen) if version == 0 else tbl.superseded_at(key, version)
-    except StorageError:  # the version is no longer kept: current at least when it was read
-        return seen if tbl.latest(key)[0] != version else current
-    return current if nxt is None else nxt - 1
+        self.tm = runner.tm
+        self.join = runner.joins[i]
+        self.table = runner.tables[i]
+        self.events = runner.cq._stream
+        self.schema = pin_schema(self.events, runner.joins, i)
+        self.key_type = arrow_type(self.schema["__k"].dataType)
+        self.changes = self.table.watch()
+        self.pending: dict[Any, None] = {}
+        self._frame: tuple[int, Any] | None = None
+        try:
+            with self.tm.commit_mutex:
+                self.changes.clear()
+                at = self.tm.clock
+                rows = list(self.table.committed(None, deleted=True))
+            cols = self._columns()
+            for key, version, row in rows:
+                self._add(cols, key, version, row, NEVER)
+            self.rel: pa.Table = arrow_rows(self.join, self.schema, cols)
+        except BaseException:
+            self.close()
+            raise
+        self.at = at
+
+    def close(self) -> None:
+        """Stop recording the table's changes."""
+        self.table.unwatch(self.changes)
+
+    def _columns(self) -> dict[str, list[Any]]:
+        return {f.name: [] for f in self.schema.fields}
+
+    def _add(
+        self, cols: dict[str, list[Any]], key: Any, version: int, row: Any, until: int
+    ) -> None:
+        present = isinstance(row, dict)
+        if not present and (row not in (None, ABSENT) or not fits(key, self.key_type)):
+            # a value that is not a row of columns (a counter row) is left out, as is
+            # an absent key of another type than the join's column: they join nothing
+            return
+        cols["__k"].append(key)
+        cols["__v"].append(version)
+        cols["__seen"].append(0)  # set per pin
+        cols["__until"].append(until)
+        cols["__p"].append(present)
+        for n in self.join.names:
+            cols[n].append(row.get(n) if present else None)
+
+    def drain(self) -> dict[Any, int]:
+        """The keys committed since the last drain, each with its first commit (mutex held)."""
+        if not self.changes:
+            return {}
+        changes = dict(self.changes)
+        self.changes.clear()
+        self.pending.update(dict.fromkeys(changes))
+        return changes
+
+    def update(self, at: int) -> None:
+        """Bring the rows of the pending keys to instant ``at`` (the commit mutex held).
+
+        ``at`` is the clock, or an open snapshot's instant (whose versions the
+        table keeps), and never before the previous update's.
+        """
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if not self.pending:
+            return
+        tbl = self.table
+        cols = self._columns()
+        still: dict[Any, None] = {}
+        for key in self.pending:
+            version = tbl.version_at(key, at)
+            row = tbl.read_at(key, at) if version else None
+            later = tbl.changed_after(key, at)
+            if later is not None:
+                still[key] = None
+            self._add(cols, key, version, row, NEVER if later is None else later - 1)
+        try:
+            gone = pa.array(list(self.pending), type=self.key_type)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # e.g. a counter row's key
+            gone = pa.array([k for k in self.pending if fits(k, self.key_type)], self.key_type)
+        self.pending = still
+        delta = arrow_rows(self.join, self.schema, cols)
+        keep = pc.invert(pc.is_in(self.rel.column("__k"), value_set=gone))
+        self.rel = pa.concat_tables([self.rel.filter(keep), delta])
+        if self.rel.column("__k").num_chunks > 64:
+            self.rel = self.rel.combine_chunks()
+        self._frame = None
+
+    def frame(self, at: int) -> Any:
+        """The pinned rows as a DataFrame (reused while the table has not changed)."""
+        import pyarrow as pa
+
+        if self._frame is not None:
+            return self._frame[1]
+        seen = self.schema.names.index("__seen")
+        rel = self.rel.set_column(
+            seen, "__seen", pa.repeat(pa.scalar(at, pa.int64()), self.rel.num_rows)
+        )
+        df = pin_frame(self.events, self.schema, rel)
+        self._frame = (at, df)
+        return df
 
 
 def read_results(output: str | os.PathLike[str]) -> list[dict[str, Any]]:

@@ -101,6 +101,9 @@ class Evaluated:
     """The events the next window needs, by column (raw, or joined without ``rejoin``)."""
     t0: float | None = None
     """Time-based windows: the first event's time (None while no event has come)."""
+    keys: list[Any] = field(default_factory=list)
+    """With ``watch``: per join, an Arrow list array of the keys each grouped row read
+    whose version was current when pinned (a window's ``at`` is its row)."""
 
 
 def ddl_names(schema: str) -> tuple[str, ...]:
@@ -108,27 +111,68 @@ def ddl_names(schema: str) -> tuple[str, ...]:
     return tuple(_parsed(schema).names)
 
 
-def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
-    """Join ``i``'s pinned rows as a DataFrame: ``__k``, the join's columns, ``__v``, ``__seen``.
+NEVER = 1 << 62
+"""``__until`` of a row version still current when it was pinned (no later change known)."""
 
-    ``rows`` holds those columns by name (``__v`` and ``__seen`` as integers);
-    the key's type is that of the column it is joined on.  Built over Arrow, so
-    shipping a 10,000-row table costs milliseconds.
+
+def pin_schema(events: Any, joins: Sequence[Join], i: int) -> Any:
+    """The Spark schema of join ``i``'s pinned rows.
+
+    ``__k`` (the key, typed like the column it is joined on), the join's
+    columns, ``__v`` (the commit timestamp of the row's version), ``__seen``
+    (the instant it was pinned), ``__until`` (the last instant at which that
+    version was known current when pinned: :data:`NEVER` if it still was) and
+    ``__p`` (false for a deleted or not yet inserted key: an absent row, whose
+    version is the deletion's or 0).
     """
-    import pyarrow as pa
-    from pyspark.sql.types import LongType, StructField, StructType
+    from pyspark.sql.types import BooleanType, LongType, StructField, StructType
 
     join = joins[i]
     fields = [StructField("__k", _type_of(events, joins[:i], join.on))]
     fields += _parsed(join.schema).fields
-    fields += [StructField("__v", LongType()), StructField("__seen", LongType())]
+    fields += [
+        StructField("__v", LongType()),
+        StructField("__seen", LongType()),
+        StructField("__until", LongType()),
+        StructField("__p", BooleanType()),
+    ]
+    return StructType(fields)
+
+
+def arrow_rows(join: Join, schema: Any, rows: Columns) -> Any:
+    """``rows`` (by column, named as in ``schema``) as an Arrow table of ``schema``.
+
+    A key or value of another type than its column is one line naming the
+    table, the row and the types (pyarrow's own error reached the query cut to
+    "Traceback (most recent call last):").
+    """
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+
     try:
-        return _frame(events, StructType(fields), rows)
+        return pa.table(
+            {f.name: rows[f.name] for f in schema.fields}, schema=to_arrow_schema(schema)
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
-        # else pyarrow's error reached the query cut to "Traceback (most recent call last):"
         raise TxStreamError(
-            _mistyped(join, fields, rows) or f"table {join.table!r}: {str(exc).splitlines()[0]}"
+            _mistyped(join, schema.fields, rows)
+            or f"table {join.table!r}: {str(exc).splitlines()[0]}"
         ) from None
+
+
+def pin_frame(events: Any, schema: Any, table: Any) -> Any:
+    """An Arrow table of pinned rows (:func:`arrow_rows`) as a DataFrame in the events' session."""
+    return events.sparkSession.createDataFrame(table, schema)
+
+
+def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
+    """Join ``i``'s pinned rows as a DataFrame (columns: :func:`pin_schema`).
+
+    ``rows`` holds those columns by name.  Built over Arrow, so shipping a
+    10,000-row table costs milliseconds.
+    """
+    schema = pin_schema(events, joins, i)
+    return pin_frame(events, schema, arrow_rows(joins[i], schema, rows))
 
 
 def _mistyped(join: Join, fields: Sequence[Any], rows: Columns) -> str | None:
@@ -264,8 +308,18 @@ def evaluate(
     *,
     first: int = 0,
     t0: float | None = None,
+    read_sets: bool = True,
+    watch: bool = False,
 ) -> Evaluated:
     """Join, select and window the events on executors; bring back complete windows and carry.
+
+    Each window comes back with ``lo`` and ``hi``, computed on the executors:
+    the newest version it read and the last instant at which all it read was
+    known current when pinned (:data:`NEVER` if it still was).  ``read_sets``
+    also brings back every read (``reads``, per-read work on the driver);
+    ``watch`` brings back, per window and join, the keys of the reads still
+    current when pinned (:attr:`Evaluated.keys`), so that the caller can learn,
+    vectorized, which windows read a row changed since (:func:`touched`).
 
     ``events``: this batch's events (a DataFrame); ``carry``: the events carried
     from earlier batches, by column (raw when ``rejoin``, else joined, as
@@ -276,11 +330,21 @@ def evaluate(
     """
     joined, raw_columns, joined_columns = _joined(events, carry, pinned, joins, rejoin)
     keep_columns = raw_columns if rejoin else joined_columns
-    present = " AND ".join(f"__v{i} IS NOT NULL" for i in range(len(joins))) or "TRUE"
+    present = " AND ".join(f"coalesce(__p{i}, FALSE)" for i in range(len(joins))) or "TRUE"
     selected = f"({present})" + (f" AND ({condition})" if condition else "")
     if isinstance(window, TimeWindow):
         return _evaluate_time(
-            events, joined, selected, joins, order, window, keep_columns, first, t0
+            events,
+            joined,
+            selected,
+            joins,
+            order,
+            window,
+            keep_columns,
+            first,
+            t0,
+            read_sets,
+            watch,
         )
     r, s = window.r, window.s
     ordered = f"ORDER BY `{order}` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
@@ -304,13 +368,13 @@ def evaluate(
         f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
         f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
-    got = _grouped(w, joins, order, window, keep_columns)
-    out = Evaluated(carry={c: [] for c in keep_columns})
-    for row in got:
+    got, keys = _grouped(w, joins, order, window, keep_columns, read_sets, watch)
+    out = Evaluated(carry={c: [] for c in keep_columns}, keys=keys)
+    for n, row in enumerate(got):
         if row["__w"] < 0:
             out.carry = _carried(row, order, keep_columns)
             continue
-        out.windows.append(_window(row, int(row["__w"]), len(joins)))
+        out.windows.append(_window(row, int(row["__w"]), len(joins), n))
     return out
 
 
@@ -341,9 +405,17 @@ def _grouped(
     order: str,
     window: CountWindow | TimeWindow,
     keep_columns: Sequence[str],
+    read_sets: bool,
+    watch: bool,
     extra: Sequence[Any] = (),
-) -> list[dict[str, Any]]:
-    """One row per window id ``__w`` (-1: the carry), in window order (one Spark job)."""
+) -> tuple[list[dict[str, Any]], list[Any]]:
+    """One row per window id ``__w`` (-1: the carry), in window order (one Spark job).
+
+    The rows hold a few numbers per window (``lwm``, ``value``, ``lo``, ``hi``
+    and ``extra``), the carry's events in the carry's row, each window's reads
+    only with ``read_sets``; with ``watch``, the second value holds one Arrow
+    list array per join (a list of keys per row), left in Arrow.
+    """
     from pyspark.sql import functions as F
 
     aggs = [
@@ -351,18 +423,35 @@ def _grouped(
         F.expr(_aggregate(window)).alias("value"),
         *extra,
     ]
+    if joins:
+        versions = ", ".join(f"coalesce(__v{i}, 0)" for i in range(len(joins)))
+        untils = ", ".join(f"coalesce(__until{i}, {NEVER})" for i in range(len(joins)))
+        aggs.append(F.expr(f"max(if(__w >= 0, greatest({versions}, 0), 0))").alias("lo"))
+        aggs.append(F.expr(f"min(if(__w >= 0, least({untils}, {NEVER}), {NEVER}))").alias("hi"))
+    else:
+        aggs += [F.lit(0).alias("lo"), F.lit(NEVER).alias("hi")]
     for i, join in enumerate(joins):
-        aggs.append(
-            F.expr(
-                f"collect_list(if(__w >= 0, struct(`{join.on}` AS k, coalesce(__v{i}, 0) AS v, "
-                f"__seen{i} AS seen), NULL))"
-            ).alias(f"reads{i}")
-        )
+        if read_sets:
+            aggs.append(
+                F.expr(
+                    f"collect_list(if(__w >= 0, struct(`{join.on}` AS k, coalesce(__v{i}, 0) "
+                    f"AS v, __seen{i} AS seen), NULL))"
+                ).alias(f"reads{i}")
+            )
+        if watch:  # the keys whose version was current when pinned (null keys read nothing)
+            aggs.append(
+                F.expr(
+                    f"collect_list(if(__w >= 0 AND coalesce(__until{i}, {NEVER}) >= {NEVER}, "
+                    f"`{join.on}`, NULL))"
+                ).alias(f"keys{i}")
+            )
     inner = ", ".join(f"`{c}`" for c in keep_columns)
     aggs.append(F.expr(f"collect_list(if(__w < 0, struct({inner}), NULL))").alias("carry"))
-    got: list[dict[str, Any]] = w.groupBy("__w").agg(*aggs).toArrow().to_pylist()
-    got.sort(key=lambda row: int(row["__w"]))
-    return got
+    table = w.groupBy("__w").agg(*aggs).toArrow()
+    table = table.take(_argsort(table.column("__w")))
+    keys = [table.column(f"keys{i}").combine_chunks() for i in range(len(joins)) if watch]
+    plain = table.drop_columns([f"keys{i}" for i in range(len(joins)) if watch])
+    return plain.to_pylist(), keys
 
 
 def _carried(row: dict[str, Any], order: str, keep_columns: Sequence[str]) -> Columns:
@@ -371,11 +460,77 @@ def _carried(row: dict[str, Any], order: str, keep_columns: Sequence[str]) -> Co
     return {c: [e[c] for e in rows] for c in keep_columns}
 
 
-def _window(row: dict[str, Any], number: int, joins: int) -> dict[str, Any]:
-    """One complete window as :attr:`Evaluated.windows` holds it."""
-    # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
-    reads = [[(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(joins)]
-    return {"window": number, "value": row["value"], "lwm": row["lwm"], "reads": reads}
+def _window(row: dict[str, Any], number: int, joins: int, at: int | None) -> dict[str, Any]:
+    """One complete window as :attr:`Evaluated.windows` holds it (``at``: its grouped row)."""
+    out = {
+        "window": number,
+        "value": row["value"],
+        "lwm": row["lwm"],
+        "lo": int(row["lo"]),
+        "hi": int(row["hi"]),
+        "at": at,
+    }
+    if "reads0" in row or not joins:
+        # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
+        out["reads"] = [
+            [(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(joins)
+        ]
+    return out
+
+
+def _argsort(column: Any) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.sort_indices(column)
+
+
+def touched(keys: Any, changes: dict[Any, int]) -> dict[int, int]:
+    """Per grouped row: the earliest change in ``changes`` (key -> commit timestamp) it read.
+
+    ``keys`` is one join's list array from :attr:`Evaluated.keys`; rows that
+    read no changed key are left out.  Vectorized: Python looks only at the
+    reads of changed keys.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not changes or len(keys) == 0:
+        return {}
+    flat = pc.list_flatten(keys)
+    parents = pc.list_parent_indices(keys)
+    try:
+        wanted = pa.array(list(changes), type=flat.type)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):  # keys of another type: none
+        wanted = pa.array([k for k in changes if fits(k, flat.type)], type=flat.type)
+    hits = pc.indices_nonzero(pc.is_in(flat, value_set=wanted)).to_pylist()
+    out: dict[int, int] = {}
+    if not hits:
+        return out
+    found = flat.take(pa.array(hits)).to_pylist()
+    rows = parents.take(pa.array(hits)).to_pylist()
+    for key, row in zip(found, rows, strict=True):
+        ts = changes[key]
+        if ts < out.get(row, NEVER):
+            out[row] = ts
+    return out
+
+
+def arrow_type(kind: Any) -> Any:
+    """The Arrow type of a Spark type."""
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return to_arrow_type(kind)
+
+
+def fits(value: Any, kind: Any) -> bool:
+    """Whether ``value`` is a value of Arrow type ``kind``."""
+    import pyarrow as pa
+
+    try:
+        pa.array([value], type=kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return False
+    return True
 
 
 def _evaluate_time(
@@ -388,6 +543,8 @@ def _evaluate_time(
     keep_columns: Sequence[str],
     first: int,
     t0: float | None,
+    read_sets: bool,
+    watch: bool,
 ) -> Evaluated:
     """Time-based windows: window k holds the events whose time lies in [t0 + k*s, t0 + k*s + r).
 
@@ -451,27 +608,32 @@ def _evaluate_time(
         "explode(concat(if(__lo <= least(__hi, __K - 1), sequence(__lo, least(__hi, __K - 1)), "
         "array()), if(__hi >= __K, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
-    got = _grouped(w, joins, order, window, keep_columns, [F.expr("max(__K)").alias("K")])
-    found: dict[int, dict[str, Any]] = {}
+    got, out.keys = _grouped(
+        w, joins, order, window, keep_columns, read_sets, watch, [F.expr("max(__K)").alias("K")]
+    )
+    found: dict[int, tuple[int, dict[str, Any]]] = {}
     complete = first
-    for row in got:
+    for n, row in enumerate(got):
         complete = max(complete, int(row["K"]))
         if row["__w"] < 0:
             out.carry = _carried(row, order, keep_columns)
         else:
-            found[int(row["__w"])] = row
+            found[int(row["__w"])] = (n, row)
     # an empty window's LWM: the first event from its start on (a later window's, or carried)
     later = out.carry[order][0] if out.carry.get(order) else None
     windows: list[dict[str, Any]] = []
     for k in range(complete - 1, first - 1, -1):
-        row = found.get(k)
-        if row is None:
+        got_row = found.get(k)
+        if got_row is None:
             empty = 0.0 if window.aggregate == "count" else None
-            windows.append(
-                {"window": k - first, "value": empty, "lwm": later, "reads": [[] for _ in joins]}
-            )
+            none: dict[str, Any] = {"window": k - first, "value": empty, "lwm": later}
+            none.update(lo=0, hi=NEVER, at=None)
+            if read_sets:
+                none["reads"] = [[] for _ in joins]
+            windows.append(none)
             continue
-        windows.append(_window(row, k - first, len(joins)))
+        n, row = got_row
+        windows.append(_window(row, k - first, len(joins), n))
         later = row["lwm"]
     out.windows = windows[::-1]
     return out
@@ -479,10 +641,8 @@ def _evaluate_time(
 
 def _suffixed(rows: Any, i: int) -> Any:
     """The pinned rows with the key and version columns named for join ``i``."""
-    return (
-        rows.withColumnRenamed("__k", f"__k{i}")
-        .withColumnRenamed("__v", f"__v{i}")
-        .withColumnRenamed("__seen", f"__seen{i}")
+    return rows.withColumnsRenamed(
+        {c: f"{c}{i}" for c in ("__k", "__v", "__seen", "__until", "__p")}
     )
 
 

@@ -56,6 +56,7 @@ class Table:
         self._sweep_at: dict[Hashable, int] = {}
         self.chain_steps = 0
         """Versions looked at while installing (a cost counter for tests)."""
+        self._watchers: list[dict[Hashable, int]] = []
 
     def __repr__(self) -> str:
         return f"Table({self.name!r}, rows={len(self._current)})"
@@ -139,11 +140,15 @@ class Table:
         """The committed version chain of ``key``, oldest first (for tests and tools)."""
         return list(self._versions.get(key, ()))
 
-    def committed(self, ts: int | None = None) -> Iterator[tuple[Hashable, int, Any]]:
+    def committed(
+        self, ts: int | None = None, deleted: bool = False
+    ) -> Iterator[tuple[Hashable, int, Any]]:
         """``(key, version timestamp, row)`` of every row as committed at ``ts`` (default: now).
 
         What a reader that ships a whole table version elsewhere needs: each row
-        with the commit timestamp of the version it is (deleted rows left out).
+        with the commit timestamp of the version it is (deleted rows left out,
+        unless ``deleted``: then a deleted key comes with its deletion's
+        timestamp and :data:`ABSENT`).
         """
         for key, chain in list(self._versions.items()):
             if not chain:
@@ -154,7 +159,7 @@ class Table:
                 if i < 0:
                     continue
                 vts, value = chain[i]
-            if value is not ABSENT:
+            if value is not ABSENT or deleted:
                 yield key, vts, value
 
     def superseded_at(self, key: Hashable, version: int) -> int | None:
@@ -183,6 +188,29 @@ class Table:
         chain = self._versions.get(key, ())
         i = bisect_right(chain, ts, key=_version_ts)
         return chain[i][0] if i < len(chain) else None
+
+    # -- change watchers ------------------------------------------------------------
+
+    def watch(self) -> dict[Hashable, int]:
+        """A dict that every later commit to this table records in: key -> commit timestamp.
+
+        Each key keeps the timestamp of its first change since the caller last
+        cleared it (``setdefault``), so a reader that drains it under the
+        transaction manager's ``commit_mutex`` learns exactly which keys changed
+        since its previous drain, and when each changed first, without walking
+        the table.  :meth:`unwatch` stops it.
+        """
+        changes: dict[Hashable, int] = {}
+        self._watchers = [*self._watchers, changes]  # readers may iterate the old list
+        return changes
+
+    def unwatch(self, changes: dict[Hashable, int]) -> None:
+        """Stop recording into ``changes`` (a dict :meth:`watch` returned)."""
+        self._watchers = [w for w in self._watchers if w is not changes]
+
+    def _changed(self, key: Hashable, ts: int) -> None:
+        for changes in self._watchers:
+            changes.setdefault(key, ts)
 
     # -- writes on the current rows ---------------------------------------------
 
@@ -286,6 +314,8 @@ class Table:
         ``keep_since`` (instead of ``keep``): keep every version visible at or after
         that timestamp.
         """
+        if self._watchers:
+            self._changed(key, ts)
         row = self._current.get(key, ABSENT)
         if keep is None and keep_since is None:
             chain = self._versions.get(key)
@@ -366,6 +396,8 @@ class Table:
         keep: Sequence[int] | None = None,
     ) -> None:
         """Set the current row and its committed version at once (deferred writes, replay)."""
+        if self._watchers:
+            self._changed(key, ts)
         if row is ABSENT:
             self._current.pop(key, None)
         else:
