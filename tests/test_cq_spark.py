@@ -156,8 +156,8 @@ def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
         )
         assert all(x.consistent for x in got.results), strategy
         assert [(x.window, x.lwm, round(x.value, 9)) for x in got.results] == want, strategy
-        # every result names the rows it read, per (table, key), one version each
-        assert all(len(v) == 1 for x in got.results for v in x.rows().values())
+        # the read sets stay on the executors unless asked for (read_sets=True)
+        assert all(not x.versions for x in got.results)
 
 
 @settings(max_examples=6, derandomize=True, deadline=None)
@@ -371,6 +371,84 @@ def test_plain_baseline_reports_mixed_versions_per_row(spark: Any, tmp_path: Pat
     assert got.results and all(x.consistent for x in got.results)
 
 
+@pytest.mark.parametrize("strategy", MODES)
+def test_the_executors_judge_each_window_as_its_read_set_does(
+    spark: Any, tmp_path: Path, monkeypatch: Any, strategy: str
+) -> None:
+    """Each window's state (lo, hi) comes from the executors and the changes matched in
+    Arrow, not from its reads on the driver; judged here from outside, from its read set
+    (``read_sets=True``) and the record of every commit: lo is the newest version it read,
+    hi the instant before the first commit after a version it read (at most the clock at
+    its decision; its snapshot's instant under ``snapshot``).  Rows change between
+    batches (one deleted and re-inserted) and while a batch is on the executors, after
+    its pin (not under ``s2pl``, whose read locks would make this thread wait for itself)."""
+    import txstream.jobs.cq as cq_job
+
+    rng = random.Random(9)
+    keys = list(range(10))
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in keys}
+    batches = make_batches(rng, 4, 40, 12)  # parts 10 and 11 have no row: absent reads
+    write_batches(tmp_path / "events", batches)
+    tm = load_table("naive" if strategy == "plain" else strategy, dict(rows))
+    commits: dict[int, list[int]] = {k: [] for k in keys}
+
+    def commit(puts: list[int], delete: int | None = None) -> None:
+        with tm.begin() as t:
+            for k in puts:
+                t.put(TABLE, k, {"price": rng.randint(1, 60), "cat": 0})
+            if delete is not None:
+                t.delete(TABLE, delete)
+        for k in [*puts, *([delete] if delete is not None else [])]:
+            commits[k].append(tm.clock)  # no other committer: the clock is its timestamp
+
+    real_evaluate, real_results = cq_job.evaluate, cq_job._Runner._results
+    calls: list[int] = []
+
+    def evaluate(*args: Any, **kw: Any) -> Any:
+        out = real_evaluate(*args, **kw)
+        calls.append(1)
+        if strategy != "s2pl" and len(calls) % 2:  # every other attempt: a redo can commit
+            commit([keys[len(calls) % len(keys)], keys[(3 * len(calls)) % len(keys)]])
+        return out
+
+    decided: dict[int, tuple[int, int | None]] = {}
+
+    def results(self: Any, out: Any, txn: Any, *rest: Any) -> Any:
+        got = real_results(self, out, txn, *rest)
+        now = rest[2]
+        for x in got:
+            decided[x.window] = (now, txn.snapshot_ts if txn is not None else None)
+        return got
+
+    monkeypatch.setattr(cq_job, "evaluate", evaluate)
+    monkeypatch.setattr(cq_job._Runner, "_results", results)
+
+    def between(batch_id: int) -> None:
+        commit(keys[batch_id % 2 :: 2], delete=keys[0] if batch_id % 2 else None)
+
+    got = run(
+        query(spark, tmp_path / "events", tm, strategy, 6, 2),
+        tmp_path / "cp",
+        after_batch=between,
+        read_sets=True,
+    )
+    assert len(got.results) > 20 and len(calls) >= 4
+    for x in got.results:
+        now, snap = decided[x.window]
+        lo = max((version for _, _, version in x.versions), default=0)
+        hi = now if snap is None else snap
+        if snap is None:
+            for _, key, version in x.versions:
+                later = [ts for ts in commits.get(key, []) if ts > version]
+                if later:
+                    hi = min(hi, later[0] - 1)
+        assert x.state == (lo, hi), (strategy, x.window, x.versions)
+    if strategy == "plain":
+        assert any(not x.consistent for x in got.results)
+    else:
+        assert all(x.consistent for x in got.results)
+
+
 def test_optimistic_that_cannot_keep_up_escalates_and_every_window_commits(
     spark: Any, tmp_path: Path, monkeypatch: Any
 ) -> None:
@@ -400,7 +478,9 @@ def test_optimistic_that_cannot_keep_up_escalates_and_every_window_commits(
         return out
 
     monkeypatch.setattr(cq_job, "evaluate", evaluate)
-    got = run(query(spark, tmp_path / "events", tm, "optimistic", 5, 2), tmp_path / "cp")
+    got = run(
+        query(spark, tmp_path / "events", tm, "optimistic", 5, 2), tmp_path / "cp", read_sets=True
+    )
     events = [e for batch in batches for e in batch]
     assert [x.window for x in got.results] == list(range((len(events) - 5) // 2 + 1))
     assert got.stats.escalations == 2  # one per batch
@@ -587,12 +667,14 @@ def test_time_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None
             timed_query(spark, tmp_path / "events", tm, strategy, "avg", r, s, TIMED_SCHEMA),
             tmp_path / f"cp-{strategy}",
             after_batch=price_setter(tm, sorted(rows), 1),
+            read_sets=True,
         )
         if strategy == "plain":
             assert any(not x.consistent for x in got.results)
             continue
         assert _timed(got.results) == want, strategy
         assert all(x.consistent for x in got.results), strategy
+        # every result names the rows it read, per (table, key), one version each
         assert all(len(v) == 1 for x in got.results for v in x.rows().values())
 
 
@@ -679,8 +761,8 @@ def test_optimistic_that_commits_a_window_per_attempt_still_escalates(
     tm = load_table("optimistic", dict(rows))
     real = cq_job._Runner._valid_prefix
 
-    def one_window(self: Any, out: Any) -> int:
-        return min(real(self, out), 1)  # (as if later windows' rows had changed)
+    def one_window(self: Any, out: Any, hit: Any) -> int:
+        return min(real(self, out, hit), 1)  # (as if later windows' rows had changed)
 
     monkeypatch.setattr(cq_job._Runner, "_valid_prefix", one_window)
     got = run(query(spark, tmp_path / "events", tm, "optimistic", 5, 2), tmp_path / "cp")
@@ -736,6 +818,7 @@ def test_optimistic_time_windows_redo_from_the_first_invalid_window(
         tmp_path / "cp",
         after_batch=lambda b: (done.append(len(got_results)), update(b)),
         on_result=lambda x: got_results.append(x),
+        read_sets=True,
     )
     assert changed and got.stats.redos >= 1
     assert all(x.consistent for x in got.results)

@@ -512,9 +512,7 @@ class _Runner:
                 # the first whose reads changed since the pin commit (they read only
                 # rows current at ``now``), that one and those after it are redone from
                 # its LWM under newer rows.
-                valid = next(
-                    (n for n, w in enumerate(out.windows) if w["at"] in hit), len(out.windows)
-                )
+                valid = self._valid_prefix(out, hit)
                 txn.commit()
                 results += got[:valid]
                 if valid == len(out.windows):
@@ -568,6 +566,10 @@ class _Runner:
             for n, key in enumerate(keys):
                 if key in changes and (until[n] is None or until[n] >= NEVER):
                     until[n] = changes[key] - 1
+
+    def _valid_prefix(self, out: Evaluated, hit: dict[int, int]) -> int:
+        """Optimistic: how many windows, from the first, read no row changed since the pin."""
+        return next((n for n, w in enumerate(out.windows) if w["at"] in hit), len(out.windows))
 
     def _touched(self, out: Evaluated, changed: list[dict[Any, int]]) -> dict[int, int]:
         """Per grouped row of ``out``: the earliest commit since the pin of a row it read."""
