@@ -250,6 +250,79 @@ def test_restart_goes_on_where_it_stopped_exactly_once(spark: Any, tmp_path: Pat
     assert all(x["consistent"] for x in read_results(out))
 
 
+KILL_CHILD = """
+import os, random, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+import test_cq_spark as t
+import txstream.jobs.cq as cq_job
+from txstream.spark import local_session
+
+folder, cp, out, kill_at = Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]), int(sys.argv[5])
+real = cq_job._Runner._save
+
+def save(self, batch, carry):
+    real(self, batch, carry)
+    if batch == kill_at:  # the state is saved, Spark has not committed the batch
+        os.killpg(0, signal.SIGKILL)  # this driver and its JVM, at once
+
+cq_job._Runner._save = save
+rows, batches = t.kill_case()
+tm = t.load_table("snapshot", dict(rows))
+query = t.query(local_session("cq-kill"), folder, tm, "snapshot", 6, 2)
+handle = query.start(cp, output=out, after_batch=t.price_setter(tm, sorted(rows), 3))
+handle.processAllAvailable()
+"""
+
+
+def kill_case() -> tuple[dict[int, Any], list[list[dict[str, int]]]]:
+    """The rows and micro-batches of the SIGKILL test (its child process makes them too)."""
+    rng = random.Random(13)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
+    return rows, make_batches(rng, 5, 10, 10)
+
+
+def test_a_driver_killed_after_saving_a_batch_loses_no_result(spark: Any, tmp_path: Path) -> None:
+    """The driver is SIGKILLed (with its JVM) right after txstream saved batch 2's state,
+    before Spark committed it: restarted, Spark replays batch 2, which is skipped, and the
+    output holds every window once, equal to the uninterrupted CQEngine.  (The results
+    used to be written after the state: batch 2's were lost.)"""
+    import subprocess
+    import sys
+
+    rows, batches = kill_case()
+    folder, cp, out = tmp_path / "events", tmp_path / "cp", tmp_path / "out"
+    write_batches(folder, batches)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            KILL_CHILD,
+            str(Path(__file__).parent),
+            *map(str, (folder, cp, out)),
+            "2",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        start_new_session=True,  # its own process group: the kill takes its JVM along
+    )
+    assert child.returncode == -9, child.stderr[-3000:]
+    assert (cp / "txstream-cq" / "state-2.json").exists()
+    assert not (cp / "spark" / "commits" / "2").exists()
+    tm = load_table("snapshot", dict(rows))  # the tables as the killed driver left them
+    update = price_setter(tm, sorted(rows), 3)
+    for b in range(3):
+        update(b)
+    again = run(query(spark, folder, tm, "snapshot", 6, 2), cp, output=out, after_batch=update)
+    assert again.stats.skipped == [2]
+    got = [(x["window"], x["lwm"], round(x["value"], 9)) for x in read_results(out)]
+    assert got == engine_oracle(rows, batches, 6, 2, seed=3)
+    assert all(x["consistent"] for x in read_results(out))
+
+
 def test_bad_queries_fail_in_one_line(spark: Any) -> None:
     df = spark.createDataFrame([(1, 2, 3)], EVENT_SCHEMA)
     tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})
@@ -580,7 +653,7 @@ def test_two_tables_joined_in_a_chain(spark: Any, tmp_path: Path) -> None:
             .where("price - discount <= 40")
             .window("sum", "price", r=4, s=2)
         )
-        got = run(q, tmp_path / f"cp-{strategy}", after_batch=change(tm))
+        got = run(q, tmp_path / f"cp-{strategy}", after_batch=change(tm), read_sets=True)
         if strategy == "plain":
             assert any(not x.consistent for x in got.results)
             continue

@@ -1,0 +1,153 @@
+"""Where `bench cq-spark`'s CPU goes: the driver's Python process against the JVM and workers.
+
+Runs the experiment's point (r = 5, slide 2, a 10,000-row table, two updater
+threads at ``--rate`` transactions per second, ``--events`` in micro-batches
+of 10,000) once per mode and repetition, the modes interleaved in one Spark
+session (after the benchmark's own untimed warm-up), and reads the CPU time of
+each process from ``/proc`` around each query:
+
+* ``driver``: this Python process (txstream's pins and decisions, py4j, the
+  updater threads);
+* ``jvm+workers``: every process below it (on ``local[2]`` the one JVM, which
+  runs Spark's driver and its executors, and any Python workers; with
+  ``--master local-cluster[2,1,1024]`` the driver JVM and the two executor
+  JVMs, given apart).
+
+Per mode it prints the medians over the repetitions of windows per second,
+the ratio to ``plain`` in the same repetition, the consistent share, and the
+CPU microseconds per event of each side and their ratio.
+
+    PYTHONPATH=src .venv/bin/python scripts/cq-spark-cpu.py [--reps 3] [--events 100000]
+        [--rate 1] [--modes plain,snapshot,s2pl,optimistic] [--master local-cluster[2,1,1024]]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+from typing import Any
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _processes() -> dict[int, tuple[int, float, float]]:
+    """Per process id: (parent, own CPU seconds, CPU seconds of its reaped children)."""
+    out = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        own = (int(fields[11]) + int(fields[12])) / TICK
+        reaped = (int(fields[13]) + int(fields[14])) / TICK
+        out[int(name)] = (int(fields[1]), own, reaped)
+    return out
+
+
+def cpu() -> dict[str, float]:
+    """CPU seconds so far: this process, its child JVM, and the processes below that JVM."""
+    procs = _processes()
+    me = os.getpid()
+    t = os.times()
+    got = {"driver": t.user + t.system, "jvm": 0.0, "below": 0.0}
+    kids: dict[int, list[int]] = {}
+    for pid, (parent, _, _) in procs.items():
+        kids.setdefault(parent, []).append(pid)
+    for jvm in kids.get(me, []):
+        got["jvm"] += procs[jvm][1] + procs[jvm][2]
+        todo = list(kids.get(jvm, []))
+        while todo:
+            pid = todo.pop()
+            got["below"] += procs[pid][1] + procs[pid][2]
+            todo += kids.get(pid, [])
+    return got
+
+
+def main() -> None:
+    """Run the points and print the table."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--rate", type=float, default=1.0)
+    ap.add_argument("--modes", default="plain,snapshot,s2pl,optimistic")
+    ap.add_argument("--master", default=None)
+    args = ap.parse_args()
+    if args.master:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {args.master} pyspark-shell"
+    from txstream.bench import cq_spark
+
+    modes = args.modes.split(",")
+    out = tempfile.mkdtemp(prefix="cq-spark-cpu-")
+    point = {
+        "update_rate": args.rate,
+        "window_range": 5,
+        "events": args.events,
+        "batch": 10_000,
+        "seconds": 600.0,
+        "_out": out,
+    }
+    # untimed: the session's start and the benchmark's warm-up (its first call runs it)
+    cq_spark.measure({**point, "mode": "plain", "update_rate": 0}, seed=0)
+    rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    for rep in range(args.reps):
+        for mode in modes:
+            before = cpu()
+            got = cq_spark.measure({**point, "mode": mode}, seed=rep + 1)
+            after = cpu()
+            used = {k: after[k] - before[k] for k in after}
+            rows[mode].append({**got, **used, "rep": rep})
+            print(
+                f"rep {rep} {mode}: {got['results_per_s']:,.0f} windows/s, "
+                f"consistent {got['consistent_ratio']}, driver {used['driver']:.2f} s, "
+                f"jvm {used['jvm']:.2f} s, below the jvm {used['below']:.2f} s",
+                flush=True,
+            )
+    n = args.events
+    print(f"\nmedians over {args.reps} repetitions, {n:,} events, {args.rate:g} updates/s")
+    print(
+        "| mode | windows/s | vs plain | consistent | driver µs/event | jvm+workers µs/event "
+        "| driver / (jvm+workers) |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for mode in modes:
+        got = rows[mode]
+        ratio = (
+            [
+                g["results_per_s"] / p["results_per_s"]
+                for g, p in zip(got, rows["plain"], strict=True)
+            ]
+            if "plain" in rows
+            else []
+        )
+        rest = [g["jvm"] + g["below"] for g in got]
+        print(
+            f"| {mode} | {statistics.median(g['results_per_s'] for g in got):,.0f} | "
+            f"{statistics.median(ratio):.2f}x | "
+            f"{min(g['consistent_ratio'] or 0 for g in got):.4f} | "
+            f"{statistics.median(g['driver'] for g in got) / n * 1e6:.1f} | "
+            f"{statistics.median(rest) / n * 1e6:.1f} | "
+            f"{statistics.median(g['driver'] / r for g, r in zip(got, rest, strict=True)):.3f} |"
+        )
+    if args.master:
+        print(
+            "\nwith separate executors: jvm (the driver JVM) and below it (the executors), "
+            "µs/event, medians"
+        )
+        for mode in modes:
+            got = rows[mode]
+            print(
+                f"{mode}: driver JVM {statistics.median(g['jvm'] for g in got) / n * 1e6:.1f}, "
+                f"executors {statistics.median(g['below'] for g in got) / n * 1e6:.1f}, "
+                f"driver python / executors "
+                f"{statistics.median(g['driver'] / g['below'] for g in got):.3f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
