@@ -4,10 +4,12 @@ Runs the experiment's point (r = 5, slide 2, a 10,000-row table, two updater
 threads at ``--rate`` transactions per second, ``--events`` in micro-batches
 of 10,000) once per mode and repetition, the modes interleaved in one Spark
 session (after the benchmark's own untimed warm-up), and reads the CPU time of
-each process from ``/proc`` around each query:
+each process from ``/proc`` from each query's start (after the benchmark loaded its table) to its end:
 
 * ``driver``: this Python process (txstream's pins and decisions, py4j, the
-  updater threads);
+  updater threads, each query's set-up: loading the table, checking it);
+  ``in batches``: the CPU of the threads while they ran txstream's per-batch
+  work (``_Runner.handle``, its py4j calls included);
 * ``jvm+workers``: every process below it (on ``local[2]`` the one JVM, which
   runs Spark's driver and its executors, and any Python workers; with
   ``--master local-cluster[2,1,1024]`` the driver JVM and the two executor
@@ -80,7 +82,30 @@ def main() -> None:
     args = ap.parse_args()
     if args.master:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {args.master} pyspark-shell"
+    import time
+
     from txstream.bench import cq_spark
+    from txstream.jobs import cq as cq_job
+
+    in_batches = [0.0]  # CPU of the threads running txstream's per-batch work
+    handle = cq_job._Runner.handle
+
+    def timed(self: Any, b: Any) -> None:
+        start = time.thread_time()
+        try:
+            handle(self, b)
+        finally:
+            in_batches[0] += time.thread_time() - start
+
+    cq_job._Runner.handle = timed  # type: ignore[method-assign]
+    started: list[dict[str, float]] = []  # CPU when the query starts (after the table's load)
+    start = cq_job.SparkCQ.start
+
+    def starting(self: Any, *a: Any, **kw: Any) -> Any:
+        started.append(cpu())
+        return start(self, *a, **kw)
+
+    cq_job.SparkCQ.start = starting  # type: ignore[method-assign]
 
     modes = args.modes.split(",")
     out = tempfile.mkdtemp(prefix="cq-spark-cpu-")
@@ -97,14 +122,16 @@ def main() -> None:
     rows: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for rep in range(args.reps):
         for mode in modes:
-            before = cpu()
+            batches = in_batches[0]
             got = cq_spark.measure({**point, "mode": mode}, seed=rep + 1)
-            after = cpu()
+            after, before = cpu(), started[-1]
             used = {k: after[k] - before[k] for k in after}
+            used["batches"] = in_batches[0] - batches
             rows[mode].append({**got, **used, "rep": rep})
             print(
                 f"rep {rep} {mode}: {got['results_per_s']:,.0f} windows/s, "
-                f"consistent {got['consistent_ratio']}, driver {used['driver']:.2f} s, "
+                f"consistent {got['consistent_ratio']}, driver {used['driver']:.2f} s "
+                f"(in the batches' threads {used['batches']:.2f} s), "
                 f"jvm {used['jvm']:.2f} s, below the jvm {used['below']:.2f} s",
                 flush=True,
             )
@@ -132,7 +159,9 @@ def main() -> None:
             f"{min(g['consistent_ratio'] or 0 for g in got):.4f} | "
             f"{statistics.median(g['driver'] for g in got) / n * 1e6:.1f} | "
             f"{statistics.median(rest) / n * 1e6:.1f} | "
-            f"{statistics.median(g['driver'] / r for g, r in zip(got, rest, strict=True)):.3f} |"
+            f"{statistics.median(g['driver'] / r for g, r in zip(got, rest, strict=True)):.3f} "
+            f"({statistics.median(g['batches'] / r for g, r in zip(got, rest, strict=True)):.3f}"
+            " in batches) |"
         )
     if args.master:
         print(

@@ -160,19 +160,34 @@ def arrow_rows(join: Join, schema: Any, rows: Columns) -> Any:
         ) from None
 
 
-def pin_frame(events: Any, schema: Any, table: Any) -> Any:
-    """An Arrow table of pinned rows (:func:`arrow_rows`) as a DataFrame in the events' session."""
-    return events.sparkSession.createDataFrame(table, schema)
+PINNED = ("__k", "__v", "__seen", "__until", "__p")
+"""The pinned rows' own columns; join ``i``'s DataFrame names them with suffix ``i``."""
+
+
+def pin_frame(events: Any, schema: Any, table: Any, i: int) -> Any:
+    """An Arrow table of join ``i``'s pinned rows (:func:`arrow_rows`) as a DataFrame.
+
+    Its own columns are named for join ``i`` (``__k{i}``, ``__v{i}``, ...), as
+    :func:`evaluate` joins them (renamed here in Arrow: no Spark call).
+    """
+    from pyspark.sql.types import StructField, StructType
+
+    def named(name: str) -> str:
+        return f"{name}{i}" if name in PINNED else name
+
+    fields = [StructField(named(f.name), f.dataType, f.nullable) for f in schema.fields]
+    renamed = table.rename_columns([named(n) for n in table.column_names])
+    return events.sparkSession.createDataFrame(renamed, StructType(fields))
 
 
 def pin(events: Any, joins: Sequence[Join], i: int, rows: Columns) -> Any:
-    """Join ``i``'s pinned rows as a DataFrame (columns: :func:`pin_schema`).
+    """Join ``i``'s pinned rows as a DataFrame (columns: :func:`pin_schema`, see :func:`pin_frame`).
 
     ``rows`` holds those columns by name.  Built over Arrow, so shipping a
     10,000-row table costs milliseconds.
     """
     schema = pin_schema(events, joins, i)
-    return pin_frame(events, schema, arrow_rows(joins[i], schema, rows))
+    return pin_frame(events, schema, arrow_rows(joins[i], schema, rows), i)
 
 
 def _mistyped(join: Join, fields: Sequence[Any], rows: Columns) -> str | None:
@@ -391,7 +406,7 @@ def _joined(
     joined = events
     for i, rows in enumerate(pinned):
         on = joins[i].on
-        joined = joined.join(F.broadcast(_suffixed(rows, i)), F.col(on) == F.col(f"__k{i}"), "left")
+        joined = joined.join(F.broadcast(rows), F.expr(f"`{on}` = __k{i}"), "left")
         joined = joined.drop(f"__k{i}")
     joined_columns = list(joined.columns)
     if not rejoin and has_carry:
@@ -407,7 +422,7 @@ def _grouped(
     keep_columns: Sequence[str],
     read_sets: bool,
     watch: bool,
-    extra: Sequence[Any] = (),
+    extra: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     """One row per window id ``__w`` (-1: the carry), in window order (one Spark job).
 
@@ -418,40 +433,35 @@ def _grouped(
     """
     from pyspark.sql import functions as F
 
-    aggs = [
-        F.expr(f"min(`{order}`)").alias("lwm"),
-        F.expr(_aggregate(window)).alias("value"),
-        *extra,
-    ]
-    if joins:
-        versions = ", ".join(f"coalesce(__v{i}, 0)" for i in range(len(joins)))
-        untils = ", ".join(f"coalesce(__until{i}, {NEVER})" for i in range(len(joins)))
-        aggs.append(F.expr(f"max(if(__w >= 0, greatest({versions}, 0), 0))").alias("lo"))
-        aggs.append(F.expr(f"min(if(__w >= 0, least({untils}, {NEVER}), {NEVER}))").alias("hi"))
-    else:
-        aggs += [F.lit(0).alias("lo"), F.lit(NEVER).alias("hi")]
+    # one Spark call per aggregate ("expr AS name"): the driver's cost per batch
+    aggs = [f"min(`{order}`) AS lwm", f"{_aggregate(window)} AS value", *extra]
+    versions = ", ".join(f"coalesce(__v{i}, 0)" for i in range(len(joins)))
+    untils = ", ".join(f"coalesce(__until{i}, {NEVER})" for i in range(len(joins)))
+    aggs.append(f"max(if(__w >= 0, greatest({versions}, 0), 0)) AS lo")
+    aggs.append(f"min(if(__w >= 0, least({untils}, {NEVER}), {NEVER})) AS hi")
     for i, join in enumerate(joins):
         if read_sets:
             aggs.append(
-                F.expr(
-                    f"collect_list(if(__w >= 0, struct(`{join.on}` AS k, coalesce(__v{i}, 0) "
-                    f"AS v, __seen{i} AS seen), NULL))"
-                ).alias(f"reads{i}")
+                f"collect_list(if(__w >= 0, struct(`{join.on}` AS k, coalesce(__v{i}, 0) "
+                f"AS v, __seen{i} AS seen), NULL)) AS reads{i}"
             )
         if watch:  # the keys whose version was current when pinned (null keys read nothing)
             aggs.append(
-                F.expr(
-                    f"collect_list(if(__w >= 0 AND coalesce(__until{i}, {NEVER}) >= {NEVER}, "
-                    f"`{join.on}`, NULL))"
-                ).alias(f"keys{i}")
+                f"collect_list(if(__w >= 0 AND coalesce(__until{i}, {NEVER}) >= {NEVER}, "
+                f"`{join.on}`, NULL)) AS keys{i}"
             )
     inner = ", ".join(f"`{c}`" for c in keep_columns)
-    aggs.append(F.expr(f"collect_list(if(__w < 0, struct({inner}), NULL))").alias("carry"))
-    table = w.groupBy("__w").agg(*aggs).toArrow()
+    aggs.append(f"collect_list(if(__w < 0, struct({inner}), NULL)) AS carry")
+    table = w.groupBy("__w").agg(*[F.expr(a) for a in aggs]).toArrow()
     table = table.take(_argsort(table.column("__w")))
     keys = [table.column(f"keys{i}").combine_chunks() for i in range(len(joins)) if watch]
-    plain = table.drop_columns([f"keys{i}" for i in range(len(joins)) if watch])
-    return plain.to_pylist(), keys
+    # by column, then rows: Arrow converts each column at once (far cheaper than per row)
+    names = [n for n in table.column_names if n != "carry" and not n.startswith("keys")]
+    columns = [table.column(n).to_pylist() for n in names]
+    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
+    if rows and rows[0]["__w"] < 0:  # the carry's row comes first
+        rows[0]["carry"] = table.column("carry")[0].as_py()
+    return rows, keys
 
 
 def _carried(row: dict[str, Any], order: str, keep_columns: Sequence[str]) -> Columns:
@@ -554,8 +564,6 @@ def _evaluate_time(
     is emitted, empty ones included; the carry is every event of a window not
     complete yet.
     """
-    from pyspark.sql import functions as F
-
     time = f"`{window.time}`"
     out = Evaluated(carry={c: [] for c in keep_columns}, t0=t0)
     if t0 is None:  # the query's first events: the first one's time is t0 (time follows order)
@@ -609,7 +617,7 @@ def _evaluate_time(
         "array()), if(__hi >= __K, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
     got, out.keys = _grouped(
-        w, joins, order, window, keep_columns, read_sets, watch, [F.expr("max(__K)").alias("K")]
+        w, joins, order, window, keep_columns, read_sets, watch, ["max(__K) AS K"]
     )
     found: dict[int, tuple[int, dict[str, Any]]] = {}
     complete = first
@@ -637,13 +645,6 @@ def _evaluate_time(
         later = row["lwm"]
     out.windows = windows[::-1]
     return out
-
-
-def _suffixed(rows: Any, i: int) -> Any:
-    """The pinned rows with the key and version columns named for join ``i``."""
-    return rows.withColumnsRenamed(
-        {c: f"{c}{i}" for c in ("__k", "__v", "__seen", "__until", "__p")}
-    )
 
 
 def _aggregate(window: CountWindow | TimeWindow) -> str:
