@@ -4,7 +4,8 @@ Runs the experiment's point (r = 5, slide 2, a 10,000-row table, two updater
 threads at ``--rate`` transactions per second, ``--events`` in micro-batches
 of 10,000) once per mode and repetition, the modes interleaved in one Spark
 session (after the benchmark's own untimed warm-up), and reads the CPU time of
-each process from ``/proc`` from each query's start (after the benchmark loaded its table) to its end:
+each process from ``/proc`` from each query's start (after the benchmark
+loaded its table) to its end:
 
 * ``driver``: this Python process (txstream's pins and decisions, py4j, the
   updater threads, each query's set-up: loading the table, checking it);
