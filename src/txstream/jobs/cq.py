@@ -616,8 +616,15 @@ class _Runner:
             zip(self.joins, self.tables, self.versions, strict=True)
         ):
             keys = list(dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None))
-            for key in keys:
-                txn.read(tbl, key)  # the read lock, held until the commit
+            # the read locks, held until the commit: the protocol's read hook, as
+            # Transaction.read calls it (the rows themselves come from the pin)
+            if self.tm.recorder is not None:  # a recorded history names every read
+                for key in keys:
+                    txn.read(tbl, key)
+            else:
+                lock, item = self.tm.protocol.before_read, tbl.item
+                for key in keys:
+                    lock(txn, item(key))
             with self.tm.commit_mutex:
                 at = self.tm.clock
                 v.drain()
