@@ -323,6 +323,71 @@ def test_a_driver_killed_after_saving_a_batch_loses_no_result(spark: Any, tmp_pa
     assert all(x["consistent"] for x in read_results(out))
 
 
+def test_the_pinned_relation_follows_the_tables_changes_without_walking_it(spark: Any) -> None:
+    """No Spark job (the session parses the schema): the driver's copy of a table
+    (``_Versions``) is built once, then only the keys committed since are recomputed.
+    Pinned at a snapshot older than a commit, a changed row is its version at the
+    snapshot, says until when that was current and is recomputed at the next pin; a
+    deleted key is an absent row with its deletion's timestamp; a counter row is left
+    out; the windows that read a changed key are found in Arrow (``touched``)."""
+    from types import SimpleNamespace
+
+    import pyarrow as pa
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    import txstream.jobs.cq as cq_job
+    from txstream.spark.reference import NEVER, Join, touched
+
+    tm = load_table("snapshot", {k: {"price": 10 + k, "cat": 0} for k in range(5)})
+    tbl = tm.table(TABLE)
+    stream = SimpleNamespace(
+        columns=["id", "part"],
+        schema=StructType([StructField("id", LongType()), StructField("part", LongType())]),
+    )
+    join = Join(TABLE, "part", "price long", ("price",))
+    runner = SimpleNamespace(tm=tm, joins=[join], tables=[tbl], cq=SimpleNamespace(_stream=stream))
+    v = cq_job._Versions(runner, 0)  # type: ignore[arg-type]
+    built = tbl.chain_steps
+
+    def rows() -> dict[int, tuple[int, int, int | None, bool]]:
+        got = v.rel.to_pylist()
+        return {r["__k"]: (r["__v"], r["__until"], r["price"], r["__p"]) for r in got}
+
+    start = tm.clock
+    assert rows() == {k: (start, NEVER, 10 + k, True) for k in range(5)}  # no counter row
+    snap = tm.begin_snapshot()
+    with tm.begin() as t:
+        t.put(TABLE, 1, {"price": 99, "cat": 0})
+        t.delete(TABLE, 2)
+    changed = tm.clock
+    with tm.commit_mutex:
+        assert v.drain() == {1: changed, 2: changed}
+        v.update(snap.snapshot_ts)  # the rows as of the snapshot, before that commit
+    assert rows()[1] == (start, changed - 1, 11, True)
+    assert rows()[2] == (start, changed - 1, 12, True)
+    assert set(v.pending) == {1, 2}
+    snap.commit()
+    with tm.commit_mutex:
+        assert v.drain() == {}
+        v.update(tm.clock)
+    assert rows() == {
+        0: (start, NEVER, 10, True),
+        1: (changed, NEVER, 99, True),
+        2: (changed, NEVER, None, False),  # deleted: absent, with its deletion's timestamp
+        3: (start, NEVER, 13, True),
+        4: (start, NEVER, 14, True),
+    }
+    assert not v.pending and tbl.chain_steps - built < 20
+    v.close()
+    with tm.begin() as t:
+        t.put(TABLE, 3, {"price": 1, "cat": 0})
+    assert v.drain() == {}  # closed: no longer watching
+    # windows (rows) 0 and 2 read key 1, row 1 read keys 3 and 4
+    keys = pa.array([[0, 1], [3, 4], [1, 2, 1]], type=pa.list_(pa.int64()))
+    assert touched(keys, {1: 7, 4: 9, 8: 1}) == {0: 7, 1: 9, 2: 7}
+    assert touched(keys, {}) == {} and touched(keys, {"x": 3}) == {}
+
+
 def test_bad_queries_fail_in_one_line(spark: Any) -> None:
     df = spark.createDataFrame([(1, 2, 3)], EVENT_SCHEMA)
     tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})

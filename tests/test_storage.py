@@ -180,3 +180,31 @@ def test_bad_log_file_and_values(tmp_path) -> None:
         st.log_commit(1, [(a, 1, object())], [], None)
     with pytest.raises(TxStreamError, match="unknown sync"):
         Store(tmp_path / "third", sync="sometimes")
+
+
+def test_a_table_watcher_records_each_changed_key_once_with_its_first_commit() -> None:
+    """``Table.watch`` learns which keys committed since it was last cleared, and when
+    each changed first, without walking the table; ``unwatch`` stops it."""
+    from txstream.txn import TransactionManager
+
+    tm = TransactionManager(protocol="ss2pl")
+    tbl = tm.table("t")
+    with tm.begin() as t:
+        t.put("t", 1, "a")
+        t.put("t", 2, "b")
+    changes = tbl.watch()
+    with tm.begin() as t:
+        t.put("t", 1, "a2")
+    first = tm.clock
+    with tm.begin() as t:
+        t.put("t", 1, "a3")
+        t.delete("t", 2)
+    assert changes == {1: first, 2: tm.clock}
+    changes.clear()
+    tbl.unwatch(changes)
+    with tm.begin() as t:
+        t.put("t", 3, "c")
+    assert changes == {}
+    deleted = tm.clock - 1
+    assert sorted(tbl.committed()) == [(1, deleted, "a3"), (3, tm.clock, "c")]
+    assert (2, deleted, ABSENT) in set(tbl.committed(deleted=True))
