@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -404,6 +405,7 @@ class _Runner:
         # plain and optimistic judge (validate) reads against commits made while a batch ran
         self.watch = cq.strategy in ("plain", "optimistic")
         self.versions: list[_Versions] = []  # made at the first batch (it may fail there)
+        self.view = f"__txstream_cq_{uuid.uuid4().hex}"  # its temporary view, per batch
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
         self.t0: float | None = None  # time-based windows: the first event's time
         self.last_batch, self.next_window, self.carry = self._recover()
@@ -492,6 +494,7 @@ class _Runner:
                     t0=self.t0,
                     read_sets=self.read_sets,
                     watch=self.watch,
+                    view=self.view,
                 )
                 self.t0 = out.t0 if isinstance(self.window, TimeWindow) else None
                 now, changed = self._drain()

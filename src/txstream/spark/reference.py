@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from txstream.errors import TxStreamError
+from txstream.spark.sql import literal
 
 Columns = dict[str, list[Any]]
 """Rows by column: ``{name: [value of row 0, value of row 1, ...]}``."""
@@ -302,13 +303,77 @@ def _type_of(events: Any, earlier: Sequence[Join], column: str) -> Any:
     raise TxStreamError(f"no column {column!r} in the stream or an earlier join")
 
 
+SMALL = 512
+"""Rows up to which :func:`_frame` writes a frame of plain columns as SQL literals."""
+
+
 def _frame(like: Any, schema: Any, rows: Columns) -> Any:
-    """``rows`` (by column) as a DataFrame of ``schema`` in ``like``'s session."""
+    """``rows`` (by column) as a DataFrame of ``schema`` in ``like``'s session.
+
+    A few rows of numbers, strings and booleans (the carry, usually) become one
+    ``SELECT ... FROM VALUES`` statement: one call to Spark, where building a
+    DataFrame from Arrow takes some thirty.
+    """
     import pyarrow as pa
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    small = _values(schema, rows)
+    if small is not None:
+        return like.sparkSession.sql(small)
     arrow = pa.table({f.name: rows[f.name] for f in schema.fields}, schema=to_arrow_schema(schema))
     return like.sparkSession.createDataFrame(arrow, schema)
+
+
+def _values(schema: Any, rows: Columns) -> str | None:
+    """``rows`` as a ``SELECT ... FROM VALUES`` statement; None if too many or not plain."""
+    import math
+
+    from pyspark.sql.types import (
+        BooleanType,
+        ByteType,
+        DoubleType,
+        FloatType,
+        IntegerType,
+        LongType,
+        ShortType,
+        StringType,
+    )
+
+    whole = (LongType, IntegerType, ShortType, ByteType)
+    fields = schema.fields
+    n = len(rows[fields[0].name]) if fields else 0
+    if not fields or not 0 < n <= SMALL:
+        return None
+    columns = []
+    for f in fields:
+        kind, values = f.dataType, rows[f.name]
+        if isinstance(kind, whole):
+            ok = all(v is None or (type(v) is int) for v in values)
+            text = [literal(v) for v in values]
+        elif isinstance(kind, DoubleType | FloatType):
+            ok = all(v is None or type(v) in (int, float) for v in values)
+            text = [
+                "NULL" if v is None else repr(float(v)) if math.isfinite(v) else f"'{v}'"
+                for v in values
+            ]
+        elif isinstance(kind, StringType):
+            ok = all(v is None or type(v) is str for v in values)
+            text = [literal(v) for v in values]
+        elif isinstance(kind, BooleanType):
+            ok = all(v is None or type(v) is bool for v in values)
+            text = [literal(v) for v in values]
+        else:
+            return None
+        if not ok:
+            return None
+        columns.append(text)
+    names = [f"c{i}" for i in range(len(fields))]
+    tuples = ", ".join("(" + ", ".join(row) + ")" for row in zip(*columns, strict=True))
+    casts = ", ".join(
+        f"CAST({c} AS {f.dataType.simpleString()}) AS `{f.name}`"
+        for c, f in zip(names, fields, strict=True)
+    )
+    return f"SELECT {casts} FROM VALUES {tuples} AS t({', '.join(names)})"
 
 
 def evaluate(
@@ -325,6 +390,7 @@ def evaluate(
     t0: float | None = None,
     read_sets: bool = True,
     watch: bool = False,
+    view: str = "__txstream_cq",
 ) -> Evaluated:
     """Join, select and window the events on executors; bring back complete windows and carry.
 
@@ -335,6 +401,8 @@ def evaluate(
     ``watch`` brings back, per window and join, the keys of the reads still
     current when pinned (:attr:`Evaluated.keys`), so that the caller can learn,
     vectorized, which windows read a row changed since (:func:`touched`).
+    ``view`` names the temporary view the aggregation reads (in the batch's
+    session: give each query its own).
 
     ``events``: this batch's events (a DataFrame); ``carry``: the events carried
     from earlier batches, by column (raw when ``rejoin``, else joined, as
@@ -360,6 +428,7 @@ def evaluate(
             t0,
             read_sets,
             watch,
+            view,
         )
     r, s = window.r, window.s
     ordered = f"ORDER BY `{order}` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
@@ -383,7 +452,7 @@ def evaluate(
         f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
         f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
-    got, keys = _grouped(w, joins, order, window, keep_columns, read_sets, watch)
+    got, keys = _grouped(w, joins, order, window, keep_columns, read_sets, watch, view)
     out = Evaluated(carry={c: [] for c in keep_columns}, keys=keys)
     for n, row in enumerate(got):
         if row["__w"] < 0:
@@ -422,6 +491,7 @@ def _grouped(
     keep_columns: Sequence[str],
     read_sets: bool,
     watch: bool,
+    view: str,
     extra: Sequence[str] = (),
 ) -> tuple[list[dict[str, Any]], list[Any]]:
     """One row per window id ``__w`` (-1: the carry), in window order (one Spark job).
@@ -431,8 +501,6 @@ def _grouped(
     only with ``read_sets``; with ``watch``, the second value holds one Arrow
     list array per join (a list of keys per row), left in Arrow.
     """
-    from pyspark.sql import functions as F
-
     # one Spark call per aggregate ("expr AS name"): the driver's cost per batch
     aggs = [f"min(`{order}`) AS lwm", f"{_aggregate(window)} AS value", *extra]
     versions = ", ".join(f"coalesce(__v{i}, 0)" for i in range(len(joins)))
@@ -452,7 +520,10 @@ def _grouped(
             )
     inner = ", ".join(f"`{c}`" for c in keep_columns)
     aggs.append(f"collect_list(if(__w < 0, struct({inner}), NULL)) AS carry")
-    table = w.groupBy("__w").agg(*[F.expr(a) for a in aggs]).toArrow()
+    # one SQL statement over a view: two Spark calls, where the DataFrame API makes a
+    # few per aggregate (each expression and each list element is a call to the JVM)
+    w.createOrReplaceTempView(view)
+    table = w.sparkSession.sql(f"SELECT __w, {', '.join(aggs)} FROM {view} GROUP BY __w").toArrow()
     table = table.take(_argsort(table.column("__w")))
     keys = [table.column(f"keys{i}").combine_chunks() for i in range(len(joins)) if watch]
     # by column, then rows: Arrow converts each column at once (far cheaper than per row)
@@ -555,6 +626,7 @@ def _evaluate_time(
     t0: float | None,
     read_sets: bool,
     watch: bool,
+    view: str,
 ) -> Evaluated:
     """Time-based windows: window k holds the events whose time lies in [t0 + k*s, t0 + k*s + r).
 
@@ -617,7 +689,7 @@ def _evaluate_time(
         "array()), if(__hi >= __K, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
     got, out.keys = _grouped(
-        w, joins, order, window, keep_columns, read_sets, watch, ["max(__K) AS K"]
+        w, joins, order, window, keep_columns, read_sets, watch, view, ["max(__K) AS K"]
     )
     found: dict[int, tuple[int, dict[str, Any]]] = {}
     complete = first
