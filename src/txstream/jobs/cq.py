@@ -518,9 +518,9 @@ class _Runner:
                 valid = self._valid_prefix(out, hit)
                 txn.commit()
                 results += got[:valid]
-                if valid == len(out.windows):
+                if valid == len(out):
                     break
-                low = out.windows[valid]["lwm"]
+                low = out.columns["lwm"][valid]
                 events = where(events, f"`{order}` >= {literal(low)}")
                 keep = [i for i, v in enumerate(carry.get(order, [])) if v >= low]
                 carry = {c: [vals[i] for i in keep] for c, vals in carry.items()}
@@ -572,7 +572,9 @@ class _Runner:
 
     def _valid_prefix(self, out: Evaluated, hit: dict[int, int]) -> int:
         """Optimistic: how many windows, from the first, read no row changed since the pin."""
-        return next((n for n, w in enumerate(out.windows) if w["at"] in hit), len(out.windows))
+        if not hit:
+            return len(out)
+        return next((n for n, at in enumerate(out.columns["at"]) if at in hit), len(out))
 
     def _touched(self, out: Evaluated, changed: list[dict[Any, int]]) -> dict[int, int]:
         """Per grouped row of ``out``: the earliest commit since the pin of a row it read."""
@@ -663,37 +665,40 @@ class _Runner:
         ``hit`` cuts ``hi`` at the first commit since the pin of a row it read.
         """
         snap = txn.snapshot_ts if txn is not None else None
-        results = []
+        results: list[Result] = []
+        cols = out.columns
+        if not cols:  # no event yet (time windows)
+            return results
+        reads = cols["reads"] if self.read_sets else [None] * len(out)
         none: frozenset[Any] = frozenset()
-        for w in out.windows:
+        for number, value, lwm, lo, hi, at, rs in zip(
+            cols["window"],
+            cols["value"],
+            cols["lwm"],
+            cols["lo"],
+            cols["hi"],
+            cols["at"],
+            reads,
+            strict=True,
+        ):
             if snap is not None:
                 hi = snap
             else:
-                hi = w["hi"] if w["hi"] < now else now
-                at = w["at"]
+                if hi > now:
+                    hi = now
                 if at in hit and hit[at] <= hi:
                     hi = hit[at] - 1
-            n = first + w["window"]
-            value = w["value"]
-            versions = self._read_versions(w) if self.read_sets else none
-            results.append(
-                Result(
-                    value,
-                    n,
-                    w["lwm"],
-                    versions,
-                    attempts,
-                    (w["lo"], hi),
-                    {"window": n, "value": value},
-                )
-            )
+            n = first + number
+            versions = none if rs is None else self._read_versions(rs)
+            row = {"window": n, "value": value}
+            results.append(Result(value, n, lwm, versions, attempts, (lo, hi), row))
         return results
 
-    def _read_versions(self, w: dict[str, Any]) -> frozenset[tuple[str, Any, int]]:
+    def _read_versions(self, reads: list[Any]) -> frozenset[tuple[str, Any, int]]:
         """``read_sets``: every (table, key, version) the window read (an absent key: 0)."""
         return frozenset(
             (join.table, key, version)
-            for join, rs in zip(self.joins, w["reads"], strict=True)
+            for join, rs in zip(self.joins, reads, strict=True)
             for key, version, _seen in rs
         )
 

@@ -92,12 +92,10 @@ class TimeWindow:
 class Evaluated:
     """What one evaluation brought back to the driver."""
 
-    windows: list[dict[str, Any]] = field(default_factory=list)
-    """Complete windows in order: ``window`` (0-based within the batch; time-based:
-    counted from ``first``), ``value``,
-    ``lwm`` (order value of its first event), ``reads``: one list per join of
-    ``(key, version, seen)``; an absent row's read is ``(key, 0, None)``: it had
-    no pinned row, the caller knows when it pinned."""
+    columns: dict[str, list[Any]] = field(default_factory=dict)
+    """The complete windows by column, in order (:attr:`windows` has them by window):
+    ``window``, ``value``, ``lwm``, ``lo``, ``hi``, ``at`` and with ``read_sets``
+    ``reads``; the driver reads them without making an object per window."""
     carry: Columns = field(default_factory=dict)
     """The events the next window needs, by column (raw, or joined without ``rejoin``)."""
     t0: float | None = None
@@ -105,6 +103,26 @@ class Evaluated:
     keys: list[Any] = field(default_factory=list)
     """With ``watch``: per join, an Arrow list array of the keys each grouped row read
     whose version was current when pinned (a window's ``at`` is its row)."""
+
+    @property
+    def windows(self) -> list[dict[str, Any]]:
+        """Complete windows in order, one dict each (made on demand).
+
+        ``window`` (0-based within the batch; time-based: counted from ``first``),
+        ``value``, ``lwm`` (order value of its first event), ``lo`` and ``hi``
+        (the newest version it read; the last instant all it read was known
+        current when pinned), ``at`` (its row in :attr:`keys`, None for an empty
+        time window) and, with ``read_sets``, ``reads``: one list per join of
+        ``(key, version, seen)``; a read of a key without a pinned row is
+        ``(key, 0, None)``: the caller knows when it pinned.
+        """
+        names = list(self.columns)
+        rows = zip(*(self.columns[n] for n in names), strict=True)
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def __len__(self) -> int:
+        """The number of complete windows."""
+        return len(self.columns.get("window", ()))
 
 
 def ddl_names(schema: str) -> tuple[str, ...]:
@@ -452,13 +470,23 @@ def evaluate(
         f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
         f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
-    got, keys = _grouped(w, joins, order, window, keep_columns, read_sets, watch, view)
+    got, keys, carried = _grouped(w, joins, order, window, keep_columns, read_sets, watch, view)
     out = Evaluated(carry={c: [] for c in keep_columns}, keys=keys)
-    for n, row in enumerate(got):
-        if row["__w"] < 0:
-            out.carry = _carried(row, order, keep_columns)
-            continue
-        out.windows.append(_window(row, int(row["__w"]), len(joins), n))
+    skip = 0
+    if carried is not None:
+        out.carry = _carried(carried, order, keep_columns)
+        skip = 1  # the carry's grouped row comes first
+    ws = got["__w"][skip:]
+    out.columns = {
+        "window": ws,
+        "value": got["value"][skip:],
+        "lwm": got["lwm"][skip:],
+        "lo": got["lo"][skip:],
+        "hi": got["hi"][skip:],
+        "at": list(range(skip, skip + len(ws))),
+    }
+    if read_sets:
+        out.columns["reads"] = _reads(got, len(joins), skip)
     return out
 
 
@@ -493,13 +521,13 @@ def _grouped(
     watch: bool,
     view: str,
     extra: Sequence[str] = (),
-) -> tuple[list[dict[str, Any]], list[Any]]:
+) -> tuple[dict[str, list[Any]], list[Any], list[Any] | None]:
     """One row per window id ``__w`` (-1: the carry), in window order (one Spark job).
 
-    The rows hold a few numbers per window (``lwm``, ``value``, ``lo``, ``hi``
-    and ``extra``), the carry's events in the carry's row, each window's reads
-    only with ``read_sets``; with ``watch``, the second value holds one Arrow
-    list array per join (a list of keys per row), left in Arrow.
+    By column: a few numbers per window (``__w``, ``lwm``, ``value``, ``lo``,
+    ``hi`` and ``extra``), each window's reads only with ``read_sets``; with
+    ``watch``, the second value holds one Arrow list array per join (a list of
+    keys per row), left in Arrow; the third, the carry's events (None: none).
     """
     # one Spark call per aggregate ("expr AS name"): the driver's cost per batch
     aggs = [f"min(`{order}`) AS lwm", f"{_aggregate(window)} AS value", *extra]
@@ -526,37 +554,28 @@ def _grouped(
     table = w.sparkSession.sql(f"SELECT __w, {', '.join(aggs)} FROM {view} GROUP BY __w").toArrow()
     table = table.take(_argsort(table.column("__w")))
     keys = [table.column(f"keys{i}").combine_chunks() for i in range(len(joins)) if watch]
-    # by column, then rows: Arrow converts each column at once (far cheaper than per row)
+    # by column: Arrow converts each column at once (far cheaper than row by row)
     names = [n for n in table.column_names if n != "carry" and not n.startswith("keys")]
-    columns = [table.column(n).to_pylist() for n in names]
-    rows = [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
-    if rows and rows[0]["__w"] < 0:  # the carry's row comes first
-        rows[0]["carry"] = table.column("carry")[0].as_py()
-    return rows, keys
+    columns = {n: table.column(n).to_pylist() for n in names}
+    carried = None
+    if columns["__w"] and columns["__w"][0] < 0:  # the carry's row comes first
+        carried = table.column("carry")[0].as_py()
+    return columns, keys, carried
 
 
-def _carried(row: dict[str, Any], order: str, keep_columns: Sequence[str]) -> Columns:
+def _carried(carried: list[Any], order: str, keep_columns: Sequence[str]) -> Columns:
     """The carry group's events by column, in order."""
-    rows = sorted(row["carry"], key=lambda e: e[order])
+    rows = sorted(carried, key=lambda e: e[order])
     return {c: [e[c] for e in rows] for c in keep_columns}
 
 
-def _window(row: dict[str, Any], number: int, joins: int, at: int | None) -> dict[str, Any]:
-    """One complete window as :attr:`Evaluated.windows` holds it (``at``: its grouped row)."""
-    out = {
-        "window": number,
-        "value": row["value"],
-        "lwm": row["lwm"],
-        "lo": int(row["lo"]),
-        "hi": int(row["hi"]),
-        "at": at,
-    }
-    if "reads0" in row or not joins:
-        # an absent row's read has no pinned row, hence no instant: None (the caller knows it)
-        out["reads"] = [
-            [(x["k"], x["v"], x["seen"]) for x in row[f"reads{i}"]] for i in range(joins)
-        ]
-    return out
+def _reads(got: dict[str, list[Any]], joins: int, skip: int) -> list[list[list[Any]]]:
+    """``read_sets``: per window, per join, its reads as ``(key, version, seen)``."""
+    per_join = [got[f"reads{i}"][skip:] for i in range(joins)]
+    return [
+        [[(x["k"], x["v"], x["seen"]) for x in reads] for reads in window]
+        for window in zip(*per_join, strict=True)
+    ]
 
 
 def _argsort(column: Any) -> Any:
@@ -688,17 +707,21 @@ def _evaluate_time(
         "explode(concat(if(__lo <= least(__hi, __K - 1), sequence(__lo, least(__hi, __K - 1)), "
         "array()), if(__hi >= __K, array(CAST(-1 AS BIGINT)), array()))) AS __w",
     )
-    got, out.keys = _grouped(
+    got, out.keys, carried = _grouped(
         w, joins, order, window, keep_columns, read_sets, watch, view, ["max(__K) AS K"]
     )
+    if carried is not None:
+        out.carry = _carried(carried, order, keep_columns)
+    reads = _reads(got, len(joins), 0) if read_sets else None
     found: dict[int, tuple[int, dict[str, Any]]] = {}
-    complete = first
-    for n, row in enumerate(got):
-        complete = max(complete, int(row["K"]))
-        if row["__w"] < 0:
-            out.carry = _carried(row, order, keep_columns)
-        else:
-            found[int(row["__w"])] = (n, row)
+    complete = max([first, *got["K"]])
+    for n, k in enumerate(got["__w"]):
+        if k >= 0:
+            row = {"value": got["value"][n], "lwm": got["lwm"][n]}
+            row.update(lo=got["lo"][n], hi=got["hi"][n])
+            if reads is not None:
+                row["reads"] = reads[n]
+            found[k] = (n, row)
     # an empty window's LWM: the first event from its start on (a later window's, or carried)
     later = out.carry[order][0] if out.carry.get(order) else None
     windows: list[dict[str, Any]] = []
@@ -713,9 +736,10 @@ def _evaluate_time(
             windows.append(none)
             continue
         n, row = got_row
-        windows.append(_window(row, k - first, len(joins), n))
+        windows.append({"window": k - first, **row, "at": n})
         later = row["lwm"]
-    out.windows = windows[::-1]
+    names = ["window", "value", "lwm", "lo", "hi", "at"] + (["reads"] if read_sets else [])
+    out.columns = {c: [w[c] for w in reversed(windows)] for c in names}
     return out
 
 
