@@ -998,7 +998,7 @@ def test_spark_two_joins_and_a_float_time_window_under_updates_equal_the_oracle(
         .join("sups", on="sup", schema="rating long")
         .where("rating >= 2 AND price <= 70")
         .window("min", "price", r=4, s=1.5, time="ts")
-        .start(tmp_path / "ck", after_batch=after)
+        .start(tmp_path / "ck", after_batch=after, read_sets=True)
     )
     try:
         query.processAllAvailable()
