@@ -23,15 +23,21 @@ they produce commit (Oyamada et al., SAC 2013):
   table as it is when the batch runs, carried events keep the rows they were
   joined with.
 
-Each result says which (table, key, version) rows it read and the instants at
-which all of them were the committed versions (``Result.state``), judged per
-row when it leaves the commit operator, so an inconsistent window is seen as
-such whatever the strategy.  The tables live in a transaction manager this
-process owns; updates come through it (other threads, or the owner applying
-another input).  The carry, the window count (and a time window's ``t0``) are saved next to Spark's
-checkpoint after every batch, so a restarted query goes on where it stopped and
-a replayed batch id is skipped; with ``output=`` every batch's results are
-also written once, to ``<output>/batch-<id>.jsonl``.
+Each result says the instants at which all the row versions it read were the
+committed ones (``Result.state``), judged per row when it leaves the commit
+operator, so an inconsistent window is seen as such whatever the strategy:
+the executors reduce each window's reads to the newest version read and the
+last instant all were known current when pinned, and the driver cuts that at
+the first commit since the pin of a key the window read (matched in Arrow).
+With ``start(read_sets=True)`` each result also names those (table, key,
+version) rows, which brings every read to the driver.  The tables live in a
+transaction manager this process owns; updates come through it (other
+threads, or the owner applying another input), and the driver keeps its copy
+of each table current from the table's change watcher.  With ``output=``
+every batch's results are written once, to ``<output>/batch-<id>.jsonl``;
+then the carry, the window count (and a time window's ``t0``) are saved next
+to Spark's checkpoint, so a restarted query goes on where it stopped and a
+replayed batch id is skipped.
 """
 
 from __future__ import annotations
