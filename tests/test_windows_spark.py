@@ -122,8 +122,9 @@ def test_keyed_windows_on_executors_equal_the_in_process_engine(spark: Any, tmp_
 
 @pytest.mark.spark
 def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> None:
-    # The example's driver (and its JVM) is SIGKILLed mid-run twice, at a random
-    # moment after the k-th commit; a last run consumes the rest.  The answers and
+    # The example's driver (and its JVM) is SIGKILLed mid-run, at a random moment
+    # after the k-th commit; a last run consumes the rest (one kill: each start
+    # costs a JVM, and the suite's time is bounded).  The answers and
     # the window histories equal the in-process engine's: nothing lost, nothing twice.
     data, ckpt = tmp_path / "data", tmp_path / "data" / "ckpt"
     made = _example(
@@ -137,13 +138,13 @@ def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> N
         "--seconds",
         "3",
         "--files",
-        "20",
+        "12",
     )
     assert made.returncode == 0, made.stderr[-2000:]
     commits = ckpt / "txstream" / "commits"
     rng = random.Random(4)
     at_kill = []
-    for k, target in enumerate((3, 9)):
+    for k, target in enumerate((4,)):
         env = {
             **os.environ,
             "PYSPARK_PYTHON": sys.executable,
@@ -180,7 +181,7 @@ def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> N
             os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
             proc.wait()
             err.close()
-    assert at_kill[-1] < 20, at_kill  # the kills came before the input's end
+    assert at_kill[-1] < 12, at_kill  # the kill came before the input's end
     final = _example("run", "--data", str(data), "--checkpoint", str(ckpt))
     assert final.returncode == 0, final.stderr[-3000:]
     shown = _example("show", "--data", str(data), "--checkpoint", str(ckpt))
