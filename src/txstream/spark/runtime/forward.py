@@ -59,7 +59,6 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -108,26 +107,41 @@ def forwarding(job: JobSpec) -> bool:
     return job.cross_partition == "forward" and not getattr(boundary, "may_span", True)
 
 
-@dataclass(eq=False, slots=True)
 class _Item:
-    """One transaction's part on one partition, from admission until it finished."""
+    """One transaction's part on one partition, from admission until it finished.
 
-    event: Event
-    kind: str
-    """:data:`LOCAL`, :data:`FRAGMENT` (a keyless event's part), :data:`HOME` or :data:`PART`."""
-    values: list[Any]
-    """Its partition values on this partition (distinct)."""
-    barrier: bool = False
-    home: int = -1
-    parts: tuple[int, ...] = ()
-    """At the home: the other participants."""
-    need: int = 0
-    """Queues of its values in which it is not first yet."""
-    queued: bool = False
-    ups: dict[int, Any] | None = None
-    """At the home: each participant's forwarded rows (or totals)."""
-    totals: Any = None
-    """At a global read's home: its own partial totals, taken at its place."""
+    A plain class with slots, made with positional arguments: two are made per
+    crossing transaction, and a dataclass's keyword defaults cost twice as much.
+    """
+
+    __slots__ = ("event", "kind", "values", "home", "parts", "ups", "barrier", "need", "queued", "totals")
+
+    def __init__(
+        self,
+        event: Event,
+        kind: str,
+        values: list[Any],
+        home: int = -1,
+        parts: tuple[int, ...] = (),
+        ups: dict[int, Any] | None = None,
+        barrier: bool = False,
+    ) -> None:
+        self.event = event
+        self.kind = kind
+        """:data:`LOCAL`, :data:`FRAGMENT` (a keyless event's part), :data:`HOME` or :data:`PART`."""
+        self.values = values
+        """Its partition values on this partition (distinct)."""
+        self.home = home
+        self.parts = parts
+        """At the home: the other participants."""
+        self.ups = ups
+        """At the home: each participant's forwarded rows (or totals)."""
+        self.barrier = barrier
+        self.need = 0
+        """Queues of its values in which it is not first yet."""
+        self.queued = False
+        self.totals: Any = None
+        """At a global read's home: its own partial totals, taken at its place."""
 
 
 class _Partition:
@@ -223,7 +237,7 @@ class _Partition:
 
     def _host(self, e: Event, v: Any, other: int) -> None:
         """:meth:`_enter` and :meth:`_start` of a home with one free value and one peer."""
-        item = _Item(e, HOME, [v], home=self.pid, parts=(other,), ups={})
+        item = _Item(e, HOME, [v], self.pid, (other,), {})
         item.queued = True
         self.locks[v] = [item]
         self.inflight += 1
@@ -241,7 +255,7 @@ class _Partition:
 
     def _lend(self, e: Event, v: Any) -> None:
         """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
-        item = _Item(e, PART, [v], home=e.pids[0])
+        item = _Item(e, PART, [v], e.pids[0])
         item.queued = True
         self.locks[v] = [item]
         self.inflight += 1
@@ -263,20 +277,20 @@ class _Partition:
             here = _distinct([v for v, p in zip(values, pids, strict=True) if p == pid])
         home = pids[0]
         if home != pid:
-            return _Item(e, PART, here, home=home)
+            return _Item(e, PART, here, home)
         if len(pids) == 2 and pids[1] != pid:  # (the common case: one other participant)
             parts: tuple[int, ...] = (pids[1],)
         else:
             parts = tuple(sorted({p for p in pids if p != pid}))
-        return _Item(e, HOME, here, home=pid, parts=parts, ups={})
+        return _Item(e, HOME, here, pid, parts, {})
 
     def _classify(self, e: Event) -> _Item:
         pid = self.pid
         if e.input in self.global_reads:
             if pid == 0:
                 parts = tuple(range(1, self.sched.partitions))
-                return _Item(e, HOME, [], barrier=True, home=0, parts=parts, ups={})
-            return _Item(e, PART, [], barrier=True, home=0)
+                return _Item(e, HOME, [], 0, parts, {}, True)
+            return _Item(e, PART, [], 0, barrier=True)
         values, pids = e.values, e.pids
         if not values:
             return _Item(e, FRAGMENT, [], barrier=True)
@@ -374,20 +388,33 @@ class _Partition:
         return partial_totals(state.data, reads, state.tracked, state.flat)
 
     def _rows(self, values: list[Any], dest: int) -> list[tuple[Any, dict[str, Any]]]:
-        """What a participant sends its home: its values' rows, per table."""
+        """What a participant sends its home: its values' rows, per table.
+
+        Per value, table -> its rows by key, or for a flat table (see
+        :attr:`PartitionState.flat`: the same on every partition of the job) its
+        one row, bare: each level of nesting costs as much to pickle and unpickle
+        between tasks as the row itself.
+        """
         state = self.state
         # The home changes the dict of a value's rows that it is given: a copy when it
         # is in this process (a message to another task is a copy already; a flat
-        # table's rows_of is a new dict).
+        # table's row goes bare, and a write replaces a row, never changes it in
+        # place).  (state.rows_of, inlined: a call per table.)
         copy = dest in self.sched.hosted
-        flat = state.flat
+        data, flat = state.data, state.flat
         rows = []
         for v in values:
             tables = {}
             for table in self.tables:
-                found = state.rows_of(table, v)
-                if found:
-                    tables[table] = dict(found) if copy and table not in flat else found
+                by = data.get(table)
+                if by is None:
+                    continue
+                found = by.get(v)
+                if table in flat:
+                    if found is not None:
+                        tables[table] = found
+                elif found:
+                    tables[table] = dict(found) if copy else found
             rows.append((v, tables))
         return rows
 
@@ -416,12 +443,20 @@ class _Partition:
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
-        tracked = state.tracked
+        tracked, data, flat = state.tracked, state.data, state.flat
         owner: dict[Any, int] = {}
         for src, payload in ups.items():
             for value, tables in payload:
                 owner[value] = src
                 for table, rows in tables.items():
+                    if table in flat:  # (a flat table's one row: state.set_rows, inlined)
+                        by = data.get(table)
+                        if by is None:
+                            by = data[table] = {}
+                        by[value] = rows
+                        if tracked and table in tracked:  # (counted while it is here)
+                            track(tracked, table, None, rows)
+                        continue
                     state.set_rows(table, value, rows)
                     if tracked and table in tracked:  # (counted while they are here)
                         for row in rows.values():
@@ -445,9 +480,11 @@ class _Partition:
                 undo = state.undo
                 for undo_key, _old in runner.changed:
                     table, value, key = undo_key
-                    if value in owner:
-                        row = (state.part(table, value) or _NONE).get(key)
-                        changes.append((table, value, key, row))
+                    if value in owner:  # (state.part, inlined)
+                        by = data.get(table, _NONE)
+                        if table not in flat:
+                            by = by.get(value, _NONE)
+                        changes.append((table, value, key, by.get(key)))
                         undo.pop(undo_key, None)
                 if self.record:
                     ops = [op for _value, op in runner.remote_ops]
@@ -478,8 +515,15 @@ class _Partition:
     def _drop(self, owner: Mapping[Any, int]) -> None:
         """Take the forwarded values' rows out of this state (and out of its totals)."""
         state = self.state
-        tracked = state.tracked
+        tracked, data, flat = state.tracked, state.data, state.flat
         for table in self.tables:
+            by = data.get(table)
+            if by is None:
+                continue
+            if table in flat and not (tracked and table in tracked):
+                for value in owner:  # (state.pop_rows, inlined)
+                    by.pop(value, None)
+                continue
             for value in owner:
                 rows = state.pop_rows(table, value)
                 if rows and tracked and table in tracked:
@@ -508,9 +552,11 @@ class _Partition:
         changes, ops, committed = back
         if changes:
             state = self.state
-            undo, tracked = state.undo, state.tracked
+            undo, tracked, data, flat = state.undo, state.tracked, state.data, state.flat
             for table, value, key, row in changes:
-                rows = state.part(table, value)
+                rows = data.get(table)  # (state.part, inlined)
+                if rows is not None and table not in flat:
+                    rows = rows.get(value)
                 if rows is None or row is None or (tracked and table in tracked):
                     # (a row made or deleted, or a table whose totals are kept)
                     state.put(table, value, key, ABSENT if row is None else row)
@@ -521,7 +567,10 @@ class _Partition:
                     undo[undo_key] = rows.get(key, ABSENT)
                 rows[key] = row
         if ops and committed:  # (then its commit mark: see GroupRunner.record_remote)
-            self.runner.record_remote(ops, item.event.order, event_gid(self.batch, item.event))
+            order = item.event.order
+            # (its id is written only for a mark that is not the plain one)
+            gid = "" if type(order[0]) is float else event_gid(self.batch, item.event)
+            self.runner.record_remote(ops, order, gid)
         self._finish(item)
 
     def _record_global_read(self, event: Event, gid: str) -> None:
