@@ -35,9 +35,7 @@ def child(pattern: str, batches: int, history: bool) -> None:
     mp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mp)
     mp.q._forwarded_phase1 = mp.one_task
-    args = argparse.Namespace(
-        per=PER, batches=batches, no_history=not history, audit_every=1000
-    )
+    args = argparse.Namespace(per=PER, batches=batches, no_history=not history, audit_every=1000)
     gc.disable()
     mp.run(pattern, args, None)
     os._exit(0)  # (no collection at exit: its cost grows with what the run left alive)

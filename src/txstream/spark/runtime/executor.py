@@ -705,7 +705,8 @@ class GroupRunner:
 
         ``ops``: its operations on this partition's rows forwarded to its home,
         where it committed; ``gid``: its id, its event's (``b<batch>_<mid>``, this
-        batch's; unused, and may be empty, when its order value is a float).  Then its commit mark, which names it for the compact ones (see
+        batch's; unused, and may be empty, when its order value is a float).  Then
+        its commit mark, which names it for the compact ones (see
         :mod:`.recorded`); the fate it repeats is its home's.
         """
         history = self.outcome.history

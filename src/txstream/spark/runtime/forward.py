@@ -114,7 +114,18 @@ class _Item:
     crossing transaction, and a dataclass's keyword defaults cost twice as much.
     """
 
-    __slots__ = ("event", "kind", "values", "home", "parts", "ups", "barrier", "need", "queued", "totals")
+    __slots__ = (
+        "barrier",
+        "event",
+        "home",
+        "kind",
+        "need",
+        "parts",
+        "queued",
+        "totals",
+        "ups",
+        "values",
+    )
 
     def __init__(
         self,
@@ -128,7 +139,7 @@ class _Item:
     ) -> None:
         self.event = event
         self.kind = kind
-        """:data:`LOCAL`, :data:`FRAGMENT` (a keyless event's part), :data:`HOME` or :data:`PART`."""
+        """:data:`LOCAL`, :data:`FRAGMENT` (a keyless event's part), :data:`HOME`, :data:`PART`."""
         self.values = values
         """Its partition values on this partition (distinct)."""
         self.home = home
