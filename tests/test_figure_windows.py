@@ -54,4 +54,15 @@ def test_per_unit_is_calibrated_on_the_papers_worst_point() -> None:
     params = WindowParams(n=n, t=t, long_queries=5)
     (group,) = long_groups(random.Random(1), params, window)
     units = sum(group.partial(window.current(i))[1] for i in range(n))
-    assert 0.7 * t < units * Costs().per_unit < 1.5 * t
+    assert 0.85 * t < units * Costs().per_unit < 1.15 * t
+
+
+def test_the_stream_arrives_at_the_papers_steady_state_rate() -> None:
+    # Section 5.1: one packet per millisecond in the steady state; single
+    # sub-windows deviate by up to a factor of ten.
+    params = WindowParams(t=1.0)
+    rng = random.Random(5)
+    counts = [len(packets(rng, params, float(k))) for k in range(4000)]
+    mean = sum(counts) / len(counts)
+    assert 0.97 * params.rate < mean < 1.03 * params.rate
+    assert max(counts) > 5 * min(counts)  # the bursts are still there

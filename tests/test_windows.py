@@ -461,6 +461,7 @@ def test_packets_follow_the_rate_with_bursts() -> None:
     p = WindowParams(t=1.0, rate=1000.0)
     rng = random.Random(0)
     counts = [len(packets(rng, p, 0.0)) for _ in range(300)]
-    assert min(counts) >= 500 and max(counts) <= 10_000
-    assert 800 <= sum(counts) / len(counts) <= 1600
+    # the factors are scaled to a mean of 1 (the paper's steady-state rate)
+    assert min(counts) >= 350 and max(counts) <= 7_700
+    assert 900 <= sum(counts) / len(counts) <= 1100
     assert max(counts) > 2000  # some bursts
