@@ -20,7 +20,12 @@ immediately, in the same transaction, as an RDBMS trigger would:
   is the sum of its deltas per group.
 
 Deadlocks are found by the lock manager's wait-for graph at once; the victim's
-transaction is rolled back with its undo log and the loader re-runs it.
+transaction is rolled back with its undo log and the loader re-runs it.  With
+``deadlock_check_interval`` the target behaves like a server whose deadlock
+detector runs periodically (DB2's ``DLCHKTIME``, Luo et al.'s system): the
+victim keeps its locks, and so every transaction of the cycle stays stuck,
+until the next tick of a global clock of that period; only then is it rolled
+back.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -102,19 +107,25 @@ class EmbeddedTarget(Target):
         path: str | Path | None = None,
         statement_delay: float = 0.0,
         lock_timeout: float | None = None,
+        deadlock_check_interval: float = 0.0,
     ) -> None:
         super().__init__(schema)
-        if (
-            isinstance(statement_delay, bool)
-            or not isinstance(statement_delay, int | float)
-            or not 0 <= statement_delay < math.inf
+        for name, value in (
+            ("statement_delay", statement_delay),
+            ("deadlock_check_interval", deadlock_check_interval),
         ):
-            raise TxStreamError(
-                f"statement_delay must be a finite number of seconds >= 0, not {statement_delay!r}"
-            )
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not 0 <= value < math.inf
+            ):
+                raise TxStreamError(
+                    f"{name} must be a finite number of seconds >= 0, not {value!r}"
+                )
         self.path = path
         self.statement_delay = statement_delay
         self.lock_timeout = lock_timeout
+        self.deadlock_check_interval = float(deadlock_check_interval)
         self.tm: TransactionManager | None = None
         self._uids = itertools.count(1)
 
@@ -126,6 +137,8 @@ class EmbeddedTarget(Target):
             self.tm.close()
         self.tm = TransactionManager("ss2pl", path=self.path, lock_timeout=self.lock_timeout)
         tm = self.tm
+        if self.deadlock_check_interval > 0:
+            _detect_on_ticks(tm, self.deadlock_check_interval)
         schema = self.schema
         self.tables: dict[str, Table] = {r: tm.table(f"r-{r}") for r in schema.relations}
         self.view_tables: dict[str, Table] = {v: tm.table(f"v-{v}") for v in schema.views}
@@ -292,6 +305,34 @@ def _aggregate_values(view: ResolvedView, acc: dict[str, Any]) -> tuple[Any, ...
     return tuple(out)
 
 
+def _detect_on_ticks(
+    tm: TransactionManager, interval: float, sleep: Callable[[float], None] = time.sleep
+) -> None:
+    """Make a deadlock victim wait, holding its locks, for the next detector tick.
+
+    The lock manager finds the cycle at once; a server with a periodic detector
+    would leave every transaction of the cycle blocked until its next run.  The
+    victim's lock request has already failed in its own thread, before its
+    transaction is rolled back, so sleeping there keeps its locks and its
+    partners blocked, as they would be, until the tick.
+    """
+    protocol = tm.protocol
+
+    def ticking(check: Callable[[Transaction, str], None]) -> Callable[[Transaction, str], None]:
+        def call(txn: Transaction, item: str) -> None:
+            try:
+                check(txn, item)
+            except DeadlockError:
+                sleep(interval - time.monotonic() % interval)
+                raise
+
+        return call
+
+    # Instance attributes shadow the protocol's methods for this manager only.
+    protocol.before_read = ticking(protocol.before_read)  # type: ignore[method-assign,assignment]
+    protocol.before_write = ticking(protocol.before_write)  # type: ignore[method-assign,assignment]
+
+
 def _lock_for_update(t: Transaction, table: Table, key: Hashable) -> None:
     """Take the X lock on a row before reading it, as ``UPDATE`` does."""
     fn = getattr(t, "lock_for_update", None)
@@ -321,9 +362,7 @@ class _EmbeddedSession(TargetSession):
                     t.insert(self.target.ledger, key, True)
                 delay = self.target.statement_delay
                 for op in statements:
-                    if delay:
-                        time.sleep(delay)
-                    self._apply(t, op)
+                    self._apply(t, op, delay)
             return True
         except DeadlockError as exc:
             raise DeadlockAbort(str(exc)) from None
@@ -336,11 +375,20 @@ class _EmbeddedSession(TargetSession):
 
     # -- one modification and its view maintenance ----------------------------------------
 
-    def _apply(self, t: Transaction, op: Modification) -> None:
+    def _apply(self, t: Transaction, op: Modification, delay: float = 0.0) -> None:
+        """Apply one modification and maintain its views.
+
+        ``delay`` (the server's own work on the statement) is spent after the
+        modified row is locked and before the views' rows are read, where a
+        server does the statement's I/O: two statements on one part in
+        different relations then overlap as they would in the server.
+        """
         target = self.target
         rel = self.schema.relations[op.relation]
         tbl = target.tables[op.relation]
         _lock_for_update(t, tbl, op.key)
+        if delay:
+            time.sleep(delay)
         old: Row | None = t.read(tbl, op.key)
         new: Row | None
         kind = op.kind
