@@ -48,18 +48,9 @@ only user of its transport.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import pickle
-import secrets
-import selectors
-import socket
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, Row
@@ -68,9 +59,13 @@ from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import add_totals, partial_totals, track
+from txstream.spark.runtime.transport import Message
+from txstream.spark.runtime.transport import SocketTransport as SocketTransport  # (re-exported)
+from txstream.spark.runtime.transport import new_exchange as new_exchange  # (re-exported)
 
 EXCHANGE_TIMEOUT_S = 600.0
-"""How long a partition waits for a message from another task before giving up."""
+"""How long a partition waits for a message from another task before giving up (the
+transport has its own, :data:`.transport.EXCHANGE_TIMEOUT_S`, for its connections)."""
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
@@ -86,11 +81,6 @@ and a hot value's crossing transactions follow each other one round trip apart:
 with rounds of 128, Zipf-skewed transfers on ``local[2]`` ran at a median of
 20,295 txn/s against 28,492 with rounds of 32 (four alternated runs each;
 docs/benchmarks.md)."""
-
-Message = tuple[int, int, list[tuple[int, str, Any]]]
-"""(destination partition, source partition, messages): what one partition sent
-another in one round, each (the transaction's event's place in the batch
-(``mid``), ``up``|``back``, payload)."""
 
 LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
 """The kinds of :class:`_Item` (compared by identity)."""
@@ -773,247 +763,3 @@ class ForwardScheduler:
         self._collect()
         self.transport.flush()
         return True
-
-
-# -- the transport between tasks -----------------------------------------------------
-
-_HEADER = struct.Struct("!I")
-_HELLO = struct.Struct("!32sII")
-"""A connection's first bytes: the batch's secret, the sender's task and the receiver's."""
-_WELCOME = b"+"
-FLUSH_AT = 256
-"""Messages buffered for one task before they go out without waiting for a flush."""
-
-
-def new_exchange(tasks: int) -> dict[str, Any]:
-    """A batch attempt's exchange settings: a secret that peers prove, and the task count."""
-    return {"secret": secrets.token_hex(16), "tasks": tasks}
-
-
-class SocketTransport:
-    """Messages between the tasks of one barrier stage, over TCP.
-
-    Each task listens on a port of its own and publishes its address as a file
-    in ``folder`` (in the store, which every task can read, as the event-time
-    frontier's exchange does); a task connects to a peer the first time it has
-    a message for it and proves the batch's secret before anything else is
-    read.  Messages are pickled in frames (the peers are this job's own tasks,
-    and a connection that does not know the secret is closed unread).  Sockets
-    do not block: a task keeps reading while its own writes wait, so two tasks
-    that send to each other at once cannot wedge.
-    """
-
-    def __init__(
-        self,
-        me: int,
-        tasks: int,
-        folder: Path,
-        secret: str,
-        host: str,
-        cancelled: Callable[[], bool] | None = None,
-    ) -> None:
-        self.me = me
-        self.cancelled = cancelled
-        """Says when another task failed (threads in one process; Spark kills a barrier
-        stage's tasks itself)."""
-        self.tasks = tasks
-        self.folder = folder
-        self.secret = secret.encode()
-        self.selector = selectors.DefaultSelector()
-        self.server = socket.create_server(("", 0))
-        self.server.setblocking(False)
-        self.selector.register(self.server, selectors.EVENT_READ, "accept")
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / f".t{me}.tmp"
-        tmp.write_text(json.dumps({"host": host, "port": self.server.getsockname()[1]}))
-        os.replace(tmp, folder / f"t{me}.addr")  # peers see all of it or nothing
-        self.outgoing: dict[int, socket.socket] = {}
-        self.welcomed: set[int] = set()
-        self.connecting: dict[int, float] = {}
-        """When the first connection to each peer not yet welcomed was tried."""
-        self.queued: dict[int, list[Message]] = {}
-        self.unsent: dict[int, bytearray] = {}
-        self.incoming: dict[socket.socket, bytearray] = {}
-        self.verified: set[socket.socket] = set()
-        self.arrived: list[Message] = []
-        self.bytes_sent = 0
-
-    def send(self, task: int, message: Message) -> None:
-        """Queue ``message`` for ``task``; it goes out at the next flush (or when many wait)."""
-        queue = self.queued.setdefault(task, [])
-        queue.append(message)
-        if len(queue) >= FLUSH_AT:
-            self._frame(task)
-            self._write(task)
-
-    def flush(self, wait: bool = False) -> None:
-        """Send what is queued; with ``wait``, until every byte is out."""
-        for task in list(self.queued):
-            if self.queued[task]:
-                self._frame(task)
-        for task in list(self.unsent):
-            self._write(task)
-        deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
-        while wait and any(self.unsent.values()):
-            if time.monotonic() > deadline:
-                raise ExchangeError(f"task {self.me} could not send its messages")
-            self._select(0.01)
-            for task in list(self.unsent):
-                self._write(task)
-
-    def _frame(self, task: int) -> None:
-        body = pickle.dumps(self.queued[task], protocol=pickle.HIGHEST_PROTOCOL)
-        self.queued[task] = []
-        buffer = self.unsent.setdefault(task, bytearray())
-        buffer += _HEADER.pack(len(body))
-        buffer += body
-        self.bytes_sent += len(body) + _HEADER.size
-
-    def _write(self, task: int) -> None:
-        buffer = self.unsent.get(task)
-        if not buffer:
-            return
-        if task not in self.welcomed:
-            if task not in self.outgoing:
-                self._connect(task)
-            return  # (the welcome's arrival writes)
-        sock = self.outgoing[task]
-        try:
-            sent = sock.send(buffer)
-        except BlockingIOError:
-            sent = 0
-        except OSError as exc:
-            raise ExchangeError(
-                f"task {self.me} lost its connection to task {task}: {exc}"
-            ) from None
-        del buffer[:sent]
-        key = self.selector.get_map().get(sock)
-        if buffer and key is None:
-            self.selector.register(sock, selectors.EVENT_WRITE, ("out", task))
-        elif not buffer and key is not None:
-            self.selector.unregister(sock)
-
-    def _connect(self, task: int) -> None:
-        """Start a connection to ``task``: it writes once ``task`` welcomes it.
-
-        The peers connect to each other at once, so nobody waits here for a
-        welcome.  An address file may be stale (a failed attempt of the stage
-        wrote it, its port is closed or now another task's): the connection is
-        then refused or closed unwelcomed, and a later flush reads the file again.
-        """
-        path = self.folder / f"t{task}.addr"
-        first = self.connecting.setdefault(task, time.monotonic())
-        if time.monotonic() - first > EXCHANGE_TIMEOUT_S:
-            raise ExchangeError(f"task {task} did not publish its address in {path.parent}")
-        try:
-            address = json.loads(path.read_text())
-            sock = socket.create_connection((address["host"], address["port"]), timeout=10)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sock.sendall(_HELLO.pack(self.secret, self.me, task))
-        except (OSError, ValueError, KeyError):
-            return  # (not published yet, or stale: tried again at the next flush)
-        sock.setblocking(False)
-        self.outgoing[task] = sock
-        self.selector.register(sock, selectors.EVENT_READ, ("hello", task))
-
-    def _welcome(self, task: int) -> None:
-        sock = self.outgoing[task]
-        self.selector.unregister(sock)
-        try:
-            answer = sock.recv(1)
-        except BlockingIOError:
-            self.selector.register(sock, selectors.EVENT_READ, ("hello", task))
-            return
-        except OSError:
-            answer = b""
-        if answer != _WELCOME:  # refused: stale address; a later flush connects again
-            sock.close()
-            del self.outgoing[task]
-            return
-        self.welcomed.add(task)
-        self.connecting.pop(task, None)
-        self._write(task)
-
-    def poll(self, timeout: float) -> list[Message]:
-        """Messages that arrived (waiting up to ``timeout`` seconds for the first)."""
-        if not self.arrived:
-            self._select(timeout)
-        out, self.arrived = self.arrived, []
-        return out
-
-    def _select(self, timeout: float) -> None:
-        if self.cancelled is not None and self.cancelled():
-            raise ExchangeError(f"task {self.me}: another task of the batch failed")
-        out = self.arrived
-        for key, mask in self.selector.select(timeout):
-            tag = key.data
-            if tag == "accept":
-                self._accept()
-            elif isinstance(tag, tuple) and tag[0] == "hello":
-                self._welcome(tag[1])
-            elif isinstance(tag, tuple):  # an outgoing socket can take more bytes
-                self._write(tag[1])
-            elif mask & selectors.EVENT_READ:
-                self._read(key.fileobj, out)  # type: ignore[arg-type]
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                sock, _ = self.server.accept()
-            except BlockingIOError:
-                return
-            sock.setblocking(False)
-            self.incoming[sock] = bytearray()
-            self.selector.register(sock, selectors.EVENT_READ, "in")
-
-    def _read(self, sock: socket.socket, out: list[Message]) -> None:
-        buffer = self.incoming[sock]
-        ended = False
-        while True:
-            try:
-                chunk = sock.recv(1 << 20)
-            except BlockingIOError:
-                break
-            except OSError:
-                chunk = b""
-            if not chunk:  # the peer finished (or died: its missing answers time out)
-                ended = True  # (its last frames may have come in this same read)
-                break
-            buffer += chunk
-        self._unpack(sock, buffer, out)
-        if ended and sock in self.incoming:
-            self.selector.unregister(sock)
-            del self.incoming[sock]
-            self.verified.discard(sock)
-            sock.close()
-
-    def _unpack(self, sock: socket.socket, buffer: bytearray, out: list[Message]) -> None:
-        """Check the hello of ``sock``'s ``buffer``, then move its whole frames to ``out``."""
-        if sock not in self.verified:
-            if len(buffer) < _HELLO.size:
-                return
-            secret, _peer, target = _HELLO.unpack_from(buffer)
-            if secret != self.secret or target != self.me:  # not for this task: read nothing
-                self.selector.unregister(sock)
-                del self.incoming[sock]
-                sock.close()
-                return
-            del buffer[: _HELLO.size]
-            self.verified.add(sock)
-            with contextlib.suppress(OSError):  # (a peer gone already needs no welcome)
-                sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
-        while len(buffer) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(buffer)
-            if len(buffer) < _HEADER.size + size:
-                break
-            body = bytes(buffer[_HEADER.size : _HEADER.size + size])
-            del buffer[: _HEADER.size + size]
-            out.extend(pickle.loads(body))
-
-    def close(self) -> None:
-        """Close every socket (after :meth:`flush` with ``wait``)."""
-        for sock in [*self.outgoing.values(), *self.incoming, self.server]:
-            with contextlib.suppress(KeyError, ValueError):
-                self.selector.unregister(sock)
-            sock.close()
-        self.selector.close()
