@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import txstream as tx
 from txstream.spark.runtime import state as state_module
@@ -178,3 +180,51 @@ def test_both_kinds_of_table_in_one_job_across_a_restart(tmp_path: Path, tasks: 
         {"acct": 4, "n": 6, "amount": 5},
         {"acct": 4, "n": 8, "amount": -2},
     ]
+
+
+@st.composite
+def _streams(draw: Any) -> list[list[tuple[str, dict[str, Any]]]]:
+    acct = st.integers(1, 7)
+    amount = st.integers(1, 60)
+    event = st.one_of(
+        st.builds(lambda a, m: ("deposits", {"acct": a, "amount": m}), acct, amount),
+        st.builds(
+            lambda s, d, m: ("transfers", {"src": s, "dst": d, "amount": m}), acct, acct, amount
+        ),
+        st.builds(lambda: ("audit", {"at": 0})),
+    )
+    batches = draw(st.lists(st.lists(event, min_size=1, max_size=25), min_size=1, max_size=3))
+    n = 10
+    for batch in batches:
+        for _, e in batch:
+            e["n"] = n  # (a move's key: unique, so every insert is new)
+            n += 1
+    return batches
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(batches=_streams())
+def test_forwarded_rows_of_both_layouts_give_the_one_partition_answer(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[tuple[str, dict[str, Any]]]]
+) -> None:
+    # One partition runs every transaction where it is, one after the other in the
+    # declared order: the serial answer.  Three partitions forward the crossing ones'
+    # rows of both layouts (a flat table's row sent bare, a nested one's rows by key)
+    # in memory (tasks=1) and over sockets (tasks=2), with inserts, deletes and audits.
+    answers = []
+    for partitions, tasks in ((1, 1), (3, 1), (3, 2)):
+        root = tmp_path_factory.mktemp("flat-fwd")
+        state_module._CACHE.clear()
+        _job().run_local(batches, root, partitions=partitions, tasks=tasks)
+        answers.append(
+            (
+                tx.read_table(root, SIMPLE),
+                tx.read_table(root, COMPOSITE),
+                tx.read_output(root, "audits"),
+                len(tx.read_failures(root)),
+            )
+        )
+    assert answers[1] == answers[0]
+    assert answers[2] == answers[0]
