@@ -118,6 +118,8 @@ def _job() -> tx.Job:
         for move in t.scan(COMPOSITE, e["src"]):
             if move["amount"] == 1:  # (deletes: a row set that changes shape)
                 t.delete(COMPOSITE, (e["src"], move["n"]))
+        seen = [m["n"] for m in t.scan(COMPOSITE, e["dst"])]  # (every row of dst's moves)
+        t.emit("seen", {"n": e["n"], "moves": seen})
 
     def audit(t: tx.Tx, e: dict[str, Any]) -> None:
         if t.home in (None, 0):  # (once per event: it reaches every partition)
@@ -140,6 +142,7 @@ def _job() -> tx.Job:
         .on("transfers", transfer)
         .on("audit", audit)
         .output("audits")
+        .output("seen")
     )
 
 
@@ -223,6 +226,7 @@ def test_forwarded_rows_of_both_layouts_give_the_one_partition_answer(
                 tx.read_table(root, SIMPLE),
                 tx.read_table(root, COMPOSITE),
                 tx.read_output(root, "audits"),
+                tx.read_output(root, "seen"),
                 len(tx.read_failures(root)),
             )
         )
