@@ -16,10 +16,10 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
+
+import valgrind_count  # (scripts/, beside this file)
 
 PER = 4_000
 """Events per partition and batch (two partitions)."""
@@ -43,24 +43,8 @@ def child(pattern: str, batches: int, history: bool) -> None:
 
 def instructions(pattern: str, batches: int, history: bool) -> int:
     """Instructions valgrind counted for one child run."""
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=no",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        __file__,
-        "--child",
-        pattern,
-        str(batches),
-        "history" if history else "no-history",
-    ]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
-    match = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
-    return int(match.group(1).replace(",", ""))
+    mode = "history" if history else "no-history"
+    return valgrind_count.instructions(__file__, "--child", pattern, str(batches), mode)
 
 
 def main() -> None:
