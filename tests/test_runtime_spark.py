@@ -524,7 +524,22 @@ got = {{name: tx.read_output(ckpt, name) for name in job.spec.outputs}}
 if sys.argv[5] == "ledger_audit":
     got["accounts"] = tx.read_table(ckpt, "accounts")
 forwarded = sum(p["multiPartition"]["transactions"] for p in query.recentProgress)
-print(json.dumps({{"got": got, "forwarded": forwarded}}))
+cq = None
+if len(sys.argv) > 6:
+    # SparkCQ on the same cluster (issue 31): s2pl, prices rewritten between batches
+    from test_cq_spark import price_setter, query as cq_query
+    from txstream.cq.workload import load_table
+    cq_in = Path(sys.argv[6])
+    rows = {{int(k): v for k, v in json.loads((cq_in / "rows.json").read_text()).items()}}
+    tm = load_table("s2pl", rows)
+    handle = cq_query(spark, cq_in / "events", tm, "s2pl", 8, 3).start(
+        ckpt.parent / "cq-ckpt", after_batch=price_setter(tm, sorted(rows), 0))
+    try:
+        handle.processAllAvailable()
+    finally:
+        handle.stop()
+    cq = [[x.window, x.lwm, round(x.value, 9), x.consistent] for x in handle.results]
+print(json.dumps({{"got": got, "forwarded": forwarded, "cq": cq}}))
 """
 
 
@@ -554,6 +569,21 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
         write_ledger_input(tmp_path / "in", stream, files=3)
         outcomes = serial_oracle(stream)[1]
         expected = {"transfers_done": [{"id": i, "ok": ok} for i, ok in outcomes]}
+    cq_args: list[str] = []
+    cq_want: list[list[Any]] | None = None
+    if which == "ledger":
+        # folded into this run (its cluster is up): SparkCQ under s2pl on two executor
+        # JVMs gives the windows of CQEngine fed the same batches, all consistent
+        from test_cq_spark import engine_oracle, make_batches, write_batches
+
+        rng = random.Random(4)
+        rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
+        batches = make_batches(rng, 4, 12, 12)  # parts 10 and 11 have no row: absent reads
+        write_batches(tmp_path / "cq" / "events", batches)
+        (tmp_path / "cq" / "rows.json").write_text(json.dumps(rows))
+        cq_want = [[w, lwm, v, True] for w, lwm, v in engine_oracle(rows, batches, 8, 3, seed=0)]
+        assert cq_want
+        cq_args = [str(tmp_path / "cq")]
     script = tmp_path / "job.py"
     script.write_text(
         CLUSTER_JOB.format(
@@ -572,6 +602,7 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
             "kill",
             merge,
             which,
+            *cq_args,
         ],
         capture_output=True,
         text=True,
@@ -583,6 +614,7 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     assert (tmp_path / "killed").exists()  # an executor really died mid-batch
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     assert answer["got"] == expected
+    assert answer["cq"] == cq_want
     assert answer["forwarded"] > 0  # multi-partition transfers ran forwarded, not deferred
     if which == "ledger_audit":
         audits = answer["got"]["audits"]

@@ -13,9 +13,10 @@ they produce commit (Oyamada et al., SAC 2013):
   commit operator is the window: the transaction commits when they leave it;
 * the strategy **pins** the rows that transaction reads and ships them to the
   executors as a broadcast relation: ``snapshot`` the tables as of the
-  transaction's start, ``s2pl`` the rows of the keys the batch joins on, under
-  read locks held until the commit, ``optimistic`` the current rows, validated
-  at commit (a failed validation aborts and redoes the batch's windows);
+  transaction's start, ``s2pl`` the tables under a shared lock per table
+  held until the commit (writers of the table wait for it), ``optimistic``
+  the current rows, validated at commit (a failed validation aborts and
+  redoes the batch's windows);
 * the **redo queue** is the carry: the raw events of windows not complete yet;
   they are joined again, under the next transaction's pinned rows, with the
   next micro-batch, so a window never mixes versions;
@@ -375,9 +376,10 @@ class _Runner:
     up to date from the tables' change watchers (:class:`_Versions`), the
     executors send back a few numbers per window (its value, LWM and the
     instants its reads span), and the changes committed while a batch ran are
-    matched against the windows' keys in Arrow (:func:`touched`).  What stays
-    per key: ``s2pl``'s read locks (one per distinct key a batch joins on: the
-    lock manager lives in this process), and with ``read_sets`` every read.
+    matched against the windows' keys in Arrow (:func:`touched`); ``s2pl``
+    takes one shared lock per joined table.  What stays per key: with a
+    recorder, ``s2pl``'s reads (one per distinct key a batch joins on, each
+    named in the history), and with ``read_sets`` every read.
     """
 
     def __init__(
@@ -611,10 +613,35 @@ class _Runner:
         return [v.frame(at) for v in self.versions]
 
     def _pin_locked(self, txn: Transaction, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
-        """s2pl: read-lock the rows of every key the batch joins on, then ship them.
+        """s2pl: read-lock what the batch reads, then ship the rows.
 
-        The locks are per key (the lock manager lives here); the rows shipped are
-        the whole pinned table, whose rows of the locked keys are the ones read.
+        Without a recorder, one shared lock per joined table
+        (``LockManager.lock_table``): the batch reads most of a table's rows,
+        and the driver's work is then per batch, not per key (writers of the
+        table wait for the batch's commit, as a writer of a row it read did).
+        With a recorder, a read lock per key the batch joins on, each read
+        named in the history (:meth:`_pin_keys`).  The rows shipped are the
+        whole pinned table either way.
+        """
+        if self.tm.recorder is not None:
+            return self._pin_keys(txn, events, carry)
+        lock = self.tm.protocol.lock_table  # type: ignore[attr-defined]
+        for tbl in self.tables:
+            lock(txn, tbl.name)
+        with self.tm.commit_mutex:
+            # the locks keep what is read current: the clock at or after the last of them
+            at = self.tm.clock
+            for v in self.versions:
+                v.drain()
+                v.update(at)
+        self._pinned_at = [at] * len(self.joins)
+        return [v.frame(at) for v in self.versions]
+
+    def _pin_keys(self, txn: Transaction, events: Any, carry: dict[str, list[Any]]) -> list[Any]:
+        """s2pl with a recorder: read-lock (and read) the rows of every key the batch joins on.
+
+        A recorded history names every read, so each key the batch joins on
+        is read in ``txn``, under its read lock.
         """
         import pyarrow as pa
         import pyarrow.compute as pc
@@ -627,15 +654,9 @@ class _Runner:
             zip(self.joins, self.tables, self.versions, strict=True)
         ):
             keys = list(dict.fromkeys(k for k in columns_of.get(join.on, []) if k is not None))
-            # the read locks, held until the commit: the protocol's read hook, as
-            # Transaction.read calls it (the rows themselves come from the pin)
-            if self.tm.recorder is not None:  # a recorded history names every read
-                for key in keys:
-                    txn.read(tbl, key)
-            else:
-                lock, item = self.tm.protocol.before_read, tbl.item
-                for key in keys:
-                    lock(txn, item(key))
+            # the read locks, held until the commit (the rows themselves come from the pin)
+            for key in keys:
+                txn.read(tbl, key)
             with self.tm.commit_mutex:
                 at = self.tm.clock
                 v.drain()

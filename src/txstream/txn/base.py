@@ -51,6 +51,12 @@ STATE_NAMES = {
 
 SHARED = 1
 EXCLUSIVE = 2
+INTENT_EXCLUSIVE = 3
+"""A writer's mode on a whole table's item (see ``LockManager.guard``).
+
+Compatible with itself (writers of different rows go on together), not with
+a whole-table ``SHARED`` lock nor with ``EXCLUSIVE``.  Held next to the row's
+``EXCLUSIVE`` lock, never instead of it."""
 
 
 class TransactionError(TxStreamError):

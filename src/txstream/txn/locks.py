@@ -28,6 +28,16 @@ one, the youngest transaction on it is the victim: its wait ends with
 :class:`~txstream.txn.base.DeadlockError`, a retryable error, and it is aborted.
 An optional ``timeout`` bounds every wait (:class:`LockTimeoutError`).
 
+**Whole-table read locks** (:meth:`LockManager.guard`, multiple granularity
+after Gray et al.): a reader that reads most rows of a table may lock the
+table's item (:func:`table_item`) in shared mode once instead of each row.
+Once a table is guarded, every writer of one of its rows also holds an
+``INTENT_EXCLUSIVE`` lock on the table's item, taken right after the row's
+lock; intention locks are compatible with each other and not with the
+table's shared lock, so a writer waits for the whole-table reader (and the
+reader for the writers before it) like any other conflict, in the same
+queues and the same wait-for graph.
+
 With ``ordered=True`` the manager enforces a *predefined order* (Section 4.3):
 each transaction carries a sequence number (its arrival position), conflicting
 operations must follow that order, and commits happen in it.  A request that
@@ -51,6 +61,7 @@ from txstream.txn.base import (
     ABORTED,
     ACTIVE,
     EXCLUSIVE,
+    INTENT_EXCLUSIVE,
     SHARED,
     STATE_NAMES,
     DeadlockError,
@@ -126,11 +137,24 @@ def solo_of(txn: Transaction) -> Solo:
 
 
 def _compatible(rcb: RCB, txn: Transaction, mode: int) -> bool:
-    """Whether ``txn`` could hold ``mode`` next to the other holders of ``rcb``."""
+    """Whether ``txn`` could hold ``mode`` next to the other holders of ``rcb``.
+
+    Two modes go together only when they are equal and not ``EXCLUSIVE``
+    (shared with shared, intention with intention).
+    """
     for other, held in rcb.items():
-        if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE):
+        if other is not txn and (mode != held or mode == EXCLUSIVE):
             return False
     return True
+
+
+def table_item(table: str) -> str:
+    """The item a whole-table lock of ``table`` locks (``<table>.*``).
+
+    No row's item can be it: a row's is ``<table>.<key>`` with the key's
+    characters outside ``[A-Za-z0-9_.:-]`` replaced (``storage.base.item_name``).
+    """
+    return table + ".*"
 
 
 class LockManager:
@@ -145,6 +169,9 @@ class LockManager:
         self.deadlocks = 0
         self.timeouts = 0
         self.wounds = 0
+        # tables locked whole by some reader once (see guard): their writers also take
+        # an intention lock on the table's item (replaced, never changed in place)
+        self.guarded: frozenset[str] = frozenset()
         self.waits = 0
         self.queued = 0  # requests waiting in all the queues now (changed under the mutex)
         # predefined ordering: sequence numbers finished and the lowest unfinished one
@@ -164,8 +191,13 @@ class LockManager:
         """
         if held is None:
             held = txn.locks.get(item, 0)
-        if held >= mode:
-            return
+        if held:
+            if held in (mode, EXCLUSIVE):
+                return
+            # an upgrade: S to X, or S and IX on one table's item (a whole-table reader
+            # that writes it, or the reverse), which X covers (less concurrent than a
+            # shared-and-intention mode, never less safe)
+            mode = EXCLUSIVE
         table = self.table
         if not held:
             # Fast path for an item nobody has locked: publish an RCB with
@@ -228,6 +260,58 @@ class LockManager:
                     pass
         self._wait(waiter)
 
+    # -- whole-table locks ----------------------------------------------------------------
+
+    def guard(self, table: str) -> None:
+        """Make every writer of a row of ``table`` hold an intention lock on :func:`table_item`.
+
+        Called before a whole-table shared lock is first requested (see
+        :meth:`lock_table`); for good (a guarded table costs each of its writers
+        one more lock).  A writer checks :attr:`guarded` right *after* its row's
+        lock is in the table, and this call sets it *before* it looks at the
+        table: so either the writer sees the guard and asks for its intention
+        lock, or its row lock is found here and it is given the intention lock
+        at once (nobody holds the table's shared lock yet: it is granted only
+        after this returns).
+        """
+        with self.mutex:
+            if table in self.guarded:
+                return
+            self.guarded = self.guarded | {table}
+            whole = table_item(table)
+            prefix = table + "."
+            # (a copy made in one C call, under the GIL: lock-free paths may add items)
+            for item, rcb in list(self.table.items()):
+                if not item.startswith(prefix) or item == whole:
+                    continue
+                for txn, mode in list(rcb.items()):
+                    if mode == EXCLUSIVE and whole not in txn.locks:
+                        own = self.table.get(whole)
+                        if own is None:
+                            own = self.table[whole] = RCB()
+                        own[txn] = INTENT_EXCLUSIVE
+                        txn.locks[whole] = INTENT_EXCLUSIVE
+
+    def intend(self, txn: Transaction, item: str) -> None:
+        """A writer that just locked row ``item`` exclusively: the intention lock, if guarded.
+
+        Only for tables in :attr:`guarded` (the caller checked it is not empty).
+        """
+        table = item.partition(".")[0]
+        if table in self.guarded:
+            whole = table_item(table)
+            self.acquire(txn, whole, INTENT_EXCLUSIVE, txn.locks.get(whole, 0))
+
+    def lock_table(self, txn: Transaction, table: str) -> None:
+        """A shared lock on all of ``table``'s rows at once, held like any lock until the end.
+
+        Waits for the writers that hold a row of it; writers that come later
+        wait for ``txn`` (see :meth:`guard`).  Rows ``txn`` reads need no lock of
+        their own then.
+        """
+        self.guard(table)
+        self.acquire(txn, table_item(table), SHARED)
+
     def _private(self, item: str, rcb: RCB) -> RCB:
         """A private copy of the shared :class:`Solo` record ``rcb``, in the table for ``item``.
 
@@ -247,7 +331,7 @@ class LockManager:
         revoked = False
         holders = rcb
         for other in [t for t in rcb if t.lost is not None and t is not txn]:
-            if mode == EXCLUSIVE or holders[other] == EXCLUSIVE:
+            if mode != holders[other] or mode == EXCLUSIVE:
                 del holders[other]
                 del other.locks[item]
                 other.lost.add(item)  # type: ignore[union-attr]
@@ -314,12 +398,12 @@ class LockManager:
         out = [
             other
             for other, held in rcb.items()
-            if other is not txn and (mode == EXCLUSIVE or held == EXCLUSIVE)
+            if other is not txn and (mode != held or mode == EXCLUSIVE)
         ]
         for ahead in rcb.waiters or ():
             if ahead is waiter:
                 break
-            if ahead.txn is not txn and (mode == EXCLUSIVE or ahead.mode == EXCLUSIVE):
+            if ahead.txn is not txn and (mode != ahead.mode or mode == EXCLUSIVE):
                 out.append(ahead.txn)
         return out
 
@@ -646,4 +730,14 @@ class LockManager:
                 raise TransactionError(f"locks still held on {sorted(self.table)[:5]}")
 
 
-__all__ = ["EXCLUSIVE", "RCB", "SHARED", "LockManager", "Solo", "Waiter", "solo_of"]
+__all__ = [
+    "EXCLUSIVE",
+    "INTENT_EXCLUSIVE",
+    "RCB",
+    "SHARED",
+    "LockManager",
+    "Solo",
+    "Waiter",
+    "solo_of",
+    "table_item",
+]

@@ -28,7 +28,7 @@ from itertools import repeat
 from operator import gt
 from typing import TYPE_CHECKING, ClassVar
 
-from txstream.errors import UnknownNameError
+from txstream.errors import TransientError, UnknownNameError
 from txstream.txn.base import (
     EXCLUSIVE,
     SHARED,
@@ -54,6 +54,7 @@ class _Locking(ConcurrencyControl):
         self._acquire = manager.locks.acquire
         self._release = manager.locks.release_all
         self._table = manager.locks.table
+        self._locks = manager.locks
 
     def release(self, txn: Transaction) -> None:
         """Release every lock in the transaction's control block (TCB)."""
@@ -88,10 +89,23 @@ class SS2PL(_Locking):
                 self._acquire(txn, item, SHARED, 0)
 
     def before_write(self, txn: Transaction, item: str) -> None:
-        """Take an exclusive lock (upgrading a shared one)."""
+        """Take an exclusive lock (upgrading a shared one).
+
+        On a row of a table some reader locks whole (``LockManager.guard``),
+        also the intention lock on the table, after the row's lock.
+        """
         held = txn.locks.get(item, 0)
         if held != EXCLUSIVE:
             self._acquire(txn, item, EXCLUSIVE, held)
+            if self._locks.guarded:  # (read after the row's lock is in: see guard)
+                self._locks.intend(txn, item)
+
+    def lock_table(self, txn: Transaction, table: str) -> None:
+        """A shared lock on every row of ``table`` at once (``LockManager.lock_table``)."""
+        try:
+            self._locks.lock_table(txn, table)
+        except TransientError as exc:
+            txn._fail(exc)
 
     continues_readers: ClassVar[bool] = True
 
