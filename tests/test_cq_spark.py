@@ -130,7 +130,7 @@ def brute_force(
     return out
 
 
-def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
+def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path, monkeypatch: Any) -> None:
     rng = random.Random(4)
     rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
     batches = make_batches(rng, 6, 12, 12)  # parts 10 and 11 have no row: absent reads
@@ -149,6 +149,23 @@ def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
 
     for strategy in STRATEGIES:
         tm = load_table(strategy, dict(rows))
+        row_locks: list[str] = []
+        table_locks: list[str] = []
+        if strategy == "s2pl":  # count the driver's lock requests (see below)
+            protocol = tm.protocol
+            read, whole = protocol.before_read, getattr(protocol, "lock_table", None)
+
+            def lock_row(txn: Any, item: str, read: Any = read, out: Any = row_locks) -> None:
+                out.append(item)
+                read(txn, item)
+
+            def lock_whole(txn: Any, name: str, whole: Any = whole, out: Any = table_locks) -> None:
+                out.append(name)
+                whole(txn, name)
+
+            monkeypatch.setattr(protocol, "before_read", lock_row)
+            if whole is not None:
+                monkeypatch.setattr(protocol, "lock_table", lock_whole)
         got = run(
             query(spark, tmp_path / "events", tm, strategy, r, s),
             tmp_path / f"cp-{strategy}",
@@ -158,6 +175,10 @@ def test_windows_spanning_micro_batches(spark: Any, tmp_path: Path) -> None:
         assert [(x.window, x.lwm, round(x.value, 9)) for x in got.results] == want, strategy
         # the read sets stay on the executors unless asked for (read_sets=True)
         assert all(not x.versions for x in got.results)
+        if strategy == "s2pl":
+            # the driver's work per batch, not per key (issue 31): one shared lock on the
+            # joined table per micro-batch, no read lock per key it joins on
+            assert row_locks == [] and table_locks == [TABLE] * got.stats.batches
 
 
 @settings(max_examples=6, derandomize=True, deadline=None)
