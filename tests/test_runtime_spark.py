@@ -578,7 +578,7 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
 
         rng = random.Random(4)
         rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
-        batches = make_batches(rng, 4, 12, 12)  # parts 10 and 11 have no row: absent reads
+        batches = make_batches(rng, 2, 16, 12)  # parts 10 and 11 have no row: absent reads
         (tmp_path / "cq").mkdir()
         write_batches(tmp_path / "cq" / "events", batches)
         (tmp_path / "cq" / "rows.json").write_text(json.dumps(rows))
