@@ -132,3 +132,75 @@ def test_linear_road_run_puts_the_not_serializable_variant_on_the_executor_runti
     by_type = summary["by_type"]
     assert by_type["toll"]["missing"] == by_type["toll"]["duplicates"] == 0
     assert by_type["toll"]["wrong"] > 0  # counted by the validator, not hidden
+
+
+def test_adhoc_answers_as_the_serializable_job_where_not_serializable_goes_wrong(
+    lr_input: Path, tmp_path: Path
+) -> None:
+    # Batches of 997 lines, the minute path's first: within a batch the minute
+    # path runs ahead into the next minute before the notifications read.
+    _, want = _run(lr_input, tmp_path / "ser")
+    report, latest = _run(
+        lr_input, tmp_path / "ns", variant="not-serializable", first="minute", batch_lines=997
+    )
+    assert report.by_type["toll"].wrong > 0 and latest != want
+    # The adhoc store keeps each minute apart: every notification reads its own
+    # minute, and the answers are the serializable job's, line for line.
+    report, got = _run(lr_input, tmp_path / "adhoc", variant="adhoc", batch_lines=997)
+    assert got == want
+    assert all(c.wrong == c.missing == c.duplicates == 0 for c in report.by_type.values())
+
+
+def test_an_adhoc_read_of_an_unpublished_minute_fails_loudly(tmp_path: Path) -> None:
+    from txstream.linearroad.tollstore import NO_TOLL, toll_at
+
+    store = tmp_path / "tolls-store.json"
+    pub = TollsPublisher(store, versions=True)
+    row = {"xway": 0, "dir": 1, "minute": 3, "lav": 0, "toll": 0, "near": -1}
+    pub(0, [{**row, "seg": 7, "lav": 42, "toll": 8}, {**row, "seg": -1}])
+    pub(1, [{**row, "minute": 4, "seg": 7, "lav": 30, "toll": 2}, {**row, "minute": 4, "seg": -1}])
+    assert pub.reached == {(0, 1): 4}
+    # Minute 3's row stays readable after minute 4 was published (no latest-wins).
+    assert toll_at(str(store), (0, 1, 7), 3) == (42, 8, -1)
+    assert toll_at(str(store), (0, 1, 7), 4) == (30, 2, -1)
+    assert toll_at(str(store), (0, 1, 9), 4) == NO_TOLL  # nothing computed there: no toll
+    with pytest.raises(TxStreamError, match="before the minute path published"):
+        toll_at(str(store), (0, 1, 7), 5)
+    with pytest.raises(TxStreamError, match="before the minute path published"):
+        toll_at(str(store), (0, 0, 7), 4)  # the other direction has not reached it
+    assert TollsPublisher(store, versions=True).reached == {(0, 1): 4}  # survives a restart
+
+
+def test_the_adhoc_gate_holds_a_chunk_until_its_minutes_are_published(tmp_path: Path) -> None:
+    from txstream.linearroad.runtime_job import gate_needs
+    from txstream.linearroad.tollstore import Gate
+
+    source, target = tmp_path / "source", tmp_path / "notify"
+    source.mkdir()
+    reached: dict[tuple[int, int], int] = {(0, 0): 1}
+    report = "0,{t},1,60,0,1,{d},10,52800,-1,-1,-1,-1,-1,-1"
+    (source / "chunk-0000000.txt").write_text(f"1|5.0|{report.format(t=59, d=0)}\n")
+    (source / "chunk-0000001.txt").write_text(
+        f"2|6.0|{report.format(t=60, d=0)}\n3|6.0|2,60,1,7,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1\n"
+    )
+    assert gate_needs(f"2|6.0|{report.format(t=60, d=0)}") == (0, 0, 2)
+    assert gate_needs("3|6.0|2,60,1,7,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1,-1") is None  # a query
+    assert gate_needs("4|6.0|not a tuple") is None
+    gate = Gate(source, target, lambda: reached, gate_needs, poll_s=0.005)
+    gate.start()
+    try:
+        for _ in range(2000):  # the first chunk needs minute 1 only: it passes
+            if gate.passed:
+                break
+            time.sleep(0.005)
+        assert sorted(p.name for p in target.iterdir()) == ["chunk-0000000.txt"]
+        time.sleep(0.05)
+        assert gate.passed == 1  # minute 2 not published: still held
+        reached[(0, 0)] = 2
+        gate.done.set()
+        gate.join(timeout=10)
+        assert not gate.is_alive() and gate.error is None
+    finally:
+        gate.stopping.set()
+    second = (target / "chunk-0000001.txt").read_text()
+    assert second == (source / "chunk-0000001.txt").read_text()  # handoff stamps kept

@@ -264,6 +264,10 @@ def check_engine(o: RunOptions) -> None:
         from txstream.errors import UnknownNameError
 
         raise UnknownNameError("engine", engine, list(ENGINES))
+    if engine == "driver" and o.variant == "adhoc":
+        raise TxStreamError(
+            "the adhoc variant runs on the runtime engine only; use --engine runtime"
+        )
     if engine == "runtime" and o.variant != "serializable" and o.record is not None:
         raise TxStreamError(
             "--record on the runtime's not-serializable variant would miss its reads of the "
@@ -316,6 +320,7 @@ def _run_runtime(
                     **response_stats(answers.latencies)}  # fmt: skip
         tuples, duplicated, master = run.feeder.handed, run.feeder.duplicated, run.master
         batches = run.progress
+        gate_waited = run.gate_waited_s
     else:
         say("replaying the input in Python through the runtime's local runner")
         _, answers = run_local(
@@ -323,6 +328,7 @@ def _run_runtime(
             duplicate_every=o.inject_duplicates, record=o.record is not None, variant=o.variant,
         )  # fmt: skip
         tuples, duplicated = sum(1 for _ in open_text(input_path)), 0
+        gate_waited = 0.0
     say(f"replay done in {time.time() - started:.1f} s; validating")
     from txstream.spark.runtime import read_output
 
@@ -350,7 +356,9 @@ def _run_runtime(
         extra={
             "input": str(input_path),
             "execution": "runtime",
-            "paths": "one job" if o.variant == "serializable" else "two jobs: minute, notify",
+            "paths": {"serializable": "one job", "adhoc": "two jobs: minute, notify, gated"}.get(
+                o.variant, "two jobs: minute, notify"
+            ),
             "master": master,
             "partitions": o.partitions,
             "accident_end": o.accident_end,
@@ -358,6 +366,7 @@ def _run_runtime(
             "duplicated_reports": duplicated,
             "spark": o.spark,
             "rejected_lines": len(rejected),
+            "gate_waited_s": round(gate_waited, 3),
             "fell_behind": False,
             **extra,
         },

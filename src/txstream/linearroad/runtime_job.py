@@ -21,6 +21,12 @@ and the notification path (segment entries, charges, alerts, queries, which
 reads the published tolls as they are when a notification runs).  On Spark
 they are two streaming queries running side by side; in this process they
 take turns batch by batch (:func:`run_local`, ``first``).
+
+The ``adhoc`` variant (Botan et al.'s ADHOC SERIALIZABLE) is the same two jobs
+with the synchronization built into the TOLLS store: the notification path's
+input waits at a :class:`~txstream.linearroad.tollstore.Gate` until the minute
+path has published the minute of every report in it, and a notification reads
+its own minute's rows.
 """
 
 from __future__ import annotations
@@ -34,13 +40,31 @@ from pathlib import Path
 from typing import Any, cast
 
 from txstream.errors import TxStreamError
-from txstream.linearroad.engine import TXN_SIZES, Latency, check_variant
+from txstream.linearroad.engine import TXN_SIZES, Latency
 from txstream.linearroad.formats import open_text
 from txstream.linearroad.replay import duplicate_entries, numbered_lines
-from txstream.linearroad.tollstore import TollsPublisher
+from txstream.linearroad.tollstore import Gate, TollsPublisher
 from txstream.linearroad.txns import PARTITION_BY, PATHS, TABLES, LinearRoadTxns, combine_balance
 from txstream.spark.runtime import Job, read_output
 from txstream.spark.runtime.state import RuntimeStore
+
+VARIANTS: dict[str, str] = {
+    "serializable": "one job: every path of a partition in one serial order",
+    "not-serializable": "two jobs, the minute path and the notification path, with no "
+    "common order: a notification reads whatever the TOLLS store holds",
+    "adhoc": "the same two jobs synchronized by the TOLLS store (the paper's ADHOC "
+    "SERIALIZABLE): a notification waits until its minute's tolls are published",
+}
+"""The runtime's variants by name (the driver engine runs the first two)."""
+
+
+def check_variant(name: str) -> str:
+    """Return ``name`` if it names a variant of the runtime, else :class:`UnknownNameError`."""
+    if name not in VARIANTS:
+        from txstream.errors import UnknownNameError
+
+        raise UnknownNameError("variant", name, list(VARIANTS))
+    return name
 
 
 def linear_road_job(
@@ -87,16 +111,46 @@ TOLLS_STORE = "tolls-store.json"
 """The TOLLS store file between the two paths, in the run's folder."""
 
 
-def path_jobs(txns: LinearRoadTxns, out: Path) -> tuple[LinearRoadTxns, LinearRoadTxns]:
-    """The not-serializable variant's two jobs' functions: (minute path, notification path).
+NOTIFY_SOURCE = "source-notify"
+"""The ``adhoc`` variant's notification path reads its input here, behind the gate."""
+
+
+def path_jobs(
+    txns: LinearRoadTxns, out: Path, versioned: bool = False
+) -> tuple[LinearRoadTxns, LinearRoadTxns]:
+    """The two-job variants' jobs' functions: (minute path, notification path).
 
     They share ``txns``' readings of the specification and the TOLLS store
-    file in ``out`` (absolute, so that executors find it).
+    file in ``out`` (absolute, so that executors find it); ``versioned``
+    (``adhoc``): a notification reads its own minute's rows.
     """
     from dataclasses import replace
 
     store = str((out / TOLLS_STORE).resolve())
-    return replace(txns, path="minute"), replace(txns, path="notify", published=store)
+    notify = replace(txns, path="notify", published=store, versioned=versioned)
+    return replace(txns, path="minute"), notify
+
+
+def gate_needs(line: str) -> tuple[int, int, int] | None:
+    """What a tagged input line waits for at the ``adhoc`` gate: ``(xway, dir, minute)``.
+
+    A position report the minute path runs waits for its partition's minute;
+    anything else (queries, lines the minute path ignores) for nothing.
+    """
+    from txstream.linearroad.formats import DIR, XWAY, parse_input_line
+    from txstream.spark.sources import TAG
+
+    raw = line.split(TAG, 2)[-1]
+    place = placement(raw)
+    if place["time"] < 0 or place["everywhere"] or place["xk"] < 0:
+        return None
+    try:
+        f = parse_input_line(raw)
+    except TxStreamError:
+        return None
+    if f[0] != 0 or (f[XWAY], f[DIR]) != (place["xk"], place["dk"]):
+        return None
+    return place["xk"], place["dk"], place["time"] // 60 + 1
 
 
 PLACEMENT = (("xk", 5), ("dk", 7), ("time", 2), ("kind", 1))
@@ -257,7 +311,10 @@ def run_local(
     jobs (:func:`path_jobs`; stores ``out/ckpt`` and ``out/ckpt-minute``) taking
     turns batch by batch, ``first`` (``notify`` or ``minute``) running each
     batch first: the in-process stand-in for two queries side by side, so the
-    answers depend on the turns as on Spark they depend on timing.
+    answers depend on the turns as on Spark they depend on timing.  The
+    ``adhoc`` variant's turns are the minute path's first, always (its gate
+    lets a notification run only after its minute was published; ``first`` is
+    not used).
     """
     check_variant(variant)
     if first not in ("notify", "minute"):
@@ -273,11 +330,14 @@ def run_local(
         batches = [_handed(events[i:j]) for i, j in cuts[done:]]
         job.run_local(batches, out / "ckpt", partitions=partitions)
         return out / "answers.txt", answers
-    minute, notify = path_jobs(txns, out)
+    adhoc = variant == "adhoc"
+    minute, notify = path_jobs(txns, out, versioned=adhoc)
     stores = {"minute": out / MINUTE_CKPT, "notify": out / "ckpt"}
+    if adhoc:
+        first = "minute"
     jobs = {
         "minute": linear_road_job(minute, txn_size, record=record).sink(
-            "tolls", TollsPublisher(out / TOLLS_STORE)
+            "tolls", TollsPublisher(out / TOLLS_STORE, versions=adhoc)
         ),
         "notify": linear_road_job(notify, txn_size, record=record).sink("answers", answers),
     }
@@ -398,6 +458,8 @@ class SparkRun:
     progress: list[dict[str, Any]]
     master: str
     partitions: int
+    gate_waited_s: float = 0.0
+    """The ``adhoc`` variant: how long its gate held input chunks back, in all."""
 
 
 def lines_source(lines: Any) -> Any:
@@ -453,7 +515,9 @@ def run_spark(
     The ``not-serializable`` variant starts its two jobs (:func:`path_jobs`) as
     two queries over the same source folder, the minute path's checkpoint in
     ``ckpt-minute/``; they run side by side, ordered by nothing but Spark's
-    scheduling.
+    scheduling.  The ``adhoc`` variant's notification path reads
+    ``source-notify/``, where a :class:`~txstream.linearroad.tollstore.Gate`
+    hands each chunk on once the minute path has published its minutes.
     """
     from txstream.linearroad.report import FellBehind
     from txstream.linearroad.spark_job import Feeder
@@ -466,18 +530,28 @@ def run_spark(
     spark.conf.set("spark.sql.constraintPropagation.enabled", "false")
     chunk_seconds = max(1, int(speedup // 10))  # at most ~10 files per wall second
     feeder = Feeder(input_path, work / "source", speedup, chunk_seconds, duplicate_every)
-    plan: list[tuple[LinearRoadTxns, str, str, Callable[[int, list[dict[str, Any]]], None]]]
+    plan: list[tuple[LinearRoadTxns, str, str, Callable[[int, list[dict[str, Any]]], None], str]]
+    gate: Gate | None = None
     if variant == "serializable":
-        plan = [(txns, "ckpt", "answers", answers)]
+        plan = [(txns, "ckpt", "answers", answers, "source")]
     else:
-        minute, notify = path_jobs(txns, work)
-        publisher = TollsPublisher(work / TOLLS_STORE)
+        adhoc = variant == "adhoc"
+        minute, notify = path_jobs(txns, work, versioned=adhoc)
+        publisher = TollsPublisher(work / TOLLS_STORE, versions=adhoc)
+        notify_source = NOTIFY_SOURCE if adhoc else "source"
+        if adhoc:
+            reached = lambda: publisher.reached  # noqa: E731 (read anew at every check)
+            gate = Gate(work / "source", work / notify_source, reached, gate_needs)
         # The minute path first: its query starts (and restarts) before the one that reads it.
-        plan = [(minute, MINUTE_CKPT, "tolls", publisher), (notify, "ckpt", "answers", answers)]
+        plan = [
+            (minute, MINUTE_CKPT, "tolls", publisher, "source"),
+            (notify, "ckpt", "answers", answers, notify_source),
+        ]
     queries: list[Any] = []
     try:
-        for fns, ckpt, output, sink in plan:
-            source = lines_source(text_files(spark, work / "source"))
+        for fns, ckpt, output, sink, folder in plan:
+            (work / folder).mkdir(parents=True, exist_ok=True)
+            source = lines_source(text_files(spark, work / folder))
             job = linear_road_job(fns, txn_size, source, record).sink(output, sink)
             job.option("partitions", partitions)
             queries.append(job.start(checkpoint=work / ckpt, spark=spark))
@@ -488,6 +562,8 @@ def run_spark(
     query = queries[-1]  # the one that answers
     run = SparkRun(feeder, answers, query.recentProgress, spark.sparkContext.master, partitions)
     interrupted = False
+    if gate is not None:
+        gate.start()
     try:
         feeder.warm_up(
             lambda: min(len(q.recentProgress) for q in queries),
@@ -498,7 +574,7 @@ def run_spark(
         while feeder.is_alive():
             feeder.join(timeout=1.0)
             for q in queries:
-                _check(q, feeder)
+                _check(q, feeder, gate)
             lag = max(_lag(answers, feeder, q) for q in queries)
             if give_up_after_s is not None and lag > give_up_after_s:
                 raise FellBehind(f"the answers lag the input by {lag:.0f} s")
@@ -509,8 +585,14 @@ def run_spark(
                     f"{len(query.recentProgress)} batches committed, {answers.answers} answers, "
                     f"recent max response {lag:.2f} s"
                 )
+        if gate is not None:
+            gate.done.set()
         for q in queries:
-            _check(q, feeder)
+            if gate is not None and q is query:  # the minute path has read everything
+                while gate.is_alive():
+                    gate.join(timeout=1.0)
+                    _check(queries[0], feeder, gate)
+            _check(q, feeder, gate)
             q.processAllAvailable()
     except KeyboardInterrupt:
         interrupted = True
@@ -518,9 +600,14 @@ def run_spark(
     finally:
         feeder.stopping.set()
         feeder.join(timeout=5.0)
+        if gate is not None:
+            gate.stopping.set()
+            gate.join(timeout=5.0)
         # Ctrl-C: let Spark read the chunks already handed over, then stop (see TxQuery.stop).
         for q in reversed(queries):
             q.stop(settle_s=10.0 if interrupted else 0.0)
+    if gate is not None:
+        run.gate_waited_s = gate.waited_s
     return run
 
 
@@ -535,9 +622,11 @@ def _lag(answers: AnswersFile, feeder: Any, query: Any) -> float:
     return max(worst, pending)
 
 
-def _check(query: Any, feeder: Any) -> None:
+def _check(query: Any, feeder: Any, gate: Gate | None = None) -> None:
     if feeder.error is not None:
         raise TxStreamError(f"input replay failed: {feeder.error}")
+    if gate is not None and gate.error is not None:
+        raise TxStreamError(f"the adhoc gate failed: {gate.error}")
     if query.status["failure"]:
         raise TxStreamError(query.status["failure"])
     if not query.isActive:

@@ -89,7 +89,7 @@ from txstream.linearroad.formats import (
     out_of_order,
     parse_input_line,
 )
-from txstream.linearroad.tollstore import published_toll
+from txstream.linearroad.tollstore import published_toll, toll_at
 
 TABLES: dict[str, tuple[str, ...]] = {
     "meta": ("xway", "dir"),
@@ -148,6 +148,10 @@ class LinearRoadTxns:
     published: str | None = None
     """The TOLLS store file between the two paths (:mod:`~txstream.linearroad.tollstore`):
     the notification path reads it; required for ``path="notify"``."""
+    versioned: bool = False
+    """The ``adhoc`` variant's notification path: read the TOLLS store's row of the
+    report's own minute (:func:`~txstream.linearroad.tollstore.toll_at`), which
+    the gate has made sure is published, instead of whatever the store holds."""
 
     def __post_init__(self) -> None:
         if self.lav not in LAV_DEFINITIONS:
@@ -326,7 +330,10 @@ class LinearRoadTxns:
             # The TOLLS store as the minute path, another job with no order in
             # common with this one, last published it: the not-serializable read.
             assert self.published is not None
-            lav, toll, near = published_toll(self.published, (x, d, seg))
+            if self.versioned:  # adhoc: the report's minute, published before it ran
+                lav, toll, near = toll_at(self.published, (x, d, seg), now // 60 + 1)
+            else:
+                lav, toll, near = published_toll(self.published, (x, d, seg))
         else:
             toll_row = t.read("tolls", (x, d, seg))
             lav, toll, near = (
@@ -377,6 +384,11 @@ class LinearRoadTxns:
                     t.emit("tolls", {**row, "minute": m})  # published when the batch commits
             if t.read("segstats", (x, d, seg, m - 6)) is not None:
                 t.delete("segstats", (x, d, seg, m - 6))
+        if self.path == "minute":
+            # The partition reached minute m: its rows of m are all above (the adhoc
+            # variant's gate waits for this marker).
+            t.emit("tolls", {"xway": x, "dir": d, "seg": -1, "minute": m,
+                             "lav": 0, "toll": 0, "near": -1})  # fmt: skip
 
     # -- queries ------------------------------------------------------------------------------
 
