@@ -156,6 +156,7 @@ def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> No
     rows = [
         row("serializable", 3, 2.5),
         row("not-serializable", 3, 2.0),
+        {**row("adhoc", 3, 3.25), "gate_wait_s": 4.5, "wrong_tolls": 0, "missing_accidents": 0},
         row("serializable", 4, 6.1),
         row("not-serializable", 4, 4.2),
         row("serializable", 5, 70.0, behind=1),
@@ -164,8 +165,11 @@ def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> No
     text = summarize(rows)
     assert "| serializable | 3 | L = 3 at 867 tuples per expressway-second" in text
     assert "| not-serializable | 4 |" in text
-    assert "| 3 | 2.50 | 2.00 | +0.50 s | 7 / 1 |" in text
-    assert "| 5 | 70.00 (fell behind) | 65.00 (fell behind) | +5.00 s | fell behind |" in text
+    assert "| adhoc | 3 |" in text
+    assert "| 3 | 2.50 | 2.00 | +0.50 s | 3.25 | 4.5 | 7 / 1 | 0 / 0 |" in text
+    behind = "| 5 | 70.00 (fell behind) | 65.00 (fell behind) | +5.00 s | - | 0.0 "
+    behind += "| fell behind | - |"
+    assert behind in text
 
 
 def test_only_keeps_the_chosen_points_and_names_bad_choices(
