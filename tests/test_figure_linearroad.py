@@ -37,6 +37,9 @@ def test_figure_4_has_the_adhoc_bars_beside_the_two_variants() -> None:
         assert by_speedup
         for variants in by_speedup.values():
             assert variants == {"serializable", "not-serializable", "adhoc"}
+        # several runs of each (the paper plots the mean of 15): one run's maximum
+        # on a shared host moves by seconds either way
+        assert len({p["run"] for p in speed}) >= 2
 
 
 def test_linear_road_point_passes_its_engine(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,6 +58,7 @@ def test_linear_road_point_passes_its_engine(monkeypatch: pytest.MonkeyPatch) ->
     (point,) = [
         p for p in bench_lr.EXPERIMENT.quick_grid
         if p["sweep"] == "speedup" and p["variant"] == "not-serializable" and p["speedup"] == 10
+        and p["run"] == 0
     ]  # fmt: skip
     bench_lr.measure(point, seed=1)
     assert seen == ["runtime"]
