@@ -204,3 +204,12 @@ def test_the_adhoc_gate_holds_a_chunk_until_its_minutes_are_published(tmp_path: 
         gate.stopping.set()
     second = (target / "chunk-0000001.txt").read_text()
     assert second == (source / "chunk-0000001.txt").read_text()  # handoff stamps kept
+
+
+def test_the_adhoc_variant_is_the_runtimes_only(tmp_path: Path, monkeypatch: Any) -> None:
+    from test_cli_badinput import assert_rejected
+
+    monkeypatch.chdir(tmp_path)
+    argv = ["linear-road", "run", "--L", "0.5", "--minutes", "1", "--no-spark", "--out", "o"]
+    assert_rejected([*argv, "--variant", "adhoc", "--engine", "driver"], "--engine runtime")
+    assert_rejected([*argv, "--variant", "bogus"], "adhoc")
