@@ -151,6 +151,7 @@ def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> No
             "sweep": "speedup", "input": "shared", "variant": variant, "speedup": speedup,
             "max_response_s": worst, "fell_behind": behind,
             "meets_5s": int(worst <= 5 and not behind), "wrong_tolls": 7, "missing_accidents": 1,
+            "mean_response_s": 1.0,
         }  # fmt: skip
 
     rows = [
@@ -166,6 +167,7 @@ def test_linear_road_summary_names_the_largest_speedup_meeting_5_seconds() -> No
     assert "| serializable | 3 | L = 3 at 867 tuples per expressway-second" in text
     assert "| not-serializable | 4 |" in text
     assert "| adhoc | 3 |" in text
+    assert "| 3 | 1.00 | 1.00 | 1.00 |" in text  # mean responses
     assert "| 3 | 2.50 | 2.00 | +0.50 s | 3.25 | 4.5 | 7 / 1 | 0 / 0 |" in text
     behind = "| 5 | 70.00 (fell behind) | 65.00 (fell behind) | +5.00 s | - | 0.0 "
     behind += "| fell behind | - |"

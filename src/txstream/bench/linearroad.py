@@ -282,6 +282,7 @@ def _merged(speed: list[dict[str, Any]]) -> list[dict[str, Any]]:
             max_range=(min(worst), max(worst)),
             fell_behind=max(r["fell_behind"] for r in rs),
             meets_5s=min(r["meets_5s"] for r in rs),
+            mean_response_s=sum(r["mean_response_s"] for r in rs) / len(rs),
             gate_wait_s=sum(r.get("gate_wait_s", 0.0) for r in rs) / len(rs),
         )
         for key in ("wrong_tolls", "missing_accidents"):
@@ -353,6 +354,14 @@ def summarize(rows: list[dict[str, Any]]) -> str:
             f"| {adhoc.get('gate_wait_s', 0.0) if adhoc else 0.0:.1f} "
             f"| {_table1(non)} | {_table1(adhoc) if adhoc else '-'} |"
         )
+    if set(FIGURE4_VARIANTS) <= {r["variant"] for r in speed}:
+        # The mean response moves less between runs than the maximum does.
+        lines += ["", "| speedup | mean response (s): serializable | not-serializable | adhoc |",
+                  "|---|---|---|---|"]  # fmt: skip
+        for s in sorted({r["speedup"] for r in speed}):
+            by = {r["variant"]: r["mean_response_s"] for r in speed if r["speedup"] == s}
+            means = [f"{by[v]:.2f}" if v in by else "-" for v in FIGURE4_VARIANTS]
+            lines.append(f"| {s:g} | {' | '.join(means)} |")
     masters = [r for r in rows if r["sweep"] == "master"]
     if masters:
         same = len({r.get("answers_digest") for r in masters}) == 1
