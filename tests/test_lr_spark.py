@@ -193,8 +193,14 @@ def test_duplicates_and_garbage_on_spark(spark, tmp_path: Path) -> None:  # type
         speedup=30,
         inject_duplicates=2,
         quiet=True,
+        # The adhoc variant (the serializable job runs on Spark in the other tests):
+        # its gate must pass malformed lines and duplicates without waiting for a
+        # minute the minute path never computes, and its answers must be all right.
+        variant="adhoc",
     )
     data = run_job(opts, spark)
+    assert data["paths"] == "two jobs: minute, notify, gated" and data["gate_waited_s"] > 0
+    assert data["wrong"] == data["missing"] == data["duplicates"] == 0
     assert data["duplicated_reports"] > 0
     assert data["engine"]["rolled_back"] == data["duplicated_reports"]
     assert data["valid"] is True
