@@ -205,6 +205,13 @@ def test_the_adhoc_gate_holds_a_chunk_until_its_minutes_are_published(tmp_path: 
     second = (target / "chunk-0000001.txt").read_text()
     assert second == (source / "chunk-0000001.txt").read_text()  # handoff stamps kept
 
+    # A minute that never comes: the gate gives up with a one-line error (the run
+    # reports it) instead of holding the notification path back forever.
+    stuck = Gate(source, tmp_path / "stuck", lambda: {}, gate_needs, give_up_s=0.05, poll_s=0.01)
+    stuck.start()
+    stuck.join(timeout=30)
+    assert isinstance(stuck.error, TxStreamError) and "waited" in str(stuck.error)
+
 
 def test_the_adhoc_variant_is_the_runtimes_only(tmp_path: Path, monkeypatch: Any) -> None:
     from test_cli_badinput import assert_rejected
