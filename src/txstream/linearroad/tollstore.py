@@ -256,15 +256,18 @@ class Gate(threading.Thread):
     def run(self) -> None:
         """Pass chunks until :attr:`done` and every chunk passed (or :attr:`stopping`)."""
         try:
+            passed = {name for name in os.listdir(self.target) if not name.startswith(".")}
             while not self.stopping.is_set():
                 last = self.done.is_set()
+                # (names in memory: a stat per chunk and poll would grow with the run)
                 pending = sorted(
-                    p for p in self.source.iterdir()
-                    if not p.name.startswith(".") and not (self.target / p.name).exists()
+                    name for name in os.listdir(self.source)
+                    if not name.startswith(".") and name not in passed
                 )  # fmt: skip
-                for chunk in pending:
-                    if not self._pass(chunk):
+                for name in pending:
+                    if not self._pass(self.source / name):
                         return
+                    passed.add(name)
                 if last and not pending:
                     return
                 if not pending:
