@@ -220,3 +220,28 @@ def test_the_adhoc_variant_is_the_runtimes_only(tmp_path: Path, monkeypatch: Any
     argv = ["linear-road", "run", "--L", "0.5", "--minutes", "1", "--no-spark", "--out", "o"]
     assert_rejected([*argv, "--variant", "adhoc", "--engine", "driver"], "--engine runtime")
     assert_rejected([*argv, "--variant", "bogus"], "adhoc")
+
+
+def test_adhoc_resumes_after_a_crash_between_a_minute_commit_and_its_publication(
+    lr_input: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, want = _run(lr_input, tmp_path / "ser")
+    out = tmp_path / "crash"
+    publish = TollsPublisher.__call__
+    crashed: list[int] = []
+
+    def crash(self: TollsPublisher, batch: int, rows: Any) -> None:
+        if batch >= 3 and rows and not crashed:
+            crashed.append(batch)
+            raise RuntimeError(f"killed after batch {batch} of the minute path committed")
+        publish(self, batch, rows)
+
+    monkeypatch.setattr(TollsPublisher, "__call__", crash)
+    with pytest.raises(TxStreamError, match="killed after batch"):
+        _run(lr_input, out, variant="adhoc", batch_lines=997)
+    monkeypatch.setattr(TollsPublisher, "__call__", publish)
+    # The restarted publisher knows the minutes reached so far (its file) and gets
+    # the crashed batch again; every notification still reads its own minute.
+    report, resumed = _run(lr_input, out, variant="adhoc", batch_lines=997)
+    assert resumed == want
+    assert all(c.wrong == c.missing == c.duplicates == 0 for c in report.by_type.values())
