@@ -168,7 +168,16 @@ def test_an_adhoc_read_of_an_unpublished_minute_fails_loudly(tmp_path: Path) -> 
         toll_at(str(store), (0, 1, 7), 5)
     with pytest.raises(TxStreamError, match="before the minute path published"):
         toll_at(str(store), (0, 0, 7), 4)  # the other direction has not reached it
-    assert TollsPublisher(store, versions=True).reached == {(0, 1): 4}  # survives a restart
+    restarted = TollsPublisher(store, versions=True)
+    assert restarted.reached == {(0, 1): 4}  # survives a restart
+    # The other direction reaches minute 4 in a later batch: the minute's file
+    # gains that partition and keeps the first one's rows.
+    other = {**row, "dir": 0, "minute": 4}
+    restarted(2, [{**other, "seg": 3, "lav": 20, "toll": 5}, {**other, "seg": -1}])
+    assert toll_at(str(store), (0, 0, 3), 4) == (20, 5, -1)
+    assert toll_at(str(store), (0, 1, 7), 4) == (30, 2, -1)
+    restarted(2, [{**other, "seg": 3, "lav": 99, "toll": 99}])  # delivered again: skipped
+    assert toll_at(str(store), (0, 0, 3), 4) == (20, 5, -1)
 
 
 def test_the_adhoc_gate_holds_a_chunk_until_its_minutes_are_published(tmp_path: Path) -> None:
