@@ -122,12 +122,15 @@ def path_jobs(
 
     They share ``txns``' readings of the specification and the TOLLS store
     file in ``out`` (absolute, so that executors find it); ``versioned``
-    (``adhoc``): a notification reads its own minute's rows.
+    (``adhoc``): a notification reads its own minute's rows, and a duplicated
+    segment entry is not rolled back (the paper's ADHOC cannot).
     """
     from dataclasses import replace
 
     store = str((out / TOLLS_STORE).resolve())
-    notify = replace(txns, path="notify", published=store, versioned=versioned)
+    notify = replace(
+        txns, path="notify", published=store, versioned=versioned, rollback=not versioned
+    )
     return replace(txns, path="minute"), notify
 
 

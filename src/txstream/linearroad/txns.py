@@ -152,6 +152,12 @@ class LinearRoadTxns:
     """The ``adhoc`` variant's notification path: read the TOLLS store's row of the
     report's own minute (:func:`~txstream.linearroad.tollstore.toll_at`), which
     the gate has made sure is published, instead of whatever the store holds."""
+    rollback: bool = True
+    """Whether a re-delivered segment entry is undone before it has effects (the
+    transaction manager's rollback).  ``False`` for the ``adhoc`` variant's
+    notification path: like the paper's ADHOC implementation it cannot roll
+    back the query of a duplicated report, which alerts and charges again
+    (Section 6.3, Table 2)."""
 
     def __post_init__(self) -> None:
         if self.lav not in LAV_DEFINITIONS:
@@ -224,6 +230,11 @@ class LinearRoadTxns:
                               "time": now})  # fmt: skip
         car = t.read("cars", (x, d, vid))
         if car is not None and car["time"] >= now:
+            if not self.rollback and car["time"] == now and car.get("entered"):
+                # ADHOC: the duplicated segment entry's query runs again (a second
+                # charge, duplicated alerts) and nothing can undo it.
+                self._notify(t, e)
+                return
             # Delivered again (a faulty source or a replay): no effect, reported.
             if self.path != "minute":
                 t.emit("duplicates", {"seq": e["seq"]})
@@ -245,7 +256,8 @@ class LinearRoadTxns:
         entered = (
             car is None or car["seg"] != seg or (car["lane"] == EXIT_LANE and lane != EXIT_LANE)
         )
-        t.upsert("cars", {"xway": x, "dir": d, "vid": vid, "time": now, "seg": seg, "lane": lane})
+        t.upsert("cars", {"xway": x, "dir": d, "vid": vid, "time": now, "seg": seg, "lane": lane,
+                          "entered": entered})  # fmt: skip
         if entered:
             self._notify(t, e)
 
