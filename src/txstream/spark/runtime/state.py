@@ -12,8 +12,8 @@ Layout of a job's store directory (on a file system every executor reaches)::
     history/batch-<b>/<role>.txt            the committed history of batch b
     errors/batch-<b>/<role>.jsonl           transactions rolled back, with positions
 
-Every ``.bin`` file is ``MAGIC | crc32 | length | tagged JSON`` (:mod:`.codec`,
-never pickle) and is written to a temporary name, fsynced and renamed, so a
+Every ``.bin`` file is ``MAGIC | crc32 | length | tagged JSON`` (:mod:`.store_files`,
+:mod:`.codec`, never pickle) and is written to a temporary name, fsynced and renamed, so a
 reader sees a whole file or none; a damaged file is reported with its path and
 never loaded.  Everything a batch writes counts only once ``commits/<b>.json``
 exists: a batch that is re-run after a crash overwrites its own files with the
@@ -29,10 +29,11 @@ and each partition's committed version (checked at a restart by
 a snapshot to that version).  A missing or changed file is a one-line
 :class:`StoreError` naming it, or a recovery from an older snapshot.
 
-Python workers keep the state of the partitions they ran in memory
-(:data:`_CACHE`), tagged with the batch it reflects, so the next batch on the
-same worker reads nothing from disk; a worker that has not seen the partition
-loads the latest snapshot and the deltas after it.
+Python workers keep the state of the partitions they ran
+(:class:`~.partition_state.PartitionState`) in memory (:data:`_CACHE`), tagged
+with the batch it reflects, so the next batch on the same worker reads nothing
+from disk; a worker that has not seen the partition loads the latest snapshot
+and the deltas after it.
 """
 
 from __future__ import annotations
@@ -43,378 +44,52 @@ import json
 import os
 import re
 import socket
-import struct
 import uuid
 import zlib
-from dataclasses import dataclass, field
-from itertools import chain, repeat
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from txstream.spark.runtime import codec
-from txstream.spark.runtime.errors import (  # (re-exported: imported from here before)
-    StoreError as StoreError,
+from txstream.spark.runtime.errors import StoreError, StoreLockedError
+from txstream.spark.runtime.partition_state import (
+    ABSENT,
+    Data,
+    PartitionState,
+    columns,
+    flat_columns,
+    nested,
 )
-from txstream.spark.runtime.errors import (
-    StoreLockedError as StoreLockedError,
+from txstream.spark.runtime.store_files import (
+    MAGIC,
+    OLD_MAGIC,
+    dump_blob,
+    json_record,
+    load_blob,
+    usable_directory,
+    write_atomic,
 )
-from txstream.spark.runtime.totals import Tracked, track
 
-MAGIC = b"TXRT2\n"
-OLD_MAGIC = b"TXRT1\n"
-"""The pickle files of versions before the data format (refused, never loaded)."""
-_HEADER = struct.Struct(">IQ")
-ABSENT: Any = None  # a deleted row in a delta
-Data = dict[str, dict[Any, Any]]
-"""table -> partition value -> key -> row; a table in :attr:`PartitionState.flat`:
-table -> key -> row (its key is its own partition value, see :meth:`PartitionState.use_flat`)"""
-
-
-def json_record(path: Path, what: str, line: str | None = None) -> dict[str, Any]:
-    """The JSON object in ``path`` (or its ``line``); damaged, a :class:`StoreError` naming it."""
-    try:
-        record = json.loads(path.read_text() if line is None else line)
-    except ValueError as exc:
-        raise StoreError(f"{path}: damaged {what} ({exc})") from None
-    if not isinstance(record, dict):
-        raise StoreError(f"{path}: damaged {what} (not a JSON object)")
-    return record
-
-
-def usable_directory(path: Path, what: str) -> Path:
-    """Create directory ``path`` (and its parents) unless it exists.
-
-    A path that is a file, lies under a file, cannot be created or is not
-    writable is a :class:`StoreError` naming it (``what``: "checkpoint", "store").
-    """
-    for folder in (path, *path.parents):
-        if folder.exists() and not folder.is_dir():
-            where = "is a file" if folder == path else f"is under {folder}, which is a file"
-            raise StoreError(f"{what} {path} {where}; give a directory (a new one or the job's)")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise StoreError(
-            f"{what} {path} cannot be created ({exc.strerror or exc}); "
-            "give a directory you can write to"
-        ) from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise StoreError(f"{what} {path} is not writable; give a directory you can write to")
-    return path
-
-
-def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
-    """Write ``payload`` to ``path`` via a temporary file, fsync and rename.
-
-    ``durable=False`` skips the fsyncs, for files that only live until the batch
-    commits (a crash before the commit re-runs the batch, which rewrites them).
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    if not durable:
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def dump_blob(obj: Any) -> bytes:
-    """``obj`` in the store's data format (:mod:`.codec`), behind a magic, a CRC-32, the length.
-
-    A value the format does not hold is a :class:`StoreError`.
-    """
-    try:
-        body = codec.dumps(obj)
-    except codec.UnstorableValueError as exc:
-        raise StoreError(str(exc)) from None
-    return MAGIC + _HEADER.pack(zlib.crc32(body), len(body)) + body
-
-
-def load_blob(path: Path) -> Any:
-    """The object in ``path``; :class:`StoreError` when the file is damaged.
-
-    A file of the pickle format of earlier versions is refused, never unpickled
-    (unpickling runs whatever code the file names).
-    """
-    raw = path.read_bytes()
-    head = len(MAGIC) + _HEADER.size
-    if raw.startswith(OLD_MAGIC):
-        raise StoreError(
-            f"{path}: written by an older version of txstream (a pickle file, which this "
-            "version never loads); start the job on a new checkpoint (or finish it with the "
-            "older version first)"
-        )
-    if len(raw) < head or not raw.startswith(MAGIC):
-        raise StoreError(f"{path}: not a txstream runtime file (damaged header)")
-    crc, length = _HEADER.unpack_from(raw, len(MAGIC))
-    body = raw[head:]
-    if len(body) != length or zlib.crc32(body) != crc:
-        raise StoreError(
-            f"{path}: checksum mismatch (damaged file); restore it from a backup or "
-            "remove the store to start over"
-        )
-    try:
-        return codec.loads(body)
-    except (ValueError, TypeError, KeyError) as exc:  # (a checksummed body: a writer's bug)
-        raise StoreError(f"{path}: damaged file ({exc})") from None
-
-
-@dataclass
-class PartitionState:
-    """One partition's rows and boundary state, as of ``version`` (a committed batch).
-
-    While a batch ``pending`` runs, ``undo`` keeps the first pre-image of every
-    row it changed (``changed`` the same keys), so a re-run of the batch rolls
-    back in memory.
-
-    A table whose key is one column (``TableSpec.simple``) is its own partition
-    value: its rows are kept flat, key -> row (:attr:`flat`), not in a dict of
-    one-row dicts per value, which costs a lookup and a cache miss more per row
-    access.  Every value's rows are reached through :meth:`part`,
-    :meth:`rows_of` and :meth:`set_rows`, whichever the layout; the files on
-    disk keep the nested layout's columns (:func:`columns`).
-    """
-
-    data: Data = field(default_factory=dict)
-    flat: frozenset[str] = frozenset()
-    """The tables kept flat (key -> row; their key is their partition value)."""
-    meta: dict[str, Any] = field(default_factory=dict)
-    version: int = -1
-    pending: int | None = None
-    undo: dict[tuple[str, Any, Any], Any] = field(default_factory=dict)
-    meta_before: dict[str, Any] | None = None
-    token: str | None = None
-    """Names the saved version this state is (a fresh one per save): a worker's cached
-    state is used only when its token is the one the driver committed."""
-    token_before: str | None = None
-    tracked: Tracked = field(default_factory=dict)
-    """Per table, the totals that the batch's global reads keep (see :mod:`.totals`):
-    every write changes them; they last one batch (cleared, never replaced: a
-    transaction holds the dict)."""
-
-    def use_flat(self, tables: frozenset[str]) -> None:
-        """Keep ``tables`` flat and every other table nested, converting what is not yet.
-
-        A state read from disk (or made empty) is nested; the executors call this
-        with their job's one-column-keyed tables before touching the rows.
-        """
-        if tables == self.flat:
-            return
-        data = self.data
-        for table in self.flat - tables:  # (flat -> nested: a job of another shape)
-            if table in data:
-                data[table] = {key: {key: row} for key, row in data[table].items()}
-        for table in tables - self.flat:
-            if table in data:
-                data[table] = dict(chain.from_iterable(map(dict.items, data[table].values())))
-        self.flat = tables
-
-    def part(self, table: str, value: Any) -> dict[Any, Any] | None:
-        """The dict that holds ``value``'s rows by key (None: none of the table here).
-
-        For a flat table it is the whole table (a key of a flat table is its value):
-        look keys of ``value`` up in it, never iterate it (:meth:`rows_of` does).
-        """
-        rows = self.data.get(table)
-        if rows is None or table in self.flat:
-            return rows
-        found: dict[Any, Any] | None = rows.get(value)
-        return found
-
-    def rows_of(self, table: str, value: Any) -> dict[Any, Any]:
-        """``value``'s rows of ``table``, key -> row (never change it: it may be a copy)."""
-        rows = self.data.get(table, _NONE)
-        if table in self.flat:
-            row = rows.get(value)
-            return _NONE if row is None else {value: row}
-        found: dict[Any, Any] = rows.get(value, _NONE)
-        return found
-
-    def set_rows(self, table: str, value: Any, rows: dict[Any, Any]) -> None:
-        """Replace ``value``'s rows of ``table`` by ``rows`` (empty: none; no undo, no totals)."""
-        if table in self.flat:
-            by_key = self.data.setdefault(table, {})
-            row = rows.get(value)
-            if row is None:
-                by_key.pop(value, None)
-            else:
-                by_key[value] = row
-        elif rows:
-            self.data.setdefault(table, {})[value] = dict(rows)
-        else:
-            self.data.get(table, {}).pop(value, None)
-
-    def pop_rows(self, table: str, value: Any) -> dict[Any, Any]:
-        """Take ``value``'s rows of ``table`` out (no undo, no totals); returns them."""
-        rows = self.data.get(table)
-        if rows is None:
-            return _NONE
-        if table in self.flat:
-            row = rows.pop(value, None)
-            return _NONE if row is None else {value: row}
-        found: dict[Any, Any] = rows.pop(value, _NONE)
-        return found
-
-    def all_rows(self, table: str) -> list[tuple[Any, Any]]:
-        """Every ``(key, row)`` of ``table`` here, whichever the layout."""
-        rows = self.data.get(table, _NONE)
-        if table in self.flat:
-            return list(rows.items())
-        return list(chain.from_iterable(map(dict.items, rows.values())))
-
-    def begin(self, batch: int) -> None:
-        """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
-        self.tracked.clear()
-        self.pending = batch
-        self.undo = {}
-        self.meta_before = dict(self.meta)
-        self.token_before = self.token
-
-    def rollback(self) -> None:
-        """Undo the pending batch."""
-        for (table, value, key), old in self.undo.items():
-            self._set(table, value, key, old)
-        self.tracked.clear()
-        if self.meta_before is not None:
-            self.meta = self.meta_before
-        self.token = self.token_before
-        self.pending = None
-        self.undo = {}
-        self.meta_before = None
-
-    def settle(self) -> None:
-        """The pending batch committed: it becomes this state's version."""
-        if self.pending is not None:
-            self.version = self.pending
-        self.tracked.clear()
-        self.pending = None
-        self.undo = {}
-        self.meta_before = None
-
-    def put(self, table: str, value: Any, key: Any, row: Any) -> None:
-        """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
-        undo_key = (table, value, key)
-        if undo_key not in self.undo:
-            self.undo[undo_key] = (self.part(table, value) or _NONE).get(key, ABSENT)
-        self._set(table, value, key, row)
-
-    def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
-        flat = table in self.flat
-        if flat:
-            rows = self.data.setdefault(table, {})
-        else:
-            rows = self.data.setdefault(table, {}).setdefault(value, {})
-        tracked = self.tracked
-        if tracked and table in tracked:
-            old = rows.get(key)
-            track(tracked, table, old, None if row is ABSENT else row)
-        if row is ABSENT:
-            rows.pop(key, None)
-            if not rows and not flat:
-                self.data[table].pop(value, None)
-        else:
-            rows[key] = row
-
-    def delta(self) -> dict[str, Any]:
-        """The rows the pending batch changed, as they are now (ABSENT when deleted).
-
-        ``changes``: per table, three columns (partition values, keys, rows), the
-        layout the store's format writes fastest (see :mod:`.codec`).
-        """
-        entries = list(self.undo)
-        changes: dict[str, list[list[Any]]] = {}
-        tables = set(map(itemgetter(0), entries))
-        for table in sorted(tables):
-            mine = entries if len(tables) == 1 else [e for e in entries if e[0] == table]
-            by_value = self.data.get(table, _NONE)
-            values, keys = list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine))
-            # Each changed row as it is now, looked up in C (no Python code per row).
-            if table in self.flat:
-                rows = list(map(by_value.get, keys, repeat(ABSENT)))
-            else:
-                parts = map(by_value.get, values, repeat(_NONE))
-                rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
-            changes[table] = [values, keys, rows]
-        # "parent" names the version the batch started from: a worker catching up
-        # checks that each delta continues the version it holds (see _catch_up).
-        return {
-            "changes": changes,
-            "meta": self.meta,
-            "token": self.token,
-            "parent": self.token_before,
-        }
-
-    def apply(self, delta: dict[str, Any]) -> None:
-        """Apply a delta read from disk (no undo kept)."""
-        if "changes" in delta:
-            for table, (values, keys, rows) in delta["changes"].items():
-                for value, key, row in zip(values, keys, rows, strict=True):
-                    self._set(table, value, key, row)
-        else:  # (the layout of earlier versions: one [table, value, key, row] per row)
-            for table, value, key, row in delta["rows"]:
-                self._set(table, value, key, row)
-        self.meta = dict(delta["meta"])
-        self.token = delta.get("token")
-
-    def apply_patch(self, patch: dict[str, Any]) -> bool:
-        """Apply phase 3's patch if it continues this version (see :meth:`RuntimeStore.patch`)."""
-        if patch["parent"] != self.token:
-            return False
-        for value, tables in patch["values"]:
-            for table, rows in tables.items():
-                self.set_rows(table, value, rows)
-        self.token = patch["token"]
-        return True
-
-
-_NONE: dict[Any, Any] = {}
-"""An empty dict to look up in (never changed)."""
-
-
-def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:
-    """A table's rows (partition value -> key -> row) as three columns: values, keys, rows.
-
-    The store's layout of a table (snapshots, initial rows): lists of plain
-    values and rows that the format writes without a Python step per row
-    (see :mod:`.codec`); built in C (``chain``, ``repeat``) from the dicts.  A
-    value without rows is left out (a lookup finds none either way).
-    """
-    groups = by_value.values()
-    if set(map(len, groups)) <= {1}:  # one row per value (a key that is the value)
-        values = list(by_value)
-    else:
-        values = list(chain.from_iterable(map(repeat, by_value, map(len, groups))))
-    keys = list(chain.from_iterable(groups))
-    rows = list(chain.from_iterable(map(dict.values, groups)))
-    return [values, keys, rows]
-
-
-def flat_columns(by_key: dict[Any, Any]) -> list[list[Any]]:
-    """A flat table's rows (key -> row) as :func:`columns` writes them (each key its value)."""
-    keys = list(by_key)
-    return [keys, list(keys), list(by_key.values())]
-
-
-def nested(values: list[Any], keys: list[Any], rows: list[Any]) -> dict[Any, dict[Any, Any]]:
-    """The table that :func:`columns` wrote (partition value -> key -> row)."""
-    if len(set(values)) == len(values) == len(keys) == len(rows):  # one row per value
-        return {value: {key: row} for value, key, row in zip(values, keys, rows, strict=True)}
-    table: dict[Any, dict[Any, Any]] = {}
-    for value, key, row in zip(values, keys, rows, strict=True):
-        by_key = table.get(value)
-        if by_key is None:
-            table[value] = by_key = {}
-        by_key[key] = row
-    return table
+# The file format and the partition state moved to modules of their own; their
+# names are still imported from here.
+__all__ = [
+    "ABSENT",
+    "MAGIC",
+    "OLD_MAGIC",
+    "TRANSIENT",
+    "Data",
+    "PartitionState",
+    "RuntimeStore",
+    "StoreError",
+    "StoreLock",
+    "StoreLockedError",
+    "columns",
+    "dump_blob",
+    "flat_columns",
+    "json_record",
+    "load_blob",
+    "nested",
+    "usable_directory",
+    "write_atomic",
+]
 
 
 def _table_of(blob: Any) -> dict[Any, dict[Any, Any]]:
