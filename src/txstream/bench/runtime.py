@@ -53,7 +53,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.bench.harness import Experiment, Figure, Param
+from txstream.bench.harness import Experiment, Param
 from txstream.bench.ledger import (
     OPENING_BALANCE,
     PATTERNS,
@@ -62,6 +62,31 @@ from txstream.bench.ledger import (
     ledger_job,
     serial_oracle,
 )
+from txstream.bench.runtime_points import (
+    ACCOUNTS,
+    CHUNK,
+    DEFAULTS,
+    FILES_PER_BATCH,
+    FLOOD,
+    GRID,
+    HEARTBEAT_S,
+    INPUT_SEED,
+    LOAD,
+    LONG,
+    MASTERS,
+    ONE_K,
+    POINT_TIMEOUT,
+    QUICK,
+    SPACING,
+    SWEEP,
+    WARMUP,
+    WORKLOAD_EVENTS,
+    _point,
+    run_name,
+    setup,
+    workload,
+)
+from txstream.bench.runtime_report import CROSS_ONLY, FIGURES, summarize
 from txstream.bench.schedule import batched, keys_of
 from txstream.errors import TxStreamError
 from txstream.spark.runtime import Job
@@ -69,170 +94,42 @@ from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.job import NEVER_QUIET
 from txstream.spark.runtime.partitioning import partition_of
 
-POINT_TIMEOUT = 900
-ACCOUNTS = 100_000
-"""Accounts in the ledger (TStream's Streaming Ledger uses a large key space too)."""
-WARMUP = 24_000
-"""Events fed and committed before the clock starts (not in ``events``; checked all the same)."""
-MASTERS = {"local[1]": 1, "local[2]": 2, "local-cluster[2,1,1024]": 2}
-
-
-INPUT_SEED = 1
-"""The seed of every point's events (``--set input_seed=N`` for others)."""
-
-
-def _point(
-    engine: str,
-    master: str,
-    cross: int,
-    n: int,
-    rate: int,
-    pattern: str = "cross",
-    skew: float = 0.0,
-    accounts: int = ACCOUNTS,
-    audit_every: int = 0,
-    partitions: int | None = None,
-    cross_mode: str = "forward",
-) -> dict[str, Any]:
-    return {
-        "engine": engine,
-        "master": master,
-        "cores": MASTERS[master],
-        "pattern": pattern,
-        "cross_partition_pct": cross,
-        "skew": skew,
-        "accounts": accounts,
-        "audit_every": audit_every,
-        "partitions": MASTERS[master] if partitions is None else partitions,
-        "cross_mode": cross_mode,
-        "events": n,
-        "rate": rate,
-        # The input's seed, the same in every point: local[1] and local[2] (or 2
-        # and 32 partitions) of a workload then run the same events.
-        "input_seed": INPUT_SEED,
-    }
-
-
-SPACING = 1000
-"""Event ids are multiplied by this: the heartbeats take ids between them."""
-HEARTBEAT_S = 0.5
-"""Quiet seconds before the feeder sends a heartbeat while it waits for the last events."""
-CHUNK = 12_000
-"""Events per file (each file holds its events of one input)."""
-FILES_PER_BATCH = 6
-"""Spark's ``maxFilesPerTrigger`` per input: a micro-batch takes at most 72,000 events,
-so a backlog is worked off in steady batches rather than one giant one."""
-LOAD = 52_000
-"""The offered load (events/s) of the latency goal, 50,000 txn/s with p99 under 2 s: just
-above 50,000 and below local[2]'s capacity at 0% cross (54,000-61,000 here), so the job
-can keep up and its latency stays put however long the run (above capacity a backlog
-builds up and the p99 grows with the run's length)."""
-FLOOD = 250_000
-"""An offered load above what any engine here can take: the point then measures capacity."""
-SWEEP = (40_000, 50_000, 60_000)
-"""More offered loads (local[2], 0% cross) beside :data:`LOAD`: latency against load, where
-the knee lies (60,000 is above capacity)."""
-
-LONG = 1_200_000
-"""Events of an offered-load point: about 23 s of feed at :data:`LOAD`, so that the steady
-state outweighs the ramp-up (the first batches after the warm-up are small) and the drain."""
-
-WORKLOAD_EVENTS = 300_000
-"""Timed events of a workload point (pattern, accounts, audits, partitions), as in issue 28."""
-ONE_K = 1_000
-
-
-def _workloads(master: str) -> list[dict[str, Any]]:
-    """Issue 28's workload points on ``master``: cross 0, uniform, zipf 0.8 and 1.2, audits."""
-    n = WORKLOAD_EVENTS
-    patterns = (("cross", 0.0), ("uniform", 0.0), ("zipf", 0.8), ("zipf", 1.2))
-    return [
-        *(_point("executors", master, 0, n, FLOOD, pat, skew) for pat, skew in patterns),
-        _point("executors", master, 0, n, FLOOD, pattern="uniform", audit_every=1000),
-        *(
-            _point("executors", master, 0, n, FLOOD, pat, skew, accounts=ONE_K)
-            for pat, skew in patterns
-        ),
-    ]
-
-
-def _partitioned(parts: int) -> list[dict[str, Any]]:
-    """local[2] points at ``parts`` partitions, for the serial-share columns."""
-    n = WORKLOAD_EVENTS
-    return [
-        _point("executors", "local[2]", 0, n, FLOOD, pattern="uniform", partitions=parts),
-        _point("executors", "local[2]", 0, n, FLOOD, "zipf", 0.8, partitions=parts),
-        _point("executors", "local[2]", 0, n, FLOOD, "zipf", 1.2, partitions=parts),
-        _point("executors", "local[2]", 0, n, FLOOD, "uniform", audit_every=1000, partitions=parts),
-    ]
-
-
-GRID = [
-    *_workloads("local[1]"),
-    *_workloads("local[2]"),
-    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD),
-    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
-    *(_point("executors", m, c, WORKLOAD_EVENTS, FLOOD) for m in MASTERS for c in (1, 10)),
-    *_partitioned(8),
-    *_partitioned(32),
-    # the same input through today's phases 2 and 3: forward against defer in one run
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", cross_mode="defer"),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "zipf", 0.8, cross_mode="defer"),
-    *(_point("executors", "local[2]", c, LONG, LOAD) for c in (0, 10)),
-    *(_point("executors", "local[2]", 0, LONG, rate) for rate in SWEEP),
-    *(_point("driver", "local[2]", c, 200_000, FLOOD) for c in (0, 10)),
+# The points and the report moved to runtime_points and runtime_report; their
+# names are still imported from here.
+__all__ = [
+    "ACCOUNTS",
+    "CHUNK",
+    "CROSS_ONLY",
+    "DEFAULTS",
+    "EXPERIMENT",
+    "FIGURES",
+    "FILES_PER_BATCH",
+    "FLOOD",
+    "GRID",
+    "HEARTBEAT_S",
+    "INPUT_SEED",
+    "LOAD",
+    "LONG",
+    "MASTERS",
+    "ONE_K",
+    "POINT_TIMEOUT",
+    "QUICK",
+    "SPACING",
+    "SWEEP",
+    "WARMUP",
+    "WORKLOAD_EVENTS",
+    "_point",
+    "audit_violations",
+    "bench_job",
+    "child",
+    "multi_partition",
+    "run_name",
+    "run_point",
+    "schedule_metrics",
+    "setup",
+    "summarize",
+    "workload",
 ]
-QUICK = [
-    *(_point("executors", m, 0, WORKLOAD_EVENTS, FLOOD) for m in ("local[1]", "local[2]")),
-    *(
-        _point("executors", m, 0, WORKLOAD_EVENTS, FLOOD, "uniform")
-        for m in ("local[1]", "local[2]")
-    ),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", accounts=ONE_K),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "zipf", 0.8),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", audit_every=1000),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=8),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", partitions=32),
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, FLOOD, "uniform", cross_mode="defer"),
-    # issue 13's latency goal, and the cluster's results equal the others'
-    _point("executors", "local[2]", 0, WORKLOAD_EVENTS, LOAD),
-    _point("executors", "local-cluster[2,1,1024]", 0, WORKLOAD_EVENTS, FLOOD, "uniform"),
-]
-
-
-def workload(point: dict[str, Any]) -> str:
-    """A short label of the point's input: pattern, accounts, audits (``uniform 100k +audit/1000``).
-
-    (Partitions and the cross-partition mode are the point's :func:`setup`.)
-    """
-    pattern = point.get("pattern", "cross")
-    if pattern == "cross":
-        label = f"cross {point.get('cross_partition_pct', 0)}%"
-    elif pattern == "zipf":
-        label = f"zipf {point.get('skew', 0.0):g}"
-    else:
-        label = str(pattern)
-    accounts = int(point.get("accounts", ACCOUNTS))
-    label += f" {accounts // 1000}k" if accounts % 1000 == 0 else f" {accounts}"
-    if point.get("audit_every"):
-        label += f" +audit/{point['audit_every']}"
-    return label
-
-
-def setup(point: dict[str, Any]) -> str:
-    """Where the point ran: master, partitions and the cross-partition mode (``local[2] P=8``)."""
-    label = f"{point['master']} P={point.get('partitions', MASTERS[point['master']])}"
-    return label + (" defer" if point.get("cross_mode") == "defer" else "")
-
-
-def run_name(point: dict[str, Any], seed: int) -> str:
-    """The folder name of ``point``'s run with ``seed``: every parameter that varies, readable."""
-    slug = "".join(c if c.isalnum() or c in ".-" else "_" for c in workload(point))
-    return (
-        f"{point['engine']}-{point['master'].replace('[', '').replace(']', '')}"
-        f"-{slug}-P{_get(point, 'partitions')}-{_get(point, 'cross_mode')}"
-        f"-e{point['events']}-r{point['rate']}-s{seed}"
-    ).replace(",", "_")
 
 
 def run_point(point: dict[str, Any], seed: int) -> dict[str, Any]:
@@ -704,175 +601,6 @@ def _percentile(histogram: dict[int, int], q: float) -> float | None:
     return None
 
 
-def _count(value: float | None) -> str:
-    return "–" if value is None or value != value else f"{value:,.0f}"  # None, NaN: no value
-
-
-DEFAULTS: dict[str, Any] = {
-    "pattern": "cross",
-    "skew": 0.0,
-    "accounts": ACCOUNTS,
-    "audit_every": 0,
-    "cross_mode": "forward",
-    "cross_partition_pct": 0,
-}
-"""A row's parameter values where it has none (rows of runs before these parameters)."""
-
-
-def _get(row: dict[str, Any], key: str) -> Any:
-    if key == "partitions":
-        return row.get("partitions", MASTERS.get(row.get("master", ""), 2))
-    return row.get(key, DEFAULTS.get(key))
-
-
-def _share(value: Any) -> str:
-    return "–" if value is None else f"{100 * float(value):.1f}%"
-
-
-def _ratio(num: float, den: float, goal: float, what: str) -> str | None:
-    if not num or not den:
-        return None
-    met = "met" if num / den >= goal else "not met"
-    return f"- {what}: {num / den:.2f}x ({num:,.0f} / {den:,.0f}; goal {goal}x: {met})"
-
-
-def summarize(rows: list[dict[str, Any]]) -> str:
-    """The goals of the runtime issues (13 and 28), checked on this run's rows."""
-
-    def best(**where: Any) -> float:
-        vals = [r["txn_per_s"] for r in rows if all(_get(r, k) == v for k, v in where.items())]
-        return max(vals, default=0.0)
-
-    def capacity(master: str, **where: Any) -> float:
-        where = {**DEFAULTS, **where}
-        return best(
-            engine="executors",
-            master=master,
-            rate=FLOOD,
-            partitions=MASTERS[master],
-            **where,
-        )
-
-    lines = [
-        "| engine | setup | workload | offered events/s | txn/s | steady txn/s | p99 s | max s "
-        "| serial share | hot floor | cross share | msgs/mp txn | bytes/mp txn | errors |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    for r in rows:
-        lines.append(
-            f"| {r['engine']} | {r.get('setup') or setup(r)} | {r.get('workload') or workload(r)} "
-            f"| {r['rate']:,} | {r['txn_per_s']:,} | {_count(r.get('steady_txn_per_s'))} "
-            f"| {r['p99_latency_s']} | {r['max_latency_s']} | {_share(r.get('serial_share'))} "
-            f"| {_share(r.get('hot_floor'))} | {_share(r.get('cross_share'))} "
-            f"| {r.get('msgs_per_mp_txn') if r.get('msgs_per_mp_txn') is not None else '–'} "
-            f"| {r.get('bytes_per_mp_txn') if r.get('bytes_per_mp_txn') is not None else '–'} "
-            f"| {r['errors']} |"
-        )
-        if r.get("note"):
-            notes.append(f"- {r.get('setup') or setup(r)}, {workload(r)}: {r['note']}")
-    lines.append("")
-    cross0 = capacity("local[2]")
-    uniform = capacity("local[2]", pattern="uniform")
-    checks = [
-        _ratio(cross0, capacity("local[1]"), 1.5, "capacity, local[2] / local[1] at cross 0"),
-        _ratio(
-            uniform,
-            capacity("local[1]", pattern="uniform"),
-            1.5,
-            "capacity, local[2] / local[1] at uniform",
-        ),
-        _ratio(uniform, cross0, 0.9, "local[2], uniform / cross 0 (100k accounts)"),
-        _ratio(
-            capacity("local[2]", pattern="uniform", accounts=ONE_K),
-            cross0,
-            0.8,
-            "local[2], uniform with 1k accounts / cross 0 (100k)",
-        ),
-        _ratio(
-            capacity("local[2]", pattern="zipf", skew=0.8),
-            cross0,
-            0.8,
-            "local[2], zipf 0.8 / cross 0",
-        ),
-        _ratio(
-            capacity("local[2]", pattern="uniform", audit_every=1000),
-            uniform,
-            0.9,
-            "local[2], uniform with an audit every 1,000 events / without",
-        ),
-    ]
-    lines += [c for c in checks if c]
-    defer = capacity("local[2]", pattern="uniform", cross_mode="defer")
-    if defer and uniform:
-        lines.append(
-            f"- local[2], uniform: crossPartition forward / defer {uniform / defer:.2f}x "
-            f"({uniform:,.0f} / {defer:,.0f})"
-        )
-    audited = [r for r in rows if _get(r, "audit_every") and r.get("audits") is not None]
-    if audited:
-        bad = sum(int(r.get("audit_violations") or 0) for r in audited)
-        lines.append(
-            f"- audits: {sum(int(r['audits']) for r in audited):,} in {len(audited)} runs, "
-            f"{bad} violations (goal 0)"
-        )
-    shares: dict[tuple[str, float], dict[int, tuple[float, float]]] = {}
-    for r in rows:
-        if (
-            r.get("serial_share") is not None
-            and _get(r, "accounts") == ACCOUNTS
-            and not _get(r, "audit_every")
-            and _get(r, "pattern") in ("uniform", "zipf")
-        ):
-            key = (_get(r, "pattern"), float(_get(r, "skew")))
-            shares.setdefault(key, {})[_get(r, "partitions")] = (
-                float(r["serial_share"]),
-                float(r.get("hot_floor") or 0.0),
-            )
-    for (pattern, skew), by_p in sorted(shares.items()):
-        counted = ", ".join(
-            f"P={n}: {_share(v[0])}" + (f" (hot floor {_share(v[1])})" if pattern == "zipf" else "")
-            for n, v in sorted(by_p.items())
-        )
-        if pattern == "uniform":
-            met = all(v[0] <= 0.05 for n, v in by_p.items() if n > 1)
-            lines.append(
-                f"- serial share, uniform 100k: {counted} (goal at most 5.0%: "
-                + ("met" if met else "not met")
-                + ")"
-            )
-        else:
-            lines.append(f"- serial share, zipf {skew:g} 100k: {counted}")
-    drv = best(engine="driver", cross_partition_pct=10, rate=FLOOD)
-    exe = capacity("local[2]", cross_partition_pct=10)
-    if drv and exe:
-        lines.append(
-            f"- capacity, executors / driver engine at 10% cross: {exe / drv:.2f}x (goal 5x)"
-        )
-    for r in sorted(rows, key=lambda r: (_get(r, "cross_partition_pct"), r["rate"])):
-        if r["engine"] == "executors" and r["master"] == "local[2]" and r["rate"] < FLOOD:
-            steady, p99 = r.get("steady_txn_per_s"), r["p99_latency_s"]
-            met = steady is not None and steady >= 50_000 and p99 is not None and p99 < 2
-            lines.append(
-                f"- local[2] at {r['rate']:,} events/s offered, {_get(r, 'cross_partition_pct')}% "
-                f"cross: {_count(steady)} txn/s steady ({r['txn_per_s']:,} overall), "
-                f"p99 {p99} s: goal 50,000 txn/s with p99 under 2 s "
-                + ("met" if met else "not met")
-            )
-    lines.append(f"- errors in all runs: {sum(abs(r['errors']) for r in rows)} (goal 0)")
-    if notes:
-        lines += ["", "Notes:", *notes]
-    return "\n".join(lines)
-
-
-CROSS_ONLY = (
-    ("pattern", "cross"),
-    ("accounts", ACCOUNTS),
-    ("audit_every", 0),
-    ("cross_mode", "forward"),
-)
-"""The rows of the cross-share figures (those of issue 13): today's input, any partitions."""
-
 EXPERIMENT = Experiment(
     name="runtime",
     description="Streaming Ledger on the executor runtime (local[1], local[2], local-cluster) "
@@ -895,73 +623,7 @@ EXPERIMENT = Experiment(
         "history": Param(int, lo=0, hi=1),
         "sink": Param(str, choices=("none", "delta")),
     },
-    figures=[
-        Figure(
-            name="runtime_workloads",
-            x="workload",
-            y="txn_per_s",
-            series="setup",
-            kind="bar",
-            title="capacity per workload, txn/s (dashed: 50k)",
-            ylabel="transactions / s",
-            hline=50_000.0,
-            where=(("rate", FLOOD), ("engine", "executors")),
-        ),
-        Figure(
-            name="runtime_serial_share",
-            x="partitions",
-            y=("serial_share", "hot_floor"),
-            series="workload",
-            logx=True,
-            title="serial share (solid, counted) and hot floor (dashed)",
-            ylabel="share of a batch's events",
-            where=(
-                ("engine", "executors"),
-                ("cross_mode", "forward"),
-                ("rate", FLOOD),
-                ("accounts", ACCOUNTS),
-                ("pattern", frozenset({"uniform", "zipf"})),
-                ("partitions", frozenset({2, 8, 32})),
-            ),
-        ),
-        Figure(
-            name="runtime",
-            x="cross_partition_pct",
-            y="txn_per_s",
-            series="master",
-            facet="engine",
-            title="capacity, txn/s (dashed: 50k)",
-            ylabel="transactions / s",
-            hline=50_000.0,
-            where=(("rate", FLOOD), *CROSS_ONLY),
-        ),
-        Figure(
-            name="runtime_latency",
-            x="cross_partition_pct",
-            y="p99_latency_s",
-            series="master",
-            facet="engine",
-            title=f"p99 s at {LOAD // 1000}k/s offered (dashed: 2 s)",
-            ylabel="seconds",
-            hline=2.0,
-            where=(("rate", LOAD), *CROSS_ONLY),
-        ),
-        Figure(
-            name="runtime_latency_load",
-            x="steady_txn_per_s",
-            y="p99_latency_s",
-            title="p99 against steady txn/s, local[2], 0% cross (dashed: 2 s)",
-            ylabel="p99 latency, seconds",
-            logy=True,
-            hline=2.0,
-            where=(
-                ("engine", "executors"),
-                ("master", "local[2]"),
-                ("cross_partition_pct", 0),
-                *CROSS_ONLY,
-            ),
-        ),
-    ],
+    figures=FIGURES,
     summarize=summarize,
 )
 
