@@ -23,7 +23,8 @@ from txstream.storage.base import (
     StoreLockedError,
     item_name,
 )
-from txstream.storage.store import RecoveryReport, Store
+from txstream.storage.recovery import RecoveryReport
+from txstream.storage.store import Store
 from txstream.storage.stream import GONE, GRANULARITIES, Stream
 from txstream.storage.table import Table
 from txstream.storage.wal import SYNC_MODES, LogScan, WriteAheadLog, read_log
