@@ -101,6 +101,16 @@ def edge_evidence(
     return {"from": a, "to": b, "reason": "arrival", "stream": stream}
 
 
+def cycle_evidence(graph: ConflictGraph) -> list[dict[str, Any]]:
+    """The edges of a cycle of ``graph`` (which has one: it has no serial order), with why."""
+    cycle = graph.cycle()
+    assert cycle is not None  # no topological order means there is a cycle
+    return [
+        edge_evidence(a, b, graph.succ[a][b])
+        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)
+    ]
+
+
 def _summary(history: History, graph: ConflictGraph) -> dict[str, Any]:
     outcomes = history.outcomes()
     return {
@@ -118,13 +128,7 @@ def check_cs(history: History, options: CheckOptions) -> Verdict:
     evidence = _summary(history, graph)
     if order is not None:
         return Verdict("cs", True, {**evidence, "serial_order": order})
-    cycle = graph.cycle()
-    assert cycle is not None  # no topological order means there is a cycle
-    edges = [
-        edge_evidence(a, b, graph.succ[a][b])
-        for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)
-    ]
-    return Verdict("cs", False, {**evidence, "cycle": edges})
+    return Verdict("cs", False, {**evidence, "cycle": cycle_evidence(graph)})
 
 
 @register("csao", "conflict-serializability with arrival ordering (EDBT 2012 Def. 9)")

@@ -74,7 +74,13 @@ from __future__ import annotations
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from txstream.model.check import CheckOptions, Verdict, edge_evidence, register
+from txstream.model.check import (
+    CheckOptions,
+    Verdict,
+    cycle_evidence,
+    edge_evidence,
+    register,
+)
 from txstream.model.conflict import Witness, conflict_graph
 from txstream.model.history import History, Operation
 
@@ -160,13 +166,7 @@ def check_uc(history: History, options: CheckOptions) -> Verdict:
     graph = conflict_graph(History([op for op in ops if op.txn in update]))
     order = graph.serial_order()
     if order is None:
-        cycle = graph.cycle()
-        assert cycle is not None  # no topological order means there is a cycle
-        edges = [
-            edge_evidence(a, b, graph.succ[a][b])
-            for a, b in zip(cycle, cycle[1:] + cycle[:1], strict=True)
-        ]
-        return Verdict("uc", False, {**evidence, "update_cycle": edges})
+        return Verdict("uc", False, {**evidence, "update_cycle": cycle_evidence(graph)})
 
     index = {u: i for i, u in enumerate(order)}
     # Reads-from, first reads of read-only transactions, writers per item.

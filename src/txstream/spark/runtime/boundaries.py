@@ -408,6 +408,23 @@ def check_runs(batch: int, parts: Iterable[dict[str, Run]]) -> None:
             widest = run
 
 
+def _unkeyed_input(inputs: dict[str, Any], of: str, kind: str, why: str) -> Any:
+    """Input ``of`` of a ``kind`` boundary, which every partition must see (no keys).
+
+    ``why``: what every partition must see of it, for the error's message.
+    """
+    spec = inputs.get(of)
+    if spec is None:
+        raise RuntimeJobError(
+            f"boundary {kind} of={of!r} names no input; inputs: {', '.join(inputs)}"
+        )
+    if spec.keys:
+        raise RuntimeJobError(
+            f"the {kind} input {of!r} must have keys=() so that every partition {why}"
+        )
+    return spec
+
+
 class PerTimeslice(Boundary):
     """One transaction per ``seconds``-long slice of input ``of`` (Coral8).
 
@@ -428,16 +445,12 @@ class PerTimeslice(Boundary):
 
     def validate(self, inputs: dict[str, Any]) -> None:
         """See :meth:`Boundary.validate`."""
-        spec = inputs.get(self.of)
-        if spec is None:
-            raise RuntimeJobError(
-                f"boundary timeslice of={self.of!r} names no input; inputs: {', '.join(inputs)}"
-            )
-        if spec.keys:
-            raise RuntimeJobError(
-                f"the timeslice input {self.of!r} must have keys=() so that every partition "
-                "sees its events (one slice clock); put keyed events in another input"
-            )
+        spec = _unkeyed_input(
+            inputs,
+            self.of,
+            "timeslice",
+            "sees its events (one slice clock); put keyed events in another input",
+        )
         if spec.order is None:
             raise RuntimeJobError(
                 f"boundary 'timeslice' needs an order column on its input {self.of!r}; "
@@ -496,16 +509,7 @@ class PerPunctuation(Boundary):
 
     def validate(self, inputs: dict[str, Any]) -> None:
         """See :meth:`Boundary.validate`."""
-        spec = inputs.get(self.of)
-        if spec is None:
-            raise RuntimeJobError(
-                f"boundary punctuation of={self.of!r} names no input; inputs: {', '.join(inputs)}"
-            )
-        if spec.keys:
-            raise RuntimeJobError(
-                f"the punctuation input {self.of!r} must have keys=() so that every "
-                "partition sees each CTI"
-            )
+        _unkeyed_input(inputs, self.of, "punctuation", "sees each CTI")
 
     def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
         """See :meth:`Boundary.complete`: the events after the last CTI wait for the next."""

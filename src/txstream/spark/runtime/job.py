@@ -415,43 +415,23 @@ class Job:
         if key == "partitions":
             self._partitions = check_partitions(value, "option partitions")
         elif key == "onError":
-            if value not in ON_ERROR:
-                raise RuntimeJobError(f"option onError is one of {ON_ERROR}, not {value!r}")
-            self._on_error = value
+            self._on_error = _one_of(key, value, ON_ERROR)
         elif key == "snapshotEvery":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RuntimeJobError(
-                    f"option snapshotEvery must be a positive integer, not {value!r}"
-                )
-            self._snapshot_every = value
+            self._snapshot_every = _whole(key, value, 1, "a positive integer")
         elif key == "merge":
-            if value not in MERGES:
-                raise RuntimeJobError(f"option merge is one of {MERGES}, not {value!r}")
-            self._merge = value
+            self._merge = _one_of(key, value, MERGES)
             self._merge_chosen = True
         elif key == "idleBatches":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise RuntimeJobError(
-                    f"option idleBatches must be a positive integer, not {value!r}"
-                )
-            self._idle_batches = value
+            self._idle_batches = _whole(key, value, 1, "a positive integer")
             self._idle_chosen = True
         elif key == "allFailLimit":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise RuntimeJobError(
-                    f"option allFailLimit must be an integer >= 0 (0: no limit), not {value!r}"
-                )
-            self._all_fail_limit = value
+            self._all_fail_limit = _whole(key, value, 0, "an integer >= 0 (0: no limit)")
         elif key == "recordHistory":
             if not isinstance(value, bool):
                 raise RuntimeJobError(f"option recordHistory is True or False, not {value!r}")
             self.spec.record_history = value
         elif key == "crossPartition":
-            if value not in CROSS_PARTITION:
-                raise RuntimeJobError(
-                    f"option crossPartition is one of {CROSS_PARTITION}, not {value!r}"
-                )
-            self.spec.cross_partition = value
+            self.spec.cross_partition = _one_of(key, value, CROSS_PARTITION)
         elif key == "arrivalTime":
             if not isinstance(value, str) or not value:
                 raise RuntimeJobError(
@@ -765,3 +745,17 @@ def dumps(obj: Any) -> bytes:
 
 
 __all__ = ["Job"]
+
+
+def _whole(key: str, value: Any, least: int, what: str) -> int:
+    """Option ``key``'s value: an int (no bool) of at least ``least``; else ``what`` it must be."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise RuntimeJobError(f"option {key} must be {what}, not {value!r}")
+    return value
+
+
+def _one_of(key: str, value: Any, choices: tuple[str, ...]) -> Any:
+    """Option ``key``'s value, one of ``choices`` (a one-line error naming them otherwise)."""
+    if value not in choices:
+        raise RuntimeJobError(f"option {key} is one of {choices}, not {value!r}")
+    return value
