@@ -22,6 +22,7 @@ unless per-event speed grows more than r-fold (128-fold from r = 5 to 640).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from txstream.bench.harness import Experiment, Figure
@@ -91,6 +92,11 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
     return out
 
 
+_FIG7 = partial(Figure, x="update_rate", series="strategy", logx=True, where=(("sweep", "rate"),))
+"""Fig. 7's frame: against the update rate (the ``rate`` sweep), a line per strategy."""
+_FIG8 = partial(Figure, x="window_range", series="strategy", logx=True, where=(("sweep", "range"),))
+"""Fig. 8's frame: against the window range (the ``range`` sweep), a line per strategy."""
+
 EXPERIMENT = Experiment(
     name="cq",
     description="Oyamada et al. Figures 7-8: consistency and throughput per CQ strategy",
@@ -99,69 +105,45 @@ EXPERIMENT = Experiment(
     run=measure,
     repetitions=2,
     figures=[
-        Figure(
+        _FIG7(
             "cq_fig7a_consistency",
-            x="update_rate",
             y="consistent_ratio",
             title="Fig. 7a: proportion of consistent results (r = 5)",
-            series="strategy",
-            logx=True,
             ylabel="consistent results / results",
-            where=(("sweep", "rate"),),
         ),
-        Figure(
+        _FIG7(
             "cq_fig7b_cq_throughput",
-            x="update_rate",
             y="cq_throughput",
             title="Fig. 7b: CQ throughput (r = 5)",
-            series="strategy",
-            logx=True,
             logy=True,
             ylabel="results / s",
-            where=(("sweep", "rate"),),
         ),
-        Figure(
+        _FIG7(
             "cq_fig7b_cq_cpu_throughput",
-            x="update_rate",
             y="cq_cpu_throughput",
             title="Fig. 7b per CPU second of the query's thread (r = 5)",
-            series="strategy",
-            logx=True,
             logy=True,
             ylabel="results / CPU s",
-            where=(("sweep", "rate"),),
         ),
-        Figure(
+        _FIG8(
             "cq_fig8a_update_throughput",
-            x="window_range",
             y="update_throughput",
             title="Fig. 8a: update transactions committed per second",
-            series="strategy",
-            logx=True,
             ylabel="update txn / s",
-            where=(("sweep", "range"),),
         ),
-        Figure(
+        _FIG8(
             "cq_fig8b_cq_throughput",
-            x="window_range",
             y="cq_event_throughput",
             title="Fig. 8b: CQ throughput at the highest update rate",
-            series="strategy",
-            logx=True,
             logy=True,
             ylabel="input events / s",
-            where=(("sweep", "range"),),
         ),
-        Figure(
+        _FIG8(
             "cq_fig8b_results",
-            x="window_range",
             y="cq_throughput",
             title="Fig. 8b counted in results (one per window)",
-            series="strategy",
-            logx=True,
             logy=True,
             ylabel="results / s",
-            where=(("sweep", "range"),),
         ),
     ],
 )

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -190,6 +191,9 @@ def _mean(rows: list[dict[str, Any]], column: str) -> float:
     return sum(float(r[column]) for r in rows) / len(rows) if rows else 0.0
 
 
+_BY_RATE = partial(Figure, x="update_rate", series="mode", logx=True, where=(("window_range", 5),))
+"""The figures' common frame: against the update rate, a line per mode, at r = 5."""
+
 EXPERIMENT = Experiment(
     name="cq-spark",
     description="CQ on Spark: plain stream-static join vs txstream's strategies under updates",
@@ -207,25 +211,17 @@ EXPERIMENT = Experiment(
         "seconds": Param(float, lo=1, hi=86_400),
     },
     figures=[
-        Figure(
+        _BY_RATE(
             "cq_spark_consistency",
-            x="update_rate",
             y="consistent_ratio",
             title="CQ on Spark: consistent windows (r = 5)",
-            series="mode",
-            logx=True,
             ylabel="consistent windows / windows",
-            where=(("window_range", 5),),
         ),
-        Figure(
+        _BY_RATE(
             "cq_spark_throughput",
-            x="update_rate",
             y="results_per_s",
             title="CQ on Spark: windows per second (r = 5)",
-            series="mode",
-            logx=True,
             ylabel="windows / s",
-            where=(("window_range", 5),),
         ),
     ],
 )

@@ -7,6 +7,7 @@ returned into the Markdown report (each goal of issues 13 and 28, met or not);
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from txstream.bench.harness import Figure
@@ -175,6 +176,9 @@ CROSS_ONLY = (
 )
 """The rows of the cross-share figures (those of issue 13): today's input, any partitions."""
 
+_BY_CROSS = partial(Figure, x="cross_partition_pct", series="master", facet="engine")
+"""The frame of issue 13's figures: against the cross-partition share, a line per master,
+a panel per engine."""
 
 FIGURES = [
     Figure(
@@ -205,23 +209,17 @@ FIGURES = [
             ("partitions", frozenset({2, 8, 32})),
         ),
     ),
-    Figure(
+    _BY_CROSS(
         name="runtime",
-        x="cross_partition_pct",
         y="txn_per_s",
-        series="master",
-        facet="engine",
         title="capacity, txn/s (dashed: 50k)",
         ylabel="transactions / s",
         hline=50_000.0,
         where=(("rate", FLOOD), *CROSS_ONLY),
     ),
-    Figure(
+    _BY_CROSS(
         name="runtime_latency",
-        x="cross_partition_pct",
         y="p99_latency_s",
-        series="master",
-        facet="engine",
         title=f"p99 s at {LOAD // 1000}k/s offered (dashed: 2 s)",
         ylabel="seconds",
         hline=2.0,
