@@ -28,6 +28,7 @@ from store_checks import assert_markers_name_their_files
 from txstream.bench.ledger import events, ledger_job, opening, serial_oracle, transfer
 from txstream.model import check
 from txstream.spark.runtime.partitioning import partition_of, spark_hash_long, sql_partition
+from txstream.spark.testing import sigkill_after_commits
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -429,39 +430,15 @@ def test_ledger_audit_survives_sigkills_mid_run_exactly_once(tmp_path: Path) -> 
     assert made.returncode == 0, made.stderr[-2000:]
     rng = random.Random(3)
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
-    commits = ckpt / "txstream" / "commits"
     at_kill = []
     for n, target in enumerate((2, 8, 14)):
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(LEDGER_AUDIT),
-                "run",
-                "--continuous",
-                "--partitions",
-                "3",
-                "--data",
-                str(data),
-                "--checkpoint",
-                str(ckpt),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=(tmp_path / f"run{n}.err").open("w"),
-            env=env,
-            start_new_session=True,
+        argv = [sys.executable, str(LEDGER_AUDIT), "run", "--continuous", "--partitions", "3"]
+        argv += ["--data", str(data), "--checkpoint", str(ckpt)]
+        at_kill.append(
+            sigkill_after_commits(
+                argv, ckpt, target, rng=rng, jitter_s=0.6, stderr=tmp_path / f"run{n}.err", env=env
+            )
         )
-        try:
-            deadline = time.time() + 300  # (a bound on a hang, not a speed requirement)
-            while proc.poll() is None and time.time() < deadline:
-                if commits.exists() and len(list(commits.glob("*.json"))) >= target:
-                    break
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0, 0.6))
-            assert proc.poll() is None, (tmp_path / f"run{n}.err").read_text()[-3000:]
-            at_kill.append(len(list(commits.glob("*.json"))))
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
-            proc.wait()
     assert at_kill[1] < 30  # two kills came before the input's end: mid-run, not after it
     final = run_example(
         "run",

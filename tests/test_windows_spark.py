@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from txstream.spark.testing import sigkill_after_commits
 from txstream.windows import SlidingWindow, WindowEngine, get_scheduler
 from txstream.windows.feed import WindowFeed
 
@@ -141,7 +140,6 @@ def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> N
         "12",
     )
     assert made.returncode == 0, made.stderr[-2000:]
-    commits = ckpt / "txstream" / "commits"
     rng = random.Random(4)
     at_kill = []
     for k, target in enumerate((4,)):
@@ -151,36 +149,13 @@ def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> N
             "PYTHONPATH": str(ROOT / "src"),
             "SPARK_LOCAL_IP": "127.0.0.1",
         }
-        err = (tmp_path / f"run{k}.err").open("w")
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                str(EXAMPLE),
-                "run",
-                "--continuous",
-                "--data",
-                str(data),
-                "--checkpoint",
-                str(ckpt),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            env=env,
-            start_new_session=True,
+        argv = [sys.executable, str(EXAMPLE), "run", "--continuous"]
+        argv += ["--data", str(data), "--checkpoint", str(ckpt)]
+        at_kill.append(
+            sigkill_after_commits(
+                argv, ckpt, target, rng=rng, jitter_s=0.8, stderr=tmp_path / f"run{k}.err", env=env
+            )
         )
-        try:
-            deadline = time.time() + 300  # (a bound on a hang, not a speed requirement)
-            while proc.poll() is None and time.time() < deadline:
-                if commits.exists() and len(list(commits.glob("*.json"))) >= target:
-                    break
-                time.sleep(0.05)
-            time.sleep(rng.uniform(0, 0.8))
-            assert proc.poll() is None, (tmp_path / f"run{k}.err").read_text()[-3000:]
-            at_kill.append(len(list(commits.glob("*.json"))))
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
-            proc.wait()
-            err.close()
     assert at_kill[-1] < 12, at_kill  # the kill came before the input's end
     final = _example("run", "--data", str(data), "--checkpoint", str(ckpt))
     assert final.returncode == 0, final.stderr[-3000:]

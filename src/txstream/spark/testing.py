@@ -26,12 +26,21 @@ and tables, so a user's exactly-once test is a few lines:
 >>> serial_run(job, batches, "ckpt/kit-serial")
 >>> assert_same_results(job, "ckpt/kit", "ckpt/kit-serial")
 
+On Spark itself, :func:`sigkill_after_commits` kills a real driver (a script that
+runs the job, and its JVM) at a random moment after its ``k``-th committed
+batch; the test then runs the script to the input's end and compares.
+
 Called on the test's thread; each store is the kit's alone while it runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -157,3 +166,60 @@ def _first_difference(got: list[Any], want: list[Any]) -> int:
         if a != b:
             return i
     return min(len(got), len(want))
+
+
+def sigkill_after_commits(
+    argv: Sequence[str],
+    checkpoint: str | Path,
+    commits: int,
+    *,
+    rng: random.Random,
+    jitter_s: float,
+    stderr: str | Path,
+    env: Mapping[str, str] | None = None,
+    bound_s: float = 300.0,
+) -> int:
+    """Start a driver, SIGKILL it and its JVM a random moment after its ``commits``-th commit.
+
+    ``argv`` runs a job on Spark with checkpoint ``checkpoint``, in a session
+    of its own (so the kill takes its process group: the driver, its JVM and
+    the JVM's Python workers die at once, as on a machine's crash).  Once the
+    checkpoint holds ``commits`` commit markers, the kill waits
+    ``rng.uniform(0, jitter_s)`` seconds more, so that it lands anywhere in the
+    batches that follow.  ``stderr``: the file the driver's stderr goes to; an
+    ``AssertionError`` shows its end when the driver ended before the kill
+    (it failed, or the input was all committed).  ``bound_s`` only bounds a hang,
+    never a speed.  Returns the commit markers there were at the kill.
+
+    >>> from txstream.spark.testing import sigkill_after_commits
+    >>> at = sigkill_after_commits([sys.executable, "job.py"], "ckpt", 4,   # doctest: +SKIP
+    ...                            rng=random.Random(4), jitter_s=0.8, stderr="run.err")
+    >>> at >= 4                                                           # doctest: +SKIP
+    True
+    """
+    markers = Path(checkpoint) / "txstream" / "commits"
+
+    def committed() -> int:
+        return len(list(markers.glob("*.json"))) if markers.exists() else 0
+
+    with Path(stderr).open("w") as err:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=None if env is None else dict(env),
+            start_new_session=True,
+        )
+        try:
+            deadline = time.time() + bound_s
+            while proc.poll() is None and time.time() < deadline:
+                if committed() >= commits:
+                    break
+                time.sleep(0.05)
+            time.sleep(rng.uniform(0, jitter_s))
+            if proc.poll() is not None:  # (not an assert: python -O keeps this check)
+                raise AssertionError(Path(stderr).read_text()[-3000:])
+            return committed()
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)  # the driver and its JVM die at once
+            proc.wait()
