@@ -387,8 +387,11 @@ def test_sensor_alerts_survive_ten_sigkills_exactly_once(tmp_path: Path) -> None
         else:
             # Once the run has committed something new, at a random moment of
             # the batches that follow (or, when the input is all committed, once
-            # it is surely running).
-            deadline = time.time() + 30
+            # it is surely running).  While nothing is committed yet the input
+            # cannot be all committed, so that wait is bounded only against a hang:
+            # on a busy machine a start-up takes long, and the test must not kill
+            # every run before its first commit.
+            deadline = time.time() + (600 if before == 0 else 30)
             while time.time() < deadline and proc.poll() is None:
                 if commits.exists() and len(list(commits.glob("*.json"))) > before:
                     break
