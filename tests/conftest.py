@@ -12,11 +12,20 @@ no test can cause one. Each run has its own folder, removed at its end unless a
 test failed (the folder's path is then printed); a later run removes the folders
 of runs that are gone. Under pytest-xdist (``make test``) each worker's folders
 are in a ``popen-gwN`` folder of the run's (xdist passes ``--basetemp`` to the workers).
+
+Under ``make test`` (pytest-xdist's ``worksteal``) the slowest tests, listed in
+:data:`SLOW`, start first, dealt in turn to the front of each worker's share:
+xdist hands each worker a contiguous share of the collection and an idle worker
+steals from the end of the other's, so with the long tests first the run ends
+on short ones on both workers instead of one worker waiting out a long Spark
+test alone.  Only the order changes; every test runs.
 """
 
+import itertools
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -38,6 +47,86 @@ def spark():  # type: ignore[no-untyped-def]
     session = local_session("txstream-tests")
     yield session
     session.stop()
+
+
+SLOW = (
+    # Measured with --durations (slowest first); a test missing here only runs later.
+    "tests/test_runtime_spark.py::test_sensor_alerts_survive_ten_sigkills_exactly_once",
+    "tests/test_lr_spark.py::test_ctrl_c_mid_run_is_one_line_and_a_rerun_at_another_speedup",
+    "tests/test_lr_validate.py::test_agreement_with_independent_reference_on_1800_seconds",
+    "tests/test_lr_spark.py::test_not_serializable_two_queries_survive_sigkill",
+    "tests/test_loading_executors.py::test_driver_sigkilled_mid_batch_then_restarted",
+    "tests/test_lr_spark.py::test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once",
+    "tests/test_loading_executors.py::test_sessions_run_as_tasks_with_no_statement",
+    "tests/test_runtime_spark.py::test_ledger_audit_survives_sigkills_mid_run_exactly_once",
+    "tests/test_runtime_spark.py::test_a_sigkilled_driver_takes_its_jvm_down",
+    "tests/test_runtime_spark.py::test_local_cluster_gives_the_answers_of_local",
+    "tests/test_lr_runtime.py::test_every_answer_is_right_on_a_generated_input",
+    "tests/test_cq_spark.py::test_windows_spanning_micro_batches",
+    "tests/test_cq_spark.py::test_concurrent_updaters_never_mix_versions",
+    "tests/test_windows_spark.py::test_keyed_windows_survive_driver_sigkills_exactly_once",
+    "tests/test_windows_spark.py::test_keyed_windows_on_local_cluster_give_the_same_answers",
+    "tests/test_windows_spark.py::test_windows_run_spark_prints_metrics_equal_to_the_in_process",
+    "tests/test_lr_engine.py::test_repeated_sigkill_and_resume_lose_and_repeat_no_answer",
+    "tests/test_pgserver.py::test_sigkill_of_a_real_loading_run_stops_its_server",
+    "tests/test_lr_paths.py::test_the_not_serializable_errors_come_from_the_order_of_the_two",
+    "tests/test_cq_spark.py::test_time_windows_spanning_micro_batches",
+    "tests/test_bench_runtime_spark.py::test_a_uniform_audited_point_on_more_partitions",
+    "tests/test_cq_spark.py::test_a_driver_killed_after_saving_a_batch_loses_no_result",
+    "tests/test_lr_paths.py::test_a_crash_between_a_minute_commit_and_its_publication",
+    "tests/test_cq_user.py::test_spark_two_joins_and_a_float_time_window_under_updates",
+    "tests/test_lr_spark.py::test_duplicates_and_garbage_on_spark",
+    "tests/test_cq_spark.py::test_two_tables_joined_in_a_chain",
+    "tests/test_lr_generate.py::test_spark_generator_writes_the_same_files",
+    "tests/test_cq_spark.py::test_bench_point_measures_a_mode_against_the_same_input",
+    "tests/test_cq_spark.py::test_the_executors_judge_each_window_as_its_read_set_does",
+)
+"""Node-id prefixes of the slowest tests, slowest first (see the module's docstring)."""
+
+
+def deal_slow_first(ids: list[str], slow: tuple[str, ...], workers: int) -> list[int]:
+    """An order of ``ids`` (as indices) in which ``slow`` tests open each worker's share.
+
+    xdist's ``worksteal`` gives worker k the k-th of ``workers`` contiguous
+    shares (the first ``len // workers`` items, then half of the rest, ...); the
+    slow tests, in ``slow``'s order, are dealt in turn to the shares' fronts,
+    the other tests fill the rest in their collection order.
+    """
+
+    def rank(nodeid: str) -> int | None:
+        return next((r for r, prefix in enumerate(slow) if nodeid.startswith(prefix)), None)
+
+    ranked = sorted(
+        ((r, i) for i, nodeid in enumerate(ids) if (r := rank(nodeid)) is not None),
+    )
+    slow_ids = [i for _r, i in ranked]
+    chosen = set(slow_ids)
+    rest = iter([i for i in range(len(ids)) if i not in chosen])
+    sizes, left = [], len(ids)
+    for k in range(workers):  # as xdist's WorkStealingScheduling.check_schedule splits
+        sizes.append(left // (workers - k))
+        left -= sizes[-1]
+    shares: list[list[int]] = [[] for _ in range(workers)]
+    for n, i in enumerate(slow_ids):
+        shares[n % workers].append(i)
+    for share, size in zip(shares, sizes, strict=True):
+        share.extend(itertools.islice(rest, max(0, size - len(share))))
+    return [i for share in shares for i in share] + list(rest)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell xdist's workers the run's ``--dist`` mode (xdist sets theirs to ``no``)."""
+    node.workerinput["txstream_dist"] = node.config.getoption("dist")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist's ``worksteal``, the :data:`SLOW` tests first in each worker's share."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None or workerinput.get("txstream_dist") != "worksteal":
+        return
+    order = deal_slow_first([item.nodeid for item in items], SLOW, int(workerinput["workercount"]))
+    items[:] = [items[i] for i in order]
 
 
 MEMORY = Path("/dev/shm")

@@ -317,13 +317,19 @@ def test_sessions_run_as_tasks_with_no_statement_through_the_driver(
     assert check_loaded(target, init, ops + more) == []
 
 
+# The SIGKILL test's run: 6 files (micro-batches) of 500 operations each.  Each
+# batch pays Spark's and the sessions' fixed costs, so fewer batches is what keeps
+# the test short; 6 leave a kill after the first batch well inside the run.
+KILL_OPERATIONS, KILL_FILES = 3000, 6
+
+
 def _loading_cli(out: Path, conninfo: str, on: str = "executors") -> list[str]:
     return [
         sys.executable, "-c", "from txstream.cli import main; raise SystemExit(main())",
         "loading", "run", "--spark", "--on", on, "--target", "postgres",
         "--conninfo", conninfo, "--out", str(out), "--method", "reorder",
-        "--sessions", "4", "--grouping", "8", "--operations", "6000", "--parts", "300",
-        "--files", "12", "--seed", "4",
+        "--sessions", "4", "--grouping", "8", "--operations", str(KILL_OPERATIONS),
+        "--parts", "300", "--files", str(KILL_FILES), "--seed", "4",
     ]  # fmt: skip
 
 
@@ -372,18 +378,18 @@ def test_driver_sigkilled_mid_batch_then_restarted_loads_every_operation_once(
         os.killpg(victim.pid, signal.SIGKILL)  # the driver and its JVM die at once
         victim.wait()
     marked = _count(target, "SELECT count(*) FROM txstream_batches")
-    assert 1 <= marked < 12  # killed mid-run
+    assert 1 <= marked < KILL_FILES  # killed mid-run
     done = subprocess.run(
         _loading_cli(out, server.conninfo), env=env, capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(done.stdout)
     assert summary["resumed"] is True and summary["exact"] is True
-    assert _count(target, "SELECT count(*) FROM txstream_batches") == 12
+    assert _count(target, "SELECT count(*) FROM txstream_batches") == KILL_FILES
 
     # The contents equal the serial oracle and the driver's loader on the same input.
     init = initial_rows(300, seed=4)
-    ops = demand_stream(6000, 300, p=0.5, seed=4)
+    ops = demand_stream(KILL_OPERATIONS, 300, p=0.5, seed=4)
     state = target.state()
     expected = expected_state(schema, apply_serial(schema, ops, base_from_rows(schema, init)))
     assert differences(schema, state, expected) == []
