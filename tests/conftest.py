@@ -14,7 +14,7 @@ of runs that are gone. Under pytest-xdist (``make test``) each worker's folders
 are in a ``popen-gwN`` folder of the run's (xdist passes ``--basetemp`` to the workers).
 
 Under ``make test`` (pytest-xdist's ``worksteal``) the slowest tests, listed in
-:data:`SLOW`, start first, dealt in turn to the front of each worker's share:
+:data:`SLOW`, start first, dealt module by module to the front of each worker's share:
 xdist hands each worker a contiguous share of the collection and an idle worker
 steals from the end of the other's, so with the long tests first the run ends
 on short ones on both workers instead of one worker waiting out a long Spark
@@ -88,27 +88,32 @@ def deal_slow_first(ids: list[str], slow: tuple[str, ...], workers: int) -> list
     """An order of ``ids`` (as indices) in which ``slow`` tests open each worker's share.
 
     xdist's ``worksteal`` gives worker k the k-th of ``workers`` contiguous
-    shares (the first ``len // workers`` items, then half of the rest, ...); the
-    slow tests, in ``slow``'s order, are dealt in turn to the shares' fronts,
-    the other tests fill the rest in their collection order.
+    shares (the first ``len // workers`` items, then half of the rest, ...).
+    The slow tests of one module stay together, in collection order, so that
+    its module-scoped fixtures are set up once for them; the modules, by their
+    slowest test's place in ``slow``, are dealt in turn to the shares' fronts,
+    and the other tests fill the rest in their collection order.
     """
 
     def rank(nodeid: str) -> int | None:
         return next((r for r, prefix in enumerate(slow) if nodeid.startswith(prefix)), None)
 
-    ranked = sorted(
-        ((r, i) for i, nodeid in enumerate(ids) if (r := rank(nodeid)) is not None),
-    )
-    slow_ids = [i for _r, i in ranked]
-    chosen = set(slow_ids)
+    modules: dict[str, tuple[int, list[int]]] = {}
+    for i, nodeid in enumerate(ids):
+        r = rank(nodeid)
+        if r is not None:
+            module = nodeid.partition("::")[0]
+            best, members = modules.get(module, (r, []))
+            modules[module] = (min(best, r), [*members, i])
+    chosen = {i for _r, members in modules.values() for i in members}
     rest = iter([i for i in range(len(ids)) if i not in chosen])
     sizes, left = [], len(ids)
     for k in range(workers):  # as xdist's WorkStealingScheduling.check_schedule splits
         sizes.append(left // (workers - k))
         left -= sizes[-1]
     shares: list[list[int]] = [[] for _ in range(workers)]
-    for n, i in enumerate(slow_ids):
-        shares[n % workers].append(i)
+    for n, (_r, members) in enumerate(sorted(modules.values())):
+        shares[n % workers].extend(members)
     for share, size in zip(shares, sizes, strict=True):
         share.extend(itertools.islice(rest, max(0, size - len(share))))
     return [i for share in shares for i in share] + list(rest)

@@ -20,8 +20,19 @@ def test_the_slow_tests_open_each_workers_share_and_every_test_runs_once() -> No
     assert [ids[i] for i in first[:2]] == ["tests/test_h.py::t", "tests/test_k.py::t"]
     assert ids[second[0]] == "tests/test_c.py::t"
     # the others keep their collection order within each share
-    rest = [i for i in order if ids[i] not in slow and not ids[i].startswith(slow)]
+    rest = [i for i in order if not ids[i].startswith(slow)]
     assert rest == sorted(rest)
+
+
+def test_a_modules_slow_tests_stay_together_in_collection_order() -> None:
+    ids = ["tests/test_a.py::x", "tests/test_m.py::s1", "tests/test_m.py::f"]
+    ids += ["tests/test_m.py::s2[1]", "tests/test_m.py::s2[2]", "tests/test_z.py::s"]
+    slow = ("tests/test_m.py::s2", "tests/test_z.py::s", "tests/test_m.py::s1")
+    order = [ids[i] for i in deal_slow_first(ids, slow, workers=2)]
+    # test_m's slow tests (its best rank is 0) open the first share, together
+    assert order[:3] == ["tests/test_m.py::s1", "tests/test_m.py::s2[1]", "tests/test_m.py::s2[2]"]
+    assert order[3] == "tests/test_z.py::s"  # the second share (3 of 6 tests each)
+    assert sorted(order) == sorted(ids)
 
 
 def test_three_workers_each_get_a_slow_test_first() -> None:
