@@ -181,9 +181,11 @@ def test_sigkill_of_a_real_loading_run_stops_its_server() -> None:
     tmp_path = Path(tempfile.mkdtemp(prefix="txpg"))
     tmp_path.chmod(0o755)  # run as root, the server's own user must reach its folder
     env = {**os.environ, "PYTHONPATH": str(SRC), "TMPDIR": str(tmp_path)}
+    # The input is made before the server starts; 100,000 operations take the
+    # loaders many seconds, so the run is still going at the kill (asserted below).
     proc = subprocess.Popen(
         [sys.executable, "-c", "from txstream.cli import entry; entry()", "loading", "run",
-         "--target", "postgres", "--operations", "1000000", "--sessions", "2"],
+         "--target", "postgres", "--operations", "100000", "--sessions", "2"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )  # fmt: skip
     try:
