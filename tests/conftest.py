@@ -50,27 +50,32 @@ def spark():  # type: ignore[no-untyped-def]
 
 
 SLOW = (
-    # Measured with --durations (slowest first); a test missing here only runs later.
+    # Measured with --durations, one process, slowest first; a test missing here only runs later.
+    "tests/test_runtime_spark.py::test_ledger_audit_survives_sigkills_mid_run_exactly_once",
+    "tests/test_runtime_spark.py::test_a_sigkilled_driver_takes_its_jvm_down",
     "tests/test_runtime_spark.py::test_sensor_alerts_survive_ten_sigkills_exactly_once",
+    "tests/test_runtime_spark.py::test_local_cluster_gives_the_answers_of_local",
+    "tests/test_spark_cluster.py::test_a_job_submitted_to_a_standalone_cluster_runs_there",
+    "tests/test_spark_connect.py::test_ledger_through_connect_equals_the_classic_session",
+    "tests/test_spark_end_inputs.py::test_a_driver_sigkilled_at_the_end_loses_and_repeats",
+    "tests/test_loading_executors.py::test_driver_sigkilled_mid_batch_then_restarted",
     "tests/test_lr_spark.py::test_ctrl_c_mid_run_is_one_line_and_a_rerun_at_another_speedup",
     "tests/test_lr_validate.py::test_agreement_with_independent_reference_on_1800_seconds",
     "tests/test_lr_spark.py::test_not_serializable_two_queries_survive_sigkill",
-    "tests/test_loading_executors.py::test_driver_sigkilled_mid_batch_then_restarted",
     "tests/test_lr_spark.py::test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once",
     "tests/test_loading_executors.py::test_sessions_run_as_tasks_with_no_statement",
-    "tests/test_runtime_spark.py::test_ledger_audit_survives_sigkills_mid_run_exactly_once",
-    "tests/test_runtime_spark.py::test_a_sigkilled_driver_takes_its_jvm_down",
-    "tests/test_runtime_spark.py::test_local_cluster_gives_the_answers_of_local",
     "tests/test_lr_runtime.py::test_every_answer_is_right_on_a_generated_input",
-    "tests/test_cq_spark.py::test_windows_spanning_micro_batches",
-    "tests/test_cq_spark.py::test_concurrent_updaters_never_mix_versions",
-    "tests/test_windows_spark.py::test_keyed_windows_survive_driver_sigkills_exactly_once",
     "tests/test_windows_spark.py::test_keyed_windows_on_local_cluster_give_the_same_answers",
+    "tests/test_windows_spark.py::test_keyed_windows_survive_driver_sigkills_exactly_once",
     "tests/test_windows_spark.py::test_windows_run_spark_prints_metrics_equal_to_the_in_process",
+    "tests/test_cq_spark.py::test_windows_spanning_micro_batches",
+    "tests/test_spark_connect.py::test_a_connect_query_restarts_from_its_checkpoint",
+    "tests/test_cq_spark.py::test_concurrent_updaters_never_mix_versions",
+    "tests/test_spark_session.py::test_a_failing_job_prints_its_one_line_error",
     "tests/test_lr_engine.py::test_repeated_sigkill_and_resume_lose_and_repeat_no_answer",
-    "tests/test_pgserver.py::test_sigkill_of_a_real_loading_run_stops_its_server",
     "tests/test_lr_paths.py::test_the_not_serializable_errors_come_from_the_order_of_the_two",
     "tests/test_cq_spark.py::test_time_windows_spanning_micro_batches",
+    "tests/test_sinks.py::test_sigkill_delta_and_postgres_exactly_once",
     "tests/test_bench_runtime_spark.py::test_a_uniform_audited_point_on_more_partitions",
     "tests/test_cq_spark.py::test_a_driver_killed_after_saving_a_batch_loses_no_result",
     "tests/test_lr_paths.py::test_a_crash_between_a_minute_commit_and_its_publication",
@@ -80,6 +85,7 @@ SLOW = (
     "tests/test_lr_generate.py::test_spark_generator_writes_the_same_files",
     "tests/test_cq_spark.py::test_bench_point_measures_a_mode_against_the_same_input",
     "tests/test_cq_spark.py::test_the_executors_judge_each_window_as_its_read_set_does",
+    "tests/test_pgserver.py::test_sigkill_of_a_real_loading_run_stops_its_server",
 )
 """Node-id prefixes of the slowest tests, slowest first (see the module's docstring)."""
 
