@@ -444,8 +444,11 @@ def test_every_value_the_state_holds_round_trips_exactly(value: Any) -> None:
 
 @settings(max_examples=100, deadline=None)
 @given(st.dictionaries(st.text(max_size=3), values, max_size=3))
-def test_blobs_round_trip_with_their_checksum(value: Any) -> None:
-    path = Path(__import__("tempfile").mkdtemp()) / "x.bin"
+def test_blobs_round_trip_with_their_checksum(
+    tmp_path_factory: pytest.TempPathFactory, value: Any
+) -> None:
+    # (tmp_path_factory: the run's folders, in memory where conftest puts them)
+    path = tmp_path_factory.mktemp("blob") / "x.bin"
     path.write_bytes(dump_blob(value))
     assert same(load_blob(path), value)
 
@@ -600,10 +603,13 @@ changes = st.lists(
 
 @settings(max_examples=150, deadline=None)
 @given(changes, changes)
-def test_a_saved_state_loads_back_exactly(first: Any, second: Any) -> None:
+def test_a_saved_state_loads_back_exactly(
+    tmp_path_factory: pytest.TempPathFactory, first: Any, second: Any
+) -> None:
     # A snapshot after the first batch, a delta after the second: a new worker
-    # loads what the worker that ran them holds.
-    root = Path(__import__("tempfile").mkdtemp())
+    # loads what the worker that ran them holds.  The store in the run's folders
+    # (in memory where conftest puts them: it fsyncs every file it writes).
+    root = tmp_path_factory.mktemp("saved")
     store = RuntimeStore(root)
     token = None
     for batch, puts in enumerate((first, second)):
