@@ -399,23 +399,19 @@ class _Partition:
         state = self.state
         # The home changes the dict of a value's rows that it is given: a copy when it
         # is in this process (a message to another task is a copy already; a flat
-        # table's row goes bare, and a write replaces a row, never changes it in
-        # place).  (state.rows_of, inlined: a call per table.)
+        # table's row goes bare, and a write replaces a row, never changes it in place).
         copy = dest in self.sched.hosted
-        data, flat = state.data, state.flat
+        flat = state.flat
         rows = []
         for v in values:
             tables = {}
             for table in self.tables:
-                by = data.get(table)
-                if by is None:
-                    continue
-                found = by.get(v)
-                if table in flat:
-                    if found is not None:
-                        tables[table] = found
-                elif found:
-                    tables[table] = dict(found) if copy else found
+                found = state.rows_of(table, v)
+                if found:
+                    if table in flat:
+                        tables[table] = found[v]
+                    else:
+                        tables[table] = dict(found) if copy else found
             rows.append((v, tables))
         return rows
 
@@ -444,20 +440,14 @@ class _Partition:
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
-        tracked, data, flat = state.tracked, state.data, state.flat
+        tracked, flat = state.tracked, state.flat
         owner: dict[Any, int] = {}
         for src, payload in ups.items():
             for value, tables in payload:
                 owner[value] = src
                 for table, rows in tables.items():
-                    if table in flat:  # (a flat table's one row: state.set_rows, inlined)
-                        by = data.get(table)
-                        if by is None:
-                            by = data[table] = {}
-                        by[value] = rows
-                        if tracked and table in tracked:  # (counted while it is here)
-                            track(tracked, table, None, rows)
-                        continue
+                    if table in flat:  # (a flat table's one row, sent bare: see _rows)
+                        rows = {value: rows}
                     state.set_rows(table, value, rows)
                     if tracked and table in tracked:  # (counted while they are here)
                         for row in rows.values():
@@ -481,11 +471,9 @@ class _Partition:
                 undo = state.undo
                 for undo_key, _old in runner.changed:
                     table, value, key = undo_key
-                    if value in owner:  # (state.part, inlined)
-                        by = data.get(table, _NONE)
-                        if table not in flat:
-                            by = by.get(value, _NONE)
-                        changes.append((table, value, key, by.get(key)))
+                    if value in owner:
+                        row = (state.part(table, value) or _NONE).get(key)
+                        changes.append((table, value, key, row))
                         undo.pop(undo_key, None)
                 if self.record:
                     ops = [op for _value, op in runner.remote_ops]
@@ -516,15 +504,8 @@ class _Partition:
     def _drop(self, owner: Mapping[Any, int]) -> None:
         """Take the forwarded values' rows out of this state (and out of its totals)."""
         state = self.state
-        tracked, data, flat = state.tracked, state.data, state.flat
+        tracked = state.tracked
         for table in self.tables:
-            by = data.get(table)
-            if by is None:
-                continue
-            if table in flat and not (tracked and table in tracked):
-                for value in owner:  # (state.pop_rows, inlined)
-                    by.pop(value, None)
-                continue
             for value in owner:
                 rows = state.pop_rows(table, value)
                 if rows and tracked and table in tracked:
@@ -553,11 +534,9 @@ class _Partition:
         changes, ops, committed = back
         if changes:
             state = self.state
-            undo, tracked, data, flat = state.undo, state.tracked, state.data, state.flat
+            undo, tracked = state.undo, state.tracked
             for table, value, key, row in changes:
-                rows = data.get(table)  # (state.part, inlined)
-                if rows is not None and table not in flat:
-                    rows = rows.get(value)
+                rows = state.part(table, value)
                 if rows is None or row is None or (tracked and table in tracked):
                     # (a row made or deleted, or a table whose totals are kept)
                     state.put(table, value, key, ABSENT if row is None else row)
