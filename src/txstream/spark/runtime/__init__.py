@@ -20,7 +20,7 @@ from txstream.spark.runtime.errors import (
 )
 from txstream.spark.runtime.failures import TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
-from txstream.spark.runtime.local import LocalRunner
+from txstream.spark.runtime.local import LocalRunner, SourceOrderWarning
 from txstream.spark.runtime.results import (
     history_text,
     read_failures,
@@ -46,6 +46,7 @@ __all__ = [
     "PostgresSink",
     "RuntimeJobError",
     "SchemaError",
+    "SourceOrderWarning",
     "SparkJobError",
     "StoreError",
     "StoreLockedError",

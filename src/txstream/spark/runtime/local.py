@@ -12,6 +12,7 @@ import math
 import shutil
 import threading
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -129,6 +130,31 @@ def _order_of(spec: InputSpec, input_name: str, row: Row, mid: int) -> float:
         return order_number(row[spec.order])
     except ValueError as exc:
         raise RuntimeJobError(f"{where}: order column {spec.order!r} {exc}") from None
+
+
+class SourceOrderWarning(UserWarning):
+    """A ``run_local`` batch lists events in an order other than the one they run in.
+
+    Events of an input without an ``order`` column have no place in time: within
+    a micro-batch they run in the inputs' declaration order (as on Spark, where a
+    micro-batch's inputs have no common order), not in the order the list gives.
+    Declare ``order=...`` on the inputs to interleave them.
+
+    >>> import warnings, txstream as tx
+    >>> job = (tx.Job("shop").input("orders", None, keys="k").input("restocks", None, keys="k")
+    ...        .output("log").on("orders", lambda t, e: t.emit("log", {"id": e["id"]}))
+    ...        .on("restocks", lambda t, e: t.emit("log", {"id": e["id"]})))
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = job.run_local([[("restocks", {"k": 1, "id": 1}), ("orders", {"k": 1, "id": 2})]],
+    ...                       "ckpt/source-order")
+    >>> print(caught[0].message)
+    batch 0: orders#1 runs before restocks#0, listed before it: without an order column a
+    micro-batch runs its inputs in declaration order (orders, restocks), not in list order;
+    declare order=... on the inputs to interleave them
+    >>> [r["id"] for r in tx.read_output("ckpt/source-order", "log")]
+    [2, 1]
+    """
 
 
 def _missing_time(spec: InputSpec, row: Row) -> str | None:
@@ -253,7 +279,11 @@ class LocalRunner:
                 self.store.write_init(pid, table.name, values)
 
     def run_batch(self, events: Iterable[tuple[str, Row]]) -> dict[str, Any]:
-        """Run one micro-batch of ``(input name, row)`` pairs, in source order.
+        """Run one micro-batch of ``(input name, row)`` pairs, in the job's order.
+
+        That is the ``order`` columns' (ties: the inputs' declaration order, then
+        list order); an input without one runs at order value 0, in list order
+        within the input (:class:`SourceOrderWarning` when the list says otherwise).
 
         It holds the store's owner lock while it runs (a job running on the same
         store makes it fail with :class:`~txstream.spark.runtime.errors.StoreLockedError`).
@@ -293,6 +323,10 @@ class LocalRunner:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
         bad: list[dict[str, Any]] = []
+        # The latest run place listed so far (order value, input), where, and whether
+        # its input has no order column; the first event listed after one it runs before.
+        last: tuple[tuple[float, int], str, bool] | None = None
+        misplaced: tuple[str, str] | None = None
         if isinstance(events, tuple | dict | str):
             raise RuntimeJobError(
                 f"batch {self.batch}: a micro-batch is a list of (input, row) pairs, not a "
@@ -330,6 +364,23 @@ class LocalRunner:
             for pid, event in event_copies(self.job, self.partitions, name, row, mid):
                 per_partition[pid].append(event)
                 seen[name] = max(seen.get(name, -math.inf), event.order[0])
+                if misplaced is None:
+                    key = (event.order[0], spec.index)
+                    if last is not None and key < last[0] and (spec.order is None or last[2]):
+                        misplaced = (position(name, mid), last[1])
+                    if last is None or key > last[0]:
+                        last = (key, position(name, mid), spec.order is None)
+        if misplaced is not None:
+            names = ", ".join(self.job.inputs)
+            warnings.warn(
+                SourceOrderWarning(
+                    f"batch {self.batch}: {misplaced[0]} runs before {misplaced[1]}, listed "
+                    "before it: without an order column a micro-batch runs its inputs in "
+                    f"declaration order ({names}), not in list order; declare order=... on "
+                    "the inputs to interleave them"
+                ),
+                stacklevel=4,
+            )
         ctx = BatchContext(
             str(self.store.root),
             self.batch,
