@@ -10,9 +10,11 @@ command line, argparse or click (``tests/test_layering.py``), so an engine is
 usable as a library without it.
 
 Every module in :data:`CLI_MODULES` exposes ``register_cli(subparsers)`` and
-sets ``func`` on its parser; ``func(args)`` returns the exit status.  A command
-with subcommands (``txstream cq run``) is made by :func:`command_group`.  Errors the
-user can fix (:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
+sets ``func`` on its parser; ``func(args)`` returns the exit status.  A module
+whose command has subcommands (``txstream cq run``) declares it as ``GROUP``, a
+:class:`Group`; its ``register_cli`` then receives the group's subcommands (see
+:func:`command_group`).  Errors the user can fix
+(:class:`~txstream.errors.TxStreamError`) print one line and exit 2.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn, TypeAlias
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeAlias
 
 from txstream import __version__
 from txstream.errors import TxStreamError
@@ -48,32 +51,43 @@ class _Parser(argparse.ArgumentParser):
 
 # A string: _SubParsersAction is generic only to type checkers.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-"""What ``register_cli`` receives: the subcommands of the parser above it."""
+"""What ``register_cli`` receives: the subcommands of the parser above it (or of its group)."""
+
+
+@dataclass(frozen=True)
+class Group:
+    """A command with subcommands, as its module declares it (``GROUP = Group(...)``).
+
+    ``description`` is the module's docstring when None, shown as written when
+    ``raw`` (with its own line breaks).
+    """
+
+    name: str
+    help: str
+    description: str | None = None
+    metavar: str = "COMMAND"
+    raw: bool = True
 
 
 def command_group(
-    sub: Subparsers,
-    name: str,
-    *,
-    help: str,
-    description: str | None,
-    metavar: str = "COMMAND",
-    raw: bool = True,
+    sub: argparse._SubParsersAction[Any], group: Group, doc: str | None
 ) -> Subparsers:
-    """Add the command ``name`` with subcommands; return where to add them.
+    """Add ``group``'s command; return where to add its subcommands.
 
-    ``description`` is shown as written when ``raw`` (a module docstring with
-    its own line breaks).  Without a subcommand the group prints its help and
-    exits 2, as a usage error does.
+    ``doc`` (the module's docstring) describes it unless ``group`` has a
+    description.  Without a subcommand the group prints its help and exits 2,
+    as a usage error does.
     """
-    parser = sub.add_parser(
-        name,
-        help=help,
-        description=description,
-        formatter_class=argparse.RawDescriptionHelpFormatter if raw else argparse.HelpFormatter,
+    parser: argparse.ArgumentParser = sub.add_parser(
+        group.name,
+        help=group.help,
+        description=doc if group.description is None else group.description,
+        formatter_class=(
+            argparse.RawDescriptionHelpFormatter if group.raw else argparse.HelpFormatter
+        ),
     )
     parser.set_defaults(func=lambda _args: _print_help(parser))
-    return parser.add_subparsers(metavar=metavar)
+    return parser.add_subparsers(metavar=group.metavar)
 
 
 def _print_help(parser: argparse.ArgumentParser) -> int:
@@ -89,8 +103,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"txstream {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in CLI_MODULES:
-        importlib.import_module(module).register_cli(sub)
+    for name in CLI_MODULES:
+        module = importlib.import_module(name)
+        group: Group | None = getattr(module, "GROUP", None)
+        module.register_cli(sub if group is None else command_group(sub, group, module.__doc__))
     return parser
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from txstream.broadcast.base import ALGORITHM_NAMES, BroadcastError
 from txstream.broadcast.params import MAX_OBJECTS, SERVER_OPS, SimParams, step_budget
-from txstream.cli import Subparsers, command_group
+from txstream.cli import Group, Subparsers
 from txstream.cli.types import (
     json_safe,
     nonnegative_float,
@@ -34,15 +34,11 @@ MAX_BITS = 1e15
 """Bounds that catch typos: sizes and times (bit-units) far beyond any experiment."""
 
 
-def register_cli(sub: Subparsers) -> None:
-    """Add the ``broadcast`` subcommand group (``cmatrix``, ``simulate``)."""
-    group = command_group(
-        sub,
-        "broadcast",
-        help="broadcast disks: C matrix of a history, simulation runs",
-        description=__doc__,
-    )
+GROUP = Group("broadcast", help="broadcast disks: C matrix of a history, simulation runs")
 
+
+def register_cli(group: Subparsers) -> None:
+    """Add ``broadcast``'s subcommands (``cmatrix``, ``simulate``)."""
     c = group.add_parser(
         "cmatrix",
         help="the F-Matrix C of an update history with commit cycles (JSON)",

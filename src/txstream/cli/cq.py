@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from txstream.cli import Subparsers, command_group
+from txstream.cli import Group, Subparsers
 from txstream.cli.types import (
     json_safe,
     nonnegative_float,
@@ -25,16 +25,11 @@ from txstream.cq.engine import STRATEGIES
 from txstream.model import format_history
 from txstream.storage.files import check_writable, write_whole
 
+GROUP = Group("cq", help="continuous queries over updatable tables: CQ-derived transactions")
 
-def register_cli(sub: Subparsers) -> None:
-    """Add the ``cq`` subcommand group (``run``, ``strategies``)."""
-    group = command_group(
-        sub,
-        "cq",
-        help="continuous queries over updatable tables: CQ-derived transactions",
-        description=__doc__,
-    )
 
+def register_cli(group: Subparsers) -> None:
+    """Add ``cq``'s subcommands (``run``, ``strategies``)."""
     r = group.add_parser("run", help="run the query with concurrent updaters (JSON)")
     r.add_argument("--strategy", default="snapshot", help=f"one of: {', '.join(STRATEGIES)}")
     r.add_argument(

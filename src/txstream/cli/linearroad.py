@@ -34,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from txstream.cli import Subparsers, command_group
+from txstream.cli import Group, Subparsers
 from txstream.cli.types import (
     float_range,
     int_range,
@@ -52,15 +52,11 @@ SPARK_FROM_L = 8.0
 """From this L on, ``generate`` runs as a Spark job even without ``--spark``."""
 
 
-def register_cli(sub: Subparsers) -> None:
-    """Add the ``linear-road`` subcommand group (``generate``, ``validate``)."""
-    group = command_group(
-        sub,
-        "linear-road",
-        help="Linear Road: generate inputs, validate answers",
-        description=__doc__,
-    )
+GROUP = Group("linear-road", help="Linear Road: generate inputs, validate answers")
 
+
+def register_cli(group: Subparsers) -> None:
+    """Add ``linear-road``'s subcommands (``generate``, ``validate``)."""
     g = group.add_parser("generate", help="write a deterministic input and historical tolls")
     g.add_argument("--out", type=path_arg, required=True, metavar="DIR")
     g.add_argument(

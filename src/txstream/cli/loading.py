@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from txstream.cli import Subparsers, command_group
+from txstream.cli import Group, Subparsers
 from txstream.cli.types import (
     json_safe,
     nonnegative_int,
@@ -41,17 +41,17 @@ MAX_SESSIONS = 256
 """More sessions than this is a typo, not an experiment (each is a thread and a connection)."""
 
 
-def register_cli(sub: Subparsers) -> None:
-    """Add the ``loading`` subcommand."""
-    lsub = command_group(
-        sub,
-        "loading",
-        help="continuous loading with join views (naive / partition / reorder)",
-        description="Load modification operations through k sessions without deadlocks.",
-        metavar="ACTION",
-        raw=False,
-    )
+GROUP = Group(
+    "loading",
+    help="continuous loading with join views (naive / partition / reorder)",
+    description="Load modification operations through k sessions without deadlocks.",
+    metavar="ACTION",
+    raw=False,
+)
 
+
+def register_cli(lsub: Subparsers) -> None:
+    """Add ``loading``'s actions."""
     run = lsub.add_parser("run", help="load a stream and print a JSON summary")
     run.add_argument("--method", default="reorder", help="naive, partition or reorder")
     run.add_argument("--target", default="embedded", help="embedded or postgres")

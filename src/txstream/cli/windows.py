@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from txstream.cli import Subparsers, command_group
+from txstream.cli import Group, Subparsers
 from txstream.cli.types import (
     int_range,
     json_safe,
@@ -49,15 +49,11 @@ the simulated clock bounds the reads (at this bound a run takes some 20 s; n=100
 t=0.001 over 100 s, twice the bound, took 75 s)."""
 
 
-def register_cli(sub: Subparsers) -> None:
-    """Add the ``windows`` subcommand group (``run``, ``schedulers``)."""
-    group = command_group(
-        sub,
-        "windows",
-        help="sliding windows: queries and window slides under a scheduler",
-        description=__doc__,
-    )
+GROUP = Group("windows", help="sliding windows: queries and window slides under a scheduler")
 
+
+def register_cli(group: Subparsers) -> None:
+    """Add ``windows``'s subcommands (``run``, ``schedulers``)."""
     r = group.add_parser("run", help="simulate one run and print its metrics (JSON)")
     r.add_argument("--scheduler", default="ttu", help=f"one of: {', '.join(SCHEDULERS)}")
     r.add_argument(

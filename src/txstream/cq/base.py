@@ -91,9 +91,20 @@ def _whole(x: Any) -> bool:
     return isinstance(x, numbers.Integral) and not isinstance(x, bool)
 
 
-def _ints(r: Any, s: Any) -> tuple[Any, Any]:
-    """``r`` and ``s`` as Python ints when they are whole numbers (numpy's, pandas')."""
-    return (int(r) if _whole(r) else r), (int(s) if _whole(s) else s)
+def _window(r: Any, s: Any) -> tuple[int, int]:
+    """A window's range ``r`` and slide ``s`` (``r`` when None), checked, as Python ints.
+
+    Whole numbers of numpy or pandas become ints; :class:`CQError` unless both
+    are positive and the slide is no larger than the range.
+    """
+    if s is None:
+        s = r
+    r, s = (int(r) if _whole(r) else r), (int(s) if _whole(s) else s)
+    if not _whole(r) or not _whole(s) or r < 1 or s < 1:
+        raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
+    if s > r:
+        raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
+    return r, s
 
 
 def _callable(name: str, what: str, fn: Any) -> None:
@@ -229,11 +240,7 @@ class WindowAgg(Operator):
             raise CQError(
                 f"unknown aggregate {aggregate!r}; choose one of: {', '.join(AGGREGATES)}"
             )
-        r, s = _ints(r, r if s is None else s)
-        if not _whole(r) or not _whole(s) or r < 1 or s < 1:
-            raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
-        if s > r:
-            raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
+        r, s = _window(r, s)
         self.aggregate = aggregate
         self.column = column
         self.r = r
@@ -281,11 +288,7 @@ class WindowJoin(Operator):
         time_column: str | None = None,
     ) -> None:
         super().__init__(name, left, right)
-        r, s = _ints(r, r if s is None else s)
-        if not _whole(r) or not _whole(s) or r < 1 or s < 1:
-            raise CQError(f"window range and slide must be positive integers, got r={r}, s={s}")
-        if s > r:
-            raise CQError(f"window slide {s} is larger than its range {r}: events would be lost")
+        r, s = _window(r, s)
         self.left_key = left_key
         self.right_key = right_key
         self.r = r

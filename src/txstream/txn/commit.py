@@ -126,10 +126,7 @@ class CommitPath:
             except BaseException as exc:
                 failure = exc
         if failure is not None:
-            txn.state = ACTIVE
-            txn._abort(keep_order=isinstance(failure, TransientError))
-            if isinstance(failure, TransientError):
-                self._count(type(failure).__name__)
+            self._commit_failed(txn, failure)
             raise failure
         if lsn:
             try:
@@ -149,6 +146,18 @@ class CommitPath:
         every = self.checkpoint_every_bytes
         if every is not None and lsn - self._checkpoint_lsn >= every:
             self._auto_checkpoint(every)
+
+    def _commit_failed(self, txn: Transaction, failure: BaseException) -> None:
+        """Abort ``txn``, whose commit failed before it was published.
+
+        A transient failure is counted, and ``txn`` keeps its place in a predefined
+        order (its retry takes it); any other failure gives the place up.
+        """
+        txn.state = ACTIVE
+        transient = isinstance(failure, TransientError)
+        txn._abort(keep_order=transient)
+        if transient:
+            self._count(type(failure).__name__)
 
     def _auto_checkpoint(self, every: int) -> None:
         """Checkpoint because the log grew by ``every`` bytes (after a commit is done).

@@ -592,10 +592,7 @@ class TransactionManager(CommitPath):
                 # every read in txn's read set is unchanged up to its own commit
                 txn.valid_to = self.clock
         if failure is not None:
-            txn.state = ACTIVE
-            txn._abort(keep_order=isinstance(failure, TransientError))
-            if isinstance(failure, TransientError):
-                self._count(type(failure).__name__)
+            self._commit_failed(txn, failure)
         return failure
 
     def resume(self, heir: Transaction) -> set[str]:

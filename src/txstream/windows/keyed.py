@@ -110,13 +110,8 @@ class KeyedWindows:
         """A snapshot query's group (raises :class:`WindowError` on a bad query)."""
         if not isinstance(query, Query):
             raise WindowError(f"a snapshot query is a Query, not {query!r}")
-        return QueryGroup(
-            [query],
-            window,
-            mode=self.mode,
-            name=f"snapshot:{query.aggregate}({query.attr})",
-            cost=self.snapshot_cost,
-            scope=self.snapshot_scope,
+        return QueryGroup.snapshot(
+            query, window, self.mode, self.snapshot_cost, self.snapshot_scope
         )
 
 

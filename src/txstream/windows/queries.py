@@ -174,6 +174,20 @@ class QueryGroup:
         self._simple = first.aggregate in _SIMPLE
         self._subset = first.subset
 
+    @classmethod
+    def snapshot(
+        cls, query: Query, window: SlidingWindow, mode: str, cost: str, scope: str
+    ) -> QueryGroup:
+        """A snapshot query's group of one, named ``snapshot:AGG(ATTR)`` (metrics, histories)."""
+        return cls(
+            [query],
+            window,
+            mode,
+            f"snapshot:{query.aggregate}({query.attr})",
+            cost=cost,
+            scope=scope,
+        )
+
     @staticmethod
     def _uses_no_attr(q: Query) -> bool:
         return q.aggregate in _SIMPLE and q.subset is None

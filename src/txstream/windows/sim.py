@@ -119,21 +119,19 @@ def long_groups(rng: random.Random, p: WindowParams, window: SlidingWindow) -> l
 
     With ``p.queries`` given, those instead: one group per (aggregate, attribute).
     """
+
+    def group(queries: list[Query], name: str) -> QueryGroup:
+        return QueryGroup(
+            queries, window, mode=p.mode, name=name, cost=p.long_cost, scope=p.long_scope
+        )
+
     groups = []
     if p.queries is not None:
         by_kind: dict[tuple[str, str], list[Query]] = {}
         for q in p.queries:
             by_kind.setdefault((q.aggregate, q.attr), []).append(q)
         return [
-            QueryGroup(
-                qs,
-                window,
-                mode=p.mode,
-                name=f"G{g}:{agg}({attr})",
-                cost=p.long_cost,
-                scope=p.long_scope,
-            )
-            for g, ((agg, attr), qs) in enumerate(by_kind.items())
+            group(qs, f"G{g}:{agg}({attr})") for g, ((agg, attr), qs) in enumerate(by_kind.items())
         ]
     for g in range((p.long_queries + p.group_size - 1) // p.group_size):
         aggregate = rng.choice(LONG_AGGREGATES)
@@ -149,16 +147,7 @@ def long_groups(rng: random.Random, p: WindowParams, window: SlidingWindow) -> l
             )
             for _ in range(size)
         ]
-        groups.append(
-            QueryGroup(
-                queries,
-                window,
-                mode=p.mode,
-                name=f"G{g}:{aggregate}({attr})",
-                cost=p.long_cost,
-                scope=p.long_scope,
-            )
-        )
+        groups.append(group(queries, f"G{g}:{aggregate}({attr})"))
     return groups
 
 
@@ -176,14 +165,7 @@ def snapshot_group(rng: random.Random, p: WindowParams, window: SlidingWindow) -
         attr=rng.choice(("src", "dst")),
         subset=subset,
     )
-    return QueryGroup(
-        [q],
-        window,
-        mode=p.mode,
-        name=f"snapshot:{q.aggregate}({q.attr})",
-        cost=p.snapshot_cost,
-        scope=p.snapshot_scope,
-    )
+    return QueryGroup.snapshot(q, window, p.mode, p.snapshot_cost, p.snapshot_scope)
 
 
 @dataclass
