@@ -36,6 +36,13 @@ class Transaction:
     Created by :meth:`TransactionManager.begin`.  ``id`` grows with start time
     (younger = larger); ``hid`` is its name in recorded histories; ``order`` is
     its position in the predefined order (kept across retries).
+
+    Its tables are key/value stores: every verb names the key, and a value is
+    any object (``t.insert(accounts, 1, 100)``).  A job's transaction function
+    gets ``tx.Tx`` instead, over declared tables whose rows name their own key
+    (``t.insert("accounts", {"acct": 1, "balance": 100})``); the driver engine
+    builds that on this.  The two verb sets side by side: docs/txn.md,
+    "``Transaction`` and ``tx.Tx``: two layers, two shapes".
     """
 
     __slots__ = (
@@ -288,7 +295,11 @@ class Transaction:
         self._change(table, key, "put", row)
 
     def insert(self, table: TableRef, key: Hashable, row: Any) -> None:
-        """Insert a new row (:class:`~txstream.storage.DuplicateKeyError` if it exists)."""
+        """Insert ``row`` as the new value of ``key``.
+
+        :class:`~txstream.storage.DuplicateKeyError` if ``key`` has one.  The key
+        is given, not taken from the row (see the class's docstring).
+        """
         self._change(table, key, "insert", row)
 
     def update(self, table: TableRef, key: Hashable, row: Any) -> None:

@@ -480,6 +480,10 @@ class Tx(Protocol):
     (:class:`~txstream.spark.runtime.executor.ExecutorTx`) and the driver
     engine's (:class:`~txstream.spark.runtime.driver.DriverTx`); annotate with
     ``tx.Tx``.  Rows are dicts of columns; every row handed out is a copy.
+    A row names its own key in the table's key columns (``insert(table, row)``),
+    where the transaction manager's :class:`~txstream.txn.Transaction`, a layer
+    below over key/value tables, takes the key apart (``insert(table, key,
+    value)``; docs/txn.md compares the two).
 
     Rules every verb keeps:
 
