@@ -164,43 +164,14 @@ def test_keyed_windows_survive_driver_sigkills_exactly_once(tmp_path: Path) -> N
 
 
 @pytest.mark.spark
-def test_keyed_windows_on_local_cluster_give_the_same_answers(tmp_path: Path) -> None:
-    # Two executor JVMs, each with its own Python workers: nothing of a key's
-    # window may live in driver memory or in one worker only.
-    data, ckpt = tmp_path / "data", tmp_path / "data" / "ckpt"
-    made = _example(
-        "generate",
-        "--out",
-        str(data),
-        "--scheduler",
-        "ttu",
-        "--keys",
-        "4",
-        "--seconds",
-        "2",
-        "--files",
-        "6",
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
-    ran = _example(
-        "run",
-        "--data",
-        str(data),
-        "--checkpoint",
-        str(ckpt),
-        "--master",
-        "local-cluster[2,1,1024]",
-        timeout=600,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    shown = _example("show", "--data", str(data), "--checkpoint", str(ckpt))
-    assert '"exactly_as_expected": true' in shown.stdout, shown.stdout + shown.stderr[-2000:]
-
-
-@pytest.mark.spark
-def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_path: Path) -> None:
-    # The command end to end, in a process of its own (it stops the session it starts).
+def test_windows_run_spark_on_local_cluster_equals_the_in_process_engine(tmp_path: Path) -> None:
+    # The command end to end, in a process of its own (it stops the session it
+    # starts), on two executor JVMs, each with its own Python workers: nothing of
+    # a key's window may live in driver memory or in one worker only.  Every
+    # answer and every key's window history equal the in-process engine's.
     import json
+
+    from txstream.windows.keyed import KeyedWindows, random_long_queries, run_keyed, workload
 
     env = {
         **os.environ,
@@ -208,6 +179,7 @@ def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_pat
         "PYTHONPATH": str(ROOT / "src"),
         "SPARK_LOCAL_IP": "127.0.0.1",
     }
+    keys, n, t, long_queries, snapshots = 4, 4, 0.5, 10, 0.5
     ran = subprocess.run(
         [
             sys.executable,
@@ -216,22 +188,26 @@ def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_pat
             "windows",
             "run",
             "--spark",
+            "--master",
+            "local-cluster[2,1,1024]",
             "--out",
             str(tmp_path / "run"),
             "--scheduler",
             "lws",
             "--keys",
-            "2",
+            str(keys),
             "--n",
-            "4",
+            str(n),
             "--t",
-            "0.5",
+            str(t),
             "--long-queries",
-            "10",
+            str(long_queries),
             "--snapshot-interval",
-            "0.5",
+            str(snapshots),
             "--files",
-            "4",
+            "6",
+            "--seed",
+            "0",
         ],
         capture_output=True,
         text=True,
@@ -244,8 +220,17 @@ def test_windows_run_spark_prints_metrics_equal_to_the_in_process_engine(tmp_pat
     assert out["equal_in_process"] is True
     assert out["histories"] == {"criterion": "lws", "hold": True}
     assert out["long_commits"] > 0 and out["snapshots"] > 0
+    assert out["batches"] >= 6  # the windows' state crossed micro-batches in the store
     assert out["cpu_us_per_event"]["workers"] > 0
-    assert sorted(p.name for p in (tmp_path / "run" / "histories").iterdir()) == [
-        "key-0.txt",
-        "key-1.txt",
-    ]
+    spec = KeyedWindows(
+        n=n,
+        t=t,
+        scheduler="lws",
+        long_queries=random_long_queries(n, long_queries, seed=0),
+        record=True,
+    )
+    want = run_keyed(spec, workload(keys, 2 * n * t, snapshot_interval=snapshots, n=n, seed=0))
+    histories = tmp_path / "run" / "histories"
+    assert sorted(p.name for p in histories.iterdir()) == [f"key-{k}.txt" for k in range(keys)]
+    for k in want.windows:
+        assert (histories / f"key-{k}.txt").read_text() == want.history(k), k
