@@ -473,98 +473,101 @@ from txstream.bench.ledger import ledger_job
 from txstream.spark import local_session
 
 spark = local_session("cluster-test", master={master!r})
-folder, ckpt, kill = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "kill"
-if sys.argv[5] == "ledger_audit":  # audits (global reads) amid the transfers
-    spec = importlib.util.spec_from_file_location("ledger_audit", {example!r})
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    streams = [spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
-               .json(str(folder / name)) for name, schema in example.INPUTS.items()]
-    job = example.job(str(folder / "accounts.json"), *streams)
-else:
-    job = ledger_job(*ledger_streams(spark, folder))
-job.option("merge", sys.argv[4])
-if kill:
-    # The first task of batch 1 takes its executor JVM down with it (once).
-    marker = ckpt.parent / "killed"
-    inner = job.spec.handlers["transfers"]
+
+def killing(inner, marker):
+    # The first task of the run's batch 1 takes its executor JVM down with it (once).
     def transfer(t, e):
         if e["id"] > 500 and not marker.exists():
             marker.write_text(str(os.getpid()))
             os.kill(os.getppid(), 9)
             os._exit(1)
         inner(t, e)
-    job.on("transfers", transfer)
-query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
-try:
-    query.awaitTermination()
-finally:
-    query.stop()
-got = {{name: tx.read_output(ckpt, name) for name in job.spec.outputs}}
-if sys.argv[5] == "ledger_audit":
-    got["accounts"] = tx.read_table(ckpt, "accounts")
-forwarded = sum(p["multiPartition"]["transactions"] for p in query.recentProgress)
+    return transfer
+
+runs = []
+# One application for every run (each local-cluster start costs two executor JVMs):
+# the runs follow one another, each killing an executor of the cluster as the run
+# before it left it (the master has launched a new one for the one killed).
+for run in json.loads(sys.argv[1]):
+    folder, ckpt, which = Path(run["in"]), Path(run["ckpt"]), run["which"]
+    if which == "ledger_audit":  # audits (global reads) amid the transfers
+        spec = importlib.util.spec_from_file_location("ledger_audit", {example!r})
+        example = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(example)
+        streams = [spark.readStream.schema(schema).option("maxFilesPerTrigger", 1)
+                   .json(str(folder / name)) for name, schema in example.INPUTS.items()]
+        job = example.job(str(folder / "accounts.json"), *streams)
+    else:
+        job = ledger_job(*ledger_streams(spark, folder))
+    job.option("merge", run["merge"])
+    job.on("transfers", killing(job.spec.handlers["transfers"], Path(run["killed"])))
+    query = job.trigger(availableNow=True).start(ckpt, spark=spark, partitions=2)
+    try:
+        query.awaitTermination()
+    finally:
+        query.stop()
+    got = {{name: tx.read_output(ckpt, name) for name in job.spec.outputs}}
+    if which == "ledger_audit":
+        got["accounts"] = tx.read_table(ckpt, "accounts")
+    forwarded = sum(p["multiPartition"]["transactions"] for p in query.recentProgress)
+    runs.append({{"got": got, "forwarded": forwarded}})
 cq = None
-if len(sys.argv) > 6:
+if len(sys.argv) > 2:
     # SparkCQ on the same cluster (issue 31): s2pl, prices rewritten between batches
     from test_cq_spark import price_setter, query as cq_query
     from txstream.cq.workload import load_table
-    cq_in = Path(sys.argv[6])
+    cq_in = Path(sys.argv[2])
     rows = {{int(k): v for k, v in json.loads((cq_in / "rows.json").read_text()).items()}}
     tm = load_table("s2pl", rows)
     handle = cq_query(spark, cq_in / "events", tm, "s2pl", 8, 3).start(
-        ckpt.parent / "cq-ckpt", after_batch=price_setter(tm, sorted(rows), 0))
+        cq_in.parent / "cq-ckpt", after_batch=price_setter(tm, sorted(rows), 0))
     try:
         handle.processAllAvailable()
     finally:
         handle.stop()
     cq = [[x.window, x.lwm, round(x.value, 9), x.consistent] for x in handle.results]
-print(json.dumps({{"got": got, "forwarded": forwarded, "cq": cq}}))
+print(json.dumps({{"runs": runs, "cq": cq}}))
 """
 
 
-@pytest.mark.parametrize(
-    ("merge", "which"),
-    [
-        ("batch", "ledger_audit"),  # examples/ledger_audit.py: transfers and audits
-        ("event-time", "ledger"),  # event-time: a barrier stage
-    ],
-)
 def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
-    tmp_path: Path, merge: str, which: str
+    tmp_path: Path,
 ) -> None:
-    # The executor dies inside a forwarded multi-partition batch (ids 400-799 of
-    # 1,200 in 3 files); with the example, audits run before and after the kill's
-    # place in that batch, each a global read over both executors' partitions.
-    if which == "ledger_audit":
-        spec = importlib.util.spec_from_file_location("ledger_audit", LEDGER_AUDIT)
-        assert spec is not None and spec.loader is not None
-        example = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(example)
-        expected = example.generate(tmp_path / "in", accounts=30, files=3, per_file=400, seed=21)
-    else:
-        stream = list(events(1200, 30, 30, seed=21))
-        if merge == "event-time":  # a last deposit (held itself) releases every transfer
-            stream.append(("deposits", {"acct": 0, "amount": 0, "id": 10**6}))
-        write_ledger_input(tmp_path / "in", stream, files=3)
-        outcomes = serial_oracle(stream)[1]
-        expected = {"transfers_done": [{"id": i, "ok": ok} for i, ok in outcomes]}
-    cq_args: list[str] = []
-    cq_want: list[list[Any]] | None = None
-    if which == "ledger":
-        # folded into this run (its cluster is up): SparkCQ under s2pl on two executor
-        # JVMs gives the windows of CQEngine fed the same batches, all consistent
-        from test_cq_spark import engine_oracle, make_batches, write_batches
+    # One local-cluster[2,1,1024] application runs two jobs, one after the other;
+    # in each an executor dies inside a forwarded multi-partition batch (ids
+    # 400-799 of 1,200 in 3 files):
+    # - examples/ledger_audit.py, merge "batch": audits run before and after the
+    #   kill's place in that batch, each a global read over both executors' partitions;
+    # - the ledger, merge "event-time": a barrier stage; then SparkCQ on the same cluster.
+    spec = importlib.util.spec_from_file_location("ledger_audit", LEDGER_AUDIT)
+    assert spec is not None and spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    audit, ledger = tmp_path / "audit", tmp_path / "ledger"
+    want_audit = example.generate(audit / "in", accounts=30, files=3, per_file=400, seed=21)
+    stream = list(events(1200, 30, 30, seed=21))
+    # event-time: a last deposit (held itself) releases every transfer
+    stream.append(("deposits", {"acct": 0, "amount": 0, "id": 10**6}))
+    write_ledger_input(ledger / "in", stream, files=3)
+    want_ledger = {"transfers_done": [{"id": i, "ok": ok} for i, ok in serial_oracle(stream)[1]]}
+    runs = [
+        {"which": "ledger_audit", "merge": "batch", "in": str(audit / "in")},
+        {"which": "ledger", "merge": "event-time", "in": str(ledger / "in")},
+    ]
+    for run, folder in zip(runs, (audit, ledger), strict=True):
+        run |= {"ckpt": str(folder / "ckpt"), "killed": str(folder / "killed")}
+    # SparkCQ under s2pl on two executor JVMs gives the windows of CQEngine fed the
+    # same batches, all consistent
+    from test_cq_spark import engine_oracle, make_batches, write_batches
 
-        rng = random.Random(4)
-        rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
-        batches = make_batches(rng, 2, 16, 12)  # parts 10 and 11 have no row: absent reads
-        (tmp_path / "cq").mkdir()
-        write_batches(tmp_path / "cq" / "events", batches)
-        (tmp_path / "cq" / "rows.json").write_text(json.dumps(rows))
-        cq_want = [[w, lwm, v, True] for w, lwm, v in engine_oracle(rows, batches, 8, 3, seed=0)]
-        assert cq_want
-        cq_args = [str(tmp_path / "cq")]
+    rng = random.Random(4)
+    rows = {k: {"price": rng.randint(1, 60), "cat": 0} for k in range(10)}
+    batches = make_batches(rng, 2, 16, 12)  # parts 10 and 11 have no row: absent reads
+    (tmp_path / "cq").mkdir()
+    write_batches(tmp_path / "cq" / "events", batches)
+    (tmp_path / "cq" / "rows.json").write_text(json.dumps(rows))
+    cq_want = [[w, lwm, v, True] for w, lwm, v in engine_oracle(rows, batches, 8, 3, seed=0)]
+    assert cq_want
     script = tmp_path / "job.py"
     script.write_text(
         CLUSTER_JOB.format(
@@ -575,16 +578,7 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
     )
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT / "src")}
     result = subprocess.run(
-        [
-            sys.executable,
-            str(script),
-            str(tmp_path / "in"),
-            str(tmp_path / "ckpt"),
-            "kill",
-            merge,
-            which,
-            *cq_args,
-        ],
+        [sys.executable, str(script), json.dumps(runs), str(tmp_path / "cq")],
         capture_output=True,
         text=True,
         env=env,
@@ -592,14 +586,15 @@ def test_local_cluster_gives_the_answers_of_local_even_when_an_executor_dies(
         check=False,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert (tmp_path / "killed").exists()  # an executor really died mid-batch
+    # an executor really died mid-batch, in each run
+    assert (audit / "killed").exists() and (ledger / "killed").exists()
     answer = json.loads(result.stdout.strip().splitlines()[-1])
-    assert answer["got"] == expected
+    assert [run["got"] for run in answer["runs"]] == [want_audit, want_ledger]
     assert answer["cq"] == cq_want
-    assert answer["forwarded"] > 0  # multi-partition transfers ran forwarded, not deferred
-    if which == "ledger_audit":
-        audits = answer["got"]["audits"]
-        assert all(a["ok"] for a in audits) and any(500 < a["id"] < 800 for a in audits)
+    # multi-partition transfers ran forwarded, not deferred
+    assert all(run["forwarded"] > 0 for run in answer["runs"])
+    audits = answer["runs"][0]["got"]["audits"]
+    assert all(a["ok"] for a in audits) and any(500 < a["id"] < 800 for a in audits)
 
 
 KILLED_DRIVER = """
