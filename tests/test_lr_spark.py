@@ -63,7 +63,7 @@ def _run_cli(out: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-c", "from txstream.cli import main; raise SystemExit(main())",
         "linear-road", "run", "--L", "1", "--minutes", "4",
-        "--speedup", "8", "--out", str(out), *extra,
+        "--speedup", "16", "--out", str(out), *extra,
     ]  # fmt: skip
 
 
