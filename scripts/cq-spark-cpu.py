@@ -22,12 +22,21 @@ CPU microseconds per event of each side and their ratio.
 
     PYTHONPATH=src .venv/bin/python scripts/cq-spark-cpu.py [--reps 3] [--events 100000]
         [--rate 1] [--modes plain,snapshot,s2pl,optimistic] [--master local-cluster[2,1,1024]]
+        [--profile 30]
+
+``--profile N`` also runs cProfile in the batches' threads and prints, per
+mode, the N functions with the most own time there (summed over the
+repetitions; the profiler slows the driver, so read its ratios, not its
+totals, and leave it off for the CPU table).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import os
+import pstats
 import statistics
 import tempfile
 from typing import Any
@@ -80,6 +89,7 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=1.0)
     ap.add_argument("--modes", default="plain,snapshot,s2pl,optimistic")
     ap.add_argument("--master", default=None)
+    ap.add_argument("--profile", type=int, default=0, metavar="N")
     args = ap.parse_args()
     if args.master:
         os.environ["PYSPARK_SUBMIT_ARGS"] = f"--master {args.master} pyspark-shell"
@@ -90,12 +100,22 @@ def main() -> None:
 
     in_batches = [0.0]  # CPU of the threads running txstream's per-batch work
     handle = cq_job._Runner.handle
+    profiles: dict[str, cProfile.Profile] = {}
 
     def timed(self: Any, b: Any) -> None:
+        prof = (
+            profiles.setdefault(self.cq.strategy, cProfile.Profile(time.thread_time))
+            if args.profile
+            else None
+        )
         start = time.thread_time()
+        if prof is not None:
+            prof.enable()
         try:
             handle(self, b)
         finally:
+            if prof is not None:
+                prof.disable()
             in_batches[0] += time.thread_time() - start
 
     cq_job._Runner.handle = timed  # type: ignore[method-assign]
@@ -177,6 +197,14 @@ def main() -> None:
                 f"driver python / executors "
                 f"{statistics.median(g['driver'] / g['below'] for g in got):.3f}"
             )
+
+    for mode, prof in profiles.items():
+        text = io.StringIO()
+        stats = pstats.Stats(prof, stream=text)
+        stats.sort_stats("tottime").print_stats(args.profile)
+        stats.sort_stats("cumulative").print_stats(args.profile)
+        print(f"\nprofile of {mode}'s batches (own CPU time of the thread, all its runs)")
+        print(text.getvalue())
 
 
 if __name__ == "__main__":

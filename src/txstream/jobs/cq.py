@@ -44,7 +44,9 @@ replayed batch id is skipped.
 from __future__ import annotations
 
 import json
+import operator
 import os
+import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -104,6 +106,62 @@ class CQStats:
     redos: int = 0
     escalations: int = 0  # optimistic: batches run on a snapshot after ESCALATE_AFTER redos
     skipped: list[int] = field(default_factory=list)
+
+
+class _Windows:
+    """One attempt's committed windows by column; :class:`Result` objects made on demand.
+
+    The driver's work per window stays a few list operations in C (the bench
+    and a query with neither ``on_result`` nor a reader of ``results`` never
+    make an object per window); :meth:`made` builds the results when asked.
+    """
+
+    __slots__ = ("attempts", "his", "los", "lwms", "numbers", "values", "versions")
+
+    def __init__(
+        self,
+        numbers: list[int],
+        values: list[Any],
+        lwms: list[Any],
+        los: list[int],
+        his: list[int],
+        attempts: int,
+        versions: list[frozenset[Any]] | None,
+    ) -> None:
+        self.numbers, self.values, self.lwms = numbers, values, lwms
+        self.los, self.his, self.attempts, self.versions = los, his, attempts, versions
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def head(self, n: int) -> _Windows:
+        """The first ``n`` windows."""
+        vs = None if self.versions is None else self.versions[:n]
+        return _Windows(
+            self.numbers[:n],
+            self.values[:n],
+            self.lwms[:n],
+            self.los[:n],
+            self.his[:n],
+            self.attempts,
+            vs,
+        )
+
+    def consistent(self) -> int:
+        """How many windows read one state of the tables (``lo <= hi``)."""
+        return sum(map(operator.le, self.los, self.his))
+
+    def made(self) -> list[Result]:
+        """The windows as :class:`Result` objects."""
+        none: frozenset[Any] = frozenset()
+        vs = self.versions if self.versions is not None else [none] * len(self.numbers)
+        a = self.attempts
+        return [
+            Result(value, n, lwm, v, a, (lo, hi), {"window": n, "value": value})
+            for n, value, lwm, lo, hi, v in zip(
+                self.numbers, self.values, self.lwms, self.los, self.his, vs, strict=True
+            )
+        ]
 
 
 class SparkCQ:
@@ -400,7 +458,9 @@ class _Runner:
         if output is not None:
             output.mkdir(parents=True, exist_ok=True)
         self.on_result = on_result
-        self.results: list[Result] = []
+        self._made: list[Result] = []  # the results made so far, in window order
+        self._unmade: list[_Windows] = []  # the windows after them, not made yet
+        self._making = threading.Lock()
         self.stats = CQStats()
         self.failure: TxStreamError | None = None
         self.stopping = False
@@ -412,6 +472,15 @@ class _Runner:
         self._pinned_at: list[int] = [0] * len(self.joins)  # this attempt's read instant per join
         self.t0: float | None = None  # time-based windows: the first event's time
         self.last_batch, self.next_window, self.carry = self._recover()
+
+    @property
+    def results(self) -> list[Result]:
+        """The results emitted so far, in window order (made now for the windows not made yet)."""
+        with self._making:
+            unmade, self._unmade = self._unmade, []
+            for chunk in unmade:
+                self._made += chunk.made()
+            return self._made
 
     def close(self) -> None:
         """Stop recording the tables' changes (the query has stopped)."""
@@ -468,7 +537,8 @@ class _Runner:
         events, carry = b.frame, self.carry
         if not self.versions:
             self.versions = [_Versions(self, i) for i in range(len(self.joins))]
-        results: list[Result] = []
+        results: list[_Windows] = []  # the windows committed so far, per attempt
+        done = 0  # how many
         attempts = 0
         while True:
             if self.stopping:  # stop() while a batch is redone: leave it to the restart
@@ -493,7 +563,7 @@ class _Runner:
                     self.cq._condition,
                     self.window,
                     rejoin=not self.plain,
-                    first=self.next_window + len(results),
+                    first=self.next_window + done,
                     t0=self.t0,
                     read_sets=self.read_sets,
                     watch=self.watch,
@@ -506,13 +576,13 @@ class _Runner:
                 # the windows that read a row changed since the pin: the earliest change
                 fresh = txn is None or txn.snapshot_ts is None  # a snapshot's reads stay valid
                 hit = self._touched(out, changed) if self.watch and fresh else {}
-                got = self._results(out, txn, attempts, self.next_window + len(results), now, hit)
+                got = self._results(out, txn, attempts, self.next_window + done, now, hit)
                 if txn is None:
-                    results += got
+                    results.append(got)
                     break
                 if self.cq.strategy != "optimistic" or escalated:
                     txn.commit()
-                    results += got
+                    results.append(got)
                     break
                 # Optimistic (Section 5): each window is validated; the windows before
                 # the first whose reads changed since the pin commit (they read only
@@ -520,7 +590,8 @@ class _Runner:
                 # its LWM under newer rows.
                 valid = self._valid_prefix(out, hit)
                 txn.commit()
-                results += got[:valid]
+                results.append(got.head(valid))
+                done += valid
                 if valid == len(out):
                     break
                 low = out.columns["lwm"][valid]
@@ -536,7 +607,8 @@ class _Runner:
             for i, at in enumerate(self._pinned_at):
                 col = out.carry.get(f"__seen{i}", [])
                 col[:] = [at if x is None else x for x in col]
-        self.next_window += len(results)
+        count = sum(len(chunk) for chunk in results)
+        self.next_window += count
         # the output before the state: a crash between them redoes the batch, whose
         # file is then replaced; the other order would lose its results
         if self.output is not None:
@@ -545,11 +617,13 @@ class _Runner:
         self.carry = out.carry
         self.last_batch = b.id
         self.stats.batches += 1
-        self.stats.windows += len(results)
-        self.stats.consistent += sum(1 for r in results if r.state and r.state[0] <= r.state[1])
-        self.results.extend(results)
-        if self.on_result is not None:
-            for r in results:
+        self.stats.windows += count
+        self.stats.consistent += sum(chunk.consistent() for chunk in results)
+        with self._making:
+            self._unmade += results
+        if self.on_result is not None and count:
+            made = self.results
+            for r in made[len(made) - count :]:
                 self.on_result(r)
         if self.after_batch is not None:
             self.after_batch(b.id)
@@ -679,42 +753,29 @@ class _Runner:
         first: int,
         now: int,
         hit: dict[int, int],
-    ) -> list[Result]:
-        """The complete windows as results, each with the instants its reads were all current.
+    ) -> _Windows:
+        """The complete windows, each with the instants its reads were all current.
 
         ``lo`` and ``hi`` come from the executors (the newest version a window
         read; the last instant all its reads were known current when pinned);
         ``hit`` cuts ``hi`` at the first commit since the pin of a row it read.
+        By column, in list operations: no object per window (see :class:`_Windows`).
         """
         snap = txn.snapshot_ts if txn is not None else None
-        results: list[Result] = []
         cols = out.columns
         if not cols:  # no event yet (time windows)
-            return results
-        reads = cols["reads"] if self.read_sets else [None] * len(out)
-        none: frozenset[Any] = frozenset()
-        for number, value, lwm, lo, hi, at, rs in zip(
-            cols["window"],
-            cols["value"],
-            cols["lwm"],
-            cols["lo"],
-            cols["hi"],
-            cols["at"],
-            reads,
-            strict=True,
-        ):
-            if snap is not None:
-                hi = snap
-            else:
-                if hi > now:
-                    hi = now
-                if at in hit and hit[at] <= hi:
-                    hi = hit[at] - 1
-            n = first + number
-            versions = none if rs is None else self._read_versions(rs)
-            row = {"window": n, "value": value}
-            results.append(Result(value, n, lwm, versions, attempts, (lo, hi), row))
-        return results
+            return _Windows([], [], [], [], [], attempts, None)
+        if snap is not None:
+            his = [snap] * len(out)
+        else:
+            his = [hi if hi <= now else now for hi in cols["hi"]]
+            if hit:  # the few windows that read a row committed since the pin
+                for n, at in enumerate(cols["at"]):
+                    if at in hit and hit[at] <= his[n]:
+                        his[n] = hit[at] - 1
+        numbers = [first + number for number in cols["window"]]
+        versions = [self._read_versions(rs) for rs in cols["reads"]] if self.read_sets else None
+        return _Windows(numbers, cols["value"], cols["lwm"], cols["lo"], his, attempts, versions)
 
     def _read_versions(self, reads: list[Any]) -> frozenset[tuple[str, Any, int]]:
         """``read_sets``: every (table, key, version) the window read (an absent key: 0)."""
@@ -724,23 +785,17 @@ class _Runner:
             for key, version, _seen in rs
         )
 
-    def _write(self, batch: int, results: Iterable[Result]) -> None:
+    def _write(self, batch: int, results: Iterable[_Windows]) -> None:
         assert self.output is not None
         path = self.output / f"batch-{batch}.jsonl"
         tmp = path.with_suffix(".tmp")
         with open(tmp, "w") as f:
-            for r in results:
-                f.write(
-                    json.dumps(
-                        {
-                            "window": r.window,
-                            "value": r.value,
-                            "lwm": r.lwm,
-                            "consistent": r.consistent,
-                        }
-                    )
-                    + "\n"
-                )
+            for chunk in results:
+                for n, value, lwm, lo, hi in zip(
+                    chunk.numbers, chunk.values, chunk.lwms, chunk.los, chunk.his, strict=True
+                ):
+                    row = {"window": n, "value": value, "lwm": lwm, "consistent": lo <= hi}
+                    f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
