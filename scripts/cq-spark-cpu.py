@@ -176,7 +176,7 @@ def main() -> None:
         rest = [g["jvm"] + g["below"] for g in got]
         print(
             f"| {mode} | {statistics.median(g['results_per_s'] for g in got):,.0f} | "
-            f"{statistics.median(ratio):.2f}x | "
+            f"{f'{statistics.median(ratio):.2f}x' if ratio else '-'} | "
             f"{min(g['consistent_ratio'] or 0 for g in got):.4f} | "
             f"{statistics.median(g['driver'] for g in got) / n * 1e6:.1f} | "
             f"{statistics.median(rest) / n * 1e6:.1f} | "
