@@ -573,10 +573,10 @@ def test_the_executors_judge_each_window_as_its_read_set_does(
     decided: dict[int, tuple[int, int | None]] = {}
 
     def results(self: Any, out: Any, txn: Any, *rest: Any) -> Any:
-        got = real_results(self, out, txn, *rest)
+        got = real_results(self, out, txn, *rest)  # the windows by column
         now = rest[2]
-        for x in got:
-            decided[x.window] = (now, txn.snapshot_ts if txn is not None else None)
+        for window in got.numbers:
+            decided[window] = (now, txn.snapshot_ts if txn is not None else None)
         return got
 
     monkeypatch.setattr(cq_job, "evaluate", evaluate)
