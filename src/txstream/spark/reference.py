@@ -450,13 +450,12 @@ def evaluate(
         )
     r, s = window.r, window.s
     ordered = f"ORDER BY `{order}` ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW"
-    p = joined.selectExpr(
-        "*",
-        f"coalesce({selected}, FALSE) AS __sel",
-    ).selectExpr(
-        "*",
-        f"CAST(sum(CAST(__sel AS INT)) OVER ({ordered}) AS BIGINT) AS __c",
-        "CAST(count_if(__sel) OVER () AS BIGINT) AS __m",
+    # one SQL statement over the joined rows' view, not three selectExpr (each of their
+    # expressions is a call to the JVM: the driver's cost per batch)
+    p = (
+        f"SELECT *, CAST(sum(CAST(__sel AS INT)) OVER ({ordered}) AS BIGINT) AS __c, "
+        f"CAST(count_if(__sel) OVER () AS BIGINT) AS __m FROM "
+        f"(SELECT *, coalesce({selected}, FALSE) AS __sel FROM {view}) AS __s1"
     )
     # complete windows K, the next window's first selected position P = K*s
     k = f"if(__m >= {r}, (__m - {r}) DIV {s} + 1, 0)"
@@ -465,12 +464,13 @@ def evaluate(
     hi = f"least({k} - 1, CAST(if(__sel OR __c > 0, floor((__c - 1) / {s}), 0) AS BIGINT))"
     keep_unselected = f"__c >= {k} * {s} + {1 if s < r else 0}"
     kept = f"{k} = 0 OR if(__sel, __c - 1 >= {k} * {s}, {keep_unselected})"
-    w = p.selectExpr(
-        "*",
-        f"explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
-        f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w",
+    w = (
+        f"(SELECT *, explode(concat(if({lo} <= {hi}, sequence({lo}, {hi}), array()), "
+        f"if({kept}, array(CAST(-1 AS BIGINT)), array()))) AS __w FROM ({p}) AS __s2) AS __s3"
     )
-    got, keys, carried = _grouped(w, joins, order, window, keep_columns, read_sets, watch, view)
+    got, keys, carried = _grouped(
+        joined, joins, order, window, keep_columns, read_sets, watch, view, source=w
+    )
     out = Evaluated(carry={c: [] for c in keep_columns}, keys=keys)
     skip = 0
     if carried is not None:
@@ -521,8 +521,12 @@ def _grouped(
     watch: bool,
     view: str,
     extra: Sequence[str] = (),
+    source: str | None = None,
 ) -> tuple[dict[str, list[Any]], list[Any], list[Any] | None]:
     """One row per window id ``__w`` (-1: the carry), in window order (one Spark job).
+
+    ``w`` has a row per event and window id; or, with ``source``, ``w`` is the
+    view ``view`` names and ``source`` the SQL (a subquery over it) of those rows.
 
     By column: a few numbers per window (``__w``, ``lwm``, ``value``, ``lo``,
     ``hi`` and ``extra``), each window's reads only with ``read_sets``; with
@@ -551,7 +555,8 @@ def _grouped(
     # one SQL statement over a view: two Spark calls, where the DataFrame API makes a
     # few per aggregate (each expression and each list element is a call to the JVM)
     w.createOrReplaceTempView(view)
-    table = w.sparkSession.sql(f"SELECT __w, {', '.join(aggs)} FROM {view} GROUP BY __w").toArrow()
+    rows = view if source is None else source
+    table = w.sparkSession.sql(f"SELECT __w, {', '.join(aggs)} FROM {rows} GROUP BY __w").toArrow()
     table = table.take(_argsort(table.column("__w")))
     keys = [table.column(f"keys{i}").combine_chunks() for i in range(len(joins)) if watch]
     # by column: Arrow converts each column at once (far cheaper than row by row)
