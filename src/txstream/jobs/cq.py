@@ -430,7 +430,9 @@ class _Runner:
     executors send back a few numbers per window (its value, LWM and the
     instants its reads span), and the changes committed while a batch ran are
     matched against the windows' keys in Arrow (:func:`touched`); ``s2pl``
-    takes one shared lock per joined table.  What stays per key: with a
+    takes one shared lock per joined table.  The committed windows are kept
+    by column (:class:`_Windows`); their :class:`Result` objects are made
+    when ``results`` is read or ``on_result`` is set.  What stays per key: with a
     recorder, ``s2pl``'s reads (one per distinct key a batch joins on, each
     named in the history), and with ``read_sets`` every read.
     """
