@@ -409,6 +409,47 @@ def test_the_pinned_relation_follows_the_tables_changes_without_walking_it(spark
     assert touched(keys, {}) == {} and touched(keys, {"x": 3}) == {}
 
 
+def test_the_decision_by_column_gives_each_window_its_state() -> None:
+    """No Spark: the driver's decision over the executors' columns (``_Runner._results``)
+    cuts ``hi`` at the clock and at the first commit since the pin of a key the window
+    read, a snapshot's at its instant; the windows, counted consistent by column, become
+    the same ``Result`` objects when made."""
+    from types import SimpleNamespace
+
+    from txstream.jobs.cq import _Runner
+    from txstream.spark.reference import NEVER, Evaluated
+
+    out = Evaluated(
+        columns={
+            "window": [0, 1, 2, 3],
+            "value": [1.5, 2.0, None, 4.0],
+            "lwm": [10, 12, 14, 16],
+            "lo": [3, 5, 9, 2],
+            "hi": [NEVER, 8, NEVER, NEVER],
+            "at": [1, 2, 3, 4],
+        }
+    )
+    runner = SimpleNamespace(read_sets=False)
+    # window 0 read a key committed at 7 since the pin; window 2 one committed at 9
+    got = _Runner._results(runner, out, None, 2, 100, 20, {1: 7, 3: 9})  # type: ignore[arg-type]
+    assert got.his == [6, 8, 8, 20] and got.numbers == [100, 101, 102, 103]
+    assert got.consistent() == 3  # window 2: lo 9 > hi 8
+    made = got.made()
+    assert [(x.window, x.value, x.lwm, x.attempts, x.state) for x in made] == [
+        (100, 1.5, 10, 2, (3, 6)),
+        (101, 2.0, 12, 2, (5, 8)),
+        (102, None, 14, 2, (9, 8)),
+        (103, 4.0, 16, 2, (2, 20)),
+    ]
+    assert [x.consistent for x in made] == [True, True, False, True]
+    assert made[0].row == {"window": 100, "value": 1.5} and made[0].versions == frozenset()
+    head = got.head(2)
+    assert len(head) == 2 and head.consistent() == 2 and head.made() == made[:2]
+    snap = SimpleNamespace(snapshot_ts=4)
+    under = _Runner._results(runner, out, snap, 1, 0, 20, {1: 7})  # type: ignore[arg-type]
+    assert under.his == [4, 4, 4, 4] and under.consistent() == 2
+
+
 def test_bad_queries_fail_in_one_line(spark: Any) -> None:
     df = spark.createDataFrame([(1, 2, 3)], EVENT_SCHEMA)
     tm = load_table("snapshot", {1: {"price": 1, "cat": 0}})
