@@ -297,6 +297,61 @@ def test_optimistic_keeping_all_validates_every_read_and_keeps_them() -> None:
     assert heir.status == "aborted" and tm.aborted == aborted + 1 and not tm.active_since
 
 
+def test_ss2pl_untimed_keeping_all_commits_off_the_clock_and_keeps_every_lock() -> None:
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    for k in (0, 1):
+        txn.read(parts, k)
+    clock, committed = tm.clock, tm.committed
+    assert tm.commit_keeping_all_untimed(txn)
+    assert tm.clock == clock and tm.committed == committed + 1 and txn.status == "active"
+    assert set(txn.locks) == {parts.item(0), parts.item(1)}
+    with pytest.raises(LockTimeoutError):  # its locks still keep what it read current
+        write(tm, 0, -1)
+    write(tm, 3, -1)  # a row it never read: timed, as ever
+    assert tm.clock == clock + 1
+    assert tm.commit_keeping_all_untimed(txn)  # (locks, not the clock, protect its reads)
+    txn.commit()
+    tm.locks.check_idle()
+
+
+def test_optimistic_untimed_keeping_all_only_when_nothing_was_written_since_validation() -> None:
+    tm = loaded("optimistic")
+    parts = tm.table("parts")
+    txn = tm.begin(read_only=True)
+    txn.read(parts, 0)
+    txn.read(parts, 1)
+    assert not tm.commit_keeping_all_untimed(txn)  # never validated, the load wrote since
+    assert tm.commit_keeping_all(txn) is txn  # validated, timed
+    clock, committed = tm.clock, tm.committed
+    assert tm.commit_keeping_all_untimed(txn)  # nothing written since: valid as it is
+    assert tm.clock == clock and tm.committed == committed + 1 and txn.status == "active"
+    write(tm, 5, 7)  # a row it never read: still, a write since the validation
+    assert not tm.commit_keeping_all_untimed(txn)
+    assert tm.commit_keeping_all(txn) is txn  # validated item by item: nothing it read changed
+    write(tm, 1, 7)  # a row it read
+    assert not tm.commit_keeping_all_untimed(txn)
+    with pytest.raises(ValidationError):
+        tm.commit_keeping_all(txn)
+    assert txn.status == "aborted" and not tm.active_since
+
+
+def test_untimed_keeping_all_is_refused_off_the_short_paths() -> None:
+    for tm in (loaded("ss2pl", record=True), loaded("snapshot")):
+        txn = tm.begin(read_only=True)
+        txn.read("parts", 0)
+        clock, committed = tm.clock, tm.committed
+        assert not tm.commit_keeping_all_untimed(txn)
+        assert (tm.clock, tm.committed, txn.status) == (clock, committed, "active")
+        txn.commit()
+    tm = loaded("ss2pl")
+    writer = tm.begin()
+    assert not tm.commit_keeping_all_untimed(writer)  # a writer must take a timestamp
+    writer.abort()
+    assert not tm.commit_keeping_all_untimed(loaded("ss2pl").begin(read_only=True))
+
+
 def test_keeping_all_off_the_short_paths_hands_everything_on() -> None:
     tm = loaded("ss2pl", record=True)
     txn = tm.begin(read_only=True)

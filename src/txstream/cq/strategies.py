@@ -288,8 +288,10 @@ class _HandsOn(Strategy):
         """Commit so that the next window's transaction keeps the reads it shares.
 
         With ``carry`` the transaction commits with
+        :meth:`~txstream.txn.TransactionManager.commit_keeping_all_untimed` or
         :meth:`~txstream.txn.TransactionManager.commit_keeping_all` (every read
-        kept, for up to ``release_every`` windows) or
+        kept, for up to ``release_every`` windows; the first without a commit
+        timestamp when that is safe: it returns False then) or
         :meth:`~txstream.txn.TransactionManager.commit_and_continue` (the
         reads of the carried entries kept, the others sorted out): the next
         window's transaction begins before this one commits, so it need not
@@ -308,6 +310,15 @@ class _HandsOn(Strategy):
         ):
             # hold on to the rows the next window does not read a few windows more,
             # rather than sort them out at each window
+            if self.tm.commit_keeping_all_untimed(txn):
+                # committed with every read kept and no commit timestamp (no commit
+                # mutex: most of a window's commit cost): the clock did not move, so the
+                # engine's clean clock stays
+                hand.heir = txn
+                hand.kept_all = True
+                hand.held += 1
+                hand.heir_of = engine._attempt
+                return False
             heir = hand.heir = self.tm.commit_keeping_all(txn)
             hand.kept_all = heir is txn
             if heir is not txn:  # (a hand-over after all, e.g. with a log)

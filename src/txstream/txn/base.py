@@ -141,6 +141,12 @@ class ConcurrencyControl(ABC):
     paths under it (:meth:`continue_reader`, :meth:`commit_reader`); the manager
     takes them only without a recorder or a predefined order."""
 
+    untimed_readers: ClassVar[str] = ""
+    """When a reader that keeps every read may commit without a commit timestamp
+    (:meth:`~txstream.txn.TransactionManager.commit_keeping_all_untimed`): ``"always"``
+    (its locks keep what it read current until it releases them), ``"unwritten"``
+    (nothing was written since its read set was last validated), ``""`` never."""
+
     def snapshot_reader(self, txn: Transaction) -> None:  # noqa: B027 - optional hook
         """Give read-only ``txn``, just begun, its snapshot (when :attr:`snapshot_readers`)."""
 

@@ -198,6 +198,8 @@ class TransactionManager(CommitPath):
         # commit_and_continue without a log, recorder or order (checked per call: a
         # store's log): the protocol's short paths for readers
         self._fast_continue = not ordered and self.recorder is None and cls.continues_readers
+        # commit_keeping_all_untimed: the protocol's rule, on the short paths only
+        self._untimed = cls.untimed_readers if self._fast_continue else ""
         self.latch: threading.Lock | None = (
             threading.Lock()
             if self.recorder is not None and not self.protocol.records_writes_at_commit
@@ -573,6 +575,48 @@ class TransactionManager(CommitPath):
         self.protocol.commit_reader(txn)
         self.committed += 1
         return txn
+
+    def commit_keeping_all_untimed(self, txn: Transaction) -> bool:
+        """:meth:`commit_keeping_all` without a commit timestamp, when that is safe now.
+
+        A reader that keeps every read writes nothing and releases nothing, so
+        its commit needs no place on the commit clock when its reads are known
+        current at this instant; then it commits without the commit mutex: the
+        clock stays where it is and ``committed`` counts it (True).  False, and
+        nothing done, otherwise (call :meth:`commit_keeping_all`):
+
+        * ``ss2pl`` (:attr:`~txstream.txn.base.ConcurrencyControl.untimed_readers`
+          ``"always"``): always on the short paths; the locks it keeps hold every
+          row it read at the version read until they are released, after a later
+          commit of the successor that takes a timestamp.
+        * ``optimistic`` (``"unwritten"``): when no commit wrote anything since the
+          read set was last validated (the manager's ``write_ts`` at or before the
+          transaction's ``valid_to``), every read is still current; ``valid_to``
+          stays, so a later write is caught by the next validation.
+        * anything else, off the short paths (a log, a recorder, an order), or a
+          transaction that is not an active reader of this manager: False.
+
+        A continuous query's windows use it between the commits that sort out
+        their reads; it saves the commit mutex, the costliest part of their commit.
+        """
+        kind = self._untimed
+        if not (
+            kind
+            and txn.__class__ is Transaction
+            and txn.manager is self
+            and txn.read_only
+            and txn.state == ACTIVE
+            and txn.doomed is None
+            and not txn.offsets
+            and self.store.wal is None
+        ):
+            return False
+        # (one attribute read: a writer sets write_ts under the commit mutex, after its
+        # versions are in, so a commit it has not finished is serialized after this one)
+        if kind == "unwritten" and (txn.snapshot_ts is not None or self.write_ts > txn.valid_to):
+            return False
+        self.committed += 1
+        return True
 
     def _commit_validated(self, txn: Transaction) -> BaseException | None:
         """A reader's validating commit (no writes to publish): the clock moves on by one.

@@ -108,6 +108,9 @@ class SS2PL(_Locking):
             txn._fail(exc)
 
     continues_readers: ClassVar[bool] = True
+    # a reader that keeps every lock needs no commit timestamp: nobody can write what it
+    # read before it releases the locks
+    untimed_readers: ClassVar[str] = "always"
 
     def hand_over(self, txn: Transaction, heir: Transaction, keep: Iterable[str]) -> list[str]:
         """The shared locks on ``keep`` move to ``heir`` without being released."""
@@ -286,6 +289,8 @@ class Optimistic(ConcurrencyControl):
 
     snapshot_readers: ClassVar[bool] = True
     continues_readers: ClassVar[bool] = True
+    # a reader whose read set nothing overwrote since its last validation is valid now
+    untimed_readers: ClassVar[str] = "unwritten"
 
     def snapshot_reader(self, txn: Transaction) -> None:
         """A snapshot as of now: the reader reads committed versions and never fails."""
