@@ -98,9 +98,9 @@ def functions(strategy: str, results: int, collect: bool) -> dict[str, int]:
     costs: dict[str, int] = {}
     for line in text.splitlines():
         # "1,234,567 (12.3%)  file.c:function [object]" (older: without the percentage)
-        match = re.match(r"\s*([\d,]+)\s+(?:\([\d.]+%\)\s+)?(\S.*?)(?:\s+\[.*\])?$", line)
+        match = re.match(r"\s*([\d,]+)\s+(?:\(\s*[\d.]+%\)\s+)?(\S.*?)(?:\s+\[.*\])?$", line)
         if match is not None and ":" in match.group(2):
-            name = match.group(2)
+            name = match.group(2).rsplit("/", 1)[-1]  # "ceval.c:_PyEval_EvalFrameDefault"
             costs[name] = costs.get(name, 0) + int(match.group(1).replace(",", ""))
     return costs
 

@@ -677,12 +677,15 @@ class LockManager:
                 # txn's own table is refilled with what it keeps (usually far less
                 # than what it drops).
                 kept = {item: mine[item] for item in keep if item in mine}
-                for item in drop:
-                    rcb = table[item]
-                    if len(rcb) == 1:
-                        del table[item]
-                    else:
-                        del rcb[txn]
+                # every dropped item's record leaves the table in one pass in C; a record
+                # someone else holds too (more than one holder) goes back without txn
+                # (the set is not changed in between: the second pass sees the same order)
+                rcbs = list(map(table.pop, drop))
+                if sum(map(len, rcbs)) != len(rcbs):
+                    for item, rcb in zip(drop, rcbs, strict=True):
+                        if len(rcb) > 1:
+                            del rcb[txn]
+                            table[item] = rcb
                 mine.clear()
                 mine.update(kept)
                 return
