@@ -327,6 +327,8 @@ def test_optimistic_untimed_keeping_all_only_when_nothing_was_written_since_vali
     clock, committed = tm.clock, tm.committed
     assert tm.commit_keeping_all_untimed(txn)  # nothing written since: valid as it is
     assert tm.clock == clock and tm.committed == committed + 1 and txn.status == "active"
+    with tm.commit_mutex:  # a commit in progress may have put in a version it read
+        assert not tm.commit_keeping_all_untimed(txn)
     write(tm, 5, 7)  # a row it never read: still, a write since the validation
     assert not tm.commit_keeping_all_untimed(txn)
     assert tm.commit_keeping_all(txn) is txn  # validated item by item: nothing it read changed

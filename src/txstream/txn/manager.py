@@ -589,10 +589,11 @@ class TransactionManager(CommitPath):
           ``"always"``): always on the short paths; the locks it keeps hold every
           row it read at the version read until they are released, after a later
           commit of the successor that takes a timestamp.
-        * ``optimistic`` (``"unwritten"``): when no commit wrote anything since the
-          read set was last validated (the manager's ``write_ts`` at or before the
-          transaction's ``valid_to``), every read is still current; ``valid_to``
-          stays, so a later write is caught by the next validation.
+        * ``optimistic`` (``"unwritten"``): when no commit is in progress (the
+          commit mutex is free) and none wrote anything since the read set was
+          last validated (the manager's ``write_ts`` at or before the transaction's
+          ``valid_to``), every read is still current; ``valid_to`` stays, so a
+          later write is caught by the next validation.
         * anything else, off the short paths (a log, a recorder, an order), or a
           transaction that is not an active reader of this manager: False.
 
@@ -611,9 +612,15 @@ class TransactionManager(CommitPath):
             and self.store.wal is None
         ):
             return False
-        # (one attribute read: a writer sets write_ts under the commit mutex, after its
-        # versions are in, so a commit it has not finished is serialized after this one)
-        if kind == "unwritten" and (txn.snapshot_ts is not None or self.write_ts > txn.valid_to):
+        if kind == "unwritten" and (
+            txn.snapshot_ts is not None
+            # a writer inside its commit may have put in a version txn read before it
+            # sets write_ts: then only the validation under the mutex may judge
+            or self.commit_mutex.locked()
+            # (read after the mutex was found free: a commit that ended before has
+            # set it; one that begins after puts in versions txn's reads did not see)
+            or self.write_ts > txn.valid_to
+        ):
             return False
         self.committed += 1
         return True
