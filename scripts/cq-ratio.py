@@ -55,18 +55,24 @@ def main() -> None:
                 if up is not None:
                     updates[s].append(up.stop())
                 w, c = best.get(s, (0.0, 0.0))
-                best[s] = (max(w, len(results) / wall), max(c, len(results) / cpu))
-                per_rep[s].append(len(results) / cpu)
+                best[s] = (
+                    max(w, len(results) / wall),
+                    max(c, len(results) / cpu if cpu > 0 else 0),
+                )
+                per_rep[s].append(len(results) / cpu if cpu > 0 else 0.0)
         nw, nc = best["naive"]
+        if not nw:  # (a host so loaded that naive got no window done in any repetition)
+            raise SystemExit(f"rate {rate:g}: naive produced no result in {a.seconds} s")
         cells = [
             f"{s} {w:,.0f}/s ({w / nw:.2f}x) {c:,.0f}/cpu-s ({c / nc:.2f}x)"
             for s, (w, c) in best.items()
         ]
-        paired = [
-            f"{s} {statistics.median(c / n for c, n in zip(v, per_rep['naive'], strict=True)):.2f}x"
-            for s, v in per_rep.items()
-            if s != "naive"
-        ]
+        paired = []
+        for s, v in per_rep.items():
+            # (a repetition in which naive produced nothing has no ratio)
+            ratios = [c / n for c, n in zip(v, per_rep["naive"], strict=True) if n]
+            if s != "naive":
+                paired.append(f"{s} {statistics.median(ratios):.2f}x")
         print(f"rate {rate:g}: " + " | ".join(cells), flush=True)
         print(f"rate {rate:g}, median ratio per repetition (CPU): " + ", ".join(paired), flush=True)
         if rate > 0:
