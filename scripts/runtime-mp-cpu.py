@@ -128,6 +128,9 @@ def run(pattern: str, args: argparse.Namespace, sampler: Sampler | None) -> floa
         size = args.per * P
         if pattern == "cross0":
             stream = list(events(size * args.batches, ACCOUNTS, 0, 1))
+        elif pattern.startswith("zipf"):  # zipf: skew 0.8; zipf12: skew 1.2
+            skew = float(pattern[4] + "." + pattern[5:]) if len(pattern) > 4 else 0.8
+            stream = list(events(size * args.batches, ACCOUNTS, 0, 1, pattern="zipf", skew=skew))
         else:
             every = args.audit_every if audits else 0
             stream = list(
@@ -179,7 +182,11 @@ def main() -> None:
     parser.add_argument("--no-history", action="store_true")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--audit-every", type=int, default=1000)
-    parser.add_argument("--patterns", default="cross0,uniform", help="of cross0, uniform, audits")
+    parser.add_argument(
+        "--patterns",
+        default="cross0,uniform",
+        help="of cross0, uniform, zipf (skew 0.8), zipf12, audits",
+    )
     args = parser.parse_args()
     q._forwarded_phase1 = one_task  # type: ignore[assignment]
     means: dict[str, list[float]] = {p: [] for p in args.patterns.split(",")}

@@ -631,6 +631,12 @@ class ForwardScheduler:
             for pid, (state, events) in sorted(hosted.items())
         }
         self.mailbox: deque[Message] = deque()
+        self.rounds = 0
+        """Admission rounds run (a measure: see scripts/runtime-mp-tasks.py)."""
+        self.waits = 0
+        """Times the task blocked for another task's message with nothing to run."""
+        self.waited = 0.0
+        """Seconds it spent so (wall time)."""
 
     def _names(self, mids: Iterable[int]) -> list[str]:
         """The ids of the transactions of these events (for an error: the first three)."""
@@ -649,6 +655,7 @@ class ForwardScheduler:
                     part.drain()
                     admitted = True
             if admitted:
+                self.rounds += 1
                 self._pump(block=False)
                 continue
             # Nothing to admit here: wait for what the other tasks send.
@@ -656,6 +663,7 @@ class ForwardScheduler:
             got = self._pump(block=True)
             now = time.monotonic()
             waited += now - began
+            self.waits += 1
             if got:
                 deadline = now + EXCHANGE_TIMEOUT_S
             elif now > deadline:
@@ -674,6 +682,7 @@ class ForwardScheduler:
         if first is not None:
             # The time the task spent waiting for other tasks with nothing to admit.
             first.wait_ms += round(waited * 1000)
+        self.waited = waited
         if self.transport is not None:
             self._collect()  # (the last answers to other tasks)
             self.transport.flush(wait=True)

@@ -94,6 +94,9 @@ class SocketTransport:
         self.verified: set[socket.socket] = set()
         self.arrived: list[Message] = []
         self.bytes_sent = 0
+        self.frames_sent = 0
+        """Frames (pickled lists of messages) sent, and received: measures."""
+        self.frames_received = 0
 
     def send(self, task: int, message: Message) -> None:
         """Queue ``message`` for ``task``; it goes out at the next flush (or when many wait)."""
@@ -125,6 +128,7 @@ class SocketTransport:
         buffer += _HEADER.pack(len(body))
         buffer += body
         self.bytes_sent += len(body) + _HEADER.size
+        self.frames_sent += 1
 
     def _write(self, task: int) -> None:
         buffer = self.unsent.get(task)
@@ -265,6 +269,7 @@ class SocketTransport:
                 break
             body = bytes(buffer[_HEADER.size : _HEADER.size + size])
             del buffer[: _HEADER.size + size]
+            self.frames_received += 1
             out.extend(pickle.loads(body))
 
     def close(self) -> None:
