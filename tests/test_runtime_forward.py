@@ -711,36 +711,79 @@ def test_a_crossing_transaction_that_deletes_the_other_partitions_row(
     assert check(tx.read_history(tmp_path), "csao").holds
 
 
-def test_a_partition_looks_at_its_messages_more_often_while_a_transaction_waits_for_one(
+def test_a_partition_looks_at_its_messages_more_often_while_a_hot_value_waits_for_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Partition 0 admits deposits in rounds of ADMIT_CHUNK; once the crossing
-    # transfer waits for partition 1's rows (partition 1 reaches it 450 events
-    # later: deposits come before transfers, limit changes after), in rounds of
-    # ADMIT_CHUNK_WAITING, so that a hot value's chain of round trips is not held
+    # Partition 0 admits deposits in rounds of ADMIT_CHUNK; the crossing transfer
+    # then waits for partition 1's rows (partition 1 reaches it 450 events later:
+    # deposits come before transfers, limit changes after).  Waiting alone keeps the
+    # rounds long (nothing else needs the round trip); once limit changes of the
+    # transfer's source queue behind it (a hot value: HURRY_BLOCKED of them, all of
+    # the partition's work in flight) the partition is hurried and admits in rounds
+    # of ADMIT_CHUNK_WAITING, so that the value's chain of round trips is not held
     # up by long rounds.  One task: the partitions' rounds alternate deterministically.
     src = next(a for a in range(50) if partition_of(a, 2) == 0)
     dst = next(a for a in range(50) if partition_of(a, 2) == 1)
     zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][:550]
     ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
+    hot = forward_module.HURRY_BLOCKED + 4
     batch = [
         *[("deposits", {"acct": a, "amount": 1}) for a in zeros[:150] + ones],
         ("deposits", {"acct": dst, "amount": 5}),
         ("transfers", {"src": src, "dst": dst, "amount": 1}),
-        *[("limits", {"acct": a, "limit": 3}) for a in zeros[150:]],
+        *[("limits", {"acct": a, "limit": 3}) for a in zeros[150:300]],
+        *[("limits", {"acct": src, "limit": 3 + k}) for k in range(hot)],
+        *[("limits", {"acct": a, "limit": 3}) for a in zeros[300:]],
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
-    limits: list[tuple[int, int, bool]] = []
+    limits: list[tuple[int, int, bool, bool]] = []
     admit = forward_module._Partition.admit
 
     def spy(self: Any, limit: int) -> None:
-        limits.append((self.pid, limit, bool(self.waiting)))
+        limits.append((self.pid, limit, bool(self.waiting), self.sched.hurry))
         admit(self, limit)
 
     monkeypatch.setattr(forward_module._Partition, "admit", spy)
     bank().run_local(batches, tmp_path, partitions=2, tasks=1)
     chunk, waiting = forward_module.ADMIT_CHUNK, forward_module.ADMIT_CHUNK_WAITING
     assert waiting < chunk
-    assert all(limit == (waiting if busy else chunk) for _, limit, busy in limits)
-    assert (0, waiting, True) in limits and (0, chunk, False) in limits
+    assert all(limit == (waiting if busy and hurry else chunk) for _, limit, busy, hurry in limits)
+    assert (0, chunk, True, False) in limits  # waiting, nothing behind it: long rounds
+    assert (0, waiting, True, True) in limits  # the hot value: short ones
     assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [False]
+
+
+def test_a_hurried_partition_hurries_the_task_it_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two tasks over sockets: partition 0 sends the rows of a transfer's
+    # destination to partition 1 (the home), and limit changes of that account
+    # queue behind the transfer on partition 0 (a hot value), so partition 0's
+    # messages say it is hurried and partition 1's task, which answers them, runs
+    # short rounds too.  The outcome is the serial one.
+    src = next(a for a in range(50) if partition_of(a, 2) == 1)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 0)
+    ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
+    hot = forward_module.HURRY_BLOCKED + 4
+    batch = [
+        ("deposits", {"acct": src, "amount": 5}),
+        ("deposits", {"acct": dst, "amount": 1}),
+        ("transfers", {"src": src, "dst": dst, "amount": 2}),
+        *[("limits", {"acct": dst, "limit": 3 + k}) for k in range(hot)],
+        *[("deposits", {"acct": a, "amount": 1}) for a in ones],
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    peer_hurried: list[int] = []
+    deliver = forward_module.ForwardScheduler._deliver
+
+    def spy(self: Any, messages: Any) -> bool:
+        messages = list(messages)
+        got = deliver(self, messages)
+        if 1 in self.hosted and self.hurried_by_peer:
+            peer_hurried.append(self.hurried_by_peer)
+        return got
+
+    monkeypatch.setattr(forward_module.ForwardScheduler, "_deliver", spy)
+    bank().run_local(batches, tmp_path, partitions=2, tasks=2)
+    assert peer_hurried
+    assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [True]

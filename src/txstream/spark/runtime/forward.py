@@ -75,12 +75,27 @@ ADMIT_CHUNK = 128
 sending what is queued), while none of the partition's transactions waits for a
 message: each round costs a few system calls."""
 ADMIT_CHUNK_WAITING = 32
-"""The same while some of its transactions wait for a message.  A crossing
-transaction's round trip takes about two rounds (its rows out, the answer back),
-and a hot value's crossing transactions follow each other one round trip apart:
-with rounds of 128, Zipf-skewed transfers on ``local[2]`` ran at a median of
-20,295 txn/s against 28,492 with rounds of 32 (four alternated runs each;
-docs/benchmarks.md)."""
+"""The same while the task is *hurried*: one of its transactions waits for a
+message while another waits behind it on a value (a hot value), or another task
+that is so said so in its last messages.  A crossing transaction's round trip
+takes about two rounds (its rows out, the answer back), and a hot value's
+crossing transactions follow each other one round trip apart: with rounds of
+128, Zipf-skewed transfers on ``local[2]`` ran at a median of 20,295 txn/s
+against 28,492 with rounds of 32 (four alternated runs each; docs/benchmarks.md).
+Without a hot value nothing waits for a round trip but the transaction itself,
+and each round costs a frame out and in (pickling, a send, a poll: about 2 us
+of each task's CPU per event at uniform transfers in rounds of 32,
+scripts/runtime-mp-tasks.py), so rounds stay long."""
+HURRY_BLOCKED = 16
+"""Transactions waiting behind others on a value that make a partition hurried
+while one of its transactions waits for a message, if they are also an eighth
+of its transactions in flight.  Not any: at uniform transfers over 100,000
+accounts hundreds of crossing transactions are in flight (thousands when the
+other task is descheduled on a loaded host) and some value is nearly always
+taken twice (in 96% of the rounds on two tasks), a share that stays small;
+a hot value's queue grows past both within a few rounds."""
+HURRY_ROUNDS = 4
+"""Rounds a task stays hurried after a message from a hurried task."""
 
 LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
 """The kinds of :class:`_Item` (compared by identity)."""
@@ -179,6 +194,8 @@ class _Partition:
         """Per value here, the transactions that wait for it, the one holding it first."""
         self.inflight = 0
         """Items in the lock queues, not finished (a barrier waits for none)."""
+        self.blocked = 0
+        """Items in the lock queues behind another item on one of their values."""
         self.barrier: _Item | None = None
         self.behind: deque[_Item] = deque()
         """Items admitted while a barrier is unfinished: they enter after it."""
@@ -265,6 +282,20 @@ class _Partition:
         self.waiting[mid] = item
         self.send(item.home, mid, UP, self._rows(item.values, item.home))
 
+    def hurried(self) -> bool:
+        """Whether a transaction here waits for a message while others wait for it.
+
+        Behind it on a value (a hot value), or behind it as a barrier does (a
+        keyless fragment, a global read's part): then round trips matter (see
+        :data:`ADMIT_CHUNK_WAITING`).
+        """
+        if not self.waiting:
+            return False
+        blocked = self.blocked
+        if blocked >= HURRY_BLOCKED and 8 * blocked >= self.inflight:
+            return True
+        return self.barrier is not None
+
     def admitting(self) -> bool:
         """Whether :meth:`admit` would admit anything now."""
         return not self.admitted_all and self.barrier is None
@@ -321,6 +352,8 @@ class _Partition:
         self.inflight += 1
         if need == 0:
             self.ready.append(item)
+        else:
+            self.blocked += 1
 
     # -- execution ------------------------------------------------------------------
     def drain(self) -> None:
@@ -572,6 +605,7 @@ class _Partition:
                 nxt.need -= 1
                 if nxt.need == 0:
                     ready.append(nxt)
+                    self.blocked -= 1
             self.inflight -= 1
             barrier = self.barrier
             if self.inflight == 0 and barrier is not None and barrier is not item:
@@ -631,6 +665,10 @@ class ForwardScheduler:
             for pid, (state, events) in sorted(hosted.items())
         }
         self.mailbox: deque[Message] = deque()
+        self.hurry = False
+        """Whether rounds are short and answers go out at once (see :data:`ADMIT_CHUNK_WAITING`)."""
+        self.hurried_by_peer = 0
+        """Rounds left that another task's hurry keeps this one hurried."""
         self.rounds = 0
         """Admission rounds run (a measure: see scripts/runtime-mp-tasks.py)."""
         self.waits = 0
@@ -649,9 +687,16 @@ class ForwardScheduler:
         waited = 0.0
         while not all(p.done() for p in parts):
             admitted = False
+            hurry = self.hurried_by_peer > 0
+            if hurry:
+                self.hurried_by_peer -= 1
+            for part in parts:
+                if part.hurried():
+                    hurry = True
+            self.hurry = hurry
             for part in parts:
                 if part.admitting():
-                    part.admit(ADMIT_CHUNK_WAITING if part.waiting else ADMIT_CHUNK)
+                    part.admit(ADMIT_CHUNK_WAITING if hurry and part.waiting else ADMIT_CHUNK)
                     part.drain()
                     admitted = True
             if admitted:
@@ -697,6 +742,9 @@ class ForwardScheduler:
             if not part.out:
                 continue
             out, part.out = part.out, {}
+            # A hurried partition says so to the other tasks (its source as ~src):
+            # they answer at once and keep their rounds short for a while.
+            sender = ~src if part.hurried() else src
             for dest, box in out.items():
                 part.outcome.messages += len(box)
                 if dest in hosted:
@@ -706,7 +754,7 @@ class ForwardScheduler:
                         f"partition {dest} is not hosted here and there is no transport"
                     )
                 else:
-                    self.transport.send(self.task_of(dest), (dest, src, box))
+                    self.transport.send(self.task_of(dest), (dest, sender, box))
 
     def _deliver(self, messages: Iterable[Message]) -> bool:
         """Give each partition its messages, then run what they freed; whether there were any."""
@@ -714,6 +762,10 @@ class ForwardScheduler:
         hosted = self.hosted
         touched = set()
         for dest, src, box in messages:
+            if src < 0:  # (from a hurried partition: see _collect)
+                src = ~src
+                self.hurried_by_peer = HURRY_ROUNDS
+                self.hurry = True
             receive = hosted[dest].receive
             for mid, what, payload in box:
                 receive(src, mid, what, payload)
@@ -747,7 +799,9 @@ class ForwardScheduler:
         arrived = self.transport.poll(0.0 if (got or not block) else 0.05)
         if not self._deliver(arrived):
             return got
-        # The answers to what arrived go out now, not after the next round.
-        self._collect()
-        self.transport.flush()
+        if self.hurry or block:
+            # The answers to what arrived go out now, not after the next round (which,
+            # unhurried, is long: they then go with its messages, in one frame).
+            self._collect()
+            self.transport.flush()
         return True
