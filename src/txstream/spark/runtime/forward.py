@@ -34,8 +34,10 @@ partition, partition 0 included, goes on at once once it took its totals;
 partition 0 runs the function when the others' totals are there.
 
 Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
-per partition, :data:`ADMIT_CHUNK_WAITING` while some wait for a message), one
-list per pair of partitions, not one message per transaction.
+per partition, :data:`ADMIT_CHUNK_WAITING` while a partition is hurried: a
+transaction waits for a message with others behind it, see
+:meth:`_Partition.hurried`), one list per pair of partitions, not one message
+per transaction.
 
 This runs for the per-event boundary, whose transactions have the same id on
 every partition; a boundary that groups events cuts each partition's events on
