@@ -215,6 +215,7 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--patterns", default="cross0,uniform")
+    parser.add_argument("--variants", default="one,two", help="of one, two")
     parser.add_argument("--profile", action="store_true", help="sample where the CPU goes")
     args = parser.parse_args()
     if args.profile:
@@ -228,9 +229,13 @@ def main() -> None:
         for pattern in args.patterns.split(","):
             got = {}
             for label, fn in (("one", one_task), ("two", two_tasks)):
+                if label not in args.variants.split(","):
+                    continue
                 mp.q._forwarded_phase1 = fn
                 mp.run(pattern, args, None)
                 got[label] = summary(f"{pattern} {label}", events)
+            if len(got) < 2:
+                continue
             ideal = got["one"]["cpu"] / 2
             print(
                 f"round {r} {pattern}: one-task cpu "
