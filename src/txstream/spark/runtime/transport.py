@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import marshal
 import os
 import pickle
 import secrets
@@ -36,8 +35,6 @@ another in one round, each (the transaction's event's place in the batch
 (``mid``), ``up``|``back``, payload)."""
 
 _HEADER = struct.Struct("!I")
-"""A frame's length, its top bit set when its body is pickled (see ``_frame``)."""
-_PICKLED = 1 << 31
 _HELLO = struct.Struct("!32sII")
 """A connection's first bytes: the batch's secret, the sender's task and the receiver's."""
 _WELCOME = b"+"
@@ -57,9 +54,8 @@ class SocketTransport:
     in ``folder`` (in the store, which every task can read, as the event-time
     frontier's exchange does); a task connects to a peer the first time it has
     a message for it and proves the batch's secret before anything else is
-    read.  Messages go in frames, marshalled or else pickled (the peers are this
-    job's own tasks, and a connection that does not know the secret is closed
-    unread).  Sockets
+    read.  Messages are pickled in frames (the peers are this job's own tasks,
+    and a connection that does not know the secret is closed unread).  Sockets
     do not block: a task keeps reading while its own writes wait, so two tasks
     that send to each other at once cannot wedge.
     """
@@ -126,21 +122,10 @@ class SocketTransport:
                 self._write(task)
 
     def _frame(self, task: int) -> None:
-        # marshal, when it can: it writes rows of plain values (dicts, lists, tuples,
-        # ints, strings) three times as fast as pickle and reads them back a fifth
-        # faster, and fails (ValueError) on anything else (a subclass, a Decimal),
-        # never converts it.  The tasks of a stage run one Python version (PySpark
-        # requires it), which marshal's format needs.
-        queued = self.queued[task]
-        try:
-            body, flag = marshal.dumps(queued, 4), 0
-        except ValueError:
-            body, flag = pickle.dumps(queued, protocol=pickle.HIGHEST_PROTOCOL), _PICKLED
+        body = pickle.dumps(self.queued[task], protocol=pickle.HIGHEST_PROTOCOL)
         self.queued[task] = []
-        if len(body) >= _PICKLED:
-            raise ExchangeError(f"task {self.me}: a frame of {len(body)} bytes is too large")
         buffer = self.unsent.setdefault(task, bytearray())
-        buffer += _HEADER.pack(len(body) | flag)
+        buffer += _HEADER.pack(len(body))
         buffer += body
         self.bytes_sent += len(body) + _HEADER.size
         self.frames_sent += 1
@@ -279,14 +264,13 @@ class SocketTransport:
             with contextlib.suppress(OSError):  # (a peer gone already needs no welcome)
                 sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
         while len(buffer) >= _HEADER.size:
-            (head,) = _HEADER.unpack_from(buffer)
-            size = head & ~_PICKLED
+            (size,) = _HEADER.unpack_from(buffer)
             if len(buffer) < _HEADER.size + size:
                 break
             body = bytes(buffer[_HEADER.size : _HEADER.size + size])
             del buffer[: _HEADER.size + size]
             self.frames_received += 1
-            out.extend(pickle.loads(body) if head & _PICKLED else marshal.loads(body))
+            out.extend(pickle.loads(body))
 
     def close(self) -> None:
         """Close every socket (after :meth:`flush` with ``wait``)."""
