@@ -78,23 +78,24 @@ sending what is queued), while none of the partition's transactions waits for a
 message: each round costs a few system calls."""
 ADMIT_CHUNK_WAITING = 32
 """The same while the task is *hurried*: one of its transactions waits for a
-message while another waits behind it on a value (a hot value), or another task
-that is so said so in its last messages.  A crossing transaction's round trip
+message while others wait behind it (see :meth:`_Partition.hurried`), or a
+hurried partition of another task said so in its last messages.  A crossing transaction's round trip
 takes about two rounds (its rows out, the answer back), and a hot value's
 crossing transactions follow each other one round trip apart: with rounds of
 128, Zipf-skewed transfers on ``local[2]`` ran at a median of 20,295 txn/s
 against 28,492 with rounds of 32 (four alternated runs each; docs/benchmarks.md).
 Without a hot value nothing waits for a round trip but the transaction itself,
-and each round costs a frame out and in (pickling, a send, a poll: about 2 us
-of each task's CPU per event at uniform transfers in rounds of 32,
-scripts/runtime-mp-tasks.py), so rounds stay long."""
+and each round costs a frame out and in: on two tasks at uniform transfers in
+rounds of 32, the sends and polls took about 1.6 us of each task's ~11 us of
+CPU per event, the pickling 0.85 more (scripts/runtime-mp-tasks.py), so rounds
+stay long."""
 HURRY_BLOCKED = 16
 """Transactions waiting behind others on a value that make a partition hurried
 while one of its transactions waits for a message, if they are also an eighth
 of its transactions in flight.  Not any: at uniform transfers over 100,000
 accounts hundreds of crossing transactions are in flight (thousands when the
 other task is descheduled on a loaded host) and some value is nearly always
-taken twice (in 96% of the rounds on two tasks), a share that stays small;
+taken twice (in 25-95% of the rounds on two tasks), a share that stays small;
 a hot value's queue grows past both within a few rounds."""
 HURRY_ROUNDS = 4
 """Rounds a task stays hurried after a message from a hurried task."""
