@@ -1,7 +1,7 @@
 """Where phase 1's CPU goes: a line-level sampling profile of scripts/runtime-phase1-cpu.py.
 
 A SIGPROF timer samples the running line every 0.5 ms of CPU while a phase-1
-task runs (cProfile's per-call cost would distort the small functions of the
+task runs (after the first batch, which loads the state and writes a snapshot) (cProfile's per-call cost would distort the small functions of the
 hot path); prints the hottest lines and the share of each txstream function
 (the innermost txstream frame of each sample).  Arguments go to the script.
 
@@ -39,6 +39,9 @@ def main() -> None:
     task = q._phase1_task
 
     def sampled(*args: Any, **kwargs: Any) -> Any:
+        if args[1].snapshot:  # (the first batch loads the state: runtime-phase1-cpu.py skips it)
+            yield from task(*args, **kwargs)
+            return
         signal.setitimer(signal.ITIMER_PROF, 0.0005, 0.0005)
         try:
             yield from task(*args, **kwargs)

@@ -1,7 +1,8 @@
 """The flat layout of one-column-keyed tables in a partition's state (``PartitionState.flat``).
 
 In memory a table whose key is one column is kept key -> row, the others
-partition value -> key -> row; on disk both keep the columns they always had,
+partition value -> key -> row; on disk both write the same columns (a
+delta leaves out the partition values of a table whose keys are its values),
 so a store written before the flat layout loads, and one written with it is
 the same files.
 """
@@ -232,3 +233,26 @@ def test_forwarded_rows_of_both_layouts_give_the_one_partition_answer(
         )
     assert answers[1] == answers[0]
     assert answers[2] == answers[0]
+
+
+@pytest.mark.parametrize("flat", [frozenset(), frozenset({SIMPLE})])
+def test_a_delta_of_a_one_column_key_has_two_columns_and_three_still_load(
+    flat: frozenset[str],
+) -> None:
+    state = PartitionState()
+    state.use_flat(flat)
+    _fill(state, 1)
+    delta = state.delta()
+    keys, rows = delta["changes"][SIMPLE]  # (no partition values: each key is its own)
+    assert len(delta["changes"][COMPOSITE]) == 3
+    assert keys == [3, 4, 5, 6, 7] and rows[0] is ABSENT
+    # The three columns every earlier version wrote load the same rows.
+    old = {**delta, "changes": {**delta["changes"], SIMPLE: [keys, keys, rows]}}
+    a, b = PartitionState(), PartitionState()
+    a.use_flat(flat)
+    b.use_flat(flat)
+    a.apply(delta)
+    b.apply(old)
+    assert sorted(a.all_rows(SIMPLE)) == sorted(b.all_rows(SIMPLE)) == [
+        (k, {"balance": k * 10 + 1}) for k in (4, 5, 6, 7)
+    ]

@@ -182,7 +182,9 @@ class PartitionState:
         """The rows the pending batch changed, as they are now (ABSENT when deleted).
 
         ``changes``: per table, three columns (partition values, keys, rows), the
-        layout the store's format writes fastest (see :mod:`.codec`).
+        layout the store's format writes fastest (see :mod:`.codec`); two (keys,
+        rows) when every key is its partition value (a one-column key: one column
+        less to encode and write per changed row).
         """
         entries = list(self.undo)
         changes: dict[str, list[list[Any]]] = {}
@@ -197,7 +199,9 @@ class PartitionState:
             else:
                 parts = map(by_value.get, values, repeat(_NONE))
                 rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
-            changes[table] = [values, keys, rows]
+            # (compared in C; equal for a one-column key in either layout, so the
+            # files do not depend on the layout in memory)
+            changes[table] = [keys, rows] if values == keys else [values, keys, rows]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
         return {
@@ -210,7 +214,9 @@ class PartitionState:
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
         if "changes" in delta:
-            for table, (values, keys, rows) in delta["changes"].items():
+            for table, cols in delta["changes"].items():
+                # (two columns: each key is its partition value, see delta)
+                values, keys, rows = cols if len(cols) == 3 else (cols[0], *cols)
                 for value, key, row in zip(values, keys, rows, strict=True):
                     self._set(table, value, key, row)
         else:  # (the layout of earlier versions: one [table, value, key, row] per row)
