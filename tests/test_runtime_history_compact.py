@@ -251,6 +251,8 @@ def _damage_compact_line(store: Path, change: Any) -> Path:
         lambda body: body["ops"].append(8),  # a commit without its order
         lambda body: body.update(tables=7),
         lambda body: body["ops"].append({"x": 1}),
+        lambda body: body.update(mid64="AAAA!"),  # ids that are not base64
+        lambda body: body.update(input32=body["input32"][:-4]),  # fewer inputs than ids
     ],
 )
 def test_a_compact_line_that_does_not_hold_together_is_refused_in_one_line(
@@ -263,3 +265,16 @@ def test_a_compact_line_that_does_not_hold_together_is_refused_in_one_line(
         history_text(store)
     message = str(exc.value)
     assert "\n" not in message and message.startswith(f"{part}: damaged history")
+
+
+def _orders_as_lists(body: dict[str, Any]) -> None:
+    """The marks' inputs and ids as JSON lists, as the compact lines of earlier versions."""
+    body["input"] = array("i", base64.b64decode(body.pop("input32"))).tolist()
+    body["mid"] = array("q", base64.b64decode(body.pop("mid64"))).tolist()
+
+
+def test_a_compact_line_with_its_orders_as_json_lists_still_reads(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    text = run("forward", store)
+    _damage_compact_line(store, _orders_as_lists)
+    assert history_text(store).replace(str(store), "STORE") == text
