@@ -11,7 +11,8 @@ driver's commit of it).  Works
 on older checkouts too (point ``PYTHONPATH`` at their ``src``).  Needs
 valgrind; a few minutes.
 
-    PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-instructions.py [--no-history] [--per 4000]
+    PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-instructions.py [--no-history]
+        [--per 4000]
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Where phase 1's CPU goes: a line-level sampling profile of scripts/runtime-phase1-cpu.py.
 
 A SIGPROF timer samples the running line every 0.5 ms of CPU while a phase-1
-task runs (after the first batch, which loads the state and writes a snapshot) (cProfile's per-call cost would distort the small functions of the
-hot path); prints the hottest lines and the share of each txstream function
-(the innermost txstream frame of each sample).  Arguments go to the script.
+task runs, after the first batch (which loads the state and writes a snapshot)
+(cProfile's per-call cost would distort the small functions of the hot path);
+prints the hottest lines and the share of each txstream function (the
+innermost txstream frame of each sample).  Arguments go to the script.
 
     PYTHONPATH=src .venv/bin/python scripts/runtime-phase1-profile.py --batches 6
 """

@@ -253,6 +253,8 @@ def test_a_delta_of_a_one_column_key_has_two_columns_and_three_still_load(
     b.use_flat(flat)
     a.apply(delta)
     b.apply(old)
-    assert sorted(a.all_rows(SIMPLE)) == sorted(b.all_rows(SIMPLE)) == [
-        (k, {"balance": k * 10 + 1}) for k in (4, 5, 6, 7)
-    ]
+    assert (
+        sorted(a.all_rows(SIMPLE))
+        == sorted(b.all_rows(SIMPLE))
+        == [(k, {"balance": k * 10 + 1}) for k in (4, 5, 6, 7)]
+    )
