@@ -25,6 +25,7 @@ from txstream.errors import TransientError
 from txstream.model.check import check
 from txstream.model.history import History, Operation
 from txstream.txn import LockTimeoutError, TransactionError, TransactionManager, ValidationError
+from txstream.txn.base import EXCLUSIVE, SHARED
 
 ROWS = 6
 
@@ -395,4 +396,51 @@ def test_ss2pl_reused_successor_leaves_another_readers_locks_on_released_rows() 
     other.commit()
     heir.commit()
     write(tm, 1, 0)
+    tm.locks.check_idle()
+
+
+def test_ss2pl_reused_successor_never_takes_a_shared_rows_record_out_of_the_lock_table() -> None:
+    """keep_only must not take out, even for a moment, the record of a row another
+    transaction holds too: a lock-free fast path that runs then (another thread, at
+    any bytecode) finds the row free and takes it, and putting the record back drops
+    that lock from the table.  The fast path is run from inside the table's removal,
+    which is such a moment."""
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    row = parts.item(1)
+    writer = tm.begin()
+    watching = False
+
+    class Watched(dict):  # type: ignore[type-arg]
+        def _gone(self, item: object) -> None:
+            if watching and item == row:  # a writer's request comes in right now, lock-free
+                tm.locks.acquire(writer, row, EXCLUSIVE)
+
+        def pop(self, item: Any, *default: Any) -> Any:
+            rcb = super().pop(item, *default)
+            self._gone(item)
+            return rcb
+
+        def __delitem__(self, item: Any) -> None:
+            super().__delitem__(item)
+            self._gone(item)
+
+    assert not tm.locks.table
+    tm.locks.table = tm.protocol._table = Watched()  # type: ignore[attr-defined]
+    txn, other = tm.begin(read_only=True), tm.begin(read_only=True)
+    for k in range(3):
+        txn.read(parts, k)
+    other.read(parts, 1)
+    watching = True
+    heir = tm.commit_and_continue(txn, [parts.item(2)], reuse=True)
+    watching = False
+    # the writer got no exclusive lock on a row another reader holds shared
+    assert row not in writer.locks
+    assert tm.locks.holders(row) == {other.hid: SHARED}
+    with pytest.raises(LockTimeoutError):
+        tm.locks.acquire(writer, row, EXCLUSIVE)
+    writer.abort()
+    other.commit()
+    assert tm.resume(heir) == set()
+    heir.commit()
     tm.locks.check_idle()

@@ -677,15 +677,22 @@ class LockManager:
                 # txn's own table is refilled with what it keeps (usually far less
                 # than what it drops).
                 kept = {item: mine[item] for item in keep if item in mine}
-                # every dropped item's record leaves the table in one pass in C; a record
-                # someone else holds too (more than one holder) goes back without txn
-                # (the set is not changed in between: the second pass sees the same order)
-                rcbs = list(map(table.pop, drop))
-                if sum(map(len, rcbs)) != len(rcbs):
+                # the dropped items' records in one pass in C; when txn alone holds each
+                # (one holder), they leave the table in another.  A record someone else
+                # holds too must never leave it, not even for a moment: a lock-free fast
+                # path (acquire's setdefault, in another thread) would find the row free
+                # and take it, and the record put back would drop that lock.  (Nothing
+                # changes them in between: the mutex is held, and a fast path only adds
+                # items that are absent; the set keeps its order.)
+                rcbs = list(map(table.__getitem__, drop))
+                if sum(map(len, rcbs)) == len(rcbs):
+                    deque(map(table.__delitem__, drop), maxlen=0)
+                else:
                     for item, rcb in zip(drop, rcbs, strict=True):
-                        if len(rcb) > 1:
+                        if len(rcb) == 1:
+                            del table[item]
+                        else:
                             del rcb[txn]
-                            table[item] = rcb
                 mine.clear()
                 mine.update(kept)
                 return
