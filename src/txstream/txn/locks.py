@@ -686,7 +686,7 @@ class LockManager:
                 # items that are absent; the set keeps its order.)
                 rcbs = list(map(table.__getitem__, drop))
                 if sum(map(len, rcbs)) == len(rcbs):
-                    deque(map(table.__delitem__, drop), maxlen=0)
+                    deque(map(table.pop, drop), maxlen=0)
                 else:
                     for item, rcb in zip(drop, rcbs, strict=True):
                         if len(rcb) == 1:
