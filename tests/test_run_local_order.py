@@ -65,3 +65,26 @@ def test_no_warning_when_the_list_is_the_run_order(tmp_path: Path, ordered: bool
     assert _run(_job(ordered), batch, tmp_path / "s") == []
     ids = [r["id"] for r in tx.read_output(tmp_path / "s", "log")]
     assert ids == ([1, 2, 3] if ordered else [1, 3, 2])
+
+
+def test_an_ordered_event_that_runs_before_an_unordered_one_listed_earlier_warns(
+    tmp_path: Path,
+) -> None:
+    # An input without an order column runs at order value 0: an ordered event with a
+    # negative value, listed after it (and after a larger ordered one), runs first.
+    job = (
+        tx.Job("mixed")
+        .input("notes", None, keys="k")
+        .input("readings", None, keys="k", order="t")
+        .output("log")
+        .on("notes", lambda t, e: t.emit("log", {"id": e["id"]}))
+        .on("readings", lambda t, e: t.emit("log", {"id": e["id"]}))
+    )
+    batch = [
+        ("notes", {"k": 1, "id": 1}),
+        ("readings", {"k": 1, "id": 2, "t": 5}),
+        ("readings", {"k": 1, "id": 3, "t": -1}),
+    ]
+    messages = _run(job, batch, tmp_path / "s")
+    assert len(messages) == 1 and messages[0].startswith("batch 0: readings#2 runs before notes#0")
+    assert [r["id"] for r in tx.read_output(tmp_path / "s", "log")] == [3, 1, 2]

@@ -323,9 +323,10 @@ class LocalRunner:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
         bad: list[dict[str, Any]] = []
-        # The latest run place listed so far (order value, input), where, and whether
-        # its input has no order column; the first event listed after one it runs before.
-        last: tuple[tuple[float, int], str, bool] | None = None
+        # The latest run place (order value, input) listed so far and where, of any event
+        # and of an unordered one; the first event listed after one it runs before.
+        last: tuple[tuple[float, int], str] | None = None
+        last_unordered: tuple[tuple[float, int], str] | None = None
         misplaced: tuple[str, str] | None = None
         if isinstance(events, tuple | dict | str):
             raise RuntimeJobError(
@@ -365,11 +366,16 @@ class LocalRunner:
                 per_partition[pid].append(event)
                 seen[name] = max(seen.get(name, -math.inf), event.order[0])
                 if misplaced is None:
-                    key = (event.order[0], spec.index)
-                    if last is not None and key < last[0] and (spec.order is None or last[2]):
-                        misplaced = (position(name, mid), last[1])
+                    key, here = (event.order[0], spec.index), position(name, mid)
+                    # An unordered event listed after any that runs later, or any event
+                    # listed after an unordered one that runs later: the list misleads.
+                    ahead = last if spec.order is None else last_unordered
+                    if ahead is not None and key < ahead[0]:
+                        misplaced = (here, ahead[1])
                     if last is None or key > last[0]:
-                        last = (key, position(name, mid), spec.order is None)
+                        last = (key, here)
+                    if spec.order is None and (last_unordered is None or key > last_unordered[0]):
+                        last_unordered = (key, here)
         if misplaced is not None:
             names = ", ".join(self.job.inputs)
             warnings.warn(
