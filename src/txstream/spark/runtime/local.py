@@ -323,10 +323,10 @@ class LocalRunner:
         per_partition: dict[int, list[Event]] = {p: [] for p in range(self.partitions)}
         seen: dict[str, float] = {}
         bad: list[dict[str, Any]] = []
-        # The latest run place (order value, input) listed so far and where, of any event
-        # and of an unordered one; the first event listed after one it runs before.
-        last: tuple[tuple[float, int], str] | None = None
-        last_unordered: tuple[tuple[float, int], str] | None = None
+        # The latest run place ((order value, input index), input, mid) listed so far, of
+        # any event and of an unordered one; the first event listed after one it runs before.
+        last: tuple[tuple[float, int], str, int] | None = None
+        last_unordered: tuple[tuple[float, int], str, int] | None = None
         misplaced: tuple[str, str] | None = None
         if isinstance(events, tuple | dict | str):
             raise RuntimeJobError(
@@ -362,20 +362,22 @@ class LocalRunner:
                 where = position(name, mid)
                 bad.append(bad_event(self.batch, where, mid, order, "order value", odd))
                 continue
-            for pid, event in event_copies(self.job, self.partitions, name, row, mid):
+            copies = event_copies(self.job, self.partitions, name, row, mid)
+            for pid, event in copies:
                 per_partition[pid].append(event)
-                seen[name] = max(seen.get(name, -math.inf), event.order[0])
-                if misplaced is None:
-                    key, here = (event.order[0], spec.index), position(name, mid)
-                    # An unordered event listed after any that runs later, or any event
-                    # listed after an unordered one that runs later: the list misleads.
-                    ahead = last if spec.order is None else last_unordered
-                    if ahead is not None and key < ahead[0]:
-                        misplaced = (here, ahead[1])
-                    if last is None or key > last[0]:
-                        last = (key, here)
-                    if spec.order is None and (last_unordered is None or key > last_unordered[0]):
-                        last_unordered = (key, here)
+            value = copies[0][1].order[0]  # (every copy has the event's order)
+            seen[name] = max(seen.get(name, -math.inf), value)
+            if misplaced is None:
+                place = ((value, spec.index), name, mid)
+                # An unordered event listed after any that runs later, or any event
+                # listed after an unordered one that runs later: the list misleads.
+                ahead = last if spec.order is None else last_unordered
+                if ahead is not None and place[0] < ahead[0]:
+                    misplaced = (position(name, mid), position(ahead[1], ahead[2]))
+                if last is None or place[0] > last[0]:
+                    last = place
+                if spec.order is None and (last_unordered is None or place[0] > last_unordered[0]):
+                    last_unordered = place
         if misplaced is not None:
             names = ", ".join(self.job.inputs)
             warnings.warn(
