@@ -393,6 +393,7 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
         held_beats = len(inputs) - 1 if rounds else 0
 
     started: list[float] = []
+    read_all = False
     try:
         # Warm-up, not timed: the first batches compile Spark's code and load each
         # worker's partition state.  The clock starts with the first file after.
@@ -418,8 +419,12 @@ def child(point: dict[str, Any], folder: Path) -> dict[str, Any]:
             (folder.parent / f"{folder.name}.txt").write_text(
                 format_history(query.driver.tm.history()) + "\n"
             )
+        read_all = True
     finally:
-        query.stop()
+        # Every timed event has committed, but the event-time merge may still
+        # hold the last heartbeat (it waits for a later event on every input):
+        # end the inputs so the run leaves nothing held, as a bounded job would.
+        query.stop(end_inputs=read_all or None)
     progress = [seen[b] for b in sorted(seen)]
     timed = [p for p in progress if p["batchId"] >= timed_from]
     histogram: dict[int, int] = {}
