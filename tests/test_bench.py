@@ -49,6 +49,30 @@ def test_seeds_differ_between_repetitions(tmp_path: Path) -> None:
         run_experiment(exp, tmp_path, quick=True, progress=False)
 
 
+def test_repetitions_run_in_rounds_and_keep_their_seeds(tmp_path: Path) -> None:
+    # A shared host's slow minutes must hit every point alike, not all repetitions
+    # of one point: the runs go in rounds; the CSV and the seeds keep the grid's order.
+    ran: list[tuple[int, int]] = []
+
+    def record(point: dict[str, Any], seed: int) -> dict[str, Any]:
+        ran.append((point["x"], seed))
+        return {"y": seed}
+
+    exp = Experiment(
+        name="r",
+        description="",
+        grid=[{"x": 1}, {"x": 2}],
+        quick_grid=[],
+        run=record,
+        repetitions=2,
+    )
+    rows = run_experiment(exp, tmp_path, progress=False)
+    assert [x for x, _ in ran] == [1, 2, 1, 2]
+    assert [(r["x"], r["rep"]) for r in rows] == [(1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [r["seed"] for r in rows] == [0, 7919 + 1, 2, 7919 + 3]
+    assert all(r["y"] == r["seed"] for r in rows)
+
+
 def test_generated_history_has_the_asked_size() -> None:
     h = parse_one(generate_history_text(10_000, seed=3))
     assert 9_000 <= len(h) <= 10_000
@@ -338,6 +362,9 @@ def test_runtime_summary_checks_the_goals_on_the_right_rows() -> None:
     rows = [
         row("executors", "local[1]", 0, FLOOD, 40_000, 9.0),
         row("executors", "local[2]", 0, FLOOD, 60_000, 8.0),
+        # two more repetitions of that point (`bench --reps 3`): the median counts
+        row("executors", "local[2]", 0, FLOOD, 20_000, 8.0, rep=1),
+        row("executors", "local[2]", 0, FLOOD, 80_000, 8.0, rep=2),
         row("executors", "local[2]", 0, LOAD, 49_500, 1.5),
         row("executors", "local[2]", 0, SWEEP[0], 38_000, 0.9),
         row("executors", "local[2]", 10, LOAD, 49_500, 2.5),

@@ -1,9 +1,11 @@
 """The shared bench harness: grids of parameter points, repetitions, CSV and plots.
 
 Call order: :func:`run_experiment` walks ``grid`` (or ``quick_grid``) x
-``repetitions``; for each pair it calls ``run(point, seed)``, which must return a
-dict of metrics; every row (parameters, ``rep``, ``seed``, metrics) goes to
-``<out>/<name>.csv``; afterwards each :class:`Figure` becomes ``<out>/<figure>.png``,
+``repetitions``, in rounds: every point once, then every point again, so that a
+shared host's slow minutes hit all points alike rather than all repetitions of one;
+for each pair it calls ``run(point, seed)``, which must return a dict of metrics;
+every row (parameters, ``rep``, ``seed``, metrics) goes to ``<out>/<name>.csv`` in
+the grid's order; afterwards each :class:`Figure` becomes ``<out>/<figure>.png``,
 plotting the mean over repetitions with min-max bars.
 """
 
@@ -231,25 +233,28 @@ def run_experiment(
     if not grid or reps < 1:
         raise TxStreamError(f"experiment {exp.name} has nothing to run")
     check_folder(out)  # the CSV and figures are written after every point ran
-    tasks = [(point, rep) for point in grid for rep in range(reps)]
-    seeded = [
-        (dict(point), seed * 1_000_003 + rep * 7919 + i) for i, (point, rep) in enumerate(tasks)
-    ]
-    rows: list[dict[str, Any]] = []
+    by_point = [(point, rep) for point in grid for rep in range(reps)]
+    # Seeds follow the grid's order (a point's seed does not depend on the run
+    # order); the runs go in rounds, the grid's order within each.
+    order = sorted(range(len(by_point)), key=lambda i: by_point[i][1])
+    tasks = [by_point[i] for i in order]
+    seeded = [(dict(by_point[i][0]), seed * 1_000_003 + by_point[i][1] * 7919 + i) for i in order]
+    done: list[dict[str, Any]] = []
     if mapper is not None:
         if progress:
             print(f"bench {exp.name}: {len(seeded)} runs as parallel tasks", flush=True)
         run = exp.run
         results = mapper(lambda ps: run(dict(ps[0]), ps[1]), seeded)
         for (point, rep), (_, run_seed), metrics in zip(tasks, seeded, results, strict=True):
-            rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
+            done.append({**point, "rep": rep, "seed": run_seed, **metrics})
     else:
         with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
             for (point, rep), (_, run_seed) in zip(tasks, seeded, strict=True):
                 given = {**point, "_out": str(out)} if exp.wants_out else dict(point)
                 metrics = exp.run(given, run_seed)
-                rows.append({**point, "rep": rep, "seed": run_seed, **metrics})
+                done.append({**point, "rep": rep, "seed": run_seed, **metrics})
                 advance(_describe(point, metrics))
+    rows = [row for _, row in sorted(zip(order, done, strict=True), key=lambda p: p[0])]
     write_csv(rows, out / f"{exp.name}.csv")
     for fig in exp.figures:
         plot(rows, fig, out / f"{fig.name}.png")

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from txstream.bench.harness import apply_overrides, run_experiment, select_points
 from txstream.bench.registry import EXPERIMENT_MODULES, experiments, get_experiment
 from txstream.cli import Subparsers
-from txstream.cli.types import path_arg, seed
+from txstream.cli.types import int_range, path_arg, seed
 from txstream.errors import TxStreamError
 
 
@@ -28,6 +29,13 @@ def register_cli(sub: Subparsers) -> None:
     p.add_argument("--out", type=path_arg, default=Path("bench-out"), help="output folder")
     p.add_argument("--seed", type=seed, default=0, help="base seed of the repetitions")
     p.add_argument("--no-progress", action="store_true", help="no progress output")
+    p.add_argument(
+        "--reps",
+        type=int_range(1, 100),
+        metavar="N",
+        help="run every point N times, in rounds (every point once, then again), "
+        "instead of the experiment's repetitions; summaries take the median",
+    )
     p.add_argument(
         "--set",
         action="append",
@@ -68,6 +76,10 @@ def run(args: argparse.Namespace) -> int:
     items = args.set + ([f"target={args.target}"] if args.target is not None else [])
     # Check every experiment's overrides before the first one runs for an hour.
     chosen = [select_points(apply_overrides(exp, items), args.only) for exp in chosen]
+    if args.reps is not None:
+        chosen = [
+            replace(exp, repetitions=args.reps, quick_repetitions=args.reps) for exp in chosen
+        ]
     for exp in chosen:
         spark = args.spark if args.spark is not None else exp.spark_default and not args.quick
         rows = run_experiment(
