@@ -113,6 +113,26 @@ def test_global_reads_give_the_same_totals_on_the_driver_engine_as_run_local(
     assert [{k: v for k, v in row.items() if k != "__order"} for row in driver] == local
 
 
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_a_global_read_runs_once_at_home_0_on_both_engines(tmp_path: Path, partitions: int) -> None:
+    # The documented idiom for a keyless event, "emit once where t.home == 0", must
+    # not drop a global read's rows: it runs once, at partition 0 (home was None).
+    def audit(t: tx.Tx, e: dict[str, Any]) -> None:
+        if t.home == 0:
+            t.emit("audits", {"total": t.sum("accounts", "balance"), "n": t.count("accounts")})
+
+    job = _ledger().on("audits", audit)
+    batches = [[("deposits", {"acct": 1, "amount": 5}), ("audits", {})], [("audits", {})]]
+    job.run_local(batches, tmp_path, partitions=partitions)
+    assert tx.read_output(tmp_path, "audits") == [{"total": 5, "n": 1}] * 2
+    driver = [
+        json.loads(line) for o in _on_the_driver(job, batches) for line in o.outputs["audits"]
+    ]
+    assert [{k: v for k, v in row.items() if k != "__order"} for row in driver] == [
+        {"total": 5, "n": 1}
+    ] * 2
+
+
 def test_a_global_read_on_the_driver_engine_must_be_declared_as_on_the_executors(
     tmp_path: Path,
 ) -> None:

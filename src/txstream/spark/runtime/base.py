@@ -561,7 +561,8 @@ class Tx(Protocol):
 
         Each partition ``0 .. P-1`` runs one fragment of such an event (an input
         without keys); ``home == 0`` picks one of them, e.g. to emit once per
-        event.  None for an event with keys.
+        event.  An input with ``global_reads`` runs each event once, at
+        partition 0: ``home`` is 0.  None for an event with keys.
         """
         ...
 

@@ -75,9 +75,10 @@ class DriverTx:
     def home(self) -> int | None:
         """See ``Tx.home``: 0 for an event that reaches every partition, None for one with keys.
 
-        The driver runs such an event once, as the one fragment of one partition.
+        The driver runs such an event once, as the one fragment of one partition;
+        a global read's event too (0, as on the executors, where it runs at 0).
         """
-        return self._home
+        return 0 if self._global else self._home
 
     def _value(self, table: str, key: Key, what: str) -> Key:
         """The partition value of ``key``, one the running event may touch (``what``: a verb).

@@ -259,9 +259,11 @@ class ExecutorTx:
 
         Every partition ``0 .. P-1`` runs one fragment of such an event (an input
         without keys, or a ``broadcast`` event); ``home == 0`` picks one of them,
-        e.g. to emit something once per event.  None for an event with keys.
+        e.g. to emit something once per event.  An input with ``global_reads``
+        runs each event once, at partition 0: 0 (so that the same test emits
+        there too; its rows are still out of reach).  None for an event with keys.
         """
-        return self._home
+        return 0 if self._global else self._home
 
     # -- writes --------------------------------------------------------------------
     def insert(self, table: str, row: Row) -> None:

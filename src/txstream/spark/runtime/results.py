@@ -235,7 +235,8 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
         return driver.read_text()
     if not (store.root / "history").is_dir():
         raise TxStreamError(
-            f"{path}: this job recorded no history; start it with .option('recordHistory', True)"
+            f"{path}: this job recorded no history: start it with .option('recordHistory', "
+            "True) (a job that records one writes it once a transaction has run)"
         )
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
     files: list[tuple[str, list[str]]] = []  # (role, operations)

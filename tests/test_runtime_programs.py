@@ -1,0 +1,237 @@
+"""Random transaction programs on the runtime, against a brute-force serial interpreter.
+
+The other runtime tests use jobs of a known shape (ledgers, audits).  A new user's
+job is none of them, so here every event carries a small *program*: a list of
+steps over two tables (one keyed by integers, one by non-ASCII strings), each a
+read, an increment, an insert, an upsert, an update, a delete, an
+insert-or-increment, a data-dependent failure or an abort, on one of the event's
+three keys (which land on different partitions or on the same one); keyless
+events total both tables through global reads.  The same programs run on 1 to 5
+partitions, in one scheduler or in tasks that forward rows over local sockets,
+in one run or stopped and restarted on the same store, and must give what one
+dict-based interpreter gives running the events one after another in arrival
+order: the same outputs, the same failures, the same final tables, and a
+history the CSAO checker accepts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import txstream as tx
+from txstream.model import check
+
+TABLES = {"a": ("k", "v"), "b": ("s", "w")}
+"""Each table's key column and its one value column."""
+SLOTS = {0: ("a", "k0"), 1: ("a", "k1"), 2: ("b", "s0")}
+"""A step's slot: the table it touches and the event column that holds the key."""
+
+Read = Callable[[str, Any], "dict[str, Any] | None"]
+Write = Callable[[str, str, Any, int], Any]
+
+
+class ProgramFailed(Exception):
+    """The interpreter's stand-in for any error that rolls a transaction back."""
+
+
+def interpret(event: dict[str, Any], read: Read, write: Write) -> list[Any]:
+    """Run ``event``'s program on ``read``/``write``; what each step saw or wrote."""
+    seen: list[Any] = []
+    for op, slot, amount in json.loads(event["prog"]):
+        table, column = SLOTS[slot]
+        key = event[column]
+        if op == "read":
+            row = read(table, key)
+            seen.append(None if row is None else row[TABLES[table][1]])
+        else:
+            seen.append(write(op, table, key, amount))
+        if op == "fail" and sum(x for x in seen if isinstance(x, int)) % 3 == 0:
+            raise ValueError("a failure that depends on what was read")
+    return seen
+
+
+def on_runtime(t: Any, op: str, table: str, key: Any, amount: int) -> Any:
+    """A write step through the job's ``tx.Tx``."""
+    keyname, column = TABLES[table]
+    if op == "increment":
+        return t.increment(table, key, column, amount)
+    if op == "insert":
+        t.insert(table, {keyname: key, column: amount})
+    elif op == "upsert":
+        t.upsert(table, {keyname: key, column: amount})
+    elif op == "update":
+        return t.update(table, key, **{column: amount})[column]
+    elif op == "delete":
+        t.delete(table, key)
+        return -1
+    elif op == "add":  # insert or increment: the usual counter
+        if t.read(table, key) is None:
+            t.insert(table, {keyname: key, column: amount})
+        else:
+            return t.increment(table, key, column, amount)
+    elif op == "abort":
+        t.abort("the program said so")
+    return amount if op != "fail" else 0
+
+
+def on_dicts(
+    rows: dict[str, dict[Any, dict[str, Any]]], op: str, table: str, key: Any, amount: int
+) -> Any:
+    """The same write step on plain dicts (the oracle)."""
+    keyname, column = TABLES[table]
+    here = rows[table]
+    exists = key in here
+    if op in ("increment", "update", "delete") and not exists:
+        raise ProgramFailed(f"no row {key!r}")
+    if (op == "insert" and exists) or op == "abort":
+        raise ProgramFailed(op)
+    if op in ("increment", "add") and exists:
+        here[key][column] += amount
+        return here[key][column]
+    if op == "delete":
+        del here[key]
+        return -1
+    if op in ("insert", "upsert", "add"):
+        here[key] = {keyname: key, column: amount}
+    elif op == "update":
+        here[key][column] = amount
+    return amount if op != "fail" else 0
+
+
+def programs_job() -> tx.Job:
+    """The job: one input of programs (three keys), one keyless input of audits."""
+
+    def run(t: Any, e: dict[str, Any]) -> None:
+        seen = interpret(e, t.read, lambda *step: on_runtime(t, *step))
+        t.emit("seen", {"id": e["id"], "seen": json.dumps(seen)})
+
+    def audit(t: Any, e: dict[str, Any]) -> None:
+        if t.home == 0:  # (a keyless event runs on every partition: emit once)
+            totals = {"sa": t.sum("a", "v"), "na": t.count("a")}
+            t.emit("audits", {"id": e["id"], **totals, "sb": t.sum("b", "w"), "nb": t.count("b")})
+
+    return (
+        tx.Job("programs")
+        .table("a", key="k", schema="k long, v long")
+        .table("b", key="s", schema="s string, w long")
+        .input("programs", None, keys=["k0", "k1", "s0"], order="id")
+        .input("audits", None, order="id", global_reads=["a.v", "b.w"])
+        .output("seen")
+        .output("audits")
+        .on("programs", run)
+        .on("audits", audit)
+        .option("recordHistory", True)
+    )
+
+
+def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
+    """Outputs, failed ids and final tables of the events one after another, in id order."""
+    rows: dict[str, dict[Any, dict[str, Any]]] = {"a": {}, "b": {}}
+    seen, audits, failed = [], [], []
+    for name, e in sorted((item for b in batches for item in b), key=lambda i: i[1]["id"]):
+        if name == "audits":
+            a, b = rows["a"].values(), rows["b"].values()
+            audits.append(
+                {
+                    "id": e["id"],
+                    "sa": sum(r["v"] for r in a),
+                    "na": len(a),
+                    "sb": sum(r["w"] for r in b),
+                    "nb": len(b),
+                }
+            )
+            continue
+        work = copy.deepcopy(rows)
+
+        def read(table: str, key: Any, work: Any = work) -> dict[str, Any] | None:
+            row = work[table].get(key)
+            return None if row is None else dict(row)
+
+        try:
+            out = interpret(e, read, lambda *step, work=work: on_dicts(work, *step))
+        except (ProgramFailed, ValueError):
+            failed.append(e["id"])
+            continue
+        rows = work
+        seen.append({"id": e["id"], "seen": json.dumps(out)})
+    return {"seen": seen, "audits": audits, "failed": failed, "a": rows["a"], "b": rows["b"]}
+
+
+OPS = (
+    "read",
+    "read",
+    "increment",
+    "insert",
+    "upsert",
+    "update",
+    "delete",
+    "add",
+    "add",
+    "fail",
+    "abort",
+)
+
+
+@st.composite
+def runs(draw: Any) -> tuple[list[list[tuple[str, dict[str, Any]]]], int, int, int]:
+    """Batches of programs and audits, partitions, tasks, and where the run restarts."""
+    ints = st.integers(0, draw(st.integers(0, 9)))
+    strs = st.integers(0, draw(st.integers(0, 4))).map(lambda n: f"kë{n}")
+    step = st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(-5, 9)).filter(
+        lambda s: s[0] != "abort" or s[2] > 7  # (rarely: most programs should commit)
+    )
+    program = st.builds(
+        lambda k0, k1, s0, prog: (
+            "programs",
+            {"k0": k0, "k1": k1, "s0": s0, "prog": json.dumps(prog)},
+        ),
+        ints,
+        ints,
+        strs,
+        st.lists(step, min_size=1, max_size=5),
+    )
+    event = st.one_of(program, program, program, st.just(("audits", {})))
+    batches = draw(st.lists(st.lists(event, max_size=25), min_size=1, max_size=4))
+    batches = [[(n, dict(e)) for n, e in b] for b in batches]
+    for i, (_, e) in enumerate(item for b in batches for item in b):
+        e["id"] = i
+    partitions = draw(st.integers(1, 5))
+    tasks = min(draw(st.integers(1, 3)), partitions)
+    return batches, partitions, tasks, draw(st.integers(0, len(batches)))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(run=runs())
+def test_random_programs_equal_serial_execution(
+    tmp_path_factory: pytest.TempPathFactory,
+    run: tuple[list[list[tuple[str, dict[str, Any]]]], int, int, int],
+) -> None:
+    batches, partitions, tasks, restart = run
+    store = tmp_path_factory.mktemp("programs")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", tx.TransactionFailuresWarning)
+        for part in (batches[:restart], batches[restart:]):  # (a restart in between)
+            if part:
+                programs_job().run_local(part, store, partitions=partitions, tasks=tasks)
+    want = serial(batches)
+    assert tx.read_output(store, "seen") == want["seen"]
+    assert tx.read_output(store, "audits") == want["audits"]
+    failures = tx.read_failures(store)
+    assert [f["order"][0] for f in failures] == want["failed"]  # (order: id first)
+    assert {r["k"]: r["v"] for r in tx.read_table(store, "a")} == {
+        k: r["v"] for k, r in want["a"].items()
+    }
+    assert {r["s"]: r["w"] for r in tx.read_table(store, "b")} == {
+        k: r["w"] for k, r in want["b"].items()
+    }
+    if any(name == "programs" for b in batches for name, _ in b):
+        verdict = check(tx.read_history(store), "csao")
+        assert verdict.holds, verdict.evidence
