@@ -386,6 +386,21 @@ def test_snapshot_queries_wait_longest_under_serial() -> None:
     assert got["serial"]["snap_response"] > got["ttu"]["snap_response"]
 
 
+def test_snapshot_queries_left_queued_at_the_end_are_counted() -> None:
+    # At n = 40 a whole-window scan takes ~1.24 s against one arrival a second: the queue
+    # grows, and the response means cover only the queries that got through.
+    def metrics(n: int) -> dict[str, Any]:
+        params = WindowParams(
+            scheduler="ttu", n=n, t=5.0, long_queries=100, snapshot_interval=1.0, seed=1
+        )
+        return run(params).metrics
+
+    light, saturated = metrics(10), metrics(40)
+    assert light["snap_unfinished"] == 0 < light["snapshots"]
+    total = saturated["snapshots"] + saturated["snap_unfinished"]
+    assert saturated["snap_unfinished"] >= 0.2 * total
+
+
 def test_runs_are_deterministic_by_seed() -> None:
     a = run(WindowParams(scheduler="ttu", n=10, seed=9, record=True))
     b = run(WindowParams(scheduler="ttu", n=10, seed=9, record=True))
