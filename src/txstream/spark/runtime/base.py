@@ -39,6 +39,9 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
+import datetime
+import decimal
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -258,7 +261,29 @@ def finite(value: float | None) -> bool:
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
     """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
     check_emitted(job, output, row)
-    return dict(row)
+    return owned_row(row)
+
+
+_PLAIN_TYPES = frozenset(
+    {int, float, str, bool, type(None), bytes, decimal.Decimal}
+    | {datetime.date, datetime.datetime, datetime.time, datetime.timedelta}
+)
+"""Values a row may share with its copy: nothing can change them in place."""
+
+
+def owned_row(row: Row) -> Row:
+    """A copy of ``row`` that shares no mutable value (a list, a dict ...) with it.
+
+    A table without a schema may hold lists and dicts.  A shallow copy handed
+    to (or taken from) a transaction function would let it change a stored row
+    in place, outside the undo log: never rolled back, and lost when the state
+    is next loaded from the store (its delta never had it).  Rows of plain
+    values, the common case, cost one ``dict`` copy and a type test per column.
+    """
+    new = dict(row)
+    if _PLAIN_TYPES.issuperset(map(type, new.values())):
+        return new
+    return copy.deepcopy(new)
 
 
 def check_emitted(job: JobSpec, output: str, row: Row) -> None:
@@ -292,7 +317,8 @@ def updated_row(spec: TableSpec, key: Key, old: Row, changes: Row | None, column
     new = {**old, **(changes or {}), **columns}
     if key_of_row(spec, new) != key:
         raise SchemaError(f"update of {spec.name}: the key columns {spec.key} cannot change")
-    return new
+    # (a schema's columns hold plain values: only a table without one may get a list)
+    return new if spec.columns is not None else owned_row(new)
 
 
 def incremented_row(spec: TableSpec, old: Row, column: str, by: Any) -> Row:

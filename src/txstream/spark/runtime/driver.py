@@ -30,6 +30,7 @@ from txstream.spark.runtime.base import (
     key_of_row,
     keyed_values,
     missing_row,
+    owned_row,
     table_spec,
     undeclared_total,
     updated_row,
@@ -105,7 +106,7 @@ class DriverTx:
         row = self._txn.read(self._tm.table(table), key)
         if row is None:
             return default
-        return dict(row)
+        return owned_row(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """See ``Tx.scan``: every row of ``table`` in partition value ``value``, in key order."""
@@ -115,7 +116,7 @@ class DriverTx:
         txn.read(engine.sets[table], value)  # before the index: inserts into value wait
         rows, keys = self._tm.table(table), engine.index[table].get(value, ())
         found = (txn.read(rows, k) for k in sorted(keys, key=canonical))
-        return [dict(row) for row in found if row is not None]
+        return [owned_row(row) for row in found if row is not None]
 
     def values(self, table: str) -> list[Key]:
         """See ``Tx.values``: for a keyless event, every partition value of ``table`` with rows.
@@ -165,7 +166,7 @@ class DriverTx:
         key = key_of_row(table_spec(self._job, table), row)
         value = self._value(table, key, f"insert into {table}")
         try:
-            self._txn.insert(self._tm.table(table), key, dict(row))
+            self._txn.insert(self._tm.table(table), key, owned_row(row))
         except DuplicateKeyError:
             raise duplicate_key(table, key) from None
         self._added(table, value, key)
@@ -174,7 +175,7 @@ class DriverTx:
         """See ``Tx.upsert``."""
         key = key_of_row(table_spec(self._job, table), row)
         value = self._value(table, key, f"upsert into {table}")
-        self._txn.put(self._tm.table(table), key, dict(row))
+        self._txn.put(self._tm.table(table), key, owned_row(row))
         if key not in self._engine.index[table].get(value, ()):
             self._added(table, value, key)
 
@@ -186,7 +187,7 @@ class DriverTx:
             raise missing_row(f"update of {table}", key)
         new = updated_row(self._job.tables[table], key, old, changes, columns)
         self._txn.update(self._tm.table(table), key, new)
-        return dict(new)
+        return owned_row(new)
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """See ``Tx.increment``."""

@@ -32,6 +32,7 @@ from txstream.spark.runtime.base import (
     key_of_row,
     keyed_values,
     missing_row,
+    owned_row,
     table_spec,
     undeclared_total,
     updated_row,
@@ -220,7 +221,8 @@ class ExecutorTx:
             row = part.get(key) if part is not None else None
         if row is None:
             return default
-        return dict(row)
+        # (a table without a schema may hold lists: see owned_row)
+        return dict(row) if spec.columns is not None else owned_row(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
@@ -232,7 +234,7 @@ class ExecutorTx:
             self._log(value, f"r{gid}({_set_item(table, value)})")
             for k in rows:
                 self._log(value, f"r{gid}({item_name(table, k)})")
-        return [dict(rows[k]) for k in sorted(rows, key=canonical)]
+        return [owned_row(rows[k]) for k in sorted(rows, key=canonical)]
 
     def values(self, table: str) -> list[Key]:
         """The partition values of ``table`` with rows here, for a keyless event's fragment.
@@ -273,7 +275,7 @@ class ExecutorTx:
         value = self._value(f"insert into {table}", spec, key)
         if key in (self._state.part(table, value) or _NO_ROWS):
             raise duplicate_key(table, key)
-        self._put(table, value, key, dict(row), structural=True)
+        self._put(table, value, key, _stored(spec, row), structural=True)
 
     def upsert(self, table: str, row: Row) -> None:
         """Insert ``row`` or replace the row with its key."""
@@ -284,7 +286,7 @@ class ExecutorTx:
             self._check_value(table, value)
         part = self._state.part(table, value)
         exists = part is not None and key in part
-        self._put(table, value, key, dict(row), structural=not exists)
+        self._put(table, value, key, _stored(spec, row), structural=not exists)
 
     def update(self, table: str, key: Key, changes: Row | None = None, **columns: Any) -> Row:
         """Change some columns of the row with ``key``; returns the new row (a copy)."""
@@ -295,7 +297,7 @@ class ExecutorTx:
             raise missing_row(f"update of {table}", key)
         new = updated_row(spec, key, old, changes, columns)
         self._put(table, value, key, new)
-        return dict(new)
+        return dict(new) if spec.columns is not None else owned_row(new)
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
@@ -418,7 +420,7 @@ class ExecutorTx:
                 return
         check_emitted(self._job, output, row)
         members = _plain_members(row)
-        self._emits.append((output, dict(row) if members is None else members))
+        self._emits.append((output, owned_row(row) if members is None else members))
 
     def abort(self, reason: str = "aborted by the transaction") -> None:
         """Roll this transaction back (it is reported as aborted, not as an error)."""
@@ -517,6 +519,11 @@ class ExecutorTx:
 Tx = ExecutorTx
 """The class's old name here (``executor.Tx``), for code that patches it; ``tx.Tx`` is the
 Protocol (:class:`~txstream.spark.runtime.base.Tx`)."""
+
+
+def _stored(spec: TableSpec, row: Row) -> Row:
+    """The copy of a written ``row`` that the state keeps (checked against a schema already)."""
+    return dict(row) if spec.columns is not None else owned_row(row)
 
 
 def flat_tables(job: JobSpec) -> frozenset[str]:

@@ -28,6 +28,7 @@ from txstream.spark.runtime.base import (
     check_partitions,
     initial_row,
     null_field,
+    owned_row,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.forward import (
@@ -435,16 +436,20 @@ class _LocalPhases(Phases):
         self._shipped: list[dict[str, Any]] = []
 
     def phase1(self, ctx: BatchContext) -> tuple[list[dict[str, Any]], bool]:
+        # Each partition's copy of an event gets a row of its own at every attempt, as
+        # a Spark task reads its rows afresh: a function that changes its event's row
+        # must not change what another fragment of the event, or the batch's re-run
+        # after a failure that spans partitions, sees (nor the caller's batches).
+        events = {pid: _own_rows(evs) for pid, evs in self.events.items()}
         if self.job.may_cross and forwarding(self.job):
             # Every partition in one scheduler: messages between them stay in memory.
-            events = {pid: list(evs) for pid, evs in self.events.items()}
             if self.tasks > 1:
                 done = _threaded_phase1(self.job, ctx, events, self.tasks)
             else:
                 done = phase1_forward(self.job, ctx, events)
             results = [done[pid] for pid in self.events]
         else:
-            results = [phase1(self.job, ctx, pid, list(evs)) for pid, evs in self.events.items()]
+            results = [phase1(self.job, ctx, pid, evs) for pid, evs in events.items()]
         if self.bad:  # events without a place, reported as a Spark phase-1 task does
             lines = [json.dumps(f, default=str) for f in self.bad]
             files = RuntimeStore(ctx.store).write_lines("errors", "", ctx.batch, "input", lines)
@@ -465,6 +470,11 @@ class _LocalPhases(Phases):
             by_pid[_owner(self.job, value, len(self.events))].append((value, tables))
         tokens = {pid: phase3(self.job, ctx, pid, items) for pid, items in by_pid.items() if items}
         return stats, tokens
+
+
+def _own_rows(events: list[Event]) -> list[Event]:
+    """``events`` with a copy of each row that shares nothing mutable with the original."""
+    return [event._replace(row=owned_row(event.row)) for event in events]
 
 
 def _threaded_phase1(

@@ -22,7 +22,7 @@ from operator import attrgetter
 from typing import Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, Row
+from txstream.spark.runtime.base import JobSpec, Row, owned_row
 from txstream.spark.runtime.boundaries import Boundary, Event, check_runs
 from txstream.spark.runtime.executor import (
     Outcome,
@@ -171,7 +171,9 @@ def _release(
     boundary: Boundary | None,
     meta: dict[str, Any] | None,
 ) -> list[Event]:
-    pool = list(state.meta.get("held", ())) + events
+    # A held event's row of its own: a function that changes its event's row must
+    # not change what a re-run of the batch (from the same cached state) gives it.
+    pool = [e._replace(row=owned_row(e.row)) for e in state.meta.get("held", ())] + events
     value, first = upto[0], upto[1]
     if value == math.inf:  # every input is quiet: everything runs
         pool.sort(key=_order)
