@@ -40,7 +40,29 @@ from txstream.broadcast.recorder import HistoryRecorder
 from txstream.broadcast.server import Server
 from txstream.model import History
 
-__all__ = ["SimParams", "SimResult", "simulate"]
+__all__ = ["SimParams", "SimResult", "SimTrace", "simulate"]
+
+
+@dataclass
+class SimTrace:
+    """What a run did, event by event, for checking it against an independent model.
+
+    ``commits``: one ``(time, cycle, txn, ops)`` per server transaction, ``ops``
+    its operations in order as ``("r" | "w", object number)``.  ``reads``: one
+    ``(attempt, position, obj, issued, cycle, ok, value)`` per read off the air:
+    the client's attempt number (a restart starts a new attempt), the read's
+    position in the transaction, when the client asked for the object, the cycle
+    whose broadcast it read, whether the read-condition let it proceed, and the
+    value it got (``None`` when refused).  ``commit_attempts``: the attempts that
+    committed.  Pass one to :func:`simulate`; recording costs time, so it is off
+    by default.
+    """
+
+    cycle_length: int = 0
+    slot: int = 0
+    commits: list[tuple[float, int, str, list[tuple[str, int]]]] = field(default_factory=list)
+    reads: list[tuple[int, int, int, float, int, bool, Any]] = field(default_factory=list)
+    commit_attempts: list[int] = field(default_factory=list)
 
 
 @dataclass
@@ -84,8 +106,12 @@ class SimResult:
 _START, _ISSUE, _READ = 0, 1, 2
 
 
-def simulate(params: SimParams, seed: int = 0) -> SimResult:
-    """Run one simulation; deterministic for a given ``params`` and ``seed``."""
+def simulate(params: SimParams, seed: int = 0, trace: SimTrace | None = None) -> SimResult:
+    """Run one simulation; deterministic for a given ``params`` and ``seed``.
+
+    ``trace``, if given, is filled with every server transaction and client read
+    (see :class:`SimTrace`); it does not change the run.
+    """
     params.validate()
     p = params
     server_rng = random.Random(seed * 2 + 1)
@@ -97,6 +123,9 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
     names = server.objects
     slot = p.object_bits + p.timestamp_bits * server.algorithm.control_entries()
     length = n * slot
+    if trace is not None:
+        trace.cycle_length = length
+        trace.slot = slot
 
     server.begin_cycle()  # cycle 1 starts at time 0
     cycle_end = float(length)
@@ -117,6 +146,8 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
     ev_cycle = 0
     truncated = False
     steps = 0
+    attempt = -1
+    issued = 0.0
 
     while len(response) < p.transactions:
         steps += 1
@@ -132,7 +163,12 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
             )
         client_due = ev_time < cycle_end or (ev_kind == _READ and ev_cycle == server.cycle)
         if next_server < cycle_end and (next_server <= ev_time or not client_due):
-            _server_txn(server, server_rng, p, names)
+            if trace is None:
+                _server_txn(server, server_rng, p, names)
+            else:
+                ops: list[tuple[str, int]] = []
+                tid = _server_txn(server, server_rng, p, names, ops)
+                trace.commits.append((next_server, server.cycle, tid, ops))
             next_server += server_rng.expovariate(1.0 / p.server_interarrival)
             continue
         if not client_due:
@@ -146,6 +182,7 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
         if ev_kind == _START:
             txn = client.begin(read_only=not is_update)
             op = 0
+            attempt += 1
             ev_kind = _ISSUE
             continue
         assert txn is not None
@@ -162,6 +199,8 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
                     ev_time = now + p.restart_delay
                     ev_kind = _START
                     continue
+                if trace is not None:
+                    trace.commit_attempts.append(attempt)
                 response.append(now - submitted)
                 restarts.append(tries)
                 tries = 0
@@ -179,6 +218,7 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
                 op += 1
                 ev_time = now + _delay(client_rng, p.op_delay, op, len(objs))
                 continue
+            issued = now
             start = (server.cycle - 1) * length + j * slot
             ev_cycle = server.cycle
             if start < now:
@@ -189,13 +229,17 @@ def simulate(params: SimParams, seed: int = 0) -> SimResult:
             continue
         # _READ: the slot of objs[op] in cycle ev_cycle is over; that cycle is on the air.
         try:
-            txn.read(names[objs[op]], use_cache=False)
+            value = txn.read(names[objs[op]], use_cache=False)
         except ReadConditionFailed:
+            if trace is not None:
+                trace.reads.append((attempt, op, objs[op], issued, ev_cycle, False, None))
             aborts += 1
             tries += 1
             ev_time = now + p.restart_delay
             ev_kind = _START
             continue
+        if trace is not None:
+            trace.reads.append((attempt, op, objs[op], issued, ev_cycle, True, value))
         op += 1
         ev_time = now + _delay(client_rng, p.op_delay, op, len(objs))
         ev_kind = _ISSUE
@@ -226,21 +270,39 @@ def _delay(rng: random.Random, mean: float, done: int, total: int) -> float:
     return rng.expovariate(1.0 / mean)
 
 
-def _server_txn(server: Server, rng: random.Random, p: SimParams, names: list[str]) -> None:
-    """One server update transaction, run alone (so it always commits)."""
+def _server_txn(
+    server: Server,
+    rng: random.Random,
+    p: SimParams,
+    names: list[str],
+    log: list[tuple[str, int]] | None = None,
+) -> str:
+    """One server update transaction, run alone (so it always commits); its id.
+
+    ``log``, if given, gets the operations in order as ``(kind, object number)``.
+    """
     txn = server.begin()
     n = len(names)
     if p.server_ops == "update":
         for j in rng.sample(range(n), min(p.server_txn_length, n)):
             if rng.random() < p.server_read_prob:
                 txn.read(names[j])
+                if log is not None:
+                    log.append(("r", j))
             txn.write(names[j], txn.id)
+            if log is not None:
+                log.append(("w", j))
         txn.commit()
-        return
+        return str(txn.id)
     for _ in range(p.server_txn_length):
-        name = names[rng.randrange(n)]
+        j = rng.randrange(n)
         if rng.random() < p.server_read_prob:
-            txn.read(name)
+            txn.read(names[j])
+            kind = "r"
         else:
-            txn.write(name, txn.id)
+            txn.write(names[j], txn.id)
+            kind = "w"
+        if log is not None:
+            log.append((kind, j))
     txn.commit()
+    return str(txn.id)
