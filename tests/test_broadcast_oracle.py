@@ -161,7 +161,7 @@ def sim_params(draw: st.DrawFn) -> SimParams:
     algorithm = draw(
         st.sampled_from(["f-matrix", "r-matrix", "datacycle", "grouped", "f-matrix-no"])
     )
-    n = draw(st.integers(2, 9))
+    n = draw(st.integers(3, 9))
     object_bits = draw(st.integers(1, 64))
     cycle = n * object_bits
     return SimParams(
@@ -170,7 +170,7 @@ def sim_params(draw: st.DrawFn) -> SimParams:
         objects=n,
         object_bits=object_bits,
         timestamp_bits=draw(st.integers(0, 8)),
-        client_txn_length=draw(st.integers(1, min(n, 5))),
+        client_txn_length=draw(st.integers(2, min(n, 5))),
         server_txn_length=draw(st.integers(0, 4)),
         server_ops=draw(st.sampled_from(["update", "read-or-write"])),
         server_read_prob=draw(st.sampled_from([0.0, 0.5, 1.0])),
@@ -178,7 +178,7 @@ def sim_params(draw: st.DrawFn) -> SimParams:
         server_interarrival=cycle * draw(st.sampled_from([0.05, 0.2, 1.0, 3.0])),
         op_delay=cycle * draw(st.sampled_from([0.0, 0.1, 0.5, 2.0])),
         txn_delay=cycle * draw(st.sampled_from([0.0, 0.5])),
-        transactions=draw(st.integers(3, 15)),
+        transactions=draw(st.integers(5, 20)),
         measured=1,
         max_steps=3_000,
     )
