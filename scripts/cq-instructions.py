@@ -8,12 +8,14 @@ and prints the difference divided by 3,000 (set-up and interpreter exit
 cancel out).  Needs valgrind; about a minute per strategy.
 
     PYTHONPATH=src .venv/bin/python scripts/cq-instructions.py [--strategies naive,s2pl]
-        [--gc] [--functions 20]
+        [--gc] [--functions 20] [--cache]
 
 ``--gc`` leaves the cyclic collector on (``scripts/cq-ratio.py`` runs with it);
 ``--functions N`` runs callgrind instead and also prints the N interpreter (C)
 functions with the most instructions per window (self cost), e.g. the
-collector's ``gc_collect_main`` or the lock's ``acquire``.
+collector's ``gc_collect_main`` or the lock's ``acquire``; ``--cache`` turns
+on cachegrind's cache simulation and also prints the I1 and D1 misses per
+window (its simulated caches, not this host's: deterministic like the count).
 """
 
 from __future__ import annotations
@@ -72,16 +74,29 @@ def _valgrind(strategy: str, results: int, collect: bool, tool: list[str]) -> st
 
 def instructions(strategy: str, results: int, collect: bool = False) -> int:
     """Instructions valgrind counted for one child run."""
+    return counts(strategy, results, collect, cache=False)[0]
+
+
+def counts(strategy: str, results: int, collect: bool, cache: bool) -> tuple[int, int, int]:
+    """Instructions, I1 misses and D1 misses (0, 0 without ``cache``) of one child run."""
     out = _valgrind(
         strategy,
         results,
         collect,
-        ["--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null"],
+        [
+            "--tool=cachegrind",
+            f"--cache-sim={'yes' if cache else 'no'}",
+            "--cachegrind-out-file=/dev/null",
+        ],
     )
-    match = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
-    return int(match.group(1).replace(",", ""))
+    found = []
+    for label in ("I\\s+refs", "I1\\s+misses", "D1\\s+misses") if cache else ("I\\s+refs",):
+        match = re.search(label + r":\s+([\d,]+)", out)
+        if match is None:
+            raise SystemExit(f"no {label} count in valgrind's output:\n{out[-2000:]}")
+        found.append(int(match.group(1).replace(",", "")))
+    found += [0, 0]
+    return found[0], found[1], found[2]
 
 
 def functions(strategy: str, results: int, collect: bool) -> dict[str, int]:
@@ -121,6 +136,11 @@ def main() -> None:
         metavar="N",
         help="under callgrind: also the N functions with the most instructions per window",
     )
+    p.add_argument(
+        "--cache",
+        action="store_true",
+        help="cachegrind's cache simulation: also I1 and D1 misses per window",
+    )
     a = p.parse_args()
     for strategy in a.strategies.split(","):
         if a.functions:
@@ -130,10 +150,12 @@ def main() -> None:
             for f, n in sorted(per.items(), key=lambda kv: -kv[1])[: a.functions]:
                 print(f"  {n:>9,}  {f}", flush=True)
             continue
-        per_window = (
-            instructions(strategy, 4000, a.gc) - instructions(strategy, 1000, a.gc)
-        ) // 3000
-        print(f"{strategy:10s} {per_window:,} instructions per window", flush=True)
+        hi, lo = counts(strategy, 4000, a.gc, a.cache), counts(strategy, 1000, a.gc, a.cache)
+        per = [(h - low) // 3000 for h, low in zip(hi, lo, strict=True)]
+        line = f"{strategy:10s} {per[0]:,} instructions per window"
+        if a.cache:
+            line += f", {per[1]:,} I1 misses, {per[2]:,} D1 misses"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from txstream.cq.base import (
     DIRTY,
@@ -378,14 +378,18 @@ class CQEngine:
         snap = txn.snapshot_ts
         if snap is not None and (txn.state != ACTIVE or txn.doomed is not None):
             return self._apply(ops, e, txn, reads)  # txn.read raises
-        for k, op in enumerate(ops):
+        # (no enumerate, no assert: per read they cost more than the rest of the loop's
+        # bookkeeping; the index is looked up only when another operator comes)
+        for op in ops:
             if op.__class__ is not RefJoin:
                 if isinstance(op, Select):
                     if not op.predicate(e.value):
                         return None
                     continue
+                k = next(i for i, o in enumerate(ops) if o is op)
                 return self._apply(ops[k:], e, txn, reads)
-            assert isinstance(op, RefJoin)
+            if TYPE_CHECKING:
+                assert isinstance(op, RefJoin)
             try:
                 key = e.value[op.key]
             except KeyError:

@@ -55,7 +55,16 @@ class HandOver:
     the next window shares (``carried``), and the others are sorted out.
     """
 
-    __slots__ = ("carried", "heir", "heir_of", "held", "keep_all", "kept_all", "kept_from")
+    __slots__ = (
+        "carried",
+        "heir",
+        "heir_of",
+        "held",
+        "keep_all",
+        "kept_all",
+        "kept_from",
+        "waits_on",
+    )
 
     def __init__(self) -> None:
         self.heir: Transaction | None = None  # the next window's transaction, begun early
@@ -66,6 +75,9 @@ class HandOver:
         self.held = 0  # windows since the unneeded reads were last sorted out
         # the attempt whose transaction handed all its reads on to the current one
         self.kept_from = -2
+        # s2pl: the lock manager, whose waiting requests make a window sort out the
+        # reads kept over several windows at once rather than later
+        self.waits_on: LockManager | None = None
 
 
 class Strategy(ABC):
@@ -159,7 +171,35 @@ class Strategy(ABC):
                     self.incomplete(txn)
                 else:
                     clean = engine._clean
-                    if self.finish(txn, out, carry, escalated):
+                    if (
+                        hand.keep_all
+                        and carry is not None
+                        and not escalated
+                        and hand.held < engine.release_every
+                        and not (hand.waits_on is not None and hand.waits_on.queued)
+                    ):
+                        # Most windows of s2pl and optimistic (_HandsOn), here rather than
+                        # in finish, whose call costs about as much as the rest: hold on to
+                        # the rows the next window does not read a few windows more, rather
+                        # than sort them out (see CQEngine.release_every).
+                        if tm.commit_keeping_all_untimed(txn):
+                            # committed with every read kept and no commit timestamp (no
+                            # commit mutex: most of a window's commit cost): the clock did
+                            # not move, so the engine's clean clock stays
+                            hand.heir = txn
+                            hand.kept_all = True
+                            moved = False
+                        else:
+                            heir = hand.heir = tm.commit_keeping_all(txn)
+                            hand.kept_all = heir is txn
+                            if heir is not txn:  # (a hand-over after all, e.g. with a log)
+                                hand.carried = carry(out)
+                            moved = True
+                        hand.held += 1
+                        hand.heir_of = engine._attempt
+                    else:
+                        moved = self.finish(txn, out, carry, escalated)
+                    if moved:
                         # our own commit moved the clock by one: nothing else did
                         engine._clean = clean + 1 if clean >= 0 and tm.clock == clean + 1 else -1
                 return out, attempts
@@ -274,12 +314,6 @@ class Naive(Strategy):
 class _HandsOn(Strategy):
     """``s2pl`` and ``optimistic``: the next window's transaction keeps this one's reads."""
 
-    def __init__(self, engine: CQEngine) -> None:
-        super().__init__(engine)
-        # s2pl: the lock manager, whose waiting requests make a window sort out the
-        # reads kept over several windows at once rather than later
-        self.waits_on: LockManager | None = None
-
     def start(self, plain: bool) -> None:
         """Windows may keep every read when nothing runs between them (see ``release_every``)."""
         self.hand.keep_all = self.engine._direct and plain
@@ -287,45 +321,24 @@ class _HandsOn(Strategy):
     def finish(self, txn: Transaction, out: Any, carry: Carry | None, escalated: bool) -> bool:
         """Commit so that the next window's transaction keeps the reads it shares.
 
-        With ``carry`` the transaction commits with
-        :meth:`~txstream.txn.TransactionManager.commit_keeping_all_untimed` or
-        :meth:`~txstream.txn.TransactionManager.commit_keeping_all` (every read
-        kept, for up to ``release_every`` windows; the first without a commit
-        timestamp when that is safe: it returns False then) or
-        :meth:`~txstream.txn.TransactionManager.commit_and_continue` (the
-        reads of the carried entries kept, the others sorted out): the next
-        window's transaction begins before this one commits, so it need not
-        lock, re-read or re-validate them one by one.
+        Most windows commit keeping every read, for up to ``release_every``
+        windows (:meth:`Strategy.transact` does that itself, with
+        :meth:`~txstream.txn.TransactionManager.commit_keeping_all_untimed`, no
+        commit timestamp when that is safe, else
+        :meth:`~txstream.txn.TransactionManager.commit_keeping_all`); the others
+        come here.  With ``carry`` the transaction commits with
+        :meth:`~txstream.txn.TransactionManager.commit_and_continue` (the reads
+        of the carried entries kept, the others sorted out): the next window's
+        transaction begins before this one commits, so it need not lock,
+        re-read or re-validate them one by one.
         """
         if escalated or carry is None:
             # (an escalated unit: the next one begins afresh, and its transaction must
             # not inherit this one's snapshot)
             txn.commit()
             return True
-        hand, engine, waits_on = self.hand, self.engine, self.waits_on
-        if (
-            hand.keep_all
-            and hand.held < engine.release_every
-            and not (waits_on is not None and waits_on.queued)
-        ):
-            # hold on to the rows the next window does not read a few windows more,
-            # rather than sort them out at each window
-            if self.tm.commit_keeping_all_untimed(txn):
-                # committed with every read kept and no commit timestamp (no commit
-                # mutex: most of a window's commit cost): the clock did not move, so the
-                # engine's clean clock stays
-                hand.heir = txn
-                hand.kept_all = True
-                hand.held += 1
-                hand.heir_of = engine._attempt
-                return False
-            heir = hand.heir = self.tm.commit_keeping_all(txn)
-            hand.kept_all = heir is txn
-            if heir is not txn:  # (a hand-over after all, e.g. with a log)
-                hand.carried = carry(out)
-            hand.held += 1
-            hand.heir_of = engine._attempt
-        elif entries := carry(out):
+        hand, engine = self.hand, self.engine
+        if entries := carry(out):
             keep = engine._items(entries)
             # (the successor may be txn's own object, begun again)
             hand.heir = self.tm.commit_and_continue(txn, keep, reuse=True)
@@ -348,7 +361,7 @@ class TwoPhaseLock(_HandsOn):
     def __init__(self, engine: CQEngine) -> None:
         super().__init__(engine)
         # an updater waits for a lock: release what the next window does not need
-        self.waits_on = self.tm.locks
+        self.hand.waits_on = self.tm.locks
 
     def current_as_read(self, txn: Transaction, entry: Entry) -> bool:
         """Lock the entry's rows; they stand if still nothing committed."""

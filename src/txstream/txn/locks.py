@@ -666,36 +666,45 @@ class LockManager:
         mine = txn.locks
         table = self.table
         with self.mutex:
-            drop = mine.keys() - keep
-            # the kept items txn does not hold (never held: not vouched for)
-            lost = set() if len(mine) - len(drop) == len(keep) else keep - mine.keys()
-            txn.lost = lost
             if not self.queued:
-                # Nobody waits for any lock: release what is not kept, short.  An RCB
-                # txn holds alone leaves the table as it is (nobody else can reach it:
-                # a request that found it looks it up again under the mutex), and
-                # txn's own table is refilled with what it keeps (usually far less
-                # than what it drops).
-                kept = {item: mine[item] for item in keep if item in mine}
+                # Nobody waits for any lock: release what is not kept, short.  The kept
+                # locks move to a new dict of txn's (usually far fewer than those
+                # dropped), so that the old one holds exactly the dropped items: no set
+                # of them is built, and the old dict is freed in one go.  (Other threads
+                # look at txn.locks only under the mutex, held here.)
+                kept: dict[str, int] = {}
+                lost: set[str] = set()
+                take = mine.pop
+                for item in keep:
+                    mode = take(item, 0)
+                    if mode:
+                        kept[item] = mode
+                    else:
+                        lost.add(item)  # never held: not vouched for
+                txn.lost = lost
+                txn.locks = kept
                 # the dropped items' records in one pass in C; when txn alone holds each
-                # (one holder), they leave the table in another.  A record someone else
-                # holds too must never leave it, not even for a moment: a lock-free fast
-                # path (acquire's setdefault, in another thread) would find the row free
-                # and take it, and the record put back would drop that lock.  (Nothing
+                # (every one equal to {txn: SHARED}, its Solo record being that), they
+                # leave the table in another.  A record someone else holds too must
+                # never leave it, not even for a moment: a lock-free fast path
+                # (acquire's setdefault, in another thread) would find the row free and
+                # take it, and the record put back would drop that lock.  (Nothing
                 # changes them in between: the mutex is held, and a fast path only adds
-                # items that are absent; the set keeps its order.)
-                rcbs = list(map(table.__getitem__, drop))
-                if sum(map(len, rcbs)) == len(rcbs):
-                    deque(map(table.pop, drop), maxlen=0)
+                # items that are absent.)
+                rcbs = list(map(table.__getitem__, mine))
+                solo = txn.solo
+                if solo is not None and rcbs.count(solo) == len(rcbs):
+                    deque(map(table.pop, mine), maxlen=0)
                 else:
-                    for item, rcb in zip(drop, rcbs, strict=True):
+                    for item, rcb in zip(mine, rcbs, strict=True):
                         if len(rcb) == 1:
                             del table[item]
                         else:
                             del rcb[txn]
-                mine.clear()
-                mine.update(kept)
                 return
+            # the kept items txn does not hold (never held: not vouched for)
+            lost = keep - mine.keys()
+            txn.lost = lost
             awaited = [item for item in mine if item not in keep or table[item].waiters]
             for item in awaited:
                 if item in keep:
