@@ -444,3 +444,58 @@ def test_ss2pl_reused_successor_never_takes_a_shared_rows_record_out_of_the_lock
     assert tm.resume(heir) == set()
     heir.commit()
     tm.locks.check_idle()
+
+
+def test_ss2pl_reused_successor_a_kept_lock_revoked_the_moment_the_mutex_is_free() -> None:
+    """keep_only gives txn a new dict of the locks it keeps: it must be txn's, and
+    txn.lost set, before the lock manager's mutex is free again.  A writer's request
+    for a kept row from another thread right then revokes that lock (the successor is
+    not resumed yet); it must leave txn's locks, and a dropped row must be free."""
+    tm = loaded("ss2pl", lock_timeout=0.05)
+    parts = tm.table("parts")
+    kept, dropped = parts.item(1), parts.item(3)
+    writer = tm.begin()
+    errors: list[BaseException] = []
+    real = tm.locks.mutex
+    armed = False
+
+    def request() -> None:
+        try:
+            tm.locks.acquire(writer, kept, EXCLUSIVE)  # revokes the successor's kept lock
+            tm.locks.acquire(writer, dropped, EXCLUSIVE)  # released: granted at once
+        except BaseException as exc:  # (reported by the main thread)
+            errors.append(exc)
+
+    class Watched:  # the mutex, with a writer run in another thread as it is let go
+        def __enter__(self) -> bool:
+            return real.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            nonlocal armed
+            real.__exit__(*exc)
+            if armed:
+                armed = False
+                t = threading.Thread(target=request)
+                t.start()
+                t.join(5)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)
+
+    txn = tm.begin(read_only=True)
+    for k in range(4):
+        txn.read(parts, k)
+    tm.locks.mutex = Watched()  # type: ignore[assignment]
+    armed = True
+    heir = tm.commit_and_continue(txn, {kept, parts.item(2)}, reuse=True)
+    tm.locks.mutex = real
+    assert not errors, errors
+    assert heir is txn
+    assert tm.resume(heir) == {kept}
+    assert heir.locks == {parts.item(2): SHARED}
+    assert tm.locks.holders(kept) == {writer.hid: EXCLUSIVE}
+    assert tm.locks.holders(dropped) == {writer.hid: EXCLUSIVE}
+    assert tm.locks.holders(parts.item(2)) == {heir.hid: SHARED}
+    writer.commit()
+    heir.commit()
+    tm.locks.check_idle()
