@@ -23,7 +23,8 @@ compares the job with it (:func:`restarted_meta`):
   inputs added, removed, renamed or reordered, a table's ``key`` or
   ``partition_by``, a table's declared columns (a schema's column added,
   removed or of another type, a schema added or left out; type synonyms such
-  as ``long``/``bigint`` are one type), a new table with initial rows once a batch committed, an
+  as ``long``/``bigint`` are one type), a new table with initial rows once a batch committed,
+  initial rows added to a table or changed once a batch committed (they would be ignored), an
   input key column of another type (long to string), another order column
   while order values are kept across batches (event-time merge, timeslice),
   a timeslice of other seconds, ``merge='batch'`` while events are held.
@@ -36,6 +37,9 @@ the restarting job's columns.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from pathlib import Path, PurePath
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, RuntimeJobError, canonical_kind
@@ -75,6 +79,8 @@ def job_shape(
                 "columns": None
                 if t.columns is None
                 else {c: canonical_kind(k) for c, k in t.columns.items()},
+                # What its initial rows were (None: none), to refuse other ones later.
+                "initial": initial_fingerprint(t.initial),
             }
             for name, t in spec.tables.items()
         },
@@ -150,6 +156,9 @@ def restarted_meta(
                 "before the first batch commits; leave initial out (and insert its rows in "
                 f"transactions), or start on a new {where.split()[0]}"
             )
+        if old is not None and committed and "initial" in old:
+            _check_initial(name, old["initial"], table["initial"], where)
+            table = {**table, "initial": old["initial"]}  # (what the store loaded stays)
         tables[name] = table
     _check_key_types(meta.get("key_types"), shape.get("key_types"), where)
     if meta.get("merge") == "event-time" and shape["merge"] != "event-time" and held:
@@ -162,6 +171,55 @@ def restarted_meta(
     outputs = sorted(set(meta.get("outputs", [])) | set(spec.outputs))
     timeslice = shape["timeslice"] if shape["timeslice"] is not None else meta.get("timeslice")
     return {**meta, **shape, "tables": tables, "outputs": outputs, "timeslice": timeslice}
+
+
+def initial_fingerprint(initial: Any) -> str | None:
+    """A digest of a table's declared initial rows: None without any.
+
+    Rows given as a list (of dicts) and a file named by its path get the
+    SHA-256 of their contents; a DataFrame (or a file that cannot be read
+    here) gets ``"unknown"``, which any later declaration matches, as reading
+    it again would cost a Spark job at every start.
+    """
+    if initial is None:
+        return None
+    if isinstance(initial, list):
+        text = json.dumps(initial, sort_keys=True, default=repr)
+        return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    if isinstance(initial, str | PurePath):
+        try:
+            return "sha256:" + hashlib.sha256(Path(initial).read_bytes()).hexdigest()
+        except OSError:
+            return UNKNOWN_INITIAL
+    return UNKNOWN_INITIAL
+
+
+UNKNOWN_INITIAL = "unknown"
+
+
+def _check_initial(name: str, loaded: str | None, declared: str | None, where: str) -> None:
+    """Refuse initial rows that differ from those loaded before the first batch committed.
+
+    Initial rows load only into a store where no batch committed: rows added to
+    the declaration, or changed, later would be silently ignored.  Leaving
+    them out is fine (the table keeps its rows).
+    """
+    if declared is None or UNKNOWN_INITIAL in (loaded, declared) or declared == loaded:
+        return
+    store = where.split()[0]
+    if loaded is None:
+        raise RuntimeJobError(
+            f"table {name!r} declares initial rows, but had none when the first batch "
+            f"committed in {where}, and initial rows load only before that: they would be "
+            f"ignored; leave initial out and insert the rows in transactions, or start on a "
+            f"new {store}"
+        )
+    raise RuntimeJobError(
+        f"table {name!r} declares other initial rows than those loaded before the first "
+        f"batch committed in {where}, and initial rows load only before that: the change "
+        "would be ignored; declare them as before (or leave initial out) and insert or "
+        f"update the rows in transactions, or start on a new {store}"
+    )
 
 
 def _placed(table: dict[str, Any]) -> tuple[Any, Any]:
