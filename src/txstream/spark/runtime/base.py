@@ -87,6 +87,11 @@ _TYPES: dict[str, tuple[type, ...]] = {
 
 _BOOLS = ("boolean", "bool")
 
+LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+"""The range of Spark's ``long`` (and of Arrow's int64, pandas' and Delta's)."""
+
+_LONGS = frozenset({"int", "integer", "long", "bigint"})
+
 
 _KINDS = {"int": "long", "integer": "long", "bigint": "long", "float": "double", "bool": "boolean"}
 
@@ -139,6 +144,12 @@ def check_value(what: str, name: str, kind: str, value: Any) -> None:
     # bool is an int in Python, but not a number column's value.
     if not isinstance(value, _TYPES[kind]) or (type(value) is bool and kind not in _BOOLS):
         raise SchemaError(f"{what}: column {name!r} is {kind}, got {value!r}")
+    # A Python int has no bound; a long beyond 64 bits would come out of Spark's
+    # readers as null, and out of read_output_arrow as an OverflowError.
+    if kind in _LONGS and isinstance(value, int) and not LONG_MIN <= value <= LONG_MAX:
+        raise SchemaError(
+            f"{what}: column {name!r} is {kind}, a 64-bit integer; {value} is beyond its range"
+        )
 
 
 def exact_types(columns: dict[str, str] | None) -> dict[str, frozenset[type]] | None:
@@ -296,7 +307,9 @@ def check_emitted(job: JobSpec, output: str, row: Row) -> None:
         if type(row) is not dict or len(row) != len(spec.columns):
             check_row(f"emit to {output}", spec.columns, row)
         for name, fits in spec.column_types or ():
-            if type(row.get(name, row)) not in fits:  # (a missing column: the row, a dict)
+            value = row.get(name, row)  # (a missing column: the row, a dict)
+            kind = type(value)
+            if kind not in fits or (kind is int and not LONG_MIN <= value <= LONG_MAX):
                 check_row(f"emit to {output}", spec.columns, row)
                 break
 

@@ -18,6 +18,8 @@ from collections.abc import Callable, Collection, Container, Iterable
 from typing import Any
 
 from txstream.spark.runtime.base import (
+    LONG_MAX,
+    LONG_MIN,
     JobSpec,
     Key,
     Row,
@@ -27,6 +29,7 @@ from txstream.spark.runtime.base import (
     check_emitted,
     check_key,
     check_partition_value,
+    check_value,
     duplicate_key,
     incremented_row,
     key_of_row,
@@ -330,6 +333,9 @@ class ExecutorTx:
             return new[column]
         new = dict(old)
         total = new[column] = current + by
+        if types is not None and not LONG_MIN <= total <= LONG_MAX:  # (a long may overflow)
+            kind = spec.columns[column] if spec.columns is not None else "double"
+            check_value(f"increment of {table}", column, kind, total)
         # (_put of a row that exists, inlined; setdefault: one hash of the key tuple)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
@@ -400,6 +406,8 @@ class ExecutorTx:
                 if kind not in types.get(key, ()):
                     break  # (a wrong or missing column: the full check says which)
                 if kind is int:
+                    if not LONG_MIN <= value <= LONG_MAX:
+                        break  # (beyond a long: the full check says whether it fits)
                     text = f"{value}"
                 elif kind is str:
                     text = _ESCAPE(value)
