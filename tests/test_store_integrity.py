@@ -679,6 +679,15 @@ def test_read_table_names_the_batches_it_can_read(tmp_path: Path) -> None:
         tx.read_table(tmp_path, "counts", batch=12)
     with pytest.raises(tx.TxStreamError, match="no table 'count'; tables: counts"):
         tx.read_table(tmp_path, "count")
+    # True read batch 1, and "3" gave "batch 3 is not a committed batch" (session 20)
+    import numpy as np
+
+    for odd in (True, "3", 3.0):
+        with pytest.raises(tx.TxStreamError, match=r"^read_table: batch is a committed batch"):
+            tx.read_table(tmp_path, "counts", batch=odd)
+    assert tx.read_table(tmp_path, "counts", batch=np.int64(3)) == tx.read_table(
+        tmp_path, "counts", batch=3
+    )
 
 
 def test_read_table_rows_are_in_key_order_with_their_keys(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ in which transactions committed or the files were written.
 from __future__ import annotations
 
 import json
+import numbers
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -360,6 +361,9 @@ def read_table(path: str | Path, table: str, batch: int | None = None, as_: str 
     """
     if as_ not in ("dicts", "pandas", "arrow"):
         raise TxStreamError(f"read_table: as_ is 'dicts', 'pandas' or 'arrow', not {as_!r}")
+    # (True read batch 1 and "1" was "batch 1 is not a committed batch": say what it takes)
+    if batch is not None and (isinstance(batch, bool) or not isinstance(batch, numbers.Integral)):
+        raise TxStreamError(f"read_table: batch is a committed batch's number, not {batch!r}")
     store = _store(path)
     job = store.root / "job.json"
     meta = json_record(job, "job record") if job.exists() else {}
