@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import random
+import warnings
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -66,11 +67,13 @@ def test_a_watermark_gives_the_serial_answer_for_events_out_of_order_within_it(
     assert outcomes(tmp_path / "wm") == expected
     assert runner.held() == 0 and tx.read_failures(tmp_path / "wm") == []
     # Without it (the same merge, event-time) the events behind the frontier are
-    # late and run where they arrive: another answer, and no error says so.
-    ledger().run_local(batches, tmp_path / "late", 2)
+    # late and run where they arrive: another answer, and a warning says so.
+    with pytest.warns(tx.LateEventsWarning, match=r"event\(s\) arrived after later ones"):
+        ledger().run_local(batches, tmp_path / "late", 2)
     assert outcomes(tmp_path / "late") != expected
     # Too small a watermark: the same (late events run in the batch they arrive in).
-    ledger(watermark=2).run_local(batches, tmp_path / "small", 2)
+    with pytest.warns(tx.LateEventsWarning, match="give the input a watermark"):
+        ledger(watermark=2).run_local(batches, tmp_path / "small", 2)
     assert outcomes(tmp_path / "small") != expected
 
 
@@ -87,7 +90,10 @@ def test_a_watermark_on_one_input_makes_the_event_time_merge_hold_its_own_events
     assert job.merge_for("run_local") == "event-time" == job.merge_for("start")
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     at = [t0 + timedelta(seconds=s) for s in (5, 6, 3, 9, 7, 4)]  # 4 is 5 s behind 9: late
-    with caplog.at_level(logging.WARNING, logger="txstream.runtime"):
+    with (
+        caplog.at_level(logging.WARNING, logger="txstream.runtime"),
+        pytest.warns(tx.LateEventsWarning, match="'one': 1 event"),
+    ):
         runner = job.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path, 1)
     assert [t.second for t in seen] == [3, 5, 6, 4, 7, 9]  # 4: late, run where it arrived
     assert json.loads((tmp_path / "job.json").read_text())["watermarks"] == {"e": 3.0}
@@ -99,7 +105,9 @@ def test_a_watermark_on_one_input_makes_the_event_time_merge_hold_its_own_events
     seen.clear()
     wide = tx.Job("one").input("e", None, keys="k", order="ts", watermark="6 seconds")
     wide.on("e", lambda t, e: seen.append(e["ts"]))
-    runner = wide.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path / "w", 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tx.LateEventsWarning)
+        runner = wide.run_local([[("e", {"k": 1, "ts": t})] for t in at], tmp_path / "w", 1)
     assert [t.second for t in seen] == [3, 4, 5, 6, 7, 9]
     assert sum(s["late"] for s in runner.stats) == 0
 

@@ -18,7 +18,7 @@ from txstream.spark.runtime.errors import (
     TransactionAborted,
     UndeclaredKeyError,
 )
-from txstream.spark.runtime.failures import TransactionFailuresWarning
+from txstream.spark.runtime.failures import LateEventsWarning, TransactionFailuresWarning
 from txstream.spark.runtime.job import Job
 from txstream.spark.runtime.local import LocalRunner, SourceOrderWarning
 from txstream.spark.runtime.results import (
@@ -41,6 +41,7 @@ __all__ = [
     "GroupOrderError",
     "InputFailingError",
     "Job",
+    "LateEventsWarning",
     "LocalRunner",
     "MissingRowError",
     "PostgresSink",

@@ -64,6 +64,34 @@ class TransactionFailuresWarning(UserWarning):
     """
 
 
+class LateEventsWarning(UserWarning):
+    """Events ran after later ones of their partition: out of the declared order.
+
+    Under the event-time merge, an event whose order value is below a frontier
+    already passed (an input that was quiet for ``idleBatches`` batches, or
+    further behind than its watermark, hands older events over) still runs,
+    in the batch it arrives in, but its place in the order is lost, so the
+    answer may differ from the serial one.  ``run_local`` warns at its end, a
+    query at each ``processAllAvailable()``, ``awaitTermination()`` and
+    ``stop()``, with the count since the last such warning; each batch's
+    count is ``lastProgress["late"]``.
+
+    >>> import warnings, txstream as tx
+    >>> job = (tx.Job("late").input("a", None, keys="k", order="ts")
+    ...        .input("b", None, keys="k", order="ts").output("out")
+    ...        .on("a", lambda t, e: t.emit("out", e)).on("b", lambda t, e: t.emit("out", e)))
+    >>> _ = job.run_local([[("a", {"k": 1, "ts": 1}), ("b", {"k": 1, "ts": 2})],
+    ...                    [("a", {"k": 1, "ts": 5})]], "ckpt/late", end_inputs=False)
+    >>> with warnings.catch_warnings(record=True) as caught:
+    ...     warnings.simplefilter("always")
+    ...     _ = job.run_local([[("b", {"k": 1, "ts": 3})]], "ckpt/late")
+    >>> [w.category.__name__ for w in caught]
+    ['LateEventsWarning']
+    >>> [r["ts"] for r in tx.read_output("ckpt/late", "out")]
+    [1, 2, 5, 3]
+    """
+
+
 def is_job_error(failure: Mapping[str, Any]) -> bool:
     """Whether ``failure`` is a :data:`JOB_ERRORS` error of a transaction that ran.
 
@@ -141,6 +169,7 @@ class FailureWatch:
         self._committed: dict[int, int] = {}
         self._bugs: dict[int, int] = {}
         self._first_bug: dict[int, dict[str, Any]] = {}
+        self._late = 0
 
     def after_batch(self, stats: Mapping[str, Any]) -> None:
         """Count a committed batch's failures (logged by then: :func:`log_failures`)."""
@@ -148,6 +177,7 @@ class FailureWatch:
         errors = [f for f in failures if f.get("kind") != "abort"]
         with self._lock:
             self._unreported += len(errors)
+            self._late += int(stats.get("late", 0))
             if errors and self._first is None:
                 self._first = errors[0]
         for index, count in stats.get("committed_inputs", {}).items():
@@ -180,13 +210,23 @@ class FailureWatch:
                 )
 
     def warn(self, stacklevel: int = 3) -> int:
-        """Warn with the failures since the last call (none: no warning); returns their count."""
+        """Warn with the failures (and late events) since the last call; returns the failures."""
         with self._lock:
             count, first = self._unreported, self._first
             self._unreported, self._first = 0, None
-        if count and first is not None:
-            import warnings
+            late, self._late = self._late, 0
+        import warnings
 
+        if late:
+            warnings.warn(
+                f"job {self.job!r}: {late} event(s) arrived after later ones of their "
+                "partition had run, and ran out of the declared order since the last "
+                "report (lastProgress['late'] counts them per batch); give the input a "
+                "watermark, or raise idleBatches (see docs/spark.md, merge)",
+                LateEventsWarning,
+                stacklevel=stacklevel,
+            )
+        if count and first is not None:
             warnings.warn(
                 f"job {self.job!r}: {count} transaction(s) failed and were rolled back since "
                 f"the last report (first at {first.get('position')}: {first.get('error')}); "
@@ -201,6 +241,7 @@ __all__ = [
     "ALL_FAIL_LIMIT",
     "FailureWatch",
     "InputFailingError",
+    "LateEventsWarning",
     "TransactionFailuresWarning",
     "is_job_error",
     "log_failures",
