@@ -638,7 +638,7 @@ def test_partition_0_runs_on_past_a_global_read_while_the_other_totals_are_on_th
     ]
     theirs = {"accounts": {b: {b: {"acct": b, "balance": 10}}}}
     totals = partial_totals(theirs, [("accounts", "balance")])
-    transport = _HeldTotals((0, 1, [(2, "up", totals)]))
+    transport = _HeldTotals((0, 1, [(2, totals)]))
     scheduler = ForwardScheduler(
         job.spec.for_tasks(),
         0,
@@ -787,3 +787,41 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
     bank().run_local(batches, tmp_path, partitions=2, tasks=2)
     assert peer_hurried
     assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [True]
+
+
+@pytest.mark.parametrize("tasks", [1, 3])
+def test_a_transaction_on_three_partitions_answers_each_participant(
+    tmp_path: Path, tasks: int
+) -> None:
+    # A split over three accounts on three partitions: the home runs it once and
+    # answers each of the two other participants with its own rows and, the history
+    # being recorded, its own operations (a transfer has one other participant only).
+    def split(t: Any, e: dict[str, Any]) -> None:
+        for k in ("b", "c"):
+            t.increment("accounts", e[k], "balance", e["amount"])
+        t.increment("accounts", e["a"], "balance", -2 * e["amount"])
+        if e["amount"] == 13:
+            raise ValueError("unlucky amount")  # rolled back at all three
+
+    job = bank().input("splits", None, keys=["a", "b", "c"]).on("splits", split)
+    a, b, c = (next(x for x in range(50) if partition_of(x, 3) == p) for p in (1, 2, 0))
+    batches = [
+        [("deposits", {"acct": x, "amount": 100, "id": k}) for k, x in enumerate((a, b, c))],
+        [
+            ("splits", {"a": a, "b": b, "c": c, "amount": 5, "id": 3}),
+            ("splits", {"a": c, "b": a, "c": b, "amount": 13, "id": 4}),
+            ("splits", {"a": c, "b": b, "c": a, "amount": 7, "id": 5}),
+        ],
+        [("deposits", {"acct": b, "amount": 1, "id": 6})],
+    ]
+    job.run_local(batches, tmp_path / "p3", partitions=3, tasks=tasks)
+    balances = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path / "p3", "accounts")}
+    assert balances == {a: 97, b: 113, c: 91}
+    [failure] = tx.read_failures(tmp_path / "p3")
+    assert "unlucky" in failure["error"]
+    history = tx.read_history(tmp_path / "p3")
+    assert check(history, "csao").holds
+    # Every participant recorded its part: the operations are one partition's.
+    job.run_local(batches, tmp_path / "p1", partitions=1)
+    alone = tx.read_history(tmp_path / "p1")
+    assert sorted(map(str, history.operations)) == sorted(map(str, alone.operations))

@@ -206,7 +206,7 @@ class GroupRunner:
         object less per event; transactions run one after the other)."""
         self.tx._partitions = partitions
 
-    def record_remote(self, ops: list[Any], order: tuple[float, int, int], gid: str) -> None:
+    def record_remote(self, ops: Sequence[Any], order: tuple[float, int, int], gid: str) -> None:
         """Record what a transaction did here through its home (see :mod:`.forward`).
 
         ``ops``: its operations on this partition's rows forwarded to its home,

@@ -59,8 +59,16 @@ from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
 from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-exported)
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
-from txstream.spark.runtime.state import ABSENT, PartitionState
-from txstream.spark.runtime.totals import add_totals, partial_totals, track
+from txstream.spark.runtime.forward_messages import (
+    backs,
+    drop,
+    is_back,
+    take_back,
+    take_up,
+    up_rows,
+)
+from txstream.spark.runtime.state import PartitionState
+from txstream.spark.runtime.totals import add_totals, partial_totals
 from txstream.spark.runtime.transport import Message
 from txstream.spark.runtime.transport import SocketTransport as SocketTransport  # (re-exported)
 from txstream.spark.runtime.transport import new_exchange as new_exchange  # (re-exported)
@@ -68,9 +76,6 @@ from txstream.spark.runtime.transport import new_exchange as new_exchange  # (re
 EXCHANGE_TIMEOUT_S = 600.0
 """How long a partition waits for a message from another task before giving up (the
 transport has its own, :data:`.transport.EXCHANGE_TIMEOUT_S`, for its connections)."""
-
-_NONE: dict[Any, Any] = {}
-"""An empty dict to look up in (never changed)."""
 
 ADMIT_CHUNK = 128
 """Transactions admitted per partition between looks at the messages that arrived (and
@@ -102,7 +107,6 @@ HURRY_ROUNDS = 4
 
 LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
 """The kinds of :class:`_Item` (compared by identity)."""
-UP, BACK = "up", "back"
 
 
 def forwarding(job: JobSpec) -> bool:
@@ -154,7 +158,7 @@ class _Item:
         self.parts = parts
         """At the home: the other participants."""
         self.ups = ups
-        """At the home: each participant's forwarded rows (or totals)."""
+        """At the home: each participant's ``up`` message (its rows, or its totals)."""
         self.barrier = barrier
         self.need = 0
         """Queues of its values in which it is not first yet."""
@@ -204,10 +208,12 @@ class _Partition:
         """Items admitted while a barrier is unfinished: they enter after it."""
         self.ready: deque[_Item] = deque()
         self.waiting: dict[int, _Item] = {}
-        self.early: dict[int, list[tuple[int, str, Any]]] = {}
-        """Messages that arrived before their transaction was first in line here."""
-        self.out: dict[int, list[tuple[int, str, Any]]] = {}
-        """Messages to send, per destination partition: (mid, ``up``|``back``, payload)."""
+        self.early: dict[int, list[tuple[int, tuple[Any, ...]]]] = {}
+        """Messages that arrived before their transaction was first in line here (with
+        their source partition)."""
+        self.out: dict[int, list[tuple[Any, ...]]] = {}
+        """Messages to send, per destination partition (laid out as :mod:`.forward_messages`
+        says)."""
 
     # -- admission ------------------------------------------------------------------
     def admit(self, limit: int) -> None:
@@ -270,8 +276,8 @@ class _Partition:
             return
         ups = item.ups
         assert ups is not None
-        for src, _what, payload in early:
-            ups[src] = payload
+        for src, message in early:
+            ups[src] = message
         self._execute(item)
 
     def _lend(self, e: Event, v: Any) -> None:
@@ -283,7 +289,7 @@ class _Partition:
         self.unfinished += 1
         mid = e.order[2]
         self.waiting[mid] = item
-        self.send(item.home, mid, UP, self._rows(item.values, item.home))
+        self.send(item.home, self._rows(mid, item.values, item.home))
 
     def hurried(self) -> bool:
         """Whether a transaction here waits for a message while others wait for it.
@@ -365,13 +371,13 @@ class _Partition:
         while ready:
             self._start(ready.popleft())
 
-    def send(self, dest: int, mid: int, what: str, payload: Any) -> None:
+    def send(self, dest: int, message: tuple[Any, ...]) -> None:
         """Queue a message for partition ``dest`` (the scheduler sends it this round)."""
         box = self.out.get(dest)
         if box is None:
-            self.out[dest] = [(mid, what, payload)]
+            self.out[dest] = [message]
         else:
-            box.append((mid, what, payload))
+            box.append(message)
 
     def _start(self, item: _Item) -> None:
         kind = item.kind
@@ -390,14 +396,14 @@ class _Partition:
                 # A global read's part: its reads are its totals, taken now.  The read
                 # writes nothing and emits only at its home, so nothing comes back: the
                 # partition goes on at once instead of pausing until the home ran it.
-                self.send(item.home, mid, UP, self._totals(item))
+                self.send(item.home, (mid, self._totals(item)))
                 self._finish(item)
                 return
             self.waiting[mid] = item
-            self.send(item.home, mid, UP, self._rows(item.values, item.home))
+            self.send(item.home, self._rows(mid, item.values, item.home))
             if self.early:  # (a back cannot come before the up: a confused peer)
-                for src, what, payload in self.early.pop(mid, ()):
-                    self.receive(src, mid, what, payload)
+                for src, message in self.early.pop(mid, ()):
+                    self.receive(src, message)
             return
         ups = item.ups
         assert ups is not None
@@ -409,8 +415,8 @@ class _Partition:
             item.totals = self._totals(item)
             self._unbar(item)
         if self.early:
-            for src, _what, payload in self.early.pop(mid, ()):
-                ups[src] = payload
+            for src, message in self.early.pop(mid, ()):
+                ups[src] = message
         if len(ups) == len(item.parts):
             self._execute(item)
         else:
@@ -424,49 +430,28 @@ class _Partition:
         state = self.state
         return partial_totals(state.data, reads, state.tracked, state.flat)
 
-    def _rows(self, values: list[Any], dest: int) -> list[tuple[Any, dict[str, Any]]]:
-        """What a participant sends its home: its values' rows, per table.
+    def _rows(self, mid: int, values: list[Any], dest: int) -> tuple[Any, ...]:
+        """The ``up`` message of a participant: its values' rows (:func:`.up_rows`)."""
+        return up_rows(self.state, self.tables, mid, values, dest in self.sched.hosted)
 
-        Per value, table -> its rows by key, or for a flat table (see
-        :attr:`PartitionState.flat`: the same on every partition of the job) its
-        one row, bare: each level of nesting costs as much to pickle and unpickle
-        between tasks as the row itself.
-        """
-        state = self.state
-        # The home changes the dict of a value's rows that it is given: a copy when it
-        # is in this process (a message to another task is a copy already; a flat
-        # table's row goes bare, and a write replaces a row, never changes it in place).
-        copy = dest in self.sched.hosted
-        flat = state.flat
-        rows = []
-        for v in values:
-            tables = {}
-            for table in self.tables:
-                found = state.rows_of(table, v)
-                if found:
-                    if table in flat:
-                        tables[table] = found[v]
-                    else:
-                        tables[table] = dict(found) if copy else found
-            rows.append((v, tables))
-        return rows
-
-    def receive(self, src: int, mid: int, what: str, payload: Any) -> None:
-        """A message for this partition (see :data:`Message`); :meth:`drain` runs what it freed."""
+    def receive(self, src: int, message: tuple[Any, ...]) -> None:
+        """A message from partition ``src``; :meth:`drain` runs what it freed."""
+        back = is_back(message)
+        mid = ~message[0] if back else message[0]
         item = self.waiting.get(mid)
         if item is None:
-            self.early.setdefault(mid, []).append((src, what, payload))
+            self.early.setdefault(mid, []).append((src, message))
             return
-        if what == UP:
+        if not back:
             ups = item.ups
             assert ups is not None
-            ups[src] = payload
+            ups[src] = message
             if len(ups) == len(item.parts):
                 del self.waiting[mid]
                 self._execute(item)
         else:
             del self.waiting[mid]
-            self._take_back(item, payload)
+            self._take_back(item, message)
 
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
@@ -476,18 +461,7 @@ class _Partition:
         event, state, runner = item.event, self.state, self.runner
         ups = item.ups
         assert ups is not None
-        tracked, flat = state.tracked, state.flat
-        owner: dict[Any, int] = {}
-        for src, payload in ups.items():
-            for value, tables in payload:
-                owner[value] = src
-                for table, rows in tables.items():
-                    if table in flat:  # (a flat table's one row, sent bare: see _rows)
-                        rows = {value: rows}
-                    state.set_rows(table, value, rows)
-                    if tracked and table in tracked:  # (counted while they are here)
-                        for row in rows.values():
-                            track(tracked, table, None, row)
+        owner = take_up(state, ups)
         runner.remote = owner
         outcome = self.outcome
         committed_before = outcome.committed
@@ -497,56 +471,12 @@ class _Partition:
             runner.remote = None
         committed = outcome.committed > committed_before
         outcome.forwarded += 1
-        parts, mid, send = item.parts, event.order[2], self.send
-        # What changed of the forwarded rows goes back, row by row; they leave this
-        # state, and the undo log, which makes this partition's delta.
-        if len(parts) == 1:  # (the common case: one other participant, all rows its)
-            changes: list[Any] = []
-            ops: list[Any] = []
-            if committed:
-                undo = state.undo
-                for undo_key, _old in runner.changed:
-                    table, value, key = undo_key
-                    if value in owner:
-                        row = (state.part(table, value) or _NONE).get(key)
-                        changes.append((table, value, key, row))
-                        undo.pop(undo_key, None)
-                if self.record:
-                    ops = [op for _value, op in runner.remote_ops]
-            self._drop(owner)
-            send(parts[0], mid, BACK, (changes, ops, committed))
-            self._finish(item)
-            return
-        backs: dict[int, tuple[list[Any], list[Any], bool]] = {
-            p: ([], [], committed) for p in parts
-        }
-        if committed:
-            undo = state.undo
-            for undo_key, _old in runner.changed:
-                table, value, key = undo_key
-                to = owner.get(value)
-                if to is not None:
-                    row = (state.part(table, value) or _NONE).get(key)
-                    backs[to][0].append((table, value, key, row))
-                    undo.pop(undo_key, None)
-            if self.record:
-                for value, op in runner.remote_ops:
-                    backs[owner[value]][1].append(op)
-        self._drop(owner)
-        for p, answer in backs.items():
-            send(p, mid, BACK, answer)
+        answers = backs(state, runner, owner, item.parts, event.order[2], committed, self.record)
+        drop(state, self.tables, owner)
+        send = self.send
+        for p, answer in answers:
+            send(p, answer)
         self._finish(item)
-
-    def _drop(self, owner: Mapping[Any, int]) -> None:
-        """Take the forwarded values' rows out of this state (and out of its totals)."""
-        state = self.state
-        tracked = state.tracked
-        for table in self.tables:
-            for value in owner:
-                rows = state.pop_rows(table, value)
-                if rows and tracked and table in tracked:
-                    for row in rows.values():
-                        track(tracked, table, row, None)
 
     def _execute_global(self, item: _Item) -> None:
         """At partition 0: a global read over this partition's totals and everyone's."""
@@ -554,8 +484,8 @@ class _Partition:
         ups = item.ups
         assert ups is not None
         aggregates = item.totals  # (taken at its place: see _start)
-        for payload in ups.values():
-            add_totals(aggregates, payload)
+        for message in ups.values():
+            add_totals(aggregates, message[1])
         runner.aggregates = aggregates
         try:
             runner.run(Group(event_gid(self.batch, event), [event]), self.sched.abort)
@@ -565,23 +495,9 @@ class _Partition:
         # (its parts finished when they sent their totals: nothing goes back)
         self._finish(item)
 
-    def _take_back(self, item: _Item, back: tuple[list[Any], list[Any], bool]) -> None:
+    def _take_back(self, item: _Item, message: tuple[Any, ...]) -> None:
         """At a participant: the home's answer; the rows it changed replace these."""
-        changes, ops, committed = back
-        if changes:
-            state = self.state
-            undo, tracked = state.undo, state.tracked
-            for table, value, key, row in changes:
-                rows = state.part(table, value)
-                if rows is None or row is None or (tracked and table in tracked):
-                    # (a row made or deleted, or a table whose totals are kept)
-                    state.put(table, value, key, ABSENT if row is None else row)
-                    continue
-                # (state.put of a changed row, inlined: the batch's pre-image, the row)
-                undo_key = (table, value, key)
-                if undo_key not in undo:
-                    undo[undo_key] = rows.get(key, ABSENT)
-                rows[key] = row
+        committed, ops = take_back(self.state, message)
         if ops and committed:  # (then its commit mark: see GroupRunner.record_remote)
             order = item.event.order
             # (its id is written only for a mark that is not the plain one)
@@ -770,8 +686,8 @@ class ForwardScheduler:
                 self.hurried_by_peer = HURRY_ROUNDS
                 self.hurry = True
             receive = hosted[dest].receive
-            for mid, what, payload in box:
-                receive(src, mid, what, payload)
+            for message in box:
+                receive(src, message)
             touched.add(dest)
             got = True
         for dest in touched:

@@ -29,10 +29,9 @@ from txstream.spark.runtime.errors import ExchangeError
 EXCHANGE_TIMEOUT_S = 600.0
 """How long a task tries to reach a peer, or to send it its bytes, before giving up."""
 
-Message = tuple[int, int, list[tuple[int, str, Any]]]
+Message = tuple[int, int, list[tuple[Any, ...]]]
 """(destination partition, source partition, messages): what one partition sent
-another in one round, each (the transaction's event's place in the batch
-(``mid``), ``up``|``back``, payload)."""
+another in one round, each a flat tuple laid out as :mod:`.forward_messages` says."""
 
 _HEADER = struct.Struct("!I")
 _HELLO = struct.Struct("!32sII")
