@@ -58,11 +58,12 @@ def up_rows(
     flat = state.flat
     if len(values) == 1 and len(tables) == 1:  # (the common case: one value, one table)
         v, table = values[0], tables[0]
+        if table in flat:  # (its row looked up, not wrapped in a dict as rows_of does)
+            row = state.data.get(table, _NONE).get(v)
+            return (mid, v, None, None) if row is None else (mid, v, table, row)
         found = state.rows_of(table, v)
         if not found:
             return (mid, v, None, None)
-        if table in flat:
-            return (mid, v, table, found[v])
         return (mid, v, table, dict(found) if copy else found)
     out: list[Any] = [mid]
     for v in values:
@@ -80,7 +81,7 @@ def up_rows(
 
 def take_up(state: PartitionState, ups: Mapping[int, tuple[Any, ...]]) -> dict[Any, int]:
     """At the home: put the participants' forwarded rows into ``state``; value -> its partition."""
-    tracked, flat = state.tracked, state.flat
+    tracked, flat, data = state.tracked, state.flat, state.data
     owner: dict[Any, int] = {}
     for src, message in ups.items():
         parts = iter(message)
@@ -89,10 +90,16 @@ def take_up(state: PartitionState, ups: Mapping[int, tuple[Any, ...]]) -> dict[A
             owner[value] = src
             if table is None:
                 continue
-            if table in flat:
-                rows = {value: rows}
+            if table in flat:  # (a flat table's one row: state.set_rows, inlined)
+                by_key = data.get(table)
+                if by_key is None:
+                    by_key = data[table] = {}
+                by_key[value] = rows
+                if tracked and table in tracked:  # (counted while they are here)
+                    track(tracked, table, None, rows)
+                continue
             state.set_rows(table, value, rows)
-            if tracked and table in tracked:  # (counted while they are here)
+            if tracked and table in tracked:
                 for row in rows.values():
                     track(tracked, table, None, row)
     return owner
@@ -146,11 +153,19 @@ def backs(
 
 def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None:
     """Take the forwarded values' rows out of ``state`` (and out of its totals)."""
-    tracked = state.tracked
+    tracked, flat, data = state.tracked, state.flat, state.data
     for table in tables:
+        counted = tracked and table in tracked
+        if table in flat:  # (state.pop_rows, inlined: no dict around the one row)
+            by_key = data.get(table, _NONE)
+            for value in owner:
+                row = by_key.pop(value, None) if by_key else None
+                if row is not None and counted:
+                    track(tracked, table, row, None)
+            continue
         for value in owner:
             rows = state.pop_rows(table, value)
-            if rows and tracked and table in tracked:
+            if rows and counted:
                 for row in rows.values():
                     track(tracked, table, row, None)
 
