@@ -62,7 +62,6 @@ from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.forward_messages import (
     backs,
     drop,
-    is_back,
     take_back,
     take_up,
     up_rows,
@@ -436,8 +435,10 @@ class _Partition:
 
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""
-        back = is_back(message)
-        mid = ~message[0] if back else message[0]
+        mid = message[0]
+        back = mid < 0  # (a home's answer names its transaction ~mid: see .forward_messages)
+        if back:
+            mid = ~mid
         item = self.waiting.get(mid)
         if item is None:
             self.early.setdefault(mid, []).append((src, message))

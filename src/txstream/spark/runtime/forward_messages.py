@@ -40,11 +40,6 @@ _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
 
 
-def is_back(message: tuple[Any, ...]) -> bool:
-    """Whether ``message`` is a home's answer (else rows or totals going up)."""
-    return bool(message[0] < 0)
-
-
 def up_rows(
     state: PartitionState, tables: list[str], mid: int, values: list[Any], copy: bool
 ) -> tuple[Any, ...]:
