@@ -59,13 +59,7 @@ from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
 from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-exported)
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
-from txstream.spark.runtime.forward_messages import (
-    backs,
-    drop,
-    take_back,
-    take_up,
-    up_rows,
-)
+from txstream.spark.runtime.forward_messages import run_at_home, take_back, up_rows
 from txstream.spark.runtime.state import PartitionState
 from txstream.spark.runtime.totals import add_totals, partial_totals
 from txstream.spark.runtime.transport import Message
@@ -277,7 +271,7 @@ class _Partition:
         assert ups is not None
         for src, message in early:
             ups[src] = message
-        self._execute(item)
+        run_at_home(self, item)
 
     def _lend(self, e: Event, v: Any) -> None:
         """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
@@ -288,7 +282,8 @@ class _Partition:
         self.unfinished += 1
         mid = e.order[2]
         self.waiting[mid] = item
-        self.send(item.home, self._rows(mid, item.values, item.home))
+        copy = item.home in self.sched.hosted  # (see up_rows)
+        self.send(item.home, up_rows(self.state, self.tables, mid, item.values, copy))
 
     def hurried(self) -> bool:
         """Whether a transaction here waits for a message while others wait for it.
@@ -382,12 +377,12 @@ class _Partition:
         kind = item.kind
         if kind is LOCAL:
             self.runner.run_event(item.event, self.batch, self.sched.abort)
-            self._finish(item)
+            self.finish(item)
             return
         if kind is FRAGMENT:
             group = Group(event_gid(self.batch, item.event), [item.event])
             self.runner.run(group, self.sched.abort)
-            self._finish(item)
+            self.finish(item)
             return
         mid = item.event.order[2]
         if kind is PART:
@@ -396,10 +391,11 @@ class _Partition:
                 # writes nothing and emits only at its home, so nothing comes back: the
                 # partition goes on at once instead of pausing until the home ran it.
                 self.send(item.home, (mid, self._totals(item)))
-                self._finish(item)
+                self.finish(item)
                 return
             self.waiting[mid] = item
-            self.send(item.home, self._rows(mid, item.values, item.home))
+            copy = item.home in self.sched.hosted  # (see up_rows)
+            self.send(item.home, up_rows(self.state, self.tables, mid, item.values, copy))
             if self.early:  # (a back cannot come before the up: a confused peer)
                 for src, message in self.early.pop(mid, ()):
                     self.receive(src, message)
@@ -429,10 +425,6 @@ class _Partition:
         state = self.state
         return partial_totals(state.data, reads, state.tracked, state.flat)
 
-    def _rows(self, mid: int, values: list[Any], dest: int) -> tuple[Any, ...]:
-        """The ``up`` message of a participant: its values' rows (:func:`.up_rows`)."""
-        return up_rows(self.state, self.tables, mid, values, dest in self.sched.hosted)
-
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""
         mid = message[0]
@@ -449,35 +441,20 @@ class _Partition:
             ups[src] = message
             if len(ups) == len(item.parts):
                 del self.waiting[mid]
-                self._execute(item)
+                if item.barrier:
+                    self._execute_global(item)
+                else:
+                    run_at_home(self, item)
         else:
             del self.waiting[mid]
-            self._take_back(item, message)
+            take_back(self, item, message)
 
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
         if item.barrier:
             self._execute_global(item)
-            return
-        event, state, runner = item.event, self.state, self.runner
-        ups = item.ups
-        assert ups is not None
-        owner = take_up(state, ups)
-        runner.remote = owner
-        outcome = self.outcome
-        committed_before = outcome.committed
-        try:
-            runner.run_event(event, self.batch, self.sched.abort)
-        finally:
-            runner.remote = None
-        committed = outcome.committed > committed_before
-        outcome.forwarded += 1
-        answers = backs(state, runner, owner, item.parts, event.order[2], committed, self.record)
-        drop(state, self.tables, owner)
-        send = self.send
-        for p, answer in answers:
-            send(p, answer)
-        self._finish(item)
+        else:
+            run_at_home(self, item)
 
     def _execute_global(self, item: _Item) -> None:
         """At partition 0: a global read over this partition's totals and everyone's."""
@@ -494,24 +471,15 @@ class _Partition:
             runner.aggregates = None
         self.outcome.forwarded += 1
         # (its parts finished when they sent their totals: nothing goes back)
-        self._finish(item)
-
-    def _take_back(self, item: _Item, message: tuple[Any, ...]) -> None:
-        """At a participant: the home's answer; the rows it changed replace these."""
-        committed, ops = take_back(self.state, message)
-        if ops and committed:  # (then its commit mark: see GroupRunner.record_remote)
-            order = item.event.order
-            # (its id is written only for a mark that is not the plain one)
-            gid = "" if type(order[0]) is float else event_gid(self.batch, item.event)
-            self.runner.record_remote(ops, order, gid)
-        self._finish(item)
+        self.finish(item)
 
     def _record_global_read(self, event: Event, gid: str) -> None:
         """A committed global read's reads here: one operation per table (see table_item)."""
         tables = dict.fromkeys(table for table, _ in self.global_reads[event.input])
         self.outcome.history.extend(f"r{gid}({table_item(table)})" for table in tables)
 
-    def _finish(self, item: _Item) -> None:
+    def finish(self, item: _Item) -> None:
+        """``item`` is done here: the next in line on its values may run."""
         self.unfinished -= 1
         if item.queued:
             locks, ready = self.locks, self.ready

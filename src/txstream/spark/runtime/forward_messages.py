@@ -28,13 +28,16 @@ benchmarks-history.md, "wire (session 20)").
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from itertools import islice
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
+from txstream.spark.runtime.boundaries import event_gid
 from txstream.spark.runtime.executor import GroupRunner
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import track
+
+if TYPE_CHECKING:
+    from txstream.spark.runtime.forward import _Item, _Partition
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
@@ -74,14 +77,20 @@ def up_rows(
     return tuple(out)
 
 
-def take_up(state: PartitionState, ups: Mapping[int, tuple[Any, ...]]) -> dict[Any, int]:
-    """At the home: put the participants' forwarded rows into ``state``; value -> its partition."""
+def run_at_home(part: _Partition, item: _Item) -> None:
+    """At the home: run ``item``'s transaction over its own and the forwarded rows; answer.
+
+    (Of :class:`~.forward._Partition`, called where its method would be: on this
+    path each call costs as much as the lines it saves.)
+    """
+    state, runner = part.state, part.runner
+    ups = item.ups
+    assert ups is not None
     tracked, flat, data = state.tracked, state.flat, state.data
     owner: dict[Any, int] = {}
     for src, message in ups.items():
-        parts = iter(message)
-        next(parts)  # (its mid)
-        for value, table, rows in zip(parts, parts, parts, strict=True):
+        if len(message) == 4:  # (one value, one table or none: the common case)
+            _mid, value, table, rows = message
             owner[value] = src
             if table is None:
                 continue
@@ -93,14 +102,68 @@ def take_up(state: PartitionState, ups: Mapping[int, tuple[Any, ...]]) -> dict[A
                 if tracked and table in tracked:  # (counted while they are here)
                     track(tracked, table, None, rows)
                 continue
-            state.set_rows(table, value, rows)
-            if tracked and table in tracked:
-                for row in rows.values():
-                    track(tracked, table, None, row)
-    return owner
+            _take_rows(state, src, iter((value, table, rows)), owner)
+        else:
+            triples = iter(message)
+            next(triples)  # (its mid)
+            _take_rows(state, src, triples, owner)
+    runner.remote = owner
+    outcome = part.outcome
+    committed_before = outcome.committed
+    event = item.event
+    try:
+        runner.run_event(event, part.batch, part.sched.abort)
+    finally:
+        runner.remote = None
+    committed = outcome.committed > committed_before
+    outcome.forwarded += 1
+    parts, mid = item.parts, event.order[2]
+    # What changed of the forwarded rows goes back, row by row; those rows leave the
+    # undo log, which makes this partition's delta, and then this state.
+    if len(parts) == 1:  # (the common case: one other participant, all rows its)
+        if committed:
+            out: list[Any] = [~mid, True, 0]
+            if part.record:
+                ops = [op for _value, op in runner.remote_ops]
+                out[2] = len(ops)
+                out += ops
+            undo = state.undo
+            for undo_key, _old in runner.changed:
+                table, value, key = undo_key
+                if value in owner:
+                    out += (table, value, key, (state.part(table, value) or _NONE).get(key))
+                    undo.pop(undo_key, None)
+            answer: tuple[Any, ...] = tuple(out)
+        else:
+            answer = (~mid, False, 0)
+        drop(state, part.tables, owner)
+        part.send(parts[0], answer)
+    else:
+        answers = _backs(state, runner, owner, parts, mid, committed, part.record)
+        drop(state, part.tables, owner)
+        for p, answer in answers:
+            part.send(p, answer)
+    part.finish(item)
 
 
-def backs(
+def _take_rows(
+    state: PartitionState, src: int, triples: Iterator[Any], owner: dict[Any, int]
+) -> None:
+    """Put (value, table, rows) triples of ``src``'s ``up`` into ``state``, owned by ``src``."""
+    tracked, flat = state.tracked, state.flat
+    for value, table, rows in zip(triples, triples, triples, strict=True):
+        owner[value] = src
+        if table is None:
+            continue
+        if table in flat:
+            rows = {value: rows}
+        state.set_rows(table, value, rows)
+        if tracked and table in tracked:  # (counted while they are here)
+            for row in rows.values():
+                track(tracked, table, None, row)
+
+
+def _backs(
     state: PartitionState,
     runner: GroupRunner,
     owner: Mapping[Any, int],
@@ -108,29 +171,11 @@ def backs(
     mid: int,
     committed: bool,
     record: bool,
-) -> Iterable[tuple[int, tuple[Any, ...]]]:
-    """At the home, after the run: each participant's answer, as (partition, message).
-
-    What changed of the forwarded rows goes back, row by row; those rows leave
-    the undo log, which makes this partition's delta (and, after this, its state:
-    see :func:`drop`).
-    """
+) -> list[tuple[int, tuple[Any, ...]]]:
+    """The answers of a home with several other participants, as (partition, message)."""
     if not committed:
-        message = (~mid, False, 0)
-        return [(p, message) for p in parts]
+        return [(p, (~mid, False, 0)) for p in parts]
     undo = state.undo
-    if len(parts) == 1:  # (the common case: one other participant, all rows its)
-        out: list[Any] = [~mid, True, 0]
-        if record:
-            ops = [op for _value, op in runner.remote_ops]
-            out[2] = len(ops)
-            out += ops
-        for undo_key, _old in runner.changed:
-            table, value, key = undo_key
-            if value in owner:
-                out += (table, value, key, (state.part(table, value) or _NONE).get(key))
-                undo.pop(undo_key, None)
-        return [(parts[0], tuple(out))]
     ops_of: dict[int, list[Any]] = {p: [] for p in parts}
     if record:
         for value, op in runner.remote_ops:
@@ -165,16 +210,18 @@ def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None
                     track(tracked, table, row, None)
 
 
-def take_back(state: PartitionState, message: tuple[Any, ...]) -> tuple[bool, tuple[Any, ...]]:
-    """At a participant: apply the home's answer to ``state``; (committed, its operations here).
+def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
+    """At a participant: the home's answer; the rows it changed replace these.
 
-    The rows the home changed replace these (the batch's pre-images kept in the
-    undo log, as :meth:`PartitionState.put` keeps them).
+    (Of :class:`~.forward._Partition`, called where its method would be.)  The
+    batch's pre-images are kept in the undo log, as :meth:`PartitionState.put`
+    keeps them.
     """
-    _mid, committed, n = message[0], message[1], message[2]
+    n = message[2]
     if len(message) > 3 + n:
+        state = part.state
         undo, tracked = state.undo, state.tracked
-        changes = islice(message, 3 + n, None)
+        changes = iter(message[3 + n :])
         for table, value, key, row in zip(changes, changes, changes, changes, strict=True):
             rows = state.part(table, value)
             if rows is None or row is None or (tracked and table in tracked):
@@ -186,4 +233,9 @@ def take_back(state: PartitionState, message: tuple[Any, ...]) -> tuple[bool, tu
             if undo_key not in undo:
                 undo[undo_key] = rows.get(key, ABSENT)
             rows[key] = row
-    return committed, (message[3 : 3 + n] if n else ())
+    if n and message[1]:  # (committed, with its operations here; then its commit mark)
+        order = item.event.order
+        # (its id is written only for a mark that is not the plain one)
+        gid = "" if type(order[0]) is float else event_gid(part.batch, item.event)
+        part.runner.record_remote(message[3 : 3 + n], order, gid)
+    part.finish(item)
