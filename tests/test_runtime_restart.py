@@ -159,7 +159,7 @@ def test_a_restart_may_not_read_kept_order_values_in_other_terms(tmp_path: Path)
 
 
 # -- a table's declared columns ---------------------------------------------------------
-def balances(schema: str | None) -> tx.Job:
+def balances(schema: str | None, output_schema: str | None = None) -> tx.Job:
     """Deposits into accounts of a table declared with ``schema``."""
 
     def deposit(t: tx.Tx, e: dict[str, Any]) -> None:
@@ -172,7 +172,7 @@ def balances(schema: str | None) -> tx.Job:
         .table("accounts", key="acct", schema=schema)
         .input("deposits", None, keys="acct", order="ts")
         .on("deposits", deposit)
-        .output("balances")
+        .output("balances", schema=output_schema)
     )
 
 
@@ -209,6 +209,33 @@ def test_a_restart_with_other_table_columns_is_refused_in_one_line(
     assert message.endswith("declare it as before, or start on a new store")
     balances(SCHEMA).run_local(DEPOSITS, tmp_path)  # the store is as it was
     assert tx.read_output(tmp_path, "balances") == [{"balance": 5}, {"balance": 10}]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "change"),
+    [
+        ("balance long", "balance double", "column 'balance': long -> double"),
+        ("balance long", None, "the schema left out"),
+        (None, "balance long", "a schema added"),
+    ],
+)
+def test_a_restart_with_other_output_columns_is_refused_in_one_line(
+    tmp_path: Path, first: str | None, then: str | None, change: str
+) -> None:
+    # The output's committed rows keep the old columns: one output, two shapes
+    # (read_output_arrow refused it, pandas made an object column), without a word.
+    def job(schema: str | None) -> tx.Job:
+        return balances(SCHEMA, output_schema=schema)
+
+    job(first).run_local(DEPOSITS, tmp_path)
+    with pytest.raises(tx.RuntimeJobError) as refused:
+        job(then).run_local(DEPOSITS, tmp_path)
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("output 'balances' was declared in store")
+    assert f"({change}): its committed rows have the old columns" in message
+    job(first).run_local(DEPOSITS, tmp_path)  # as before: fine
+    job(first).output("other", schema="x long").run_local(DEPOSITS, tmp_path)  # a new output: fine
+    assert [r["balance"] for r in tx.read_output(tmp_path, "balances")] == [5, 10, 15]
 
 
 def test_a_schema_added_to_a_table_without_one_is_refused(tmp_path: Path) -> None:

@@ -84,6 +84,13 @@ def job_shape(
             }
             for name, t in spec.tables.items()
         },
+        # Each output's declared columns (None: no schema): its committed rows have them.
+        "output_columns": {
+            name: None
+            if o.columns is None
+            else {c: canonical_kind(k) for c, k in o.columns.items()}
+            for name, o in spec.outputs.items()
+        },
         "orders": {name: i.order for name, i in spec.inputs.items()},
         "merge": merge,
         "timeslice": boundary.seconds if getattr(boundary, "name", "") == "timeslice" else None,
@@ -160,6 +167,19 @@ def restarted_meta(
             _check_initial(name, old["initial"], table["initial"], where)
             table = {**table, "initial": old["initial"]}  # (what the store loaded stays)
         tables[name] = table
+    output_columns = dict(meta.get("output_columns", {}))
+    for name, columns in shape["output_columns"].items():
+        if committed and name in output_columns and output_columns[name] != columns:
+            old_columns = output_columns[name]
+            raise RuntimeJobError(
+                f"output {name!r} was declared in {where} with {_schema(old_columns)}; the "
+                f"job declares {_schema(columns)} ({_change(old_columns, columns)}): its "
+                "committed rows have the old columns, and its readers (tx.read_output_arrow, "
+                "a Spark reader of its files) take one schema per output; declare it as "
+                "before, emit the new rows to a new output, or start on a new "
+                f"{where.split()[0]}"
+            )
+        output_columns[name] = columns
     _check_key_types(meta.get("key_types"), shape.get("key_types"), where)
     if meta.get("merge") == "event-time" and shape["merge"] != "event-time" and held:
         raise RuntimeJobError(
@@ -170,7 +190,14 @@ def restarted_meta(
     _check_order_values(meta, shape, where)
     outputs = sorted(set(meta.get("outputs", [])) | set(spec.outputs))
     timeslice = shape["timeslice"] if shape["timeslice"] is not None else meta.get("timeslice")
-    return {**meta, **shape, "tables": tables, "outputs": outputs, "timeslice": timeslice}
+    return {
+        **meta,
+        **shape,
+        "tables": tables,
+        "output_columns": output_columns,
+        "outputs": outputs,
+        "timeslice": timeslice,
+    }
 
 
 def initial_fingerprint(initial: Any) -> str | None:
