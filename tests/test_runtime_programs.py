@@ -2,7 +2,9 @@
 
 The other runtime tests use jobs of a known shape (ledgers, audits).  A new user's
 job is none of them, so here every event carries a small *program*: a list of
-steps over two tables (one keyed by integers, one by non-ASCII strings), each a
+steps over three tables (one keyed by integers, one by non-ASCII strings, one by
+an integer and a string, placed by the integer: rows kept per partition value,
+not flat), each a
 read, an increment, an insert, an upsert, an update, a delete, an
 insert-or-increment, a data-dependent failure or an abort, on one of the event's
 three keys (which land on different partitions or on the same one); keyless
@@ -28,11 +30,12 @@ from hypothesis import strategies as st
 
 import txstream as tx
 from txstream.model import check
+from txstream.spark.runtime import state as state_module
 
-TABLES = {"a": ("k", "v"), "b": ("s", "w")}
-"""Each table's key column and its one value column."""
-SLOTS = {0: ("a", "k0"), 1: ("a", "k1"), 2: ("b", "s0")}
-"""A step's slot: the table it touches and the event column that holds the key."""
+TABLES = {"a": (("k",), "v"), "b": (("s",), "w"), "c": (("k", "j"), "u")}
+"""Each table's key columns and its one value column."""
+SLOTS = {0: ("a", ("k0",)), 1: ("a", ("k1",)), 2: ("b", ("s0",)), 3: ("c", ("k1", "j"))}
+"""A step's slot: the table it touches and the event columns that hold the key."""
 
 Read = Callable[[str, Any], "dict[str, Any] | None"]
 Write = Callable[[str, str, Any, int], Any]
@@ -46,8 +49,8 @@ def interpret(event: dict[str, Any], read: Read, write: Write) -> list[Any]:
     """Run ``event``'s program on ``read``/``write``; what each step saw or wrote."""
     seen: list[Any] = []
     for op, slot, amount in json.loads(event["prog"]):
-        table, column = SLOTS[slot]
-        key = event[column]
+        table, columns = SLOTS[slot]
+        key = event[columns[0]] if len(columns) == 1 else tuple(event[c] for c in columns)
         if op == "read":
             row = read(table, key)
             seen.append(None if row is None else row[TABLES[table][1]])
@@ -58,15 +61,21 @@ def interpret(event: dict[str, Any], read: Read, write: Write) -> list[Any]:
     return seen
 
 
+def key_columns(table: str, key: Any) -> dict[str, Any]:
+    """A row's key columns for ``key`` (a tuple for a key of several columns)."""
+    names = TABLES[table][0]
+    return dict(zip(names, key if len(names) > 1 else (key,), strict=True))
+
+
 def on_runtime(t: Any, op: str, table: str, key: Any, amount: int) -> Any:
     """A write step through the job's ``tx.Tx``."""
-    keyname, column = TABLES[table]
+    column = TABLES[table][1]
     if op == "increment":
         return t.increment(table, key, column, amount)
     if op == "insert":
-        t.insert(table, {keyname: key, column: amount})
+        t.insert(table, {**key_columns(table, key), column: amount})
     elif op == "upsert":
-        t.upsert(table, {keyname: key, column: amount})
+        t.upsert(table, {**key_columns(table, key), column: amount})
     elif op == "update":
         return t.update(table, key, **{column: amount})[column]
     elif op == "delete":
@@ -74,7 +83,7 @@ def on_runtime(t: Any, op: str, table: str, key: Any, amount: int) -> Any:
         return -1
     elif op == "add":  # insert or increment: the usual counter
         if t.read(table, key) is None:
-            t.insert(table, {keyname: key, column: amount})
+            t.insert(table, {**key_columns(table, key), column: amount})
         else:
             return t.increment(table, key, column, amount)
     elif op == "abort":
@@ -86,7 +95,7 @@ def on_dicts(
     rows: dict[str, dict[Any, dict[str, Any]]], op: str, table: str, key: Any, amount: int
 ) -> Any:
     """The same write step on plain dicts (the oracle)."""
-    keyname, column = TABLES[table]
+    column = TABLES[table][1]
     here = rows[table]
     exists = key in here
     if op in ("increment", "update", "delete") and not exists:
@@ -100,7 +109,7 @@ def on_dicts(
         del here[key]
         return -1
     if op in ("insert", "upsert", "add"):
-        here[key] = {keyname: key, column: amount}
+        here[key] = {**key_columns(table, key), column: amount}
     elif op == "update":
         here[key][column] = amount
     return amount if op != "fail" else 0
@@ -116,14 +125,16 @@ def programs_job() -> tx.Job:
     def audit(t: Any, e: dict[str, Any]) -> None:
         if t.home == 0:  # (a keyless event runs on every partition: emit once)
             totals = {"sa": t.sum("a", "v"), "na": t.count("a")}
-            t.emit("audits", {"id": e["id"], **totals, "sb": t.sum("b", "w"), "nb": t.count("b")})
+            more = {"sb": t.sum("b", "w"), "nb": t.count("b"), "sc": t.sum("c", "u")}
+            t.emit("audits", {"id": e["id"], **totals, **more, "nc": t.count("c")})
 
     return (
         tx.Job("programs")
         .table("a", key="k", schema="k long, v long")
         .table("b", key="s", schema="s string, w long")
+        .table("c", key=["k", "j"], partition_by="k", schema="k long, j string, u long")
         .input("programs", None, keys=["k0", "k1", "s0"], order="id")
-        .input("audits", None, order="id", global_reads=["a.v", "b.w"])
+        .input("audits", None, order="id", global_reads=["a.v", "b.w", "c.u"])
         .output("seen")
         .output("audits")
         .on("programs", run)
@@ -134,11 +145,11 @@ def programs_job() -> tx.Job:
 
 def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
     """Outputs, failed ids and final tables of the events one after another, in id order."""
-    rows: dict[str, dict[Any, dict[str, Any]]] = {"a": {}, "b": {}}
+    rows: dict[str, dict[Any, dict[str, Any]]] = {"a": {}, "b": {}, "c": {}}
     seen, audits, failed = [], [], []
     for name, e in sorted((item for b in batches for item in b), key=lambda i: i[1]["id"]):
         if name == "audits":
-            a, b = rows["a"].values(), rows["b"].values()
+            a, b, c = rows["a"].values(), rows["b"].values(), rows["c"].values()
             audits.append(
                 {
                     "id": e["id"],
@@ -146,6 +157,8 @@ def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
                     "na": len(a),
                     "sb": sum(r["w"] for r in b),
                     "nb": len(b),
+                    "sc": sum(r["u"] for r in c),
+                    "nc": len(c),
                 }
             )
             continue
@@ -162,7 +175,7 @@ def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
             continue
         rows = work
         seen.append({"id": e["id"], "seen": json.dumps(out)})
-    return {"seen": seen, "audits": audits, "failed": failed, "a": rows["a"], "b": rows["b"]}
+    return {"seen": seen, "audits": audits, "failed": failed, **rows}
 
 
 OPS = (
@@ -185,17 +198,18 @@ def runs(draw: Any) -> tuple[list[list[tuple[str, dict[str, Any]]]], int, int, i
     """Batches of programs and audits, partitions, tasks, and where the run restarts."""
     ints = st.integers(0, draw(st.integers(0, 9)))
     strs = st.integers(0, draw(st.integers(0, 4))).map(lambda n: f"kë{n}")
-    step = st.tuples(st.sampled_from(OPS), st.integers(0, 2), st.integers(-5, 9)).filter(
+    step = st.tuples(st.sampled_from(OPS), st.integers(0, 3), st.integers(-5, 9)).filter(
         lambda s: s[0] != "abort" or s[2] > 7  # (rarely: most programs should commit)
     )
     program = st.builds(
-        lambda k0, k1, s0, prog: (
+        lambda k0, k1, s0, j, prog: (
             "programs",
-            {"k0": k0, "k1": k1, "s0": s0, "prog": json.dumps(prog)},
+            {"k0": k0, "k1": k1, "s0": s0, "j": j, "prog": json.dumps(prog)},
         ),
         ints,
         ints,
         strs,
+        st.sampled_from(["x", "y"]),
         st.lists(step, min_size=1, max_size=5),
     )
     event = st.one_of(program, program, program, st.just(("audits", {})))
@@ -220,6 +234,7 @@ def test_random_programs_equal_serial_execution(
         warnings.simplefilter("ignore", tx.TransactionFailuresWarning)
         for part in (batches[:restart], batches[restart:]):  # (a restart in between)
             if part:
+                state_module._CACHE.clear()  # (a new process: the states come from disk)
                 programs_job().run_local(part, store, partitions=partitions, tasks=tasks)
     want = serial(batches)
     assert tx.read_output(store, "seen") == want["seen"]
@@ -231,6 +246,9 @@ def test_random_programs_equal_serial_execution(
     }
     assert {r["s"]: r["w"] for r in tx.read_table(store, "b")} == {
         k: r["w"] for k, r in want["b"].items()
+    }
+    assert {(r["k"], r["j"]): r["u"] for r in tx.read_table(store, "c")} == {
+        k: r["u"] for k, r in want["c"].items()
     }
     if any(name == "programs" for b in batches for name, _ in b):
         verdict = check(tx.read_history(store), "csao")

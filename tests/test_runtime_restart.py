@@ -320,3 +320,17 @@ def test_initial_rows_from_a_file_are_compared_by_content(tmp_path: Path) -> Non
     rows.write_text(json.dumps(START[0]) + "\n")
     assert initial_fingerprint(str(rows)) not in (first, "unknown", None)
     assert initial_fingerprint(str(tmp_path / "missing.json")) == "unknown"
+
+
+def test_the_same_initial_rows_in_another_order_are_the_same_rows(tmp_path: Path) -> None:
+    # A list built from a set or a dict comes in another order in another process
+    # (string hashing): a restart of the unchanged job was refused (review, session 20).
+    _stock(START).run_local([[("ev", {"sku": "c", "qty": 3})]], tmp_path)
+    _stock(START[::-1]).run_local([[("ev", {"sku": "d", "qty": 4})]], tmp_path)
+    from txstream.spark.runtime.restart import initial_fingerprint
+
+    tagged = [{**r, "tags": {"a", "b", "c"}} for r in START]
+    assert initial_fingerprint(tagged) == initial_fingerprint(
+        [{**r, "tags": {"c", "a", "b"}} for r in reversed(START)]
+    )
+    assert initial_fingerprint(START) != initial_fingerprint(START[:1])

@@ -217,23 +217,26 @@ class FailureWatch:
             late, self._late = self._late, 0
         import warnings
 
-        if late:
-            warnings.warn(
-                f"job {self.job!r}: {late} event(s) arrived after later ones of their "
-                "partition had run, and ran out of the declared order since the last "
-                "report (lastProgress['late'] counts them per batch); give the input a "
-                "watermark, or raise idleBatches (see docs/spark.md, merge)",
-                LateEventsWarning,
-                stacklevel=stacklevel,
-            )
-        if count and first is not None:
-            warnings.warn(
-                f"job {self.job!r}: {count} transaction(s) failed and were rolled back since "
-                f"the last report (first at {first.get('position')}: {first.get('error')}); "
-                f"read them with {self.where} (logged on 'txstream.runtime')",
-                TransactionFailuresWarning,
-                stacklevel=stacklevel,
-            )
+        try:
+            if count and first is not None:
+                warnings.warn(
+                    f"job {self.job!r}: {count} transaction(s) failed and were rolled back "
+                    f"since the last report (first at {first.get('position')}: "
+                    f"{first.get('error')}); read them with {self.where} (logged on "
+                    "'txstream.runtime')",
+                    TransactionFailuresWarning,
+                    stacklevel=stacklevel,
+                )
+        finally:  # (the failures' count is taken: a filter that raises must not lose this one)
+            if late:
+                warnings.warn(
+                    f"job {self.job!r}: {late} event(s) arrived after later ones of their "
+                    "partition had run, and ran out of the declared order since the last "
+                    "report (lastProgress['late'] counts them per batch); give the input a "
+                    "watermark, or raise idleBatches (see docs/spark.md, merge)",
+                    LateEventsWarning,
+                    stacklevel=stacklevel,
+                )
         return count
 
 

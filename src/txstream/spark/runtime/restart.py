@@ -203,15 +203,18 @@ def restarted_meta(
 def initial_fingerprint(initial: Any) -> str | None:
     """A digest of a table's declared initial rows: None without any.
 
-    Rows given as a list (of dicts) and a file named by its path get the
-    SHA-256 of their contents; a DataFrame (or a file that cannot be read
-    here) gets ``"unknown"``, which any later declaration matches, as reading
-    it again would cost a Spark job at every start.
+    Rows given as a list (of dicts) get the SHA-256 of their contents in any
+    order (a list built from a set or a dict comes in another order in another
+    process: the same rows), a file named by its path that of its bytes; a
+    DataFrame (or a file that cannot be read here) gets ``"unknown"``, which
+    any later declaration matches, as reading it again would cost a Spark job
+    at every start.
     """
     if initial is None:
         return None
     if isinstance(initial, list):
-        text = json.dumps(initial, sort_keys=True, default=repr)
+        rows = sorted(json.dumps(row, sort_keys=True, default=_canonical) for row in initial)
+        text = "\n".join(rows)
         return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     if isinstance(initial, str | PurePath):
         try:
@@ -222,6 +225,13 @@ def initial_fingerprint(initial: Any) -> str | None:
 
 
 UNKNOWN_INITIAL = "unknown"
+
+
+def _canonical(value: Any) -> Any:
+    """A value JSON cannot spell, as the same text in every process (a set's items sorted)."""
+    if isinstance(value, set | frozenset):
+        return sorted(json.dumps(v, sort_keys=True, default=_canonical) for v in value)
+    return repr(value)
 
 
 def _check_initial(name: str, loaded: str | None, declared: str | None, where: str) -> None:
