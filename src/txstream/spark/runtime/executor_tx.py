@@ -224,8 +224,9 @@ class ExecutorTx:
             row = part.get(key) if part is not None else None
         if row is None:
             return default
-        # (a table without a schema may hold lists: see owned_row)
-        return dict(row) if spec.columns is not None else owned_row(row)
+        # (a table without a schema may hold lists: see owned_row; a stored row is a
+        # dict, and its copy() costs half of dict(row), which goes through the type call)
+        return row.copy() if spec.columns is not None else owned_row(row)
 
     def scan(self, table: str, value: Key) -> list[Row]:
         """Every row of ``table`` in partition value ``value`` (copies, by key's canonical text)."""
@@ -300,7 +301,7 @@ class ExecutorTx:
             raise missing_row(f"update of {table}", key)
         new = updated_row(spec, key, old, changes, columns)
         self._put(table, value, key, new)
-        return dict(new) if spec.columns is not None else owned_row(new)
+        return new.copy() if spec.columns is not None else owned_row(new)
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
@@ -331,7 +332,7 @@ class ExecutorTx:
             new = incremented_row(spec, old, column, by)
             self._put(table, value, key, new, part=part)
             return new[column]
-        new = dict(old)
+        new = old.copy()  # (a stored row: a dict; see read)
         total = new[column] = current + by
         if types is not None and not LONG_MIN <= total <= LONG_MAX:  # (a long may overflow)
             kind = spec.columns[column] if spec.columns is not None else "double"
@@ -531,7 +532,9 @@ Protocol (:class:`~txstream.spark.runtime.base.Tx`)."""
 
 def _stored(spec: TableSpec, row: Row) -> Row:
     """The copy of a written ``row`` that the state keeps (checked against a schema already)."""
-    return dict(row) if spec.columns is not None else owned_row(row)
+    if spec.columns is None:
+        return owned_row(row)
+    return row.copy() if type(row) is dict else dict(row)  # (see read)
 
 
 def flat_tables(job: JobSpec) -> frozenset[str]:
