@@ -10,6 +10,7 @@ the CSAO checker.
 
 from __future__ import annotations
 
+import copy
 import math
 import socket
 from fractions import Fraction
@@ -862,3 +863,49 @@ def test_crossing_transfers_on_a_table_kept_per_partition_value(tmp_path: Path, 
         want[s] -= n
         want[d] += n
     assert {r["acct"]: r["bal"] for r in tx.read_table(tmp_path, "pos")} == want
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_crossing_transaction_that_fails_at_its_home_leaves_no_row_of_another_partition(
+    tmp_path: Path, tasks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The home took the other partition's row, wrote it and failed: the row went
+    # back, but its batch pre-image stayed in the home's undo log, so the home's
+    # delta named a key of another partition and a retry's rollback put that
+    # row into the home's state (review, session 20).
+    from txstream.spark.runtime import partition_state
+
+    seen: list[tuple[set[int], Any]] = []
+    delta = partition_state.PartitionState.delta
+
+    def spy(self: Any) -> dict[str, Any]:
+        changes = delta(self)
+        keys = set(changes["changes"].get("acc", [[]])[0])
+        seen.append((keys, {k: dict(v) for k, v in self.data.get("acc", {}).items()}))
+        self_copy = copy.deepcopy(self)
+        self_copy.rollback()  # (what a retry of the batch's phase 1 starts from)
+        seen.append((set(self_copy.data.get("acc", {})), None))
+        return changes
+
+    monkeypatch.setattr(partition_state.PartitionState, "delta", spy)
+
+    def transfer(t: Any, e: dict[str, Any]) -> None:
+        t.increment("acc", e["src"], "bal", -1)
+        t.increment("acc", e["dst"], "bal", 1)
+        if e["fail"]:
+            raise ValueError("after both writes")
+
+    job = (
+        tx.Job("stray")
+        .table("acc", key="k", schema="k long, bal long")
+        .input("init", None, keys="k")
+        .input("tr", None, keys=["src", "dst"])
+        .on("init", lambda t, e: t.insert("acc", {"k": e["k"], "bal": 0}))
+        .on("tr", transfer)
+    )
+    src, dst = 1, next(k for k in range(2, 50) if partition_of(k, 2) != partition_of(1, 2))
+    moves = [("tr", {"src": src, "dst": dst, "fail": f}) for f in (True, False, True)]
+    job.run_local([[("init", {"k": src}), ("init", {"k": dst})], moves], tmp_path, 2, tasks=tasks)
+    assert {r["k"]: r["bal"] for r in tx.read_table(tmp_path, "acc")} == {src: -1, dst: 1}
+    for keys, _ in seen:
+        assert len({partition_of(k, 2) for k in keys}) <= 1, seen

@@ -23,7 +23,7 @@ import txstream as tx
 from txstream.spark.runtime import spark_tasks as q
 from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.boundaries import Event, Group
-from txstream.spark.runtime.executor import GroupRunner, Outcome
+from txstream.spark.runtime.executor import GroupRunner, Outcome, PartitionExecutor
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import PartitionState
 from txstream.spark.runtime.tasks import BatchContext
@@ -293,3 +293,53 @@ def test_a_row_that_does_not_fit_the_schema_fails_its_transaction(
     assert len(outcome.failures) == 1
     assert "SchemaError" in outcome.failures[0]["error"]
     assert error in outcome.failures[0]["error"]
+
+
+def test_a_batch_rolls_back_to_its_rows_whatever_its_transactions_did() -> None:
+    # Phase 1 (the event boundary) keeps
+    # each row's first pre-image of the batch: written twice in one transaction and
+    # again in a later one, by a transaction that failed after a write, inserted.
+    def change(t: Any, e: dict[str, Any]) -> None:
+        k = e["k"]
+        if e["op"] == "inc-delete":
+            t.increment("t", k, "v", 1)
+            t.delete("t", k)
+        elif e["op"] == "inc-upsert":
+            t.increment("t", k, "v", 10)
+            t.upsert("t", {"k": k, "v": t.read("t", k)["v"] + 100})
+        elif e["op"] == "insert":
+            t.insert("t", {"k": k, "v": 0})
+        else:  # (a failure after a write)
+            t.increment("t", k, "v", 1000)
+            raise ValueError("no")
+
+    job = tx.Job("u").table("t", key="k", schema="k long, v long").input("i", None, keys="k")
+    job.on("i", change)
+    spec = job.spec.for_tasks()
+    state = PartitionState()
+    state.use_flat(frozenset({"t"}))
+    state.begin(0)
+    for k in range(5):
+        state.put("t", k, k, {"k": k, "v": k})
+    state.settle()
+    before = sorted(state.all_rows("t"))
+    ops = ["inc-upsert", "inc-upsert", "inc-delete", "fail", "insert", "fail", "inc-upsert"]
+    keys = [1, 1, 2, 3, 7, 4, 7]
+    events = [
+        Event((float(n), 0, n), "i", {"k": k, "op": op}, [k], [0])
+        for n, (k, op) in enumerate(zip(keys, ops, strict=True))
+    ]
+    state.begin(1)
+    executor = PartitionExecutor(spec, 0, state, partitions=1)
+    executor.run(1, events, {})
+    assert executor.outcome.committed == 5 and executor.outcome.aborted == 2
+    assert dict(state.all_rows("t")) == {
+        0: {"k": 0, "v": 0},
+        1: {"k": 1, "v": 221},
+        3: {"k": 3, "v": 3},
+        4: {"k": 4, "v": 4},
+        7: {"k": 7, "v": 110},
+    }
+    assert {1, 2, 7} <= set(state.delta()["changes"]["t"][0])
+    state.rollback()
+    assert sorted(state.all_rows("t")) == before

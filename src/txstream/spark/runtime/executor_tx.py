@@ -521,6 +521,15 @@ class ExecutorTx:
         state = self._state
         for (table, value, key), old in reversed(self._undo):
             state._set(table, value, key, old)  # (state.put: its pre-image is kept)
+        remote = self._remote
+        if remote is not None:
+            # Rows forwarded here leave again: their batch pre-images must not stay
+            # in this partition's undo log (its delta, and a retry's rollback, would
+            # give this partition another's row).  Only this run wrote them here.
+            undo = state.undo
+            for undo_key, _old in self._undo:
+                if undo_key[1] in remote:
+                    undo.pop(undo_key, None)
         self._undo.clear()
         self._emits.clear()
 
