@@ -45,7 +45,8 @@ def test_the_bench_job_keeps_the_order_when_one_input_runs_a_batch_ahead(tmp_pat
     job.run_local([first, ahead, rest], tmp_path / "bench", 3)
     assert audit_violations(tx.read_output(tmp_path / "bench", "audits_done"), want) == 0
     # with an input taken as quiet after one batch without rows (the default),
-    # the audits run ahead of the deposits before them
+    # the audits run ahead of the deposits before them, and a warning says so
     job = bench_job([], [], [], opening(40)).option("idleBatches", 1)
-    job.run_local([first, ahead, rest], tmp_path / "quiet", 3)
+    with pytest.warns(tx.LateEventsWarning, match="600 event"):
+        job.run_local([first, ahead, rest], tmp_path / "quiet", 3)
     assert audit_violations(tx.read_output(tmp_path / "quiet", "audits_done"), want) > 0
