@@ -13,24 +13,39 @@ import re
 import subprocess
 import sys
 
+PATTERNS = {
+    "I": r"I\s+refs:\s+([\d,]+)",
+    "D1": r"D1\s+misses:\s+([\d,]+)",
+    "LLd": r"LLd\s+misses:\s+([\d,]+)",
+}
+"""What each count is called in cachegrind's summary on stderr."""
 
-def instructions(script: str, *args: str) -> int:
-    """Instructions valgrind counted for ``python script *args`` (hash seed fixed)."""
+
+def _run(script: str, args: tuple[str, ...], cache: bool, keys: tuple[str, ...]) -> dict[str, int]:
+    """``keys`` of cachegrind's summary for ``python script *args`` (hash seed fixed)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     command = [
         "valgrind",
         "--tool=cachegrind",
-        "--cache-sim=no",
+        f"--cache-sim={'yes' if cache else 'no'}",
         "--cachegrind-out-file=/dev/null",
         sys.executable,
         script,
         *args,
     ]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
-    match = re.search(r"I\s+refs:\s+([\d,]+)", out)
-    if match is None:
-        raise SystemExit(f"no instruction count in valgrind's output:\n{out[-2000:]}")
-    return int(match.group(1).replace(",", ""))
+    found = {}
+    for key in keys:
+        match = re.search(PATTERNS[key], out)
+        if match is None:
+            raise SystemExit(f"no {key} count in valgrind's output:\n{out[-2000:]}")
+        found[key] = int(match.group(1).replace(",", ""))
+    return found
+
+
+def instructions(script: str, *args: str) -> int:
+    """Instructions valgrind counted for ``python script *args`` (hash seed fixed)."""
+    return _run(script, args, cache=False, keys=("I",))["I"]
 
 
 def counts(script: str, *args: str) -> dict[str, int]:
@@ -40,25 +55,4 @@ def counts(script: str, *args: str) -> dict[str, int]:
     ``LLd`` (last-level data misses): cachegrind's simulation of its default caches,
     as deterministic as the instruction count, and about twice as slow to run.
     """
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    command = [
-        "valgrind",
-        "--tool=cachegrind",
-        "--cache-sim=yes",
-        "--cachegrind-out-file=/dev/null",
-        sys.executable,
-        script,
-        *args,
-    ]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stderr
-    found = {}
-    for key, pattern in (
-        ("I", r"I\s+refs:\s+([\d,]+)"),
-        ("D1", r"D1\s+misses:\s+([\d,]+)"),
-        ("LLd", r"LLd\s+misses:\s+([\d,]+)"),
-    ):
-        match = re.search(pattern, out)
-        if match is None:
-            raise SystemExit(f"no {key} count in valgrind's output:\n{out[-2000:]}")
-        found[key] = int(match.group(1).replace(",", ""))
-    return found
+    return _run(script, args, cache=True, keys=("I", "D1", "LLd"))
