@@ -508,11 +508,18 @@ def test_trim_while_transactions_append(tmp_path) -> None:
     tm = TransactionManager("ss2pl", path=tmp_path / "db", sync="off")
     s = tm.stream("s", granularity="event")
     stop = threading.Event()
+    trimmed = threading.Event()  # (a trim landed while the writers were running)
     errors: list[BaseException] = []
 
     def writer(k: int) -> None:
         try:
             for i in range(400):
+                if i == 200:
+                    # Half-way, wait for a trim: on a busy (or fast) machine the
+                    # trimmer might otherwise never run while the writers do, and
+                    # the overlap this test is about would not happen (bounded
+                    # only against a hang).
+                    assert trimmed.wait(120), "no trim while the writers appended"
                 tm.run(lambda t, i=i: t.append(s, (k, i)))
         except BaseException as exc:
             errors.append(exc)
@@ -521,6 +528,8 @@ def test_trim_while_transactions_append(tmp_path) -> None:
         while not stop.is_set():
             with contextlib.suppress(StorageError):
                 s.trim(max(0, len(s) - 50))
+                if s.first > 0:
+                    trimmed.set()
 
     threads = [threading.Thread(target=writer, args=(k,)) for k in range(3)]
     trim = threading.Thread(target=trimmer)
