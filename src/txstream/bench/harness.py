@@ -239,22 +239,24 @@ def run_experiment(
     order = sorted(range(len(by_point)), key=lambda i: by_point[i][1])
     tasks = [by_point[i] for i in order]
     seeded = [(dict(by_point[i][0]), seed * 1_000_003 + by_point[i][1] * 7919 + i) for i in order]
-    done: list[dict[str, Any]] = []
+    done: dict[int, dict[str, Any]] = {}  # (by grid position)
     if mapper is not None:
         if progress:
             print(f"bench {exp.name}: {len(seeded)} runs as parallel tasks", flush=True)
         run = exp.run
         results = mapper(lambda ps: run(dict(ps[0]), ps[1]), seeded)
-        for (point, rep), (_, run_seed), metrics in zip(tasks, seeded, results, strict=True):
-            done.append({**point, "rep": rep, "seed": run_seed, **metrics})
+        for i, (point, rep), (_, run_seed), metrics in zip(
+            order, tasks, seeded, results, strict=True
+        ):
+            done[i] = {**point, "rep": rep, "seed": run_seed, **metrics}
     else:
         with _progress(progress, f"bench {exp.name}", len(tasks)) as advance:
-            for (point, rep), (_, run_seed) in zip(tasks, seeded, strict=True):
+            for i, (point, rep), (_, run_seed) in zip(order, tasks, seeded, strict=True):
                 given = {**point, "_out": str(out)} if exp.wants_out else dict(point)
                 metrics = exp.run(given, run_seed)
-                done.append({**point, "rep": rep, "seed": run_seed, **metrics})
+                done[i] = {**point, "rep": rep, "seed": run_seed, **metrics}
                 advance(_describe(point, metrics))
-    rows = [row for _, row in sorted(zip(order, done, strict=True), key=lambda p: p[0])]
+    rows = [done[i] for i in range(len(by_point))]
     write_csv(rows, out / f"{exp.name}.csv")
     for fig in exp.figures:
         plot(rows, fig, out / f"{fig.name}.png")

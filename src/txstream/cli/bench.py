@@ -34,7 +34,7 @@ def register_cli(sub: Subparsers) -> None:
         type=int_range(1, 100),
         metavar="N",
         help="run every point N times, in rounds (every point once, then again), "
-        "instead of the experiment's repetitions; summaries take the median",
+        "instead of the experiment's repetitions (the runtime summary takes each point's median)",
     )
     p.add_argument(
         "--set",

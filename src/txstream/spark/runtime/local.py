@@ -28,7 +28,6 @@ from txstream.spark.runtime.base import (
     check_partitions,
     initial_row,
     null_field,
-    owned_row,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
 from txstream.spark.runtime.forward import (
@@ -46,6 +45,7 @@ from txstream.spark.runtime.tasks import (
     Phases,
     committed_frontier,
     committed_tokens,
+    own_rows,
     phase1,
     phase1_forward,
     phase2,
@@ -440,7 +440,7 @@ class _LocalPhases(Phases):
         # a Spark task reads its rows afresh: a function that changes its event's row
         # must not change what another fragment of the event, or the batch's re-run
         # after a failure that spans partitions, sees (nor the caller's batches).
-        events = {pid: _own_rows(evs) for pid, evs in self.events.items()}
+        events = {pid: own_rows(evs) for pid, evs in self.events.items()}
         if self.job.may_cross and forwarding(self.job):
             # Every partition in one scheduler: messages between them stay in memory.
             if self.tasks > 1:
@@ -470,11 +470,6 @@ class _LocalPhases(Phases):
             by_pid[_owner(self.job, value, len(self.events))].append((value, tables))
         tokens = {pid: phase3(self.job, ctx, pid, items) for pid, items in by_pid.items() if items}
         return stats, tokens
-
-
-def _own_rows(events: list[Event]) -> list[Event]:
-    """``events`` with a copy of each row that shares nothing mutable with the original."""
-    return [event._replace(row=owned_row(event.row)) for event in events]
 
 
 def _threaded_phase1(

@@ -76,21 +76,14 @@ def job_shape(
                 "key": list(t.key),
                 "partition_by": list(t.partition_by),
                 # The declared columns (None: no schema): rows were checked against them.
-                "columns": None
-                if t.columns is None
-                else {c: canonical_kind(k) for c, k in t.columns.items()},
+                "columns": _kinds(t.columns),
                 # What its initial rows were (None: none), to refuse other ones later.
                 "initial": initial_fingerprint(t.initial),
             }
             for name, t in spec.tables.items()
         },
         # Each output's declared columns (None: no schema): its committed rows have them.
-        "output_columns": {
-            name: None
-            if o.columns is None
-            else {c: canonical_kind(k) for c, k in o.columns.items()}
-            for name, o in spec.outputs.items()
-        },
+        "output_columns": {name: _kinds(o.columns) for name, o in spec.outputs.items()},
         "orders": {name: i.order for name, i in spec.inputs.items()},
         "merge": merge,
         "timeslice": boundary.seconds if getattr(boundary, "name", "") == "timeslice" else None,
@@ -99,6 +92,11 @@ def job_shape(
     if key_types is not None:
         shape["key_types"] = key_types
     return shape
+
+
+def _kinds(columns: dict[str, str] | None) -> dict[str, str] | None:
+    """Declared columns with each type by its canonical name (None: no schema)."""
+    return None if columns is None else {c: canonical_kind(k) for c, k in columns.items()}
 
 
 def first_meta(
@@ -272,7 +270,7 @@ def _schema(columns: dict[str, str] | None) -> str:
 
 
 def _change(old: dict[str, str] | None, new: dict[str, str] | None) -> str:
-    """The first difference between two tables' declared columns, in words."""
+    """The first difference between two declarations' columns (a table's, an output's), in words."""
     if old is None or new is None:
         return "a schema added" if old is None else "the schema left out"
     for column, kind in old.items():

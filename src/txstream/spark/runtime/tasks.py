@@ -164,6 +164,11 @@ def release(
     return ready
 
 
+def own_rows(events: Iterable[Event]) -> list[Event]:
+    """``events``, each with a copy of its row that shares nothing mutable with the original."""
+    return [event._replace(row=owned_row(event.row)) for event in events]
+
+
 def _release(
     state: Any,
     events: list[Event],
@@ -173,7 +178,7 @@ def _release(
 ) -> list[Event]:
     # A held event's row of its own: a function that changes its event's row must
     # not change what a re-run of the batch (from the same cached state) gives it.
-    pool = [e._replace(row=owned_row(e.row)) for e in state.meta.get("held", ())] + events
+    pool = own_rows(state.meta.get("held", ())) + events
     value, first = upto[0], upto[1]
     if value == math.inf:  # every input is quiet: everything runs
         pool.sort(key=_order)
