@@ -11,6 +11,7 @@ runs the Spark side).
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -334,3 +335,50 @@ def test_the_same_initial_rows_in_another_order_are_the_same_rows(tmp_path: Path
         [{**r, "tags": {"c", "a", "b"}} for r in reversed(START)]
     )
     assert initial_fingerprint(START) != initial_fingerprint(START[:1])
+
+
+def test_true_and_1_are_one_row_on_every_partition_count(tmp_path: Path) -> None:
+    # Python makes True and 1 one dict key, so one partition kept one row; placed
+    # by the texts "true" and "1" they met on 1, 2, 3, 6 partitions and were two
+    # rows on 4, 5, 7, 8: an answer that depended on the partition count.
+    events = [("ev", {"k": 1, "ts": 0}), ("ev", {"k": True, "ts": 1}), ("ev", {"k": 1, "ts": 2})]
+    for partitions in range(1, 9):
+        store = tmp_path / f"p{partitions}"
+        counting(inputs=("ev",)).run_local([events], store, partitions=partitions)
+        assert tx.read_table(store, "counts") == [{"k": 1, "j": 0, "n": 3}], partitions
+        assert [r["n"] for r in tx.read_output(store, "seen")] == [1, 2, 3], partitions
+
+
+def test_a_store_placed_by_the_old_rule_is_refused_only_if_a_bool_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from txstream.spark.runtime import partitioning
+
+    new_rule = partitioning.canonical
+
+    def old_rule(value: Any) -> str:  # (txstream before placement 2)
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return new_rule(value)
+
+    def old_store(path: Path, key: Any) -> None:
+        with monkeypatch.context() as patched:
+            patched.setattr(partitioning, "canonical", old_rule)
+            counting(inputs=("ev",)).run_local([[("ev", {"k": key, "ts": 0})]], path, partitions=4)
+        meta = json.loads((path / "job.json").read_text())
+        del meta["placement"]
+        (path / "job.json").write_text(json.dumps(meta))
+
+    old_store(tmp_path / "ints", 5)  # no bool: restarts, and records the new rule
+    counting(inputs=("ev",)).run_local(
+        [[("ev", {"k": 5, "ts": 1})]], tmp_path / "ints", partitions=4
+    )
+    assert tx.read_table(tmp_path / "ints", "counts") == [{"k": 5, "j": 0, "n": 2}]
+    assert json.loads((tmp_path / "ints" / "job.json").read_text())["placement"] == 2
+    # The old rule put True on another partition of 4 than the new one looks on.
+    assert zlib.crc32(b"true") % 4 != partitioning.partition_of(True, 4)
+    old_store(tmp_path / "bools", True)
+    with pytest.raises(tx.TxStreamError, match=r"placed boolean partition values.*value True"):
+        counting(inputs=("ev",)).run_local(
+            [[("ev", {"k": 1, "ts": 1})]], tmp_path / "bools", partitions=4
+        )

@@ -205,9 +205,10 @@ def test_spark_and_python_place_keys_alike(spark: Any) -> None:
     for cols, value in (
         (["i"], lambda r: r[0]),
         (["t"], lambda r: r[1]),
+        (["b"], lambda r: r[2]),  # (placed as the int it equals: True and 1 are one row)
         (["i", "t", "b"], lambda r: r),
     ):
-        got = [r[0] for r in df.selectExpr(sql_partition(cols, 7)).collect()]
+        got = [r[0] for r in df.selectExpr(sql_partition(cols, 7, {"b"})).collect()]
         assert got == [partition_of(value(r), 7) for r in rows], cols
 
 

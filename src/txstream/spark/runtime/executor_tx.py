@@ -76,10 +76,8 @@ def _item_name(table: str, key: Key) -> str:
     parts = key if isinstance(key, tuple) else (key,)
     out = []
     for part in parts:
-        if isinstance(part, bool):
-            out.append("true" if part else "false")
-        elif isinstance(part, int):
-            out.append(str(part))
+        if isinstance(part, int):  # (a bool as the int it equals: one row, one item)
+            out.append(str(int(part)))
         else:
             text = canonical(part)
             out.append("s" + (text if _SIMPLE.fullmatch(text) else "-" + text.encode().hex()))

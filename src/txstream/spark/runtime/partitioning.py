@@ -1,12 +1,15 @@
 """Which partition a partition value lives in, computed alike in Python and in Spark SQL.
 
 A partition value (an int, a string, a bool, or a tuple of them) is written as
-its canonical text (ints in decimal, bools as ``true``/``false``, tuple parts
-joined by the unit separator U+001F) and placed by ``crc32(utf8(text)) mod P``.
-Spark SQL computes the same from the columns (``cast(... as string)`` prints
-ints and bools the same way), so the shuffle that brings events to their
-partitions and the check inside a transaction agree; a test compares both on
-random values.
+its canonical text (ints in decimal, bools as the ints they equal, ``1`` and
+``0``, tuple parts joined by the unit separator U+001F) and placed by
+``crc32(utf8(text)) mod P``.  Bools are placed as ints because Python makes
+``True`` and ``1`` one dict key: a table's row of ``True`` is its row of ``1``
+on every partition count, as it is on one (placed by ``true``, they met on some
+counts and not on others).  Spark SQL computes the same from the columns
+(``cast(... as string)`` prints ints the same way; a boolean column is cast to
+an int first), so the shuffle that brings events to their partitions and the
+check inside a transaction agree; a test compares both on random values.
 
 Spark's own hash partitioner would place value ``v`` by ``murmur3(v) mod P``,
 which does not spread ``P`` values over ``P`` partitions; the runtime therefore
@@ -18,7 +21,7 @@ sends partition ``q``'s rows to Spark partition ``q`` exactly (see
 from __future__ import annotations
 
 import zlib
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from txstream.spark.runtime.base import Key, RuntimeJobError
 
@@ -30,7 +33,7 @@ def canonical(value: Key) -> str:
     if isinstance(value, tuple):
         return SEPARATOR.join(canonical(part) for part in value)
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return "1" if value else "0"
     if isinstance(value, int | str):
         return str(value)
     raise RuntimeJobError(
@@ -43,14 +46,17 @@ def partition_of(value: Key, partitions: int) -> int:
     return zlib.crc32(canonical(value).encode("utf-8")) % partitions
 
 
-def sql_partition(columns: Sequence[str], partitions: int) -> str:
-    """A Spark SQL expression computing :func:`partition_of` from ``columns``; -1 for a null."""
+def sql_partition(columns: Sequence[str], partitions: int, booleans: Collection[str] = ()) -> str:
+    """A Spark SQL expression computing :func:`partition_of` from ``columns``; -1 for a null.
+
+    ``booleans``: the columns of Spark type boolean (placed as their ints).
+    """
     cols = [f"`{c}`" for c in columns]
-    text = (
-        f"cast({cols[0]} as string)"
-        if len(cols) == 1
-        else "concat_ws(char(31), " + ", ".join(f"cast({c} as string)" for c in cols) + ")"
-    )
+    texts = [
+        f"cast(cast({c} as int) as string)" if name in booleans else f"cast({c} as string)"
+        for c, name in zip(cols, columns, strict=True)
+    ]
+    text = texts[0] if len(texts) == 1 else "concat_ws(char(31), " + ", ".join(texts) + ")"
     nulls = " or ".join(f"{c} is null" for c in cols)
     place = f"pmod(crc32(cast({text} as binary)), {partitions})"
     return f"cast(case when {nulls} then -1 else {place} end as int)"

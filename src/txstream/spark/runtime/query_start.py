@@ -92,7 +92,7 @@ class QueryStart(QueryBatches):
                 )
             df = df.selectExpr(
                 "to_json(struct(*)) as payload",
-                f"{sql_partition(table.partition_by, self.partitions)} as pid",
+                f"{sql_partition(table.partition_by, self.partitions, _booleans(df))} as pid",
             ).selectExpr("payload", "pid", f"{self._route_expr('pid')} as route")
             write = init_writer(str(self.store.root), replace(table, initial=None))
             df.repartition(self.partitions, "route").mapInArrow(write, "n long").collect()
@@ -112,7 +112,7 @@ class QueryStart(QueryBatches):
         parts = []
         for spec in specs:
             df = spec.source
-            pids = [sql_partition(group, self.partitions) for group in spec.keys]
+            pids = [sql_partition(g, self.partitions, _booleans(df)) for g in spec.keys]
             order = (
                 order_value(spec.order, df.schema[spec.order].dataType)
                 if spec.order
@@ -176,3 +176,8 @@ class QueryStart(QueryBatches):
                     table.name,
                     [json.loads(r[0]) for r in df.selectExpr("to_json(struct(*))").collect()],
                 )
+
+
+def _booleans(df: Any) -> frozenset[str]:
+    """The columns of ``df`` of Spark type boolean (placed as the ints they equal)."""
+    return frozenset(f.name for f in df.schema.fields if f.dataType.typeName() == "boolean")

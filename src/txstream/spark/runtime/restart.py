@@ -43,7 +43,18 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, RuntimeJobError, canonical_kind
+from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import RuntimeStore
+
+PLACEMENT = 2
+"""The rule the store's rows were placed by (``job.json``'s ``placement``).
+
+2: a bool as the int it equals (``True`` and ``1`` are one row, see
+:mod:`.partitioning`).  A store without the field placed bools by the texts
+``true``/``false``: its rows of boolean partition values may sit on another
+partition than the one that now looks for them, so a restart checks it once
+(:func:`_check_old_placement`).
+"""
 
 KEY_KINDS = {
     "IntegerType": "integer",
@@ -108,6 +119,7 @@ def first_meta(
         "partitions": partitions,
         "outputs": sorted(spec.outputs),
         "runner": runner,
+        "placement": PLACEMENT,
         **shape,
     }
 
@@ -125,6 +137,8 @@ def restarted_meta(
     declares them again must match.
     """
     fix = f"declare it as before, or start on a new {where.split()[0]}"
+    if meta.get("placement") is None:
+        _check_old_placement(store, meta, where)
     committed = store.committed()
     # Events the event-time merge held after the last batch (commits before the
     # count was recorded: none known).
@@ -191,11 +205,38 @@ def restarted_meta(
     return {
         **meta,
         **shape,
+        "placement": PLACEMENT,
         "tables": tables,
         "output_columns": output_columns,
         "outputs": outputs,
         "timeslice": timeslice,
     }
+
+
+def _check_old_placement(store: RuntimeStore, meta: dict[str, Any], where: str) -> None:
+    """Refuse a store of the old placement rule that holds a row the new rule looks for elsewhere.
+
+    Only boolean partition values moved, so a store without any (nearly all) restarts
+    as it is, once read through (its ``job.json`` then records the new rule).
+    """
+    chain = store.chain()
+    tokens: dict[str, str] = chain[-1][1].get("tokens", {}) if chain else {}
+    at = chain[-1][0] if chain else -1
+    partitions = int(meta.get("partitions", len(tokens)))
+    for pid in range(partitions):
+        state = store.load(pid, at, tokens.get(str(pid)))
+        for table, by_value in state.data.items():
+            for value in by_value:
+                parts = value if type(value) is tuple else (value,)
+                if bool in map(type, parts) and partition_of(value, partitions) != pid:
+                    raise RuntimeJobError(
+                        f"{where} was written by an older txstream that placed boolean "
+                        f"partition values by the texts true/false; table {table!r} holds "
+                        f"value {value!r} on partition {pid}, where the current rule (a bool "
+                        "as the int it equals, so True and 1 are one row) does not look for "
+                        f"it; start on a new {where.split()[0]} (its committed outputs stay "
+                        "readable with tx.read_output)"
+                    )
 
 
 def initial_fingerprint(initial: Any) -> str | None:
