@@ -278,3 +278,17 @@ def test_a_compact_line_with_its_orders_as_json_lists_still_reads(tmp_path: Path
     text = run("forward", store)
     _damage_compact_line(store, _orders_as_lists)
     assert history_text(store).replace(str(store), "STORE") == text
+
+
+def test_a_recorded_history_without_a_transaction_is_empty_not_an_error(tmp_path: Path) -> None:
+    # The error said "start it with .option('recordHistory', True)" to a job that had.
+    job = tx.Job("idle").table("t", key="k").input("ev", None, keys="k")
+    job.on("ev", lambda t, e: None)
+    job.run_local([[]], tmp_path / "on", partitions=2)  # (recorded? not yet asked)
+    with pytest.raises(tx.TxStreamError, match="recorded no history"):
+        tx.read_history(tmp_path / "on")
+    job.option("recordHistory", True).run_local([[]], tmp_path / "rec", partitions=2)
+    history = tx.read_history(tmp_path / "rec")
+    assert history.operations == [] and check(history, "csao").holds
+    job.run_local([[("ev", {"k": 1})]], tmp_path / "rec", partitions=2)
+    assert len(tx.read_history(tmp_path / "rec").operations) == 1

@@ -234,7 +234,9 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
     driver = store.root / DRIVER_HISTORY
     if driver.is_file() and not (store.root / "history").is_dir():
         return driver.read_text()
-    if not (store.root / "history").is_dir():
+    if not (store.root / "history").is_dir() and not any(
+        info.get("history") for _, info in store.chain()
+    ):
         raise TxStreamError(
             f"{path}: this job recorded no history: start it with .option('recordHistory', "
             "True) (a job that records one writes it once a transaction has run)"
@@ -242,6 +244,8 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
     files: list[tuple[str, list[str]]] = []  # (role, operations)
     for batch, info in store.chain():
+        if not (store.root / "history").is_dir():
+            break  # (recorded, and no transaction ran: an empty history)
         parts = _parts(store, batch, info, "history", "")
         # Phase-1 files before the coordinator's: a deferred value's operations
         # all come after its phase-1 operations.
@@ -331,7 +335,10 @@ def read_history(path: str | Path) -> History:
     >>> len(history.operations), check(history, "csao").holds
     (4, True)
     """
-    return parse_one(history_text(path), source=str(path))
+    text = history_text(path)
+    if "\n" not in text.rstrip("\n"):  # (recorded, and no transaction ran yet)
+        return History(meta={"title": text[2:].strip()})
+    return parse_one(text, source=str(path))
 
 
 def read_table(path: str | Path, table: str, batch: int | None = None, as_: str = "dicts") -> Any:

@@ -439,6 +439,8 @@ def run_batch(
                 # Events the event-time merge holds: a restart may not leave the
                 # merge while there are any (see restart.restarted_meta).
                 "held": stats.get("held", 0),
+                # (a job that records its history and ran no transaction has an empty one)
+                **({"history": True} if job.record_history else {}),
             },
             files,
         )
