@@ -403,6 +403,21 @@ def test_linear_road_validate_exits_1_when_input_tuples_were_rejected(work: Path
     assert code == 1 and "1 input tuple(s) rejected: exit status 1" in out
 
 
+def test_linear_road_run_exits_1_when_input_lines_were_rejected(work: Path) -> None:
+    # It printed a valid run and exited 0; /etc/passwd as the input was replayed
+    # through the engine line by line into rejected.txt, also with exit 0.
+    raw = generate(work / "gen", L=0.5, minutes=1, seed=3).input.read_text().splitlines()
+    raw.insert(3, "0,1,2")
+    (work / "in.dat").write_text("\n".join(raw) + "\n")
+    argv = ["linear-road", "run", "--input", "in.dat", "--no-spark", "--out", "o"]
+    code, out, err = run_cli(argv)
+    assert code == 1 and "1 input line(s) rejected (o/rejected.txt)" in out, err
+    assert "rejected input lines          1" in out and "Traceback" not in err
+    (work / "other.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    last = _error_line(["linear-road", "run", "--input", "other.txt", "--out", "o2"])
+    assert last.endswith("not a Linear Road input") and not (work / "o2").exists()
+
+
 # -- NaN never reaches JSON --------------------------------------------------------------
 
 

@@ -201,13 +201,24 @@ SYNC_MODES = ("off", "group", "commit")
 
 
 def _check_not_empty(path: Path) -> None:
-    """Refuse an input without a tuple: validating or running it checked nothing (exit 0)."""
-    from txstream.linearroad.formats import open_text
+    """Refuse an input without a tuple, or whose first line is not one, before Spark starts.
+
+    Running it checked nothing (exit 0), or replayed a file of another kind line by
+    line into rejected.txt.
+    """
+    from txstream.linearroad.formats import MalformedTupleError, open_text, parse_input_line
 
     with open_text(path) as f:
         try:
-            if any(line.strip() for line in f):
-                return
+            for no, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        parse_input_line(line)
+                    except MalformedTupleError as exc:
+                        raise TxStreamError(
+                            f"{path} line {no}: {exc}: not a Linear Road input"
+                        ) from None
+                    return
         except (UnicodeDecodeError, OSError) as exc:
             raise TxStreamError(f"cannot read {path}: {exc}") from None
     raise TxStreamError(f"{path} holds no input tuples")
@@ -287,6 +298,9 @@ def _run(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+    if result.get("rejected_lines"):  # (a bad input is an error whatever the variant)
+        print(f"{result['rejected_lines']} input line(s) rejected ({args.out}/rejected.txt)")
+        return 1
     if args.variant == "serializable" and result.get("valid") is False:
         return 1
     return 0

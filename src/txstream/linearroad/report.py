@@ -109,6 +109,7 @@ def table(data: dict[str, Any]) -> str:
         ("within 5 s", f"{data['within_5s_pct']:.2f} %"),
         ("throughput", f"{data['throughput_tuples_per_s']:.0f} tuples/s"),
         ("rolled back", data["engine"].get("rolled_back", 0)),
+        ("rejected input lines", data.get("rejected_lines", 0)),
     ]  # fmt: skip
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
