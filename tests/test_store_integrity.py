@@ -241,6 +241,76 @@ def test_a_deleted_first_marker_is_named(tmp_path: Path) -> None:
         tx.read_output(tmp_path, "seen")
 
 
+def test_a_marker_copied_over_another_names_that_marker(tmp_path: Path) -> None:
+    # (the message said that batch 3's marker, which is there, was missing)
+    run(tmp_path, 5)
+    marker = tmp_path / "commits" / f"{4:012d}.json"
+    marker.write_bytes((tmp_path / "commits" / f"{3:012d}.json").read_bytes())
+    with pytest.raises(StoreError) as exc:
+        tx.read_output(tmp_path, "seen")
+    assert one_line(exc).startswith(
+        f"{marker}: the commit marker names batch 2 as the batch before it, but batch 3 is"
+    )
+
+
+# -- 2b. job.json ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ('"partitions"', '"partitionr"'),  # a key: was a KeyError traceback
+        ('"runner": "local"', '"runner": "locam"'),  # was "the store of locam"
+        ('"key": ["k"]', '"key": ["j"]'),  # was "declared with key ['j']": not the job
+        ('"outputs": ["seen"]', '"outputs": ["seem"]'),  # read_output: "no output 'seen'"
+    ],
+)
+def test_a_changed_job_record_is_named(tmp_path: Path, old: str, new: str) -> None:
+    run(tmp_path, 2)
+    path = tmp_path / "job.json"
+    text = path.read_text()
+    assert old in text
+    path.write_text(text.replace(old, new))
+    expected = f"{path}: damaged job record (checksum mismatch)"
+    for call in (lambda: run(tmp_path, 1, start=2), lambda: tx.read_output(tmp_path, "seen")):
+        with pytest.raises(StoreError) as exc:
+            call()
+        assert one_line(exc).startswith(expected)
+    with pytest.raises(StoreError, match="checksum mismatch"):
+        tx.read_table(tmp_path, "counts")
+
+
+def test_a_deleted_job_record_is_named_at_restart(tmp_path: Path) -> None:
+    # (run_local said the store held "batches that no run_local committed (a Spark
+    # query's)", and a query's start took the job as a first start's, unchecked)
+    run(tmp_path, 2)
+    path = tmp_path / "job.json"
+    path.unlink()
+    for call in (
+        lambda: run(tmp_path, 1, start=2),
+        lambda: RuntimeStore(tmp_path).job_meta("spark"),
+    ):
+        with pytest.raises(StoreError) as exc:
+            call()
+        assert one_line(exc).startswith(f"{path} is missing, and the store holds committed batches")
+
+
+def test_a_delivery_record_of_an_uncommitted_batch_does_not_skip_its_delivery(
+    tmp_path: Path,
+) -> None:
+    # A record left from elsewhere (a lost marker, a copied store) kept the batch from
+    # its sink without a word.
+    got: dict[int, list[dict[str, Any]]] = {}
+    job = counting().sink("seen", lambda b, rows: got.__setitem__(b, list(rows)))
+    with pytest.warns(tx.TransactionFailuresWarning) if _fails(2, 0) else _nothing():
+        job.run_local(batches(2), tmp_path, 2)
+    (tmp_path / "sinks" / "seen" / f"{3:012d}.done").write_bytes(b"")
+    with pytest.warns(tx.TransactionFailuresWarning) if _fails(3, 2) else _nothing():
+        job.run_local(batches(3, start=2), tmp_path, 2)
+    assert sorted(got) == [0, 1, 2, 3, 4]
+    assert got[3] == results.read_batch_output(RuntimeStore(tmp_path), "seen", 3) != []
+
+
 # -- 3. the state's chain at restart and load -----------------------------------------------
 
 

@@ -39,7 +39,7 @@ from txstream.spark.runtime.forward import (
 from txstream.spark.runtime.merge import advance, ended
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.restart import first_meta, job_shape, restarted_meta
-from txstream.spark.runtime.state import RuntimeStore, usable_directory, write_atomic
+from txstream.spark.runtime.state import RuntimeStore, usable_directory
 from txstream.spark.runtime.tasks import (
     BatchContext,
     Phases,
@@ -540,7 +540,7 @@ def _local_store(store: RuntimeStore, job: JobSpec, partitions: int, shape: dict
             meta = first_meta(job, partitions, "local", shape)
         else:
             meta = restarted_meta(store, meta, shape, job, f"store {root}")
-        write_atomic(root / "job.json", json.dumps(meta).encode())
+        store.write_job_record(meta)
     except BaseException:
         lock.release()
         raise

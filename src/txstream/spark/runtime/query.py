@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy as copying
 import io
-import json
 import logging
 import shutil
 import time
@@ -549,7 +548,6 @@ class TxQuery(QueryStart):
         """Check the inputs, load initial tables on first start, start the stream."""
         if engine not in ENGINES:
             raise RuntimeJobError(f"unknown engine {engine!r}; choose one of: {', '.join(ENGINES)}")
-        meta_path = root / "txstream" / "job.json"
         if (root / "commits").is_dir() or (root / "job.json").exists():
             raise RuntimeJobError(
                 f"{root} is a store of run_local, not a Spark checkpoint; start the job on "
@@ -608,7 +606,7 @@ class TxQuery(QueryStart):
                 if meta is None:
                     meta = first_meta(self.spec, partitions, "spark", shape)
                 # Rewritten on every start: read_output knows the outputs added since.
-                write_atomic(meta_path, json.dumps(meta).encode())
+                self.store.write_job_record(meta)
             redelivered = deliver(self.store, job._sinks)  # batches committed before a crash
             if redelivered:
                 log.info(

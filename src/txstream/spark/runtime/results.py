@@ -80,8 +80,7 @@ def read_output(path: str | Path, name: str, with_order: bool = False) -> list[d
     greetings
     """
     store = _store(path)
-    job = store.root / "job.json"
-    declared = json_record(job, "job record").get("outputs") if job.exists() else None
+    declared = (store.job_record() or {}).get("outputs")
     if declared is not None and name not in declared:
         raise TxStreamError(
             f"{path}: the job declared no output {name!r}; outputs: {', '.join(declared) or '-'}"
@@ -372,8 +371,7 @@ def read_table(path: str | Path, table: str, batch: int | None = None, as_: str 
     if batch is not None and (isinstance(batch, bool) or not isinstance(batch, numbers.Integral)):
         raise TxStreamError(f"read_table: batch is a committed batch's number, not {batch!r}")
     store = _store(path)
-    job = store.root / "job.json"
-    meta = json_record(job, "job record") if job.exists() else {}
+    meta = store.job_record() or {}
     tables = meta.get("tables")
     if tables is not None and table not in tables:
         raise TxStreamError(

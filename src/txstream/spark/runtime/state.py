@@ -92,6 +92,10 @@ __all__ = [
 ]
 
 
+def _meta_crc(meta: dict[str, Any]) -> int:
+    return zlib.crc32(json.dumps(meta, sort_keys=True).encode())
+
+
 def _table_of(blob: Any) -> dict[Any, dict[Any, Any]]:
     """An initial-rows file's table (columns; a dict in the layout of earlier versions)."""
     if isinstance(blob, list):
@@ -326,9 +330,17 @@ class RuntimeStore:
         number of the other's next batch, which would then be skipped as done.
         """
         path = self.root / "job.json"
-        if not path.exists():
+        meta = self.job_record()
+        if meta is None:
+            committed = self.committed()
+            # (the driver engine writes markers and no job.json: its start refuses them)
+            if committed and self.commit_info(committed[-1]).get("engine") != "driver":
+                raise StoreError(
+                    f"{path} is missing, and the store holds committed batches: restore it "
+                    "from a backup, or start on a new store (a restart cannot check the job "
+                    "against the store without it)"
+                )
             return None
-        meta = json_record(path, "job record")
         found = meta.get("runner", "spark")  # stores from before the key were Spark's
         if found != runner:
             names = {"spark": "a Spark query", "local": "run_local"}
@@ -337,6 +349,29 @@ class RuntimeStore:
                 f"{names.get(runner, runner)} needs a store of its own"
             )
         return meta
+
+    def job_record(self) -> dict[str, Any] | None:
+        """The store's ``job.json`` as written (None when there is none), checked.
+
+        The record carries a CRC-32 of its other keys (``crc``; a record written
+        before it carries none): a change to it would otherwise go unnoticed or
+        be read as a change of the job.  Damaged, a :class:`StoreError` naming it.
+        """
+        path = self.root / "job.json"
+        if not path.exists():
+            return None
+        meta = json_record(path, "job record")
+        crc = meta.pop("crc", None)
+        if crc is not None and crc != _meta_crc(meta):
+            raise StoreError(
+                f"{path}: damaged job record (checksum mismatch); restore it from a backup"
+            )
+        return meta
+
+    def write_job_record(self, meta: dict[str, Any]) -> None:
+        """Write ``job.json`` (``meta`` and its checksum, see :meth:`job_record`)."""
+        body = {**meta, "crc": _meta_crc(meta)}
+        write_atomic(self.root / "job.json", json.dumps(body).encode())
 
     def write_init(self, pid: int, table: str, values: dict[Any, dict[Any, Any]]) -> None:
         """Write a partition's initial rows of ``table`` (partition value -> key -> row)."""
@@ -487,6 +522,14 @@ class RuntimeStore:
             prev = info.get("prev")
             if isinstance(prev, int) and prev != before and prev >= 0:
                 missing = self.root / "commits" / f"{prev:012d}.json"
+                if missing.exists():  # (then it is this marker that is out of place)
+                    marker = self.root / "commits" / f"{batch:012d}.json"
+                    after = f"batch {before}" if before >= 0 else "no batch"
+                    raise StoreError(
+                        f"{marker}: the commit marker names batch {prev} as the batch before "
+                        f"it, but {after} is (a marker copied over another's); restore it from "
+                        "a backup"
+                    )
                 raise StoreError(
                     f"{missing} is missing: the commit marker of batch {prev}, which batch "
                     f"{batch}'s marker names as the batch before it; restore it from a backup "
@@ -586,6 +629,13 @@ class RuntimeStore:
             for folder in folders:
                 if folder.is_dir():
                     shutil.rmtree(folder)
+        # A batch that is not committed was delivered to no sink: a delivery record
+        # left from elsewhere (a lost marker, a copied store) would skip its delivery.
+        sinks = self.root / "sinks"
+        if sinks.is_dir():
+            for folder in sinks.iterdir():
+                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                    os.unlink(folder / f"{batch:012d}.done")
 
     def lock(self) -> StoreLock:
         """Take the store's owner lock (one running job per store directory)."""
