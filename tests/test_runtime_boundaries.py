@@ -17,6 +17,7 @@ import json
 import math
 import random
 import re
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -962,3 +963,43 @@ def test_a_long_beyond_64_bits_is_a_schema_error_on_both_engines(tmp_path: Path,
         assert failure["error"].endswith("is beyond its range"), failure
     assert table_of(tmp_path) == {1: 10}
     assert tx.read_output(tmp_path, "out") == []
+
+
+def _emit_v(store: Path, value: Any, tasks: int = 1) -> tuple[list[Any], list[str]]:
+    """Emit ``{"v": value}`` to an output without a schema; its rows and failures."""
+    job = (
+        tx.Job("emit_v")
+        .input("ev", None, keys="k")
+        .output("o")
+        .on("ev", lambda t, e: t.emit("o", {"v": e["v"], "k": e["k"]}))
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job.run_local(
+            [[("ev", {"k": 1, "v": value}), ("ev", {"k": 2, "v": value})]], store, 2, tasks=tasks
+        )
+    rows = [r["v"] for r in tx.read_output(store, "o")]
+    return rows, [f["error"] for f in tx.read_failures(store)]
+
+
+def test_numpy_numbers_in_an_output_without_a_schema_stay_numbers(tmp_path: Path) -> None:
+    # (the JSON encoder's default was str: np.int64(5), as rows from pandas hold
+    # it, read back as the text "5" and np.True_ as "True")
+    np = pytest.importorskip("numpy")
+    for i, (value, expected) in enumerate(
+        [(np.int64(5), 5), (np.int32(-3), -3), (np.bool_(True), True), (np.float32(0.5), 0.5)]
+    ):
+        rows, failures = _emit_v(tmp_path / str(i), value)
+        assert failures == []
+        assert rows == [expected, expected]
+        assert [type(v) for v in rows] == [type(expected)] * 2
+
+
+@pytest.mark.parametrize("value", [{1, 2}, b"x", bytearray(b"x"), frozenset(), object()])
+def test_a_value_an_output_line_cannot_hold_is_a_schema_error(tmp_path: Path, value: Any) -> None:
+    # (it was written as its str(): a set read back as the text "{1, 2}")
+    for tasks in (1, 2):
+        rows, failures = _emit_v(tmp_path / str(tasks), [1, {"in": value}], tasks)
+        assert rows == []
+        assert len(failures) == 2
+        assert failures[0].startswith(f"SchemaError: emit to o: a {type(value).__name__} (")

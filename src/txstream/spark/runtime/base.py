@@ -272,7 +272,57 @@ def finite(value: float | None) -> bool:
 def emitted_row(job: JobSpec, output: str, row: Row) -> Row:
     """A copy of ``row`` for ``output``, checked against its schema (the rule of ``emit``)."""
     check_emitted(job, output, row)
+    if job.outputs[output].columns is None:
+        check_output_values(output, row)
     return owned_row(row)
+
+
+_AS_TEXT = (decimal.Decimal, datetime.date, datetime.time, datetime.timedelta)
+"""Values an output line holds as their ``str()`` (JSON has no type for them)."""
+
+
+def check_output_values(output: str, row: Any) -> None:
+    """Raise :class:`SchemaError` if ``row`` holds a value an output line cannot hold.
+
+    For a row of an output without a schema that is not plain (a plain one
+    cannot hold such a value): a set, bytes or an object of another class was
+    written as its ``str()`` (``"{1}"``, ``"b'x'"``), a text nobody reads back
+    as the value.  Numbers of numpy are written as numbers (:func:`json_value`),
+    ``Decimal`` and date/time values as their text, tuples as lists.
+    """
+    stack = [row]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            stack.extend(value.values())
+        elif isinstance(value, (list, tuple)):
+            stack.extend(value)
+        elif not (
+            value is None or isinstance(value, (str, int, float, *_AS_TEXT)) or _numpy_number(value)
+        ):
+            raise SchemaError(
+                f"emit to {output}: a {type(value).__name__} ({value!r:.60}) has no form in an "
+                "output's JSON line (it would read back as its text); convert it (a sorted "
+                "list, a str, a number)"
+            )
+
+
+def _numpy_number(value: Any) -> bool:
+    return (
+        type(value).__module__ == "numpy"
+        and getattr(value, "dtype", None) is not None
+        and (value.dtype.kind in "biuf")
+    )
+
+
+def json_value(value: Any) -> Any:
+    """The ``default`` of the output lines' JSON encoder: a numpy number as itself.
+
+    (``str`` made ``np.int64(5)`` the text ``"5"``, a row from pandas changing type.)
+    """
+    if _numpy_number(value):
+        return value.item()
+    return str(value)
 
 
 _PLAIN_TYPES = frozenset(

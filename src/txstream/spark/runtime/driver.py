@@ -27,6 +27,7 @@ from txstream.spark.runtime.base import (
     duplicate_key,
     emitted_row,
     incremented_row,
+    json_value,
     key_of_row,
     keyed_values,
     missing_row,
@@ -343,7 +344,7 @@ class DriverEngine:
             for output, row in emits:
                 row["__order"] = [*group.order, seq]
                 seq += 1
-                outcome.outputs.setdefault(output, []).append(json.dumps(row, default=str))
+                outcome.outputs.setdefault(output, []).append(json.dumps(row, default=json_value))
             if arrival is not None:
                 for event in group.events:
                     sent = arrival(event.row)

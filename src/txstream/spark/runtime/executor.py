@@ -39,6 +39,7 @@ from txstream.spark.runtime.base import (
     JobSpec,
     Row,
     TransactionAborted,
+    json_value,
 )
 from txstream.spark.runtime.boundaries import Event, Group, PerEvent, Run, event_gid, track_runs
 from txstream.spark.runtime.executor_tx import ExecutorTx as ExecutorTx  # (re-exported)
@@ -462,14 +463,14 @@ class GroupRunner:
 
 
 def _json_encoder() -> Callable[[Row], str]:
-    """``json.dumps(row, default=str)``, without building an encoder per row."""
+    """``json.dumps(row, default=json_value)``, without building an encoder per row."""
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:  # no C accelerator (not CPython): the same output, slower
-        return json.JSONEncoder(default=str).encode
+        return json.JSONEncoder(default=json_value).encode
     # No markers dict: one shared by all rows would keep stale ids after a failed
     # row; a self-referencing row still fails (RecursionError) instead of looping.
     encode = make(
-        None, str, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
+        None, json_value, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
     )
 
     def line(row: Row) -> str:

@@ -28,6 +28,7 @@ from txstream.spark.runtime.base import (
     UndeclaredKeyError,
     check_emitted,
     check_key,
+    check_output_values,
     check_partition_value,
     check_value,
     duplicate_key,
@@ -427,6 +428,8 @@ class ExecutorTx:
                 return
         check_emitted(self._job, output, row)
         members = _plain_members(row)
+        if members is None and spec is not None and spec.columns is None:
+            check_output_values(output, row)
         self._emits.append((output, owned_row(row) if members is None else members))
 
     def abort(self, reason: str = "aborted by the transaction") -> None:
