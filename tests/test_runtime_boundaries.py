@@ -1003,3 +1003,37 @@ def test_a_value_an_output_line_cannot_hold_is_a_schema_error(tmp_path: Path, va
         assert rows == []
         assert len(failures) == 2
         assert failures[0].startswith(f"SchemaError: emit to o: a {type(value).__name__} (")
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_a_key_column_that_places_no_row_may_hold_decimals_floats_and_dates(
+    tmp_path: Path, history: bool
+) -> None:
+    # (scan ordered keys by the partition values' canonical text, which refused a
+    # Decimal: every scan of such a table failed, naming a "partition value"; with
+    # recordHistory every write did, the history's item name using it too)
+    import datetime as dt
+    from decimal import Decimal
+
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.upsert("r", {"p": e["p"], "k": e["k"], "v": e["v"]})
+        t.emit("o", {"keys": [str(r["k"]) for r in t.scan("r", e["p"])]})
+
+    job = (
+        tx.Job("keys")
+        .option("recordHistory", history)
+        .table("r", key=["p", "k"], partition_by=["p"])
+        .input("ev", None, keys="p")
+        .output("o")
+        .on("ev", put)
+    )
+    ks = [Decimal("1.10"), 2.5, dt.date(2021, 1, 1), 1.0, Decimal("1.1"), 1, -0.5]
+    job.run_local([[("ev", {"p": "x", "k": k, "v": i}) for i, k in enumerate(ks)]], tmp_path, 3)
+    assert tx.read_failures(tmp_path) == []
+    # one row per key that Python holds equal (Decimal("1.1") is Decimal("1.10"), 1 is 1.0)
+    assert sorted(r["v"] for r in tx.read_table(tmp_path, "r")) == [1, 2, 4, 5, 6]
+    assert tx.read_output(tmp_path, "o")[-1] == {"keys": ["-0.5", "1", "1.1", "2.5", "2021-01-01"]}
+    if history:
+        items = {op.item for op in tx.read_history(tmp_path).operations if op.kind == "w"}
+        assert {"r:sx.x-312e31", "r:sx.1"} <= items  # 1.10 and 1.1 one item, 1.0 and 1 one
+        assert not {i for i in items if i.endswith("312e3130")}

@@ -38,7 +38,7 @@ from txstream.spark.runtime.base import (
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
 from txstream.spark.runtime.executor import ExecutorTx, Outcome, check_fragment
-from txstream.spark.runtime.partitioning import canonical
+from txstream.spark.runtime.partitioning import canonical, key_text
 from txstream.spark.runtime.totals import count_rows, finish_total
 from txstream.storage import DuplicateKeyError, MissingRowError
 from txstream.txn import TransactionManager
@@ -116,7 +116,7 @@ class DriverTx:
         engine, txn = self._engine, self._txn
         txn.read(engine.sets[table], value)  # before the index: inserts into value wait
         rows, keys = self._tm.table(table), engine.index[table].get(value, ())
-        found = (txn.read(rows, k) for k in sorted(keys, key=canonical))
+        found = (txn.read(rows, k) for k in sorted(keys, key=key_text))
         return [owned_row(row) for row in found if row is not None]
 
     def values(self, table: str) -> list[Key]:
@@ -154,7 +154,7 @@ class DriverTx:
         found: dict[Any, dict[Key, Row]] = {}
         for value in sorted(engine.index[table], key=canonical):
             txn.read(engine.sets[table], value)
-            keys = sorted(engine.index[table].get(value, ()), key=canonical)
+            keys = sorted(engine.index[table].get(value, ()), key=key_text)
             part = {k: txn.read(rows, k) for k in keys}
             found[value] = {k: row for k, row in part.items() if row is not None}
         partial = count_rows(found, column)

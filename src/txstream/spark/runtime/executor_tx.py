@@ -42,7 +42,7 @@ from txstream.spark.runtime.base import (
     updated_row,
 )
 from txstream.spark.runtime.boundaries import Event
-from txstream.spark.runtime.partitioning import canonical, partition_of
+from txstream.spark.runtime.partitioning import canonical, key_text, partition_of
 from txstream.spark.runtime.recorded import history_codes
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import (
@@ -52,6 +52,7 @@ from txstream.spark.runtime.totals import (
 )
 
 _SIMPLE = re.compile(r"[A-Za-z0-9_]+")
+_INTEGRAL = re.compile(r"-?[0-9]+")
 
 
 _ITEMS: dict[str, dict[Key, str]] = {}
@@ -79,9 +80,15 @@ def _item_name(table: str, key: Key) -> str:
     for part in parts:
         if isinstance(part, int):  # (a bool as the int it equals: one row, one item)
             out.append(str(int(part)))
-        else:
-            text = canonical(part)
+        elif isinstance(part, str | tuple):
+            text = key_text(part)
             out.append("s" + (text if _SIMPLE.fullmatch(text) else "-" + text.encode().hex()))
+        else:
+            # A float, Decimal or date part of a key column that places no row (they
+            # were refused here): an integral number as the int it equals, the rest
+            # tagged apart from strings.
+            text = key_text(part)
+            out.append(text if _INTEGRAL.fullmatch(text) else "x-" + text.encode().hex())
     return f"{table}:{'.'.join(out)}"
 
 
@@ -237,7 +244,7 @@ class ExecutorTx:
             self._log(value, f"r{gid}({_set_item(table, value)})")
             for k in rows:
                 self._log(value, f"r{gid}({item_name(table, k)})")
-        return [owned_row(rows[k]) for k in sorted(rows, key=canonical)]
+        return [owned_row(rows[k]) for k in sorted(rows, key=key_text)]
 
     def values(self, table: str) -> list[Key]:
         """The partition values of ``table`` with rows here, for a keyless event's fragment.

@@ -20,6 +20,8 @@ sends partition ``q``'s rows to Spark partition ``q`` exactly (see
 
 from __future__ import annotations
 
+import decimal
+import math
 import zlib
 from collections.abc import Collection, Sequence
 
@@ -39,6 +41,29 @@ def canonical(value: Key) -> str:
     raise RuntimeJobError(
         f"a partition value is an int, a string, a bool or a tuple of them, not {value!r}"
     )
+
+
+def key_text(key: Key) -> str:
+    """The text a table's keys are ordered by (``scan``): :func:`canonical`'s, for any key.
+
+    A key column that places no row may hold what a partition value may not (a
+    float, a ``Decimal``, a date): a finite number is written as the exact
+    decimal it is (equal numbers alike), anything else as its ``repr``.  (The
+    order used :func:`canonical`, which refused them: every scan of such a table
+    failed, naming a "partition value".)
+    """
+    if isinstance(key, tuple):
+        return SEPARATOR.join(key_text(part) for part in key)
+    if isinstance(key, int | str):
+        return canonical(key)  # (a bool as the int it equals)
+    if isinstance(key, float | decimal.Decimal) and math.isfinite(key):
+        # Equal numbers are one key of a dict (1.0 and 1, Decimal("2.50") and 2.5):
+        # one text, or a row would be two items of the history.
+        exact = decimal.Decimal(key)
+        if exact == exact.to_integral_value():
+            return str(int(exact))
+        return format(exact.normalize(), "f")
+    return repr(key)
 
 
 def partition_of(value: Key, partitions: int) -> int:
