@@ -93,7 +93,8 @@ __all__ = [
 
 
 def _meta_crc(meta: dict[str, Any]) -> int:
-    return zlib.crc32(json.dumps(meta, sort_keys=True).encode())
+    # (of the record as read back: a tuple is a list there, an int key a string)
+    return zlib.crc32(json.dumps(json.loads(json.dumps(meta)), sort_keys=True).encode())
 
 
 def _table_of(blob: Any) -> dict[Any, dict[Any, Any]]:
