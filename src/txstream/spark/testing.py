@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.results import read_output, read_table
+from txstream.spark.runtime.results import read_failures, read_output, read_table
 from txstream.spark.runtime.state import RuntimeStore
 
 if TYPE_CHECKING:
@@ -140,10 +140,12 @@ def serial_run(job: Job, batches: Sequence[Batch], store: str | Path) -> None:
 
 
 def assert_same_results(job: Job, store: str | Path, oracle: str | Path) -> None:
-    """Raise ``AssertionError`` unless two stores of ``job`` hold the same outputs and tables.
+    """Raise ``AssertionError`` unless two stores of ``job`` hold the same results.
 
     Outputs compare row for row in ``read_output``'s order (the declared order
-    of the transactions that emitted them); tables compare as sets of rows.
+    of the transactions that emitted them); tables compare as sets of rows; the
+    rolled-back transactions (``read_failures``) by input position, kind and
+    error (their batch numbers may differ: a crashed run commits other batches).
     """
     for name in job.spec.outputs:
         got, want = read_output(store, name), read_output(oracle, name)
@@ -159,6 +161,18 @@ def assert_same_results(job: Job, store: str | Path, oracle: str | Path) -> None
             missing = sorted(set(want_rows) - set(got_rows))[:3]
             extra = sorted(set(got_rows) - set(want_rows))[:3]
             raise AssertionError(f"table {name!r}: missing {missing}, unexpected {extra}")
+    got_failed, want_failed = _failed(store), _failed(oracle)
+    if got_failed != want_failed:
+        raise AssertionError(
+            f"rolled-back transactions: {len(got_failed)} against the oracle's "
+            f"{len(want_failed)}; missing {sorted(set(want_failed) - set(got_failed))[:3]}, "
+            f"unexpected {sorted(set(got_failed) - set(want_failed))[:3]}"
+        )
+
+
+def _failed(store: str | Path) -> list[tuple[str, str, str]]:
+    """A store's rolled-back transactions as (input position, kind, error), sorted."""
+    return sorted((f["position"], f["kind"], f["error"]) for f in read_failures(store))
 
 
 def _first_difference(got: list[Any], want: list[Any]) -> int:
