@@ -37,6 +37,8 @@ _HEADER = struct.Struct("!I")
 _HELLO = struct.Struct("!32sII")
 """A connection's first bytes: the batch's secret, the sender's task and the receiver's."""
 _WELCOME = b"+"
+INBOX_BYTES = 1 << 18
+"""An incoming socket's buffer (grown for a larger frame): a round's frame is a few KB."""
 FLUSH_AT = 256
 """Messages buffered for one task before they go out without waiting for a flush."""
 
@@ -44,6 +46,34 @@ FLUSH_AT = 256
 def new_exchange(tasks: int) -> dict[str, Any]:
     """A batch attempt's exchange settings: a secret that peers prove, and the task count."""
     return {"secret": secrets.token_hex(16), "tasks": tasks}
+
+
+class _Inbox:
+    """What arrived on one incoming socket and is not unpickled yet.
+
+    A buffer read into in place (``recv_into``: no bytes object per read, no
+    copy into the buffer), of which ``filled`` bytes hold data; it grows only
+    for a frame larger than itself.
+    """
+
+    __slots__ = ("buffer", "filled")
+
+    def __init__(self) -> None:
+        self.buffer = bytearray(INBOX_BYTES)
+        self.filled = 0
+
+    def consumed(self, offset: int) -> None:
+        """The first ``offset`` bytes were read: move the rest to the front."""
+        if offset:
+            rest = self.filled - offset
+            if rest:
+                self.buffer[:rest] = self.buffer[offset : self.filled]
+            self.filled = rest
+
+    def make_room(self) -> None:
+        """After :meth:`consumed`: grow a full buffer (a frame larger than it)."""
+        if self.filled == len(self.buffer):
+            self.buffer.extend(bytes(len(self.buffer)))
 
 
 class SocketTransport:
@@ -89,7 +119,9 @@ class SocketTransport:
         """When the first connection to each peer not yet welcomed was tried."""
         self.queued: dict[int, list[Message]] = {}
         self.unsent: dict[int, bytearray] = {}
-        self.incoming: dict[socket.socket, bytearray] = {}
+        self.writing: set[int] = set()
+        """Peers whose socket is registered for writing (bytes wait for room)."""
+        self.incoming: dict[socket.socket, _Inbox] = {}
         self.verified: set[socket.socket] = set()
         self.arrived: list[Message] = []
         self.bytes_sent = 0
@@ -147,10 +179,15 @@ class SocketTransport:
                 f"task {self.me} lost its connection to task {task}: {exc}"
             ) from None
         del buffer[:sent]
-        key = self.selector.get_map().get(sock)
-        if buffer and key is None:
-            self.selector.register(sock, selectors.EVENT_WRITE, ("out", task))
-        elif not buffer and key is not None:
+        # Registered for writing only while bytes wait.  (Asked of a set, not of the
+        # selector's map: its miss raises a KeyError whose message is the socket's repr,
+        # two system calls, getsockname and getpeername, on every frame sent.)
+        if buffer:
+            if task not in self.writing:
+                self.writing.add(task)
+                self.selector.register(sock, selectors.EVENT_WRITE, ("out", task))
+        elif task in self.writing:
+            self.writing.discard(task)
             self.selector.unregister(sock)
 
     def _connect(self, task: int) -> None:
@@ -223,34 +260,46 @@ class SocketTransport:
             except BlockingIOError:
                 return
             sock.setblocking(False)
-            self.incoming[sock] = bytearray()
+            self.incoming[sock] = _Inbox()
             self.selector.register(sock, selectors.EVENT_READ, "in")
 
     def _read(self, sock: socket.socket, out: list[Message]) -> None:
-        buffer = self.incoming[sock]
+        inbox = self.incoming[sock]
         ended = False
         while True:
+            buffer, filled = inbox.buffer, inbox.filled
+            room = len(buffer) - filled
             try:
-                chunk = sock.recv(1 << 20)
+                with memoryview(buffer)[filled:] as tail:
+                    got = sock.recv_into(tail)
             except BlockingIOError:
                 break
             except OSError:
-                chunk = b""
-            if not chunk:  # the peer finished (or died: its missing answers time out)
+                got = 0
+            if not got:  # the peer finished (or died: its missing answers time out)
                 ended = True  # (its last frames may have come in this same read)
                 break
-            buffer += chunk
-        self._unpack(sock, buffer, out)
+            inbox.filled = filled + got
+            if got < room:
+                # It took all there was: no second call to learn that the socket is
+                # empty now (epoll says so at the next poll if more came meanwhile).
+                break
+            self._unpack(sock, inbox, out)  # (a full buffer: make room, then read on)
+            if sock not in self.incoming:
+                return
+            inbox.make_room()
+        self._unpack(sock, inbox, out)
         if ended and sock in self.incoming:
             self.selector.unregister(sock)
             del self.incoming[sock]
             self.verified.discard(sock)
             sock.close()
 
-    def _unpack(self, sock: socket.socket, buffer: bytearray, out: list[Message]) -> None:
-        """Check the hello of ``sock``'s ``buffer``, then move its whole frames to ``out``."""
+    def _unpack(self, sock: socket.socket, inbox: _Inbox, out: list[Message]) -> None:
+        """Check the hello of ``sock``'s ``inbox``, then move its whole frames to ``out``."""
+        buffer, offset, end = inbox.buffer, 0, inbox.filled
         if sock not in self.verified:
-            if len(buffer) < _HELLO.size:
+            if end < _HELLO.size:
                 return
             secret, _peer, target = _HELLO.unpack_from(buffer)
             if secret != self.secret or target != self.me:  # not for this task: read nothing
@@ -258,13 +307,12 @@ class SocketTransport:
                 del self.incoming[sock]
                 sock.close()
                 return
-            del buffer[: _HELLO.size]
+            offset = _HELLO.size
             self.verified.add(sock)
             with contextlib.suppress(OSError):  # (a peer gone already needs no welcome)
                 sock.send(_WELCOME)  # (one byte into an empty send buffer: it goes)
-        # Whole frames are unpickled where they lie (no copy of each body) and cut off
-        # the buffer at once (not one move of the rest per frame).
-        offset, end = 0, len(buffer)
+        # Whole frames are unpickled where they lie (no copy of each body); what is left
+        # of a frame moves to the front of the buffer once.
         with memoryview(buffer) as view:
             while end - offset >= _HEADER.size:
                 (size,) = _HEADER.unpack_from(buffer, offset)
@@ -274,7 +322,7 @@ class SocketTransport:
                 self.frames_received += 1
                 out.extend(pickle.loads(view[start : start + size]))
                 offset = start + size
-        del buffer[:offset]
+        inbox.consumed(offset)
 
     def close(self) -> None:
         """Close every socket (after :meth:`flush` with ``wait``)."""
