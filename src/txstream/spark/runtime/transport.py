@@ -1,4 +1,4 @@
-"""The transport between the phase-1 tasks of one barrier stage: framed messages over TCP.
+"""The transport between the phase-1 tasks of one barrier stage: framed messages over sockets.
 
 :mod:`.forward`'s partitions exchange rows and answers in rounds; a round's
 messages for another task go through a :class:`SocketTransport`, which frames
@@ -114,9 +114,10 @@ class _Inbox:
 
 
 class SocketTransport:
-    """Messages between the tasks of one barrier stage, over TCP.
+    """Messages between the tasks of one barrier stage, over TCP or, on one host, Unix sockets.
 
-    Each task listens on a port of its own and publishes its address as a file
+    Each task listens on a port of its own (and on a Unix socket, see
+    :func:`_local_server`) and publishes its address as a file
     in ``folder`` (in the store, which every task can read, as the event-time
     frontier's exchange does); a task connects to a peer the first time it has
     a message for it and proves the batch's secret before anything else is
