@@ -61,7 +61,7 @@ from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.forward_messages import run_at_home, take_back, up_rows
 from txstream.spark.runtime.state import PartitionState
-from txstream.spark.runtime.totals import add_totals, partial_totals
+from txstream.spark.runtime.totals import add_totals, keep, partial_totals
 from txstream.spark.runtime.transport import Message
 from txstream.spark.runtime.transport import SocketTransport as SocketTransport  # (re-exported)
 from txstream.spark.runtime.transport import new_exchange as new_exchange  # (re-exported)
@@ -121,6 +121,7 @@ class _Item:
 
     __slots__ = (
         "barrier",
+        "epoch",
         "event",
         "home",
         "kind",
@@ -155,6 +156,8 @@ class _Item:
         self.barrier = barrier
         self.need = 0
         """Queues of its values in which it is not first yet."""
+        self.epoch = 0
+        """The partition's global reads admitted before it (see :meth:`_Partition._read_past`)."""
         self.queued = False
         self.totals: Any = None
         """At a global read's home: its own partial totals, taken at its place."""
@@ -199,6 +202,19 @@ class _Partition:
         self.barrier: _Item | None = None
         self.behind: deque[_Item] = deque()
         """Items admitted while a barrier is unfinished: they enter after it."""
+        self.epoch = 0
+        """Global reads admitted past so far (see :meth:`_read_past`)."""
+        self.reading: _Item | None = None
+        """A global read admitted past: its totals wait for the items before it."""
+        self.earlier = 0
+        """Items admitted before :attr:`reading` that have not finished."""
+        self.late = False
+        """Whether what runs now is after :attr:`reading`: its changes and history go apart."""
+        self.apart: dict[str, tuple[list[Any], list[Any]]] = {}
+        """While :attr:`reading` waits, per table it reads: (its partials, those of the
+        changes after it)."""
+        self.history_apart: tuple[list[Any], list[Any]] = ([], [])
+        """The history and plain marks' orders of what ran after :attr:`reading`."""
         self.ready: deque[_Item] = deque()
         self.waiting: dict[int, _Item] = {}
         self.early: dict[int, list[tuple[int, tuple[Any, ...]]]] = {}
@@ -219,6 +235,8 @@ class _Partition:
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
         locks, global_reads, enter = self.locks, self.global_reads, self._enter
+        if self.reading is not None:
+            self._side(True)  # (all it admits is after the read)
         for _ in range(limit):
             if self.barrier is not None:
                 return
@@ -258,6 +276,7 @@ class _Partition:
     def _host(self, e: Event, v: Any, other: int) -> None:
         """:meth:`_enter` and :meth:`_start` of a home with one free value and one peer."""
         item = _Item(e, HOME, [v], self.pid, (other,), {})
+        item.epoch = self.epoch
         item.queued = True
         self.locks[v] = [item]
         self.inflight += 1
@@ -276,6 +295,7 @@ class _Partition:
     def _lend(self, e: Event, v: Any) -> None:
         """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
         item = _Item(e, PART, [v], e.pids[0])
+        item.epoch = self.epoch
         item.queued = True
         self.locks[v] = [item]
         self.inflight += 1
@@ -337,10 +357,13 @@ class _Partition:
             self.behind.append(item)
             return
         if item.barrier:
+            if self.inflight and item.kind is not FRAGMENT and self._read_past(item):
+                return
             self.barrier = item
             if self.inflight == 0:
                 self.ready.append(item)
             return
+        item.epoch = self.epoch
         need = 0
         locks = self.locks
         for v in item.values:
@@ -363,7 +386,10 @@ class _Partition:
         """Run or start every transaction that is first in line."""
         ready = self.ready
         while ready:
-            self._start(ready.popleft())
+            item = ready.popleft()
+            if self.reading is not None:
+                self._side(item.epoch == self.epoch)
+            self._start(item)
 
     def send(self, dest: int, message: tuple[Any, ...]) -> None:
         """Queue a message for partition ``dest`` (the scheduler sends it this round)."""
@@ -435,6 +461,8 @@ class _Partition:
         if item is None:
             self.early.setdefault(mid, []).append((src, message))
             return
+        if self.reading is not None:
+            self._side(item.epoch == self.epoch)
         if not back:
             ups = item.ups
             assert ups is not None
@@ -495,11 +523,76 @@ class _Partition:
                     ready.append(nxt)
                     self.blocked -= 1
             self.inflight -= 1
+            if self.reading is not None and item.epoch != self.epoch:
+                self.earlier -= 1
+                if self.earlier == 0:
+                    self._read_now()
             barrier = self.barrier
             if self.inflight == 0 and barrier is not None and barrier is not item:
                 ready.append(barrier)
         if item.barrier and self.barrier is item:
             self._unbar(item)
+
+    # -- a global read admitted past -------------------------------------------------
+    def _read_past(self, item: _Item) -> bool:
+        """Admit past global read ``item`` while the items before it run; whether it can.
+
+        Its reads are totals, so nothing after it needs to wait for it: what runs
+        after it keeps its changes to the partials the read takes apart (and its
+        history apart: recorded after the read), until the items before it
+        finished; then the read takes the partials (:meth:`_read_now`) and the
+        changes after it are added in.  Per value the queues keep the declared
+        order, so the items after it that ran meanwhile touched values none before
+        it was still to touch: the history, the read recorded between the two,
+        is the one of an execution in the declared order.  One read at a time.
+        """
+        if self.reading is not None or self.barrier is not None:
+            return False
+        state = self.state
+        reads = self.global_reads[item.event.input]
+        if not keep(state.data, reads, state.tracked, state.flat):
+            return False  # (a value that is not a number: it reads at its place)
+        tracked, apart = state.tracked, self.apart
+        for table in dict.fromkeys(table for table, _ in reads):
+            mine = tracked[table]
+            apart[table] = (mine, [(column, [0] * len(p)) for column, p in mine])
+        self.reading = item
+        self.earlier = self.inflight
+        self.epoch += 1
+        item.epoch = self.epoch
+        self._side(True)
+        return True
+
+    def _side(self, late: bool) -> None:
+        """Send changes of the partials and history to the main ones or to the late ones."""
+        if late is self.late:
+            return
+        self.late = late
+        tracked, outcome = self.state.tracked, self.outcome
+        for table, (mine, after) in self.apart.items():
+            tracked[table] = after if late else mine
+        history, orders = self.history_apart
+        self.history_apart = (outcome.history, outcome.orders)
+        outcome.history, outcome.orders = history, orders
+
+    def _read_now(self) -> None:
+        """Every item before :attr:`reading` finished: it reads; what ran after it comes in."""
+        item = self.reading
+        assert item is not None
+        self._side(False)
+        self.reading = None
+        self._start(item)  # (its totals and history, at its place)
+        tracked = self.state.tracked
+        for table, (mine, after) in self.apart.items():
+            tracked[table] = mine
+            for (_, partial), (_, more) in zip(mine, after, strict=True):
+                for i, x in enumerate(more):
+                    partial[i] += x
+        self.apart = {}
+        history, orders = self.history_apart
+        self.outcome.history.extend(history)
+        self.outcome.orders.extend(orders)
+        self.history_apart = ([], [])
 
     def _unbar(self, item: _Item) -> None:
         """Barrier ``item`` is done here: the items admitted behind it enter."""

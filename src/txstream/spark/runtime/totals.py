@@ -4,9 +4,10 @@ A global read (``Tx.sum``, ``Tx.count``; an input declared with
 ``global_reads``) needs, at its place in the order, the total of a column over
 every partition.  Each partition contributes a *partial*:
 
-    [int sum, float sum in units of 2**-1074, floats, +inf, -inf, NaN, rows]
+    [int sum, float sum in units of 2**-1074, floats, +inf, -inf, NaN, rows, others]
 
-(the last five are counts).  Every finite double is a whole multiple of
+(the last six are counts; ``others``: values that are neither a number nor null,
+which make the read fail).  Every finite double is a whole multiple of
 2**-1074, so float values are summed exactly and a total does not depend on how
 the rows are split into partitions, nor on the order of additions; because
 every member is a sum or a count, a value can be taken out again exactly.
@@ -15,8 +16,11 @@ That is what makes a partition's partial cheap to keep: the first global read
 of a batch counts the partition's rows (:func:`partial_totals`), and from then
 on every write of the batch adds the new row and takes out the old one
 (:func:`track`), so later reads cost nothing per row.  A value that is not a
-number (or null) stops the tracking of its table: the next read counts again,
-as the first did.
+number (or null) is counted as such, so that a partial stays exact through any
+writes (a read fails while one is there, as counting the rows would): a
+partition that runs transactions past a global read keeps their changes apart
+and adds them in afterwards (``forward``), which needs partials that never
+stop being kept.
 
 Ownership: the partials live in ``PartitionState.tracked``, owned by the task
 that runs the partition's batch; only the writes of that task change them.
@@ -36,7 +40,10 @@ EXACT = 2**1074
 in these units, so a total does not depend on how rows are split into partitions."""
 
 Partial = list[Any]
-"""``[ints, exact, floats, pinf, ninf, nan, rows]`` (see the module docstring)."""
+"""``[ints, exact, floats, pinf, ninf, nan, rows, others]`` (see the module docstring)."""
+
+OTHERS = 7
+"""The index of a partial's count of values that are neither a number nor null."""
 
 Tracked = dict[str, list[tuple[str | None, Partial]]]
 """Per table, the partials kept up to date by its writes: (column, partial)."""
@@ -72,7 +79,7 @@ def count_rows(
     None when a value of ``column`` is neither a number nor null.
     """
     count = len(by_value) if flat else sum(map(len, by_value.values()))
-    partial: Partial = [0, 0, 0, 0, 0, 0, count]
+    partial: Partial = [0, 0, 0, 0, 0, 0, count, 0]
     if column is None:
         return partial
     # Every row of the partition, read in C when the column holds integers only
@@ -111,6 +118,8 @@ def partial_totals(
         found = None
         for col, partial in kept or ():
             if col == column:
+                if partial[OTHERS]:
+                    raise TypeError(f"the sum of {table}.{column}: a value is not a number")
                 found = list(partial)
                 break
         if found is None:
@@ -123,19 +132,53 @@ def partial_totals(
     return out
 
 
+def keep(
+    data: Mapping[str, Mapping[Any, Any]],
+    reads: Iterable[tuple[str, str | None]],
+    tracked: Tracked,
+    flat: Collection[str] = (),
+) -> bool:
+    """Keep the partials of ``reads`` from now on (counted now unless kept already).
+
+    False when a value is not a number (then what it counted is not kept).
+    """
+    for table, column in reads:
+        if any(col == column for col, _ in tracked.get(table, ())):
+            continue
+        found = count_rows(data.get(table, {}), column, table in flat)
+        if found is None:
+            return False
+        tracked.setdefault(table, []).append((column, found))
+    return True
+
+
 def track(tracked: Tracked, table: str, old: Any, new: Any) -> None:
     """A row of ``table`` changed from ``old`` to ``new`` (None: absent): keep its partials."""
     for column, partial in tracked[table]:
         if old is not None:
-            partial[6] -= 1
-            if column is not None and not _add(partial, old.get(column), -1):
-                del tracked[table]
-                return
-        if new is not None:
+            if new is not None:
+                if column is None:
+                    continue  # (a row changed: the count stays)
+                a, b = old.get(column), new.get(column)
+                if type(a) is int and type(b) is int:  # (the common case, e.g. a balance)
+                    partial[0] += b - a
+                    continue
+            else:
+                partial[6] -= 1
+                if column is None:
+                    continue
+                a, b = old.get(column), None
+        elif new is None:  # (a row that was not there deleted)
+            continue
+        else:
             partial[6] += 1
-            if column is not None and not _add(partial, new.get(column), 1):
-                del tracked[table]
-                return
+            if column is None:
+                continue
+            a, b = None, new.get(column)
+        if a is not None and not _add(partial, a, -1):
+            partial[OTHERS] -= 1
+        if b is not None and not _add(partial, b, 1):
+            partial[OTHERS] += 1
 
 
 def add_totals(into: dict[Any, Partial], more: Mapping[Any, Partial]) -> None:
@@ -151,7 +194,7 @@ def add_totals(into: dict[Any, Partial], more: Mapping[Any, Partial]) -> None:
 
 def finish_total(total: Partial) -> list[Any]:
     """(sum, count) of a total: an int when no float was summed, else the rounded exact sum."""
-    ints, exact, floats, pinf, ninf, nan, rows = total
+    ints, exact, floats, pinf, ninf, nan, rows, _others = total
     if not floats:
         return [ints, rows]
     if nan or (pinf and ninf):  # an infinity or NaN decides the sum, whatever the order
