@@ -69,10 +69,23 @@ def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: A
             )
 
     forward.ForwardScheduler.run = kept  # type: ignore[method-assign]
+    # Global reads a partition admitted past (a checkout without it: 0).
+    read_past = getattr(forward._Partition, "_read_past", None)
+    past = [0]
+
+    def counted(self: Any, item: Any) -> bool:
+        admitted: bool = read_past(self, item)  # type: ignore[misc]
+        past[0] += admitted
+        return admitted
+
+    if read_past is not None:
+        forward._Partition._read_past = counted  # type: ignore[attr-defined]
     try:
         out = tasks.phase1_forward(job, ctx, events, transport, task_of)
     finally:
         forward.ForwardScheduler.run = run  # type: ignore[method-assign]
+        if read_past is not None:
+            forward._Partition._read_past = read_past  # type: ignore[attr-defined]
     sched = seen[0]
     user, system, wall = sched.measured
     stats = [r["stats"] for r in out.values()]
@@ -86,6 +99,7 @@ def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: A
         "messages": sum(s["messages"] for s in stats),
         "forwarded": sum(s["forwarded"] for s in stats),
         "frames": transport.frames_sent if transport else 0,
+        "reads past": past[0],
         "bytes": transport.bytes_sent if transport else 0,
     }
     if PROFILE is not None and ctx.batch > 0:
@@ -193,7 +207,8 @@ def summary(label: str, events: int) -> dict[str, float]:
             f"(sys {1e6 * t['sys'] / events:5.2f}), "
             f"wall {1e6 * t['wall'] / events:6.2f}, blocked {1e6 * t['waited'] / events:5.2f} "
             f"in {t['waits']:.0f} waits, {t['rounds']:.0f} rounds, {t['messages']:.0f} msgs, "
-            f"{t['frames']:.0f} frames, {t['bytes'] / 1e6:.2f} MB",
+            f"{t['frames']:.0f} frames, {t['bytes'] / 1e6:.2f} MB, "
+            f"{t['reads past']:.0f} reads admitted past",
             flush=True,
         )
         timed = [

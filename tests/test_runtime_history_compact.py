@@ -292,3 +292,26 @@ def test_a_recorded_history_without_a_transaction_is_empty_not_an_error(tmp_path
     assert history.operations == [] and check(history, "csao").holds
     job.run_local([[("ev", {"k": 1})]], tmp_path / "rec", partitions=2)
     assert len(tx.read_history(tmp_path / "rec").operations) == 1
+
+
+def test_a_few_text_entries_among_ints_stay_packed_and_read_back() -> None:
+    # A global read's operation is text among a batch's ints: the ints stay packed
+    # ("mixed32", the text by its place in "others"), not all sent through JSON,
+    # and the line reads back as the all-JSON form of the same entries does.
+    from txstream.spark.runtime.recorded import expand, history_line
+
+    job = tx.Job("h").table("accounts", key="acct").input("i", None, keys="acct").spec
+    # (one table: stride 5, a write of row k is 5k + 1, the plain commit mark 4)
+    entries: list[Any] = [5 * 7 + 1, 4, "rb3_1(accounts:*)", 5 * 8 + 1, 4]
+    entries += [5 * k + 1 for k in range(20)] + [4]
+    orders = [(1.0, 0, 0), (2.0, 0, 2), (3.0, 0, 3)]
+    line = history_line(job, entries, orders)
+    body = json.loads(line[1:])
+    assert "mixed32" in body and body["others"] == [[2, "rb3_1(accounts:*)"]]
+    as_json = line.replace(
+        f'"mixed32":"{body["mixed32"]}","others":{json.dumps(body["others"])}',
+        f'"ops":{json.dumps(entries)}',
+    )
+    assert '"ops":' in as_json
+    assert expand(line, 3, "f") == expand(as_json, 3, "f")
+    assert "rb3_1(accounts:*)" in expand(line, 3, "f")[0]

@@ -231,15 +231,17 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
         changes = iter(message[3 + n :])
         for table, value, key, row in zip(changes, changes, changes, changes, strict=True):
             rows = state.part(table, value)
-            if rows is None or row is None or (tracked and table in tracked):
-                # (a row made or deleted, or a table whose totals are kept)
+            if rows is None or row is None:  # (a value's first row, or a row deleted)
                 state.put(table, value, key, ABSENT if row is None else row)
                 continue
-            # (state.put of a changed row, inlined: the batch's pre-image, the row)
+            # (state.put of a row set, inlined: the batch's pre-image, the row, the totals)
             undo_key = (table, value, key)
+            old = rows.get(key)
             if undo_key not in undo:
-                undo[undo_key] = rows.get(key, ABSENT)
+                undo[undo_key] = ABSENT if old is None else old
             rows[key] = row
+            if tracked and table in tracked:
+                track(tracked, table, old, row)
     if n and message[1]:  # (committed, with its operations here; then its commit mark)
         order = item.event.order
         # (its id is written only for a mark that is not the plain one)
