@@ -21,10 +21,10 @@ holds only its own values, so the partition runs later transactions on other
 values meanwhile and idles only when nothing of its own is ready.  Per value,
 transactions therefore run in the declared order, and since a transaction
 touches only rows of its declared values, the history is conflict-serializable
-in arrival order.  A keyless fragment, and a global read's part, touch or read
-every row of the partition: each waits until everything before it on the
-partition finished, and everything after it waits for it (a barrier of that
-partition only).
+in arrival order.  A keyless fragment touches every row of the partition: it
+waits until everything before it on the partition finished, and everything
+after it waits for it (a barrier of that partition only).  A global read's
+part reads every row but is no barrier (:meth:`_Partition._read_past`).
 
 A global read (an input declared with ``global_reads``): every partition, at
 the read's place, takes its partial totals (its reads) and forwards them to
