@@ -468,8 +468,16 @@ def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) ->
     # answered twice, and validation failed with exit 1.
     generate(work / "gen", L=0.5, minutes=1, seed=3)
     argv = ["linear-road", "run", "--input", "gen/input.dat", "--no-spark", "--out", "o"]
+    argv += ["--inject-duplicates", "2"]
     assert run_cli(argv)[0] == 0
     answers = (work / "o" / "answers.txt").read_text()
+    # summary.json said "duplicated_reports": 0 (and counted the tuples without
+    # them) while the local runner sent the repeats and rolled them all back.
+    summary = json.loads((work / "o" / "summary.json").read_text())
+    lines = len((work / "gen" / "input.dat").read_text().splitlines())
+    repeated = summary["engine"]["rolled_back"]
+    assert repeated > 0 and summary["duplicated_reports"] == repeated
+    assert summary["tuples"] == lines + repeated
     code, _, err = run_cli(argv)
     assert code == 0, err
     assert "resuming from the checkpoint" in err

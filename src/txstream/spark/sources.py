@@ -192,14 +192,17 @@ class FileReplay(threading.Thread):
         loading); a job that skips line 0 and runs this before :meth:`start`
         keeps that out of the first lines' response times.  ``input_rows()``
         says how many rows the query has read, ``failed()`` whether it failed.
-        Does nothing when the marker is there from an earlier run.
+        A restart writes a marker of its own (``chunk-warmup-rN.txt``) and waits
+        too: a restarted query recovers its checkpoint and re-runs its
+        uncommitted batch before it reads anything new, and a replay that went
+        on meanwhile piled the rest of the input into one late batch (a
+        resumed Linear Road run at speedup 20 answered everything 50 s late).
         """
-        marker = self.source_dir / "chunk-warmup.txt"
-        if marker.exists():
-            return
-        tmp = self.source_dir / ".chunk-warmup.tmp"
+        earlier = sorted(self.source_dir.glob("chunk-warmup*.txt"))
+        name = f"chunk-warmup-r{len(earlier)}.txt" if earlier else "chunk-warmup.txt"
+        tmp = self.source_dir / f".{name}.tmp"
         tmp.write_text(f"{WARM_UP_LINE}{TAG}0{TAG}warm-up\n")
-        os.replace(tmp, marker)
+        os.replace(tmp, self.source_dir / name)
         deadline = time.time() + timeout
         while not input_rows():
             if failed() or time.time() > deadline:
