@@ -478,9 +478,10 @@ def test_linear_road_run_no_spark_twice_into_one_out_answers_once(work: Path) ->
     repeated = summary["engine"]["rolled_back"]
     assert repeated > 0 and summary["duplicated_reports"] == repeated
     assert summary["tuples"] == lines + repeated
-    code, _, err = run_cli(argv)
+    code, out, err = run_cli(argv)
     assert code == 0, err
     assert "resuming from the checkpoint" in err
+    assert "yes: answers, responses are this start's only" in out
     assert (work / "o" / "answers.txt").read_text() == answers
     summary = json.loads((work / "o" / "summary.json").read_text())
     assert summary["resumed"] is True and summary["valid"] is True
