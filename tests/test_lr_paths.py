@@ -115,6 +115,10 @@ def test_the_record_option_is_refused_for_the_two_jobs(tmp_path: Path) -> None:
     check_engine(RunOptions(out=tmp_path, variant="not-serializable"))
     with pytest.raises(TxStreamError, match="--engine driver"):
         check_engine(RunOptions(out=tmp_path, variant="not-serializable", record=tmp_path / "h"))
+    # --sync was accepted on the runtime engine and did nothing.
+    check_engine(RunOptions(out=tmp_path, engine="driver", sync="commit"))
+    with pytest.raises(TxStreamError, match="--sync commit sets the driver engine's"):
+        check_engine(RunOptions(out=tmp_path, sync="commit"))
 
 
 def test_linear_road_run_puts_the_not_serializable_variant_on_the_executor_runtime(

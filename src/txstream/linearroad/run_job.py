@@ -268,6 +268,12 @@ def check_engine(o: RunOptions) -> None:
         raise TxStreamError(
             "the adhoc variant runs on the runtime engine only; use --engine runtime"
         )
+    if engine == "runtime" and o.sync != "off":
+        # It was accepted and did nothing: a user asking for fsyncs got no answer.
+        raise TxStreamError(
+            f"--sync {o.sync} sets the driver engine's write-ahead log; the runtime engine "
+            "fsyncs every batch commit already: leave --sync off, or use --engine driver"
+        )
     if engine == "runtime" and o.variant != "serializable" and o.record is not None:
         raise TxStreamError(
             "--record on the runtime's not-serializable variant would miss its reads of the "
