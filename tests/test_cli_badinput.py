@@ -848,3 +848,17 @@ def test_linear_road_run_checks_the_tolls_before_spark_starts(
     argv = ["linear-road", "run", "--input", "gen/input.dat", "--tolls", name]
     assert_rejected([*argv, "--engine", engine, "--variant", variant, "--out", "o"], needle)
     assert not (work / "o").exists()
+
+
+def test_a_resumed_driver_engine_run_says_its_counts_are_this_starts() -> None:
+    # The driver engine's summary has "resumed_from_line", not "resumed": its
+    # resumed table said "tuples 80224" of a 134,224-line input with no word why.
+    from txstream.linearroad.report import summary, table
+
+    data = summary(
+        variant="serializable", txn_size="event", lav="spec", speedup=1.0, tuples=80224,
+        latencies=[], engine_stats={}, validation=None,
+        extra={"resumed_from_line": 54000, "spark": False},
+    )  # fmt: skip
+    assert "yes: tuples, answers, responses are this start's only" in table(data)
+    assert "resumed" not in table({**data, "resumed_from_line": 0})
