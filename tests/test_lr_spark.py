@@ -97,6 +97,10 @@ def test_sigkill_mid_run_then_rerun_resumes_with_every_answer_once(tmp_path: Pat
     assert summary["valid"] is True
     assert summary["wrong"] == summary["missing"] == summary["duplicates"] == 0
     assert (out / "latency.png").stat().st_size > 0
+    # The restart waited for its own warm-up marker before replaying (it used
+    # to race the restarting query) and says its counts are this start's.
+    assert (out / "source" / "chunk-warmup-r1.txt").exists()
+    assert "yes: tuples, answers, responses are this start's only" in done.stdout
 
 
 def test_not_serializable_two_queries_survive_sigkill_and_agree_with_run_local(
