@@ -336,11 +336,13 @@ def _run_runtime(
         # Counted as the Spark feeder counts them (the faulty source's repeats
         # included): this said 0 duplicated reports while run_local sent and
         # rolled back hundreds.
+        tuples = duplicated = 0
+        previous = -1
         with open_text(input_path) as f:
-            lines = sum(1 for _ in f)
-        with open_text(input_path) as f:
-            tuples = sum(1 for _ in duplicate_entries(numbered_lines(f), o.inject_duplicates))
-        duplicated = tuples - lines
+            for no, _ in duplicate_entries(numbered_lines(f), o.inject_duplicates):
+                tuples += 1
+                duplicated += no == previous  # a repeat follows its original, same number
+                previous = no
         gate_waited = 0.0
     say(f"replay done in {time.time() - started:.1f} s; validating")
     from txstream.spark.runtime import read_output
