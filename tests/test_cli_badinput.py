@@ -862,3 +862,19 @@ def test_a_resumed_driver_engine_run_says_its_counts_are_this_starts() -> None:
     )  # fmt: skip
     assert "yes: tuples, answers, responses are this start's only" in table(data)
     assert "resumed" not in table({**data, "resumed_from_line": 0})
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--no-spark", "--speedup", "3"], "--speedup paces the Spark replay"),
+        (["--engine", "driver", "--partitions", "3"], "--partitions sets the runtime engine's"),
+    ],
+)
+def test_linear_road_run_refuses_an_option_it_would_ignore(
+    work: Path, extra: list[str], needle: str
+) -> None:
+    # Each was accepted and did nothing (found by running every option on fresh inputs).
+    argv = ["linear-road", "run", "--L", "0.5", "--minutes", "1", *extra, "--out", "o"]
+    assert_rejected(argv, needle)
+    assert not (work / "o").exists()

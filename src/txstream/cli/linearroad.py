@@ -104,7 +104,10 @@ def register_cli(group: Subparsers) -> None:
     r.add_argument("--seed", type=seed, default=0)
     r.add_argument("--tolls", type=path_arg, metavar="FILE", help="historical tolls for --input")
     r.add_argument(
-        "--speedup", type=positive_float(1e6), default=1.0, help="simulated seconds per wall second"
+        "--speedup",
+        type=positive_float(1e6),
+        default=None,
+        help="simulated seconds per wall second (1; not with --no-spark)",
     )
     r.add_argument(
         "--variant",
@@ -141,8 +144,8 @@ def register_cli(group: Subparsers) -> None:
     r.add_argument(
         "--partitions",
         type=int_range(1, 4096),
-        default=4,
-        help="runtime partitions (fixed at the first start of --out)",
+        default=None,
+        help="runtime partitions (4; fixed at the first start of --out; not with --engine driver)",
     )
     r.add_argument(
         "--sync", default="off", help="write-ahead log sync (driver engine): off, group or commit"
@@ -236,8 +239,17 @@ def _run(args: argparse.Namespace) -> int:
     check_accident_end(args.accident_end)
     if args.sync not in SYNC_MODES:
         raise UnknownNameError("sync setting", args.sync, list(SYNC_MODES))
-    if not args.speedup > 0:
-        raise TxStreamError(f"--speedup must be positive, got {args.speedup:g}")
+    if args.speedup is not None and args.no_spark:
+        # (accepted and ignored: the Python replay runs as fast as the engine takes it)
+        raise TxStreamError(
+            "--speedup paces the Spark replay; --no-spark replays as fast as the engine takes "
+            "it: leave one of them out"
+        )
+    if args.partitions is not None and args.engine == "driver":
+        raise TxStreamError(
+            "--partitions sets the runtime engine's partitions; the driver engine runs its "
+            "paths as threads in one process: leave --partitions out, or use --engine runtime"
+        )
     if args.inject_duplicates < 0:
         raise TxStreamError("--inject-duplicates must be 0 (off) or a number of seconds")
     for path in (args.input, args.tolls):
@@ -268,7 +280,7 @@ def _run(args: argparse.Namespace) -> int:
         L=args.L if args.L is not None else 1.0,
         minutes=args.minutes,
         seed=args.seed,
-        speedup=args.speedup,
+        speedup=args.speedup if args.speedup is not None else 1.0,
         variant=args.variant,
         txn_size=args.txn_size,
         lav=args.lav,
@@ -280,7 +292,7 @@ def _run(args: argparse.Namespace) -> int:
         spark=not args.no_spark,
         engine=args.engine,
         master=args.master,
-        partitions=args.partitions,
+        partitions=args.partitions if args.partitions is not None else 4,
     )
     check_engine(options)
     result = run_job(options)

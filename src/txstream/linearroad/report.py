@@ -47,7 +47,7 @@ def summary(
     variant: str,
     txn_size: str,
     lav: str,
-    speedup: float,
+    speedup: float | None,
     tuples: int,
     latencies: Sequence[Latency],
     engine_stats: dict[str, int],

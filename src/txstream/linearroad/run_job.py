@@ -223,7 +223,7 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
         variant=o.variant,
         txn_size=o.txn_size,
         lav=o.lav,
-        speedup=o.speedup,
+        speedup=o.speedup if o.spark else None,  # (no pacing without Spark)
         tuples=engine.tuples,
         latencies=engine.latencies,
         engine_stats=engine.stats(),
@@ -363,7 +363,7 @@ def _run_runtime(
         variant=o.variant,
         txn_size=o.txn_size,
         lav=o.lav,
-        speedup=o.speedup,
+        speedup=o.speedup if o.spark else None,  # (no pacing without Spark)
         tuples=tuples,
         latencies=answers.latencies,
         engine_stats={"rolled_back": dropped, **_batch_stats(batches)},
