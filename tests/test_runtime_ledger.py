@@ -245,3 +245,29 @@ def test_string_composite_and_large_keys_with_tied_float_orders_run_as_serial_ex
     job = keyed_moves(composite).option("merge", "batch")  # (the oracle's order)
     job.run_local([b for b in batches if b], store, partitions)
     assert tx.read_output(store, "o") == expected
+
+
+def test_phase_1_in_blocks_frees_each_event_after_it_ran_and_equals_the_oracle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Phase 1 takes its events out of the list block by block (each is freed soon
+    # after it ran, in the CPU's cache): blocks of 7, deferred transfers between
+    # them, still the serial answer, and the list a task gave it left empty.
+    monkeypatch.setattr(executor_module, "_BLOCK", 7)
+    left: list[list[Any]] = []
+    run = executor_module.PartitionExecutor.run
+
+    def run_and_keep(self: Any, batch: int, evs: list[Any], abort: Any) -> None:
+        run(self, batch, evs, abort)
+        left.append(evs)
+
+    monkeypatch.setattr(executor_module.PartitionExecutor, "run", run_and_keep)
+    stream = list(events(200, 30, 20, seed=4))
+    job = ledger_job().option("recordHistory", True).option("crossPartition", "defer")
+    stats = job.run_local([stream], tmp_path, 2).stats[0]
+    assert stats["deferred"] > 0 and stats["events"] == 200
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance
+    assert check(tx.read_history(tmp_path), "csao").holds
+    assert left and all(e is None for evs in left for e in evs) and sum(map(len, left)) >= 200

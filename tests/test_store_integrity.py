@@ -637,6 +637,47 @@ def test_long_lists_in_column_layouts_round_trip() -> None:
             codec.dumps(odd)
 
 
+def test_rows_and_deltas_in_blocks_round_trip(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The rows' passes and the delta's run block by block (for the CPU's cache):
+    # what a later block holds (another shape, an absent row, a value that is
+    # not plain, not a row) decides as if the whole list were looked at once.
+    from txstream.spark.runtime import partition_state
+
+    monkeypatch.setattr(codec, "_BLOCK", 3)
+    monkeypatch.setattr(partition_state, "_BLOCK", 3)
+    rows = [{"k": k, "v": k * 2} for k in range(8)]
+    for value in (
+        rows,
+        [*rows[:4], None, *rows[4:], None],  # absent rows in the second and third blocks
+        [*rows[:7], {"v": 1, "k": 2}],  # keys in another order in the last block
+        [*rows[:5], {"k": 1}, *rows[5:]],  # a missing column in a later block
+        [*rows[:6], {"k": (1, 2), "v": 0}, rows[0]],  # a column not plain in a later block
+        [*rows[:6], 5, rows[0]],  # not a row
+        [None, None, None, *rows],  # a first block without a row
+    ):
+        back = codec.loads(codec.dumps(value))
+        assert same(back, value) and repr(back) == repr(value)
+    state = state_module.PartitionState()
+    state.use_flat(frozenset({"flat"}))
+    state.begin(0)
+    writes = [("t", k % 2, k, {"k": k}) for k in range(7)] + [
+        ("flat", k, k, {"f": k}) for k in range(5)
+    ]
+    writes += [("t", 1, 9, state_module.ABSENT), ("flat", 3, 3, state_module.ABSENT)] + [
+        ("t", 0, k, {"k": -k}) for k in range(3)
+    ]
+    for table, value, key, row in writes[::2] + writes[1::2]:  # (the tables interleaved)
+        state.put(table, value, key, row)
+    order = list(state.undo)
+    changes = state.delta()["changes"]
+    for table in ("t", "flat"):
+        mine = [(v, k) for t, v, k in order if t == table]
+        now = [(state.part(table, v) or {}).get(k, state_module.ABSENT) for v, k in mine]
+        keys = [k for _, k in mine]
+        want = [keys, now] if table == "flat" else [[v for v, _ in mine], keys, now]
+        assert changes[table] == want
+
+
 names = st.lists(st.text(max_size=3), min_size=1, max_size=4, unique=True)
 shaped_rows = names.flatmap(
     lambda cols: st.lists(

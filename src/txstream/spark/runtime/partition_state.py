@@ -9,6 +9,7 @@ one task at a time (a Python worker caches it between batches, see
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
 from operator import itemgetter
@@ -187,21 +188,36 @@ class PartitionState:
         less to encode and write per changed row).
         """
         entries = list(self.undo)
+        # Block by block (see codec._BLOCK): each pre-image's key (a tuple made
+        # when the row was first written, somewhere in the batch's memory) is
+        # read once, and its row looked up while its key is still in the cache.
+        found: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
+        for start in range(0, len(entries), _BLOCK):
+            block = entries[start : start + _BLOCK]
+            tables, values, keys = zip(*block, strict=True)
+            names = set(tables)
+            for table in names:
+                if len(names) == 1:
+                    mine_values, mine_keys = values, keys
+                else:  # (several tables written: each one's entries, in their order)
+                    mine = [e for e in block if e[0] == table]
+                    mine_values, mine_keys = (
+                        tuple(map(itemgetter(1), mine)),
+                        tuple(map(itemgetter(2), mine)),
+                    )
+                cols = found.get(table)
+                if cols is None:
+                    cols = found[table] = ([], [], [])
+                cols[0].extend(mine_values)
+                cols[1].extend(mine_keys)
+                cols[2].extend(self._rows_now(table, mine_values, mine_keys))
         changes: dict[str, list[list[Any]]] = {}
-        tables = set(map(itemgetter(0), entries))
-        for table in sorted(tables):
-            mine = entries if len(tables) == 1 else [e for e in entries if e[0] == table]
-            by_value = self.data.get(table, _NONE)
-            values, keys = list(map(itemgetter(1), mine)), list(map(itemgetter(2), mine))
-            # Each changed row as it is now, looked up in C (no Python code per row).
-            if table in self.flat:
-                rows = list(map(by_value.get, keys, repeat(ABSENT)))
-            else:
-                parts = map(by_value.get, values, repeat(_NONE))
-                rows = list(map(dict.get, parts, keys, repeat(ABSENT)))
+        for table in sorted(found):
+            all_values, all_keys, rows = found[table]
             # (compared in C; equal for a one-column key in either layout, so the
             # files do not depend on the layout in memory)
-            changes[table] = [keys, rows] if values == keys else [values, keys, rows]
+            same = all_values == all_keys
+            changes[table] = [all_keys, rows] if same else [all_values, all_keys, rows]
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
         return {
@@ -210,6 +226,17 @@ class PartitionState:
             "token": self.token,
             "parent": self.token_before,
         }
+
+    def _rows_now(self, table: str, values: Sequence[Any], keys: Sequence[Any]) -> list[Any]:
+        """The rows of ``table`` with ``keys`` (of partition ``values``) as they are now.
+
+        ABSENT where there is none; looked up in C (no Python code per row).
+        """
+        by_value = self.data.get(table, _NONE)
+        if table in self.flat:
+            return list(map(by_value.get, keys, repeat(ABSENT)))
+        parts = map(by_value.get, values, repeat(_NONE))
+        return list(map(dict.get, parts, keys, repeat(ABSENT)))
 
     def apply(self, delta: dict[str, Any]) -> None:
         """Apply a delta read from disk (no undo kept)."""
@@ -238,6 +265,9 @@ class PartitionState:
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
+
+_BLOCK = 2048
+"""Entries per block of :meth:`PartitionState.delta`'s passes (see ``codec._BLOCK``)."""
 
 
 def columns(by_value: dict[Any, dict[Any, Any]]) -> list[list[Any]]:

@@ -330,6 +330,9 @@ def _phase1_outputs(
                 events[pid] = [event]
             else:
                 evs.append(event)
+    # The events alone hold their rows from here on: phase 1 frees each soon after
+    # it ran, while it is still in the CPU's cache (see PartitionExecutor.run).
+    cols, payloads, made = {}, {}, None
     release = None
     if ctx.gather is not None:
         release = _gathered_release(ctx, high, names)

@@ -207,7 +207,10 @@ _order: Callable[[Event], tuple[float, int, int]] = attrgetter("order")
 
 
 def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
-    """Run partition ``pid``'s events of the batch; returns stats and what it ships."""
+    """Run partition ``pid``'s events of the batch; returns stats and what it ships.
+
+    ``events`` is given away: the run empties it (see ``PartitionExecutor.consume``).
+    """
     with collector_paused():
         return _phase1(job, ctx, pid, events)
 
@@ -220,6 +223,7 @@ def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> d
         events = release(state, events, ctx.release_upto, job.boundary, counts=counts)
     events.sort(key=_order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
+    executor.consume = True  # (events: this function's own, see above)
     executor.run(ctx.batch, events, ctx.abort)
     token = store.save(pid, state, ctx.batch, ctx.snapshot)
     files = _write(store, ctx, f"p{pid:05d}", executor.outcome, job)
