@@ -118,7 +118,11 @@ def phase1_events(
     seen: dict[int, list[Event]] = {}
     failures: list[Any] = []
 
-    def capture(job: Any, ctx: Any, pid: int, evs: list[Event]) -> dict[str, Any]:
+    def capture(
+        job: Any, ctx: Any, pid: int, evs: list[Event], ordered: bool = False
+    ) -> dict[str, Any]:
+        if ordered:  # (then phase 1 does not sort them: they must be in order)
+            assert [e.order for e in evs] == sorted(e.order for e in evs)
         seen[pid] = list(evs)
         stats = {"failures": [], "aborted": 0, "files": {}}
         return {"token": "t", "stats": stats, "rows": [], "events": []}
@@ -165,6 +169,42 @@ def test_events_made_by_columns_equal_the_row_loops(
         loop_values = [repr(e.values) for evs in by_loop[0].values() for e in evs]
         column_values = [repr(e.values) for evs in by_columns[0].values() for e in evs]
         assert column_values == loop_values
+
+
+def test_phase_1_is_told_which_partitions_events_came_in_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Events that came in their declared order from one Arrow batch are not
+    # sorted again; out of order, or from two batches, they are.
+    q._PLACED.clear()
+    told: list[tuple[int, bool, list[Any]]] = []
+
+    def capture(
+        job: Any, ctx: Any, pid: int, evs: list[Event], ordered: bool = False
+    ) -> dict[str, Any]:
+        told.append((pid, ordered, [e.row["v"] for e in evs]))
+        return {
+            "token": "t",
+            "stats": {"failures": [], "aborted": 0, "files": {}},
+            "rows": [],
+            "events": [],
+        }
+
+    monkeypatch.setattr(q, "phase1", capture)
+
+    def run(*batches: list[float]) -> list[tuple[int, bool, list[Any]]]:
+        told.clear()
+        ctx = BatchContext(str(tmp_path), 2, 1, partitions=P)
+        arrow = [
+            arrow_batch([(0, {"k": 1, "t": t, "v": f"{t}"}) for t in b], None) for b in batches
+        ]
+        q._phase1_outputs(three_inputs(), ctx, P, {0: "a", 1: "b", 2: "c"}, iter(arrow))
+        return told
+
+    pid = place(1)
+    assert run([1.0, 2.0, 2.0, 3.0]) == [(pid, True, ["1.0", "2.0", "2.0", "3.0"])]
+    assert run([1.0, 3.0, 2.0]) == [(pid, False, ["1.0", "3.0", "2.0"])]
+    assert run([1.0, 2.0], [3.0]) == [(pid, False, ["1.0", "2.0", "3.0"])]
 
 
 def test_a_key_placed_unlike_python_is_refused_even_when_the_worker_knows_it(

@@ -18,9 +18,9 @@ import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from itertools import chain, compress, repeat
+from itertools import chain, compress, islice, repeat
 from math import isfinite
-from operator import add, getitem, itemgetter
+from operator import add, getitem, itemgetter, le
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +281,9 @@ def _phase1_outputs(
     base = ctx.batch << MID_BITS  # see MID_EXPR
     values_of = {inp: job.inputs[name].values_of for inp, name in names.items()}
     ordered = {inp for inp, name in names.items() if job.inputs[name].order is not None}
+    # Partitions whose events came from one Arrow batch already in their declared
+    # order: phase 1 need not sort them (a pass over every event, from cold memory).
+    in_order: set[int] = set()
     for batch in batches:
         cols = batch.to_pydict()
         payloads = {inp: cols[f"__in{inp}"] for inp in names}
@@ -288,9 +291,15 @@ def _phase1_outputs(
             _highest(high, cols["__input"], cols["__ordv"])
         made = _column_events(job, names, batch, cols, base, partitions)
         if made is not None:  # (the common case: a batch without a bad event)
-            for pid, part in made.items():
+            parts, sorted_here = made
+            for pid, part in parts.items():
+                if pid in events:  # (after an earlier Arrow batch's events)
+                    in_order.discard(pid)
+                elif sorted_here:
+                    in_order.add(pid)
                 events.setdefault(pid, []).extend(part)
             continue
+        in_order.clear()  # (the loop below appends to any partition's events)
         for k, (inp, ordv, pids, place, pid, copy) in enumerate(
             zip(
                 cols["__input"],
@@ -332,7 +341,7 @@ def _phase1_outputs(
                 evs.append(event)
     # The events alone hold their rows from here on: phase 1 frees each soon after
     # it ran, while it is still in the CPU's cache (see PartitionExecutor.run).
-    cols, payloads, made = {}, {}, None
+    cols, payloads, made, parts = {}, {}, None, {}
     release = None
     if ctx.gather is not None:
         release = _gathered_release(ctx, high, names)
@@ -353,7 +362,10 @@ def _phase1_outputs(
     if ctx.exchange is not None:
         results = _forwarded_phase1(job, ctx, partitions, events)
     else:
-        results = {pid: phase1(job, ctx, pid, evs) for pid, evs in sorted(events.items())}
+        results = {
+            pid: phase1(job, ctx, pid, evs, ordered=pid in in_order)
+            for pid, evs in sorted(events.items())
+        }
     for pid, result in sorted(results.items()):
         stats = result["stats"]
         if bad and pid == min(results):
@@ -419,8 +431,10 @@ def _column_events(
     cols: dict[str, list[Any]],
     base: int,
     partitions: int,
-) -> dict[int, list[Event]] | None:
+) -> tuple[dict[int, list[Event]], bool] | None:
     """The events of one Arrow batch per partition, made column by column; None: use the loop.
+
+    And whether they came in their declared order (each partition's then are).
 
     What the row loop of :func:`_phase1_outputs` makes, with no Python code
     per event in the common case (``map``, ``zip``, ``chain`` run in C; the
@@ -488,16 +502,17 @@ def _column_events(
     if not all(pids):  # (an event without values reaches its partition: [pid])
         pids = [p or [q] for p, q in zip(pids, pid_of, strict=True)]
     mids = map(add, repeat(base), cols["__mid"])
-    orders = zip(ordvs, inputs, mids, strict=True)
+    orders = list(zip(ordvs, inputs, mids, strict=True))
+    sorted_here = all(map(le, orders, islice(orders, 1, None)))  # (in C, while they are cached)
     named = map(names.__getitem__, inputs)
     fields = zip(orders, named, rows, values, pids, cols["__copy"], strict=True)
     made = list(map(tuple.__new__, repeat(Event), fields))
     if len(set(pid_of)) == 1:
-        return {pid_of[0]: made}
+        return {pid_of[0]: made}, sorted_here
     out: dict[int, list[Event]] = {}
     for pid, event in zip(pid_of, made, strict=True):
         out.setdefault(pid, []).append(event)
-    return out
+    return out, sorted_here
 
 
 _PLACED: dict[int, dict[Any, int]] = {}

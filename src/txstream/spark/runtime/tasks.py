@@ -206,22 +206,29 @@ _order: Callable[[Event], tuple[float, int, int]] = attrgetter("order")
 """An event's declared order (a sort key that runs in C)."""
 
 
-def phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
+def phase1(
+    job: JobSpec, ctx: BatchContext, pid: int, events: list[Event], ordered: bool = False
+) -> dict[str, Any]:
     """Run partition ``pid``'s events of the batch; returns stats and what it ships.
 
     ``events`` is given away: the run empties it (see ``PartitionExecutor.consume``).
+    ``ordered``: they are in their declared order already (not sorted again).
     """
     with collector_paused():
-        return _phase1(job, ctx, pid, events)
+        return _phase1(job, ctx, pid, events, ordered)
 
 
-def _phase1(job: JobSpec, ctx: BatchContext, pid: int, events: list[Event]) -> dict[str, Any]:
+def _phase1(
+    job: JobSpec, ctx: BatchContext, pid: int, events: list[Event], ordered: bool
+) -> dict[str, Any]:
     store = RuntimeStore(ctx.store)
     state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
     counts: dict[str, int] = {}
     if ctx.release_upto is not None:
         events = release(state, events, ctx.release_upto, job.boundary, counts=counts)
-    events.sort(key=_order)
+        ordered = False
+    if not ordered:
+        events.sort(key=_order)
     executor = PartitionExecutor(job, pid, state, ctx.arrival, ctx.partitions)
     executor.consume = True  # (events: this function's own, see above)
     executor.run(ctx.batch, events, ctx.abort)
