@@ -678,6 +678,31 @@ def test_rows_and_deltas_in_blocks_round_trip(monkeypatch: pytest.MonkeyPatch) -
         assert changes[table] == want
 
 
+def test_lists_written_block_by_block_are_the_same_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    # dumps writes long lists' JSON block by block while their values are cached
+    # and splices it in: the bytes are json.dumps's of the encoded value, even
+    # when a string of the data reads like the mark that stands for a list.
+    import json
+
+    monkeypatch.setattr(codec, "_BLOCK", 3)
+    monkeypatch.setattr(codec.secrets, "token_hex", lambda n: "n")
+    rows = [{"k": k, "v": k / 3, "s": "é\x00"} for k in range(8)]
+    for value in (
+        rows,
+        {"changes": {"t": [list(range(10)), [*rows[:4], None, *rows[4:]]]}, "meta": {}},
+        [*rows[:6], {"k": (1, 2), "v": 0.5, "s": "x"}, rows[0]],  # not plain in a later block
+        [1, 2, 3, 4, "a", None, True, 2.5, float("nan"), -7],
+        [1, 2, 3, 4, 5, (6,), 7],  # a value that is not plain in a later block
+        [[*range(5)], [*range(7)], {"x": list(range(9))}],
+        [*rows, {"k": 0, "v": 0.0, "s": "\x00n:0"}],  # a string like a mark
+        {"a": "\x00n:0", "b": list(range(10))},  # before the list's mark
+    ):
+        want = json.dumps(codec.encode(value), separators=(",", ":")).encode()
+        assert codec.dumps(value) == want
+        back = codec.loads(codec.dumps(value))
+        assert same(back, value) and repr(back) == repr(value)
+
+
 names = st.lists(st.text(max_size=3), min_size=1, max_size=4, unique=True)
 shaped_rows = names.flatmap(
     lambda cols: st.lists(

@@ -42,6 +42,9 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+import secrets
+from collections.abc import Callable
+from contextvars import ContextVar
 from decimal import Decimal
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
@@ -138,12 +141,17 @@ def _encode_list(items: list[Any]) -> Any:
     """
     if not items:
         return items
+    spliced = _SPLICED.get()
     if len(items) >= _COLUMNS_FROM and type(items[0]) in _ROWS_OR_NONE:
         # Rows (a delta's, a snapshot's): straight to the column layout, whose
         # passes also take the census of the rows' types (see _rows_block).
         block = _rows_block(items)
         if block is not None:
             return block
+    if spliced is not None and len(items) > _BLOCK:
+        mark = _plain_text(items, spliced)
+        if mark is not None:
+            return mark
     kinds = set(map(type, items))
     if kinds <= _PLAIN:
         return items  # (to the C encoder whole)
@@ -183,8 +191,10 @@ def _rows_block(rows: list[Any]) -> dict[str, Any] | None:
         return None
     stand_in = dict.fromkeys(names)  # where a row is absent, so that the columns stay aligned
     gone: list[int] = []
-    columns: list[list[Any]] = [[] for _ in names]
-    kinds: list[set[type]] = [set() for _ in names]
+    spliced = _SPLICED.get()
+    columns: list[list[Any]] = [[] for _ in names]  # (without spliced text)
+    texts: list[list[str]] = [[] for _ in names]  # (with: each block's JSON)
+    plain = [True] * len(names)
     getters = [itemgetter(name) for name in names]
     for start in range(0, len(rows), _BLOCK):
         block = rows[start : start + _BLOCK]
@@ -195,15 +205,63 @@ def _rows_block(rows: list[Any]) -> dict[str, Any] | None:
             block = [stand_in if row is None else row for row in block]
         if set(map(tuple, block)) != {names}:
             return None
-        for get, column, seen in zip(getters, columns, kinds, strict=True):
+        for i, get in enumerate(getters):
             part = list(map(get, block))
-            seen.update(map(type, part))
-            column.extend(part)
-    encoded = [
-        column if seen <= _PLAIN else encode(column)
-        for column, seen in zip(columns, kinds, strict=True)
-    ]
+            if plain[i] and not set(map(type, part)) <= _PLAIN:
+                plain[i] = False
+            if spliced is None:
+                columns[i].extend(part)
+            elif plain[i]:  # (its values are cached now: written now, not in a pass of its own)
+                texts[i].append(_JSON(part)[1:-1])
+    encoded: list[Any] = []
+    for i, get in enumerate(getters):
+        if spliced is None:
+            encoded.append(columns[i] if plain[i] else encode(columns[i]))
+        elif plain[i]:
+            encoded.append(spliced.put(texts[i]))
+        else:  # (a column with values that are not plain: made again, encoded item by item)
+            full = [stand_in if row is None else row for row in rows]
+            encoded.append(encode(list(map(get, full))))
     return {"$lr": [list(names), gone, *encoded]}
+
+
+def _plain_text(items: list[Any], spliced: _Spliced) -> str | None:
+    """A long list of plain values as spliced JSON text (see :func:`dumps`), or None."""
+    parts = []
+    for start in range(0, len(items), _BLOCK):
+        block = items[start : start + _BLOCK]
+        if not set(map(type, block)) <= _PLAIN:
+            return None
+        parts.append(_JSON(block)[1:-1])
+    return spliced.put(parts)
+
+
+_JSON: Callable[[Any], str] = json.JSONEncoder(separators=(",", ":")).encode
+"""``json.dumps(value, separators=(",", ":"))``, the store's JSON (one encoder for all)."""
+
+
+class _Spliced:
+    """Long lists written as JSON text block by block, while their values were cached.
+
+    :func:`encode` leaves a *mark* (a string) in their place; :func:`dumps`
+    puts the text there.  A block's values are then read once after they were
+    last cached, instead of again in a pass of the C encoder over the whole
+    list (from cold memory, for a delta's rows scattered over the state).
+    """
+
+    def __init__(self) -> None:
+        self.nonce = secrets.token_hex(16)
+        self.texts: dict[str, str] = {}
+
+    def put(self, parts: list[str]) -> str:
+        """A mark for the list whose items' JSON text, block by block, is ``parts``."""
+        mark = f"\x00{self.nonce}:{len(self.texts)}"
+        self.texts[mark] = f"[{','.join(parts)}]"
+        return mark
+
+
+_SPLICED: ContextVar[_Spliced | None] = ContextVar("_SPLICED", default=None)
+"""While :func:`dumps` encodes: where long lists' text goes (None: lists stay lists)."""
 
 
 def _decode_rows(value: list[Any]) -> list[Any]:
@@ -269,8 +327,27 @@ def _pandas_timestamp(text: str, zone: str | None) -> Any:
 
 
 def dumps(obj: Any) -> bytes:
-    """``obj`` as UTF-8 tagged JSON."""
-    return json.dumps(encode(obj), separators=(",", ":")).encode()
+    """``obj`` as UTF-8 tagged JSON.
+
+    The same text as ``json.dumps(encode(obj), separators=(",", ":"))``; long
+    lists are written block by block meanwhile (see :class:`_Spliced`).
+    """
+    spliced = _Spliced()
+    reset = _SPLICED.set(spliced)
+    try:
+        tree = encode(obj)
+    finally:
+        _SPLICED.reset(reset)
+    text = _JSON(tree)
+    texts = spliced.texts
+    for mark, part in texts.items():
+        quoted = _JSON(mark)
+        if text.count(quoted) != 1 or any(quoted in t for t in texts.values()):
+            # A string of the data that reads like a mark (its nonce is random and
+            # made for this call: never met): the whole list in one pass instead.
+            return _JSON(encode(obj)).encode()
+        text = text.replace(quoted, part, 1)
+    return text.encode()
 
 
 def loads(body: bytes) -> Any:
