@@ -174,8 +174,8 @@ def test_events_made_by_columns_equal_the_row_loops(
 def test_phase_1_is_told_which_partitions_events_came_in_order(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    # Events that came in their declared order from one Arrow batch are not
-    # sorted again; out of order, or from two batches, they are.
+    # Events that came in their declared order (over every Arrow batch and slice
+    # of one) are not sorted again; out of order, they are.
     q._PLACED.clear()
     told: list[tuple[int, bool, list[Any]]] = []
 
@@ -204,7 +204,11 @@ def test_phase_1_is_told_which_partitions_events_came_in_order(
     pid = place(1)
     assert run([1.0, 2.0, 2.0, 3.0]) == [(pid, True, ["1.0", "2.0", "2.0", "3.0"])]
     assert run([1.0, 3.0, 2.0]) == [(pid, False, ["1.0", "3.0", "2.0"])]
-    assert run([1.0, 2.0], [3.0]) == [(pid, False, ["1.0", "2.0", "3.0"])]
+    assert run([1.0, 2.0], [3.0, 4.0]) == [(pid, True, ["1.0", "2.0", "3.0", "4.0"])]
+    assert run([1.0, 3.0], [2.0]) == [(pid, False, ["1.0", "3.0", "2.0"])]
+    monkeypatch.setattr(q, "_SLICE", 2)  # (a batch is made into events in slices)
+    assert run([1.0, 2.0, 2.0, 3.0, 4.0]) == [(pid, True, ["1.0", "2.0", "2.0", "3.0", "4.0"])]
+    assert run([1.0, 2.0, 1.5, 3.0]) == [(pid, False, ["1.0", "2.0", "1.5", "3.0"])]
 
 
 def test_a_key_placed_unlike_python_is_refused_even_when_the_worker_knows_it(
