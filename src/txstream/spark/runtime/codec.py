@@ -172,7 +172,7 @@ _BLOCK = 2048
 """Rows per block of :func:`_rows_block`'s passes.  A delta's rows lie scattered over
 the state's memory, far larger than the CPU's caches: one pass over all of them
 per question (their types, their columns, each column's types) missed the
-cache on every row each time (a fifth of phase 1's CPU per event).  Block by
+cache on every row each time (the delta's save was a sixth of phase 1's CPU).  Block by
 block, only the first pass over a block's rows misses; the next find them in
 the cache (2,048 rows of a few columns: a few hundred KiB)."""
 
