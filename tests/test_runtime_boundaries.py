@@ -1005,6 +1005,20 @@ def test_a_value_an_output_line_cannot_hold_is_a_schema_error(tmp_path: Path, va
         assert failures[0].startswith(f"SchemaError: emit to o: a {type(value).__name__} (")
 
 
+def test_a_numpy_array_or_a_dict_key_that_is_no_string_is_a_schema_error(tmp_path: Path) -> None:
+    # (an array passed as a numpy number, whose .item() then failed the whole run
+    # with a traceback while the lines were written; a tuple key inside a dict
+    # failed it in json's encoder)
+    np = pytest.importorskip("numpy")
+    for i, (value, kind) in enumerate(
+        [(np.array([1, 2]), "ndarray"), (np.array(5), "ndarray"), ({(1, 2): 3}, "dict")]
+    ):
+        for tasks in (1, 2):
+            rows, failures = _emit_v(tmp_path / f"{i}-{tasks}", [1, {"in": value}], tasks)
+            assert rows == [] and len(failures) == 2, (value, tasks)
+            assert failures[0].startswith(f"SchemaError: emit to o: a {kind}"), failures[0]
+
+
 @pytest.mark.parametrize("history", [False, True])
 def test_a_key_column_that_places_no_row_may_hold_decimals_floats_and_dates(
     tmp_path: Path, history: bool

@@ -1010,3 +1010,52 @@ def test_kept_totals_count_a_value_that_is_not_a_number_and_stay_exact() -> None
     [(column, partial)] = tracked["t"]
     assert (column, partial[0], partial[2], partial[6], partial[7]) == ("v", 8, 1, 3, 0)
     assert not keep({"u": {1: {1: {"v": "y"}}}}, [("u", "v")], tracked)
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_writes_admitted_in_later_rounds_stay_out_of_a_read_admitted_past(
+    tmp_path: Path, tasks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One transaction per admission round.  Partition 0 admits two transfers whose
+    # other ends wait behind 5 and 25 events of partition 1, then an audit past them,
+    # then ten deposits of 100, one per round: the first transfer's answer comes back
+    # while they are admitted, and the audit, which waits for the second transfer,
+    # must count none of them.  (The other tests' batches fit in one round of 128: a
+    # mutant that let a later round's writes into the read's totals passed them.)
+    monkeypatch.setattr(forward_module, "ADMIT_CHUNK", 1)
+    monkeypatch.setattr(forward_module, "ADMIT_CHUNK_WAITING", 1)
+    p0 = [k for k in range(300) if partition_of(k, 2) == 0][:3]
+    p1 = [k for k in range(300) if partition_of(k, 2) == 1][:27]
+
+    def move(t: Any, e: dict[str, Any]) -> None:
+        for key in dict.fromkeys((e["a"], e["b"])):
+            if t.read("acct", key) is None:
+                t.insert("acct", {"k": key, "v": 0})
+            t.increment("acct", key, "v", e["d"])
+
+    def total(t: Any, e: dict[str, Any]) -> None:
+        t.emit("audits", {"id": e["id"], "total": t.sum("acct", "v")})
+
+    job = (
+        tx.Job("rounds")
+        .table("acct", key="k", schema="k long, v long")
+        .input("moves", None, keys=["a", "b"], order="id")
+        .input("audits", None, order="id", global_reads=["acct.v"])
+        .output("audits")
+        .on("moves", move)
+        .on("audits", total)
+    )
+    local = [("moves", {"a": k, "b": k, "d": 1}) for k in p1[:26]]
+    events = [("audits", {}), *local[:5], ("moves", {"a": p0[0], "b": p1[26], "d": 10})]
+    events += [*local[5:], ("moves", {"a": p0[2], "b": p1[25], "d": 10}), ("audits", {})]
+    events += [("moves", {"a": p0[1], "b": p0[1], "d": 100})] * 10 + [("audits", {})]
+    batch = [(name, {**e, "id": i}) for i, (name, e) in enumerate(events)]
+    job.run_local([batch], tmp_path, partitions=2, tasks=tasks)
+    want, balance = [], {}
+    for name, e in batch:  # (serially)
+        if name == "audits":
+            want.append({"id": e["id"], "total": sum(balance.values())})
+        else:
+            for key in dict.fromkeys((e["a"], e["b"])):
+                balance[key] = balance.get(key, 0) + e["d"]
+    assert tx.read_output(tmp_path, "audits") == want

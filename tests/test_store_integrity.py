@@ -263,6 +263,7 @@ def test_a_marker_copied_over_another_names_that_marker(tmp_path: Path) -> None:
         ('"runner": "local"', '"runner": "locam"'),  # was "the store of locam"
         ('"key": ["k"]', '"key": ["j"]'),  # was "declared with key ['j']": not the job
         ('"outputs": ["seen"]', '"outputs": ["seem"]'),  # read_output: "no output 'seen'"
+        ('"crc"', '"crd"'),  # its checksum's own key: was read as an older, unchecked record
     ],
 )
 def test_a_changed_job_record_is_named(tmp_path: Path, old: str, new: str) -> None:

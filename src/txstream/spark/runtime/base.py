@@ -294,6 +294,13 @@ def check_output_values(output: str, row: Any) -> None:
     while stack:
         value = stack.pop()
         if isinstance(value, dict):
+            if value is not row and not all(type(k) is str for k in value):
+                # (json refuses such a key while the lines are written: the run failed)
+                raise SchemaError(
+                    f"emit to {output}: a dict inside a row has a key that is not a string "
+                    f"({next(k for k in value if type(k) is not str)!r:.60}); JSON's keys "
+                    "are strings: convert the keys"
+                )
             stack.extend(value.values())
         elif isinstance(value, (list, tuple)):
             stack.extend(value)
@@ -308,8 +315,12 @@ def check_output_values(output: str, row: Any) -> None:
 
 
 def _numpy_number(value: Any) -> bool:
+    """A numpy scalar number (``np.int64(5)``), not an array (``.item()`` of one fails)."""
     return (
         type(value).__module__ == "numpy"
+        and getattr(value, "ndim", None) == 0
+        and getattr(value, "shape", None) == ()
+        and type(value).__name__ != "ndarray"
         and getattr(value, "dtype", None) is not None
         and (value.dtype.kind in "biuf")
     )

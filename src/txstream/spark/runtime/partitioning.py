@@ -74,11 +74,12 @@ def partition_of(value: Key, partitions: int) -> int:
 def sql_partition(columns: Sequence[str], partitions: int, booleans: Collection[str] = ()) -> str:
     """A Spark SQL expression computing :func:`partition_of` from ``columns``; -1 for a null.
 
-    ``booleans``: the columns of Spark type boolean (placed as their ints).
+    ``booleans``: the columns of Spark type boolean (placed as their ints), in lower
+    case (Spark's column names are not case-sensitive by default).
     """
     cols = [f"`{c}`" for c in columns]
     texts = [
-        f"cast(cast({c} as int) as string)" if name in booleans else f"cast({c} as string)"
+        f"cast(cast({c} as int) as string)" if name.lower() in booleans else f"cast({c} as string)"
         for c, name in zip(cols, columns, strict=True)
     ]
     text = texts[0] if len(texts) == 1 else "concat_ws(char(31), " + ", ".join(texts) + ")"

@@ -179,5 +179,8 @@ class QueryStart(QueryBatches):
 
 
 def _booleans(df: Any) -> frozenset[str]:
-    """The columns of ``df`` of Spark type boolean (placed as the ints they equal)."""
-    return frozenset(f.name for f in df.schema.fields if f.dataType.typeName() == "boolean")
+    """The columns of ``df`` of Spark type boolean (placed as the ints they equal), lower case.
+
+    (Spark resolves a declared key ``Flag`` to the column ``flag`` by default.)
+    """
+    return frozenset(f.name.lower() for f in df.schema.fields if f.dataType.typeName() == "boolean")

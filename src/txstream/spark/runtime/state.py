@@ -363,7 +363,9 @@ class RuntimeStore:
             return None
         meta = json_record(path, "job record")
         crc = meta.pop("crc", None)
-        if crc is not None and crc != _meta_crc(meta):
+        # (a record that names its placement rule was written with a checksum: one
+        # without is a damaged "crc" key, not an older record)
+        if (crc is None and "placement" in meta) or (crc is not None and crc != _meta_crc(meta)):
             raise StoreError(
                 f"{path}: damaged job record (checksum mismatch); restore it from a backup"
             )
