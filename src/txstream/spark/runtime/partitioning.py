@@ -56,7 +56,9 @@ def key_text(key: Key) -> str:
         return SEPARATOR.join(key_text(part) for part in key)
     if isinstance(key, int | str):
         return canonical(key)  # (a bool as the int it equals)
-    if isinstance(key, float | decimal.Decimal) and math.isfinite(key):
+    if (isinstance(key, float) and math.isfinite(key)) or (
+        isinstance(key, decimal.Decimal) and key.is_finite()
+    ):  # (math.isfinite raises on a signalling NaN Decimal)
         # Equal numbers are one key of a dict (1.0 and 1, Decimal("2.50") and 2.5):
         # one text, or a row would be two items of the history.
         exact = decimal.Decimal(key)

@@ -245,6 +245,7 @@ class SocketTransport:
         first = self.connecting.setdefault(task, time.monotonic())
         if time.monotonic() - first > EXCHANGE_TIMEOUT_S:
             raise ExchangeError(f"task {task} did not publish its address in {path.parent}")
+        sock: socket.socket | None = None
         try:
             address = json.loads(path.read_text())
             sock = _local_connection(address.get("local"))
@@ -253,6 +254,8 @@ class SocketTransport:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.sendall(_HELLO.pack(self.secret, self.me, task))
         except (OSError, ValueError, KeyError, AttributeError):
+            if sock is not None:  # (the hello failed: closed, not left to the collector)
+                sock.close()
             return  # (not published yet, or stale: tried again at the next flush)
         sock.setblocking(False)
         self.outgoing[task] = sock
