@@ -25,20 +25,22 @@ from txstream.spark.runtime.base import (
     check_key,
     check_partition_value,
     duplicate_key,
-    emitted_row,
-    incremented_row,
-    json_value,
     key_of_row,
     keyed_values,
     missing_row,
-    owned_row,
     table_spec,
     undeclared_total,
-    updated_row,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
 from txstream.spark.runtime.executor import ExecutorTx, Outcome, check_fragment
 from txstream.spark.runtime.partitioning import canonical, key_text
+from txstream.spark.runtime.rows import (
+    emitted_row,
+    incremented_row,
+    json_value,
+    owned_row,
+    updated_row,
+)
 from txstream.spark.runtime.totals import count_rows, finish_total
 from txstream.storage import DuplicateKeyError, MissingRowError
 from txstream.txn import TransactionManager

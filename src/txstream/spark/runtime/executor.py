@@ -39,7 +39,6 @@ from txstream.spark.runtime.base import (
     JobSpec,
     Row,
     TransactionAborted,
-    json_value,
 )
 from txstream.spark.runtime.boundaries import Event, Group, PerEvent, Run, event_gid, track_runs
 from txstream.spark.runtime.executor_tx import ExecutorTx as ExecutorTx  # (re-exported)
@@ -51,6 +50,7 @@ from txstream.spark.runtime.executor_tx import record_reads as record_reads  # (
 from txstream.spark.runtime.executor_tx import undeclared as undeclared  # (re-exported)
 from txstream.spark.runtime.partitioning import canonical
 from txstream.spark.runtime.recorded import commit_mark as _commit_mark
+from txstream.spark.runtime.rows import json_value
 from txstream.spark.runtime.state import PartitionState
 
 _BLOCK = 256

@@ -26,24 +26,26 @@ from txstream.spark.runtime.base import (
     TableSpec,
     TransactionAborted,
     UndeclaredKeyError,
-    check_emitted,
     check_key,
-    check_output_values,
     check_partition_value,
     check_value,
     duplicate_key,
-    incremented_row,
     key_of_row,
     keyed_values,
     missing_row,
-    owned_row,
     table_spec,
     undeclared_total,
-    updated_row,
 )
 from txstream.spark.runtime.boundaries import Event
 from txstream.spark.runtime.partitioning import canonical, key_text, partition_of
 from txstream.spark.runtime.recorded import history_codes
+from txstream.spark.runtime.rows import (
+    check_emitted,
+    check_output_values,
+    incremented_row,
+    owned_row,
+    updated_row,
+)
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import (
     finish_total,

@@ -22,7 +22,7 @@ from operator import attrgetter
 from typing import Any
 
 from txstream.errors import TxStreamError
-from txstream.spark.runtime.base import JobSpec, Row, owned_row
+from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Boundary, Event, check_runs
 from txstream.spark.runtime.executor import (
     Outcome,
@@ -35,6 +35,7 @@ from txstream.spark.runtime.forward import ForwardScheduler, SocketTransport
 from txstream.spark.runtime.merge import Bound
 from txstream.spark.runtime.recorded import history_line
 from txstream.spark.runtime.results import one_per_transaction
+from txstream.spark.runtime.rows import owned_row
 from txstream.spark.runtime.state import RuntimeStore
 
 MAX_ATTEMPTS = 64
