@@ -233,18 +233,15 @@ def history_text(path: str | Path, stream: str = "IN") -> str:
     driver = store.root / DRIVER_HISTORY
     if driver.is_file() and not (store.root / "history").is_dir():
         return driver.read_text()
-    if not (store.root / "history").is_dir() and not any(
-        info.get("history") for _, info in store.chain()
-    ):
+    recorded = (store.root / "history").is_dir()  # (once a transaction has run)
+    if not recorded and not any(info.get("history") for _, info in store.chain()):
         raise TxStreamError(
             f"{path}: this job recorded no history: start it with .option('recordHistory', "
             "True) (a job that records one writes it once a transaction has run)"
         )
     fates: dict[str, tuple[tuple[Any, ...], str]] = {}
     files: list[tuple[str, list[str]]] = []  # (role, operations)
-    for batch, info in store.chain():
-        if not (store.root / "history").is_dir():
-            break  # (recorded, and no transaction ran: an empty history)
+    for batch, info in store.chain() if recorded else ():  # (else: an empty history)
         parts = _parts(store, batch, info, "history", "")
         # Phase-1 files before the coordinator's: a deferred value's operations
         # all come after its phase-1 operations.

@@ -114,21 +114,14 @@ def partial_totals(
     """
     out: dict[tuple[str, str | None], Partial] = {}
     for table, column in reads:
-        kept = tracked.get(table) if tracked is not None else None
-        found = None
-        for col, partial in kept or ():
-            if col == column:
-                if partial[OTHERS]:
-                    raise TypeError(f"the sum of {table}.{column}: a value is not a number")
-                found = list(partial)
-                break
+        found = _kept(tracked, table, column)
         if found is None:
             found = count_rows(data.get(table, {}), column, table in flat)
-            if found is None:
-                raise TypeError(f"the sum of {table}.{column}: a value is not a number")
-            if tracked is not None:
+            if found is not None and tracked is not None:
                 tracked.setdefault(table, []).append((column, list(found)))
-        out[(table, column)] = found
+        if found is None or found[OTHERS]:
+            raise TypeError(f"the sum of {table}.{column}: a value is not a number")
+        out[(table, column)] = list(found)
     return out
 
 
@@ -143,13 +136,21 @@ def keep(
     False when a value is not a number (then what it counted is not kept).
     """
     for table, column in reads:
-        if any(col == column for col, _ in tracked.get(table, ())):
+        if _kept(tracked, table, column) is not None:
             continue
         found = count_rows(data.get(table, {}), column, table in flat)
         if found is None:
             return False
         tracked.setdefault(table, []).append((column, found))
     return True
+
+
+def _kept(tracked: Tracked | None, table: str, column: str | None) -> Partial | None:
+    """The partial of ``table.column`` that ``tracked`` keeps, or None."""
+    for col, partial in (tracked or {}).get(table, ()):
+        if col == column:
+            return partial
+    return None
 
 
 def track(tracked: Tracked, table: str, old: Any, new: Any) -> None:
