@@ -75,6 +75,15 @@ def test_a_second_read_while_the_first_waits_is_a_barrier() -> None:
     assert serial_events(txns, 2) == 1
     found = count(txns, 2)
     assert (found.at_once, found.past, found.barriers) == (0, 2, 2)
+    # two reads at a time past (a design the runtime does not run): t3 runs at once
+    assert count(txns, 2, reads=2) == Counts(serial=0, past=4, at_once=0, barriers=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        count(txns, 2, reads=0)
+    # With two reads past at partition 1, t4 (between them) holds back the
+    # second's part only: the first's is taken after t2 (step 2, partition 0
+    # idle-waiting in steps 1 and 2), not after t1 (which would take 1 serial).
+    two = [(A2, B), (B,), (B,), (), (C,), ()]
+    assert count(two, 2, chunk=2, reads=2) == Counts(serial=2, past=4, at_once=0, barriers=0)
     # One at a time, not every other one: in chunks of 1 both partitions admit
     # the first read past t0 and reach the second after t0 ran (its parts
     # taken): nothing is unfinished then, so its parts are taken at once.

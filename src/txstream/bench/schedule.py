@@ -86,14 +86,20 @@ class Counts:
     """Parts that met an earlier read still waiting: admission stopped (per partition)."""
 
 
-def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> Counts:
+def count(
+    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1
+) -> Counts:
     """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
 
     ``chunk``: transactions a partition admits at a time when nothing of its own
     is ready (the runtime's admission round, :data:`~txstream.spark.runtime.forward.ADMIT_CHUNK`).
+    ``reads``: global reads a partition admits past at a time (the runtime: 1;
+    more is a design it does not run, for what it would buy).
     """
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, not {chunk}")
+    if reads < 1:
+        raise ValueError(f"reads must be at least 1, not {reads}")
     n = len(txns)
     found = Counts()
     homes = _homes(txns, partitions)
@@ -124,8 +130,9 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> Cou
     inflight = [0] * partitions  # admitted there, not finished (global reads aside)
     epoch = [0] * partitions
     since: dict[tuple[int, int], int] = {}  # (transaction, partition) -> epoch when admitted
-    reading: list[int] = [-1] * partitions  # a read admitted past, its part not taken
-    earlier = [0] * partitions  # items before it, not finished
+    # Per partition, the reads admitted past whose parts wait: [read, its epoch,
+    # the items admitted before it not finished].
+    reading: list[deque[list[int]]] = [deque() for _ in range(partitions)]
     barrier: list[int] = [-1] * partitions
     ready: list[list[int]] = [[] for _ in range(partitions)]
     unfinished = [0] * partitions
@@ -156,10 +163,10 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> Cou
                 if inflight[p] == 0:
                     found.at_once += 1
                     take(i)
-                elif reading[p] < 0:
+                elif len(reading[p]) < reads:
                     found.past += 1
-                    reading[p], earlier[p] = i, inflight[p]
                     epoch[p] += 1
+                    reading[p].append([i, epoch[p], inflight[p]])
                 else:
                     found.barriers += 1
                     barrier[p] = i
@@ -193,12 +200,15 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> Cou
                 del queues[k]
         for p in spans[i]:
             inflight[p] -= 1
-            r = reading[p]
-            if since.pop((i, p)) != epoch[p] and r >= 0:
-                earlier[p] -= 1
-                if earlier[p] == 0:
-                    reading[p] = -1
-                    take(r)
+            admitted_in = since.pop((i, p))
+            waits = reading[p]
+            if waits and admitted_in < waits[-1][1]:
+                for entry in list(waits):
+                    if admitted_in < entry[1]:
+                        entry[2] -= 1
+                        if entry[2] == 0:
+                            waits.remove(entry)
+                            take(entry[0])
             b = barrier[p]
             if b >= 0 and inflight[p] == 0:
                 barrier[p] = -1
@@ -228,9 +238,11 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> Cou
     return found
 
 
-def serial_events(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK) -> int:
-    """Events of ``txns`` executed while another partition idle-waits (see the module)."""
-    return count(txns, partitions, chunk).serial
+def serial_events(
+    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1
+) -> int:
+    """Events of ``txns`` executed while another partition idle-waits (see :func:`count`)."""
+    return count(txns, partitions, chunk, reads).serial
 
 
 def hot_floor(txns: Sequence[Txn], partitions: int) -> float:
@@ -261,10 +273,13 @@ def serial_share(txns: Sequence[Txn], partitions: int) -> float:
     return serial_events(txns, partitions) / len(txns) if txns else 0.0
 
 
-def batched(txns: Sequence[Txn], partitions: int, batch: int) -> tuple[float, float]:
+def batched(
+    txns: Sequence[Txn], partitions: int, batch: int, reads: int = 1
+) -> tuple[float, float]:
     """``(serial_share, hot_floor)`` over batches of ``batch`` transactions, weighted by size.
 
-    The runtime schedules each micro-batch on its own, so the model runs per batch.
+    The runtime schedules each micro-batch on its own, so the model runs per batch
+    (``reads``: see :func:`count`).
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, not {batch}")
@@ -272,7 +287,7 @@ def batched(txns: Sequence[Txn], partitions: int, batch: int) -> tuple[float, fl
     floor = 0.0
     for start in range(0, len(txns), batch):
         part = txns[start : start + batch]
-        serial += serial_events(part, partitions)
+        serial += serial_events(part, partitions, reads=reads)
         floor += hot_floor(part, partitions) * len(part)
     n = len(txns)
     return (serial / n, floor / n) if n else (0.0, 0.0)
