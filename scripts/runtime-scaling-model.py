@@ -18,6 +18,18 @@ multi-partition transactions on N partitions (uniform: transfers times
 The prediction for ``local[2]`` is then compared with its measurement, and
 N = 4 .. 32 are predicted (one partition per core).
 
+The structure above gives the tasks the whole machine, but the driver and
+Spark's JVM (the shuffle, Arrow, the garbage collector) work beside them:
+``local[1]`` keeps more than one core busy.  So the run also counts the CPU
+of the whole process tree per workload (``/proc``: the Python workers against
+the JVM and the driver), and the model's second form bounds a batch by the
+machine's ``M`` cores as well:
+
+    T(N) = F + n * max(c(N) / (N * (1 - s(N))), c(N) * (1 + k) / M)
+
+``k``: the JVM's and driver's CPU over the Python workers' on ``local[1]``'s
+``cross 0`` (measured in the same run).
+
     PYTHONPATH=src .venv/bin/python scripts/runtime-scaling-model.py
 """
 
@@ -50,6 +62,40 @@ def write_input(folder: Path, stream: list[Any], files: int) -> None:
         for name in ("deposits", "transfers"):
             lines = "".join(json.dumps(e) + "\n" for kind, e in part if kind == name)
             (folder / name / f"part-{n:04d}.json").write_text(lines)
+
+
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds of this process and its descendants: Spark's Python workers, the rest.
+
+    Read from ``/proc`` (Linux): each live process's own time and that of its
+    children it reaped (pyspark's daemon reaps the workers it forked).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    worker: dict[int, bool] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:  # (gone meanwhile)
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        spent[pid] = sum(int(f) for f in fields[11:15]) / tick
+        worker[pid] = b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd
+    me = os.getpid()
+    out = {"workers": 0.0, "jvm and driver": 0.0}
+    for pid in spent:
+        p = pid
+        while p not in (me, 0, 1) and p in parent:
+            p = parent[p]
+        if p == me:
+            out["workers" if worker[pid] else "jvm and driver"] += spent[pid]
+    return out
 
 
 def run_master(master: str, n: int) -> dict[str, Any]:
@@ -87,14 +133,17 @@ def run_master(master: str, n: int) -> dict[str, Any]:
                 query = job.trigger(availableNow=True).start(
                     folder / "ckpt", spark=spark, partitions=2
                 )
+                began = tree_cpu()
                 try:
                     query.awaitTermination()
                 finally:
                     query.stop()
+                ended = tree_cpu()
                 batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
                 out[label] = {
                     "seconds": [p["durationMs"] / 1000 for p in batches],
                     "events": [p["numInputRows"] for p in batches],
+                    "cpu": {k: ended[k] - began[k] for k in began},
                 }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -142,15 +191,36 @@ def main() -> None:
     stream = list(events(72_000, 100_000, 50, seed=7))
     print(f"F = {fixed * 1000:.0f} ms per batch; c_local = {c_local * 1e6:.1f} us per event; ")
     print(f"c_mp = {c_mp * 1e6:.1f} us per multi-partition transaction (fitted on local[1])")
+    cpu = one["cross 0"]["cpu"]
+    side = cpu["jvm and driver"] / cpu["workers"]
+    machine = os.cpu_count() or 1
+    print(f"k = {side:.2f}: the JVM's and driver's CPU over the Python workers' on local[1], "
+          f"cross 0; M = {machine} cores")  # fmt: skip
     print()
-    print("| workload | local[2] measured txn/s | predicted | error |")
+    print("| CPU s per 1,000 events (process tree) | workload | Python workers | JVM and driver |")
     print("|---|---|---|---|")
+    for master, data in (("local[1]", one), ("local[2]", two)):
+        for label in ("cross 0", "uniform"):
+            got, count = data[label]["cpu"], sum(data[label]["events"])
+            print(f"| {master} | {label} | {1000 * got['workers'] / count:.3f} | "
+                  f"{1000 * got['jvm and driver'] / count:.3f} |")  # fmt: skip
+
+    def batch_time(count: float, cores: int, x: float, share: float, machine_bound: bool) -> float:
+        work = count * (c_local + x * c_mp)
+        tasks = work / (cores * (1 - share))
+        return fixed + (max(tasks, work * (1 + side) / machine) if machine_bound else tasks)
+
+    print()
+    print("| workload | local[2] txn/s | predicted | error | with the JVM's cores | error |")
+    print("|---|---|---|---|---|---|")
     for label, x in (("cross 0", 0.0), ("uniform", mp_share(2))):
         seconds, count = per_batch(two, label)
         share = serial_share(keys_of(stream), 2) if x else 0.0
-        predicted = fixed + count * (c_local + x * c_mp) / (2 * (1 - share))
-        error = (count / predicted) / (count / seconds) - 1
-        print(f"| {label} | {count / seconds:,.0f} | {count / predicted:,.0f} | {error:+.0%} |")
+        cells = []
+        for bound in (False, True):
+            predicted = batch_time(count, 2, x, share, bound)
+            cells.append(f"{count / predicted:,.0f} | {seconds / predicted - 1:+.0%}")
+        print(f"| {label} | {count / seconds:,.0f} | {' | '.join(cells)} |")
     print()
     print("| measured txn/s (4 batches) | cross 0 | uniform | uniform, defer |")
     print("|---|---|---|---|")

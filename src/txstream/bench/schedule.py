@@ -86,9 +86,7 @@ class Counts:
     """Parts that met an earlier read still waiting: admission stopped (per partition)."""
 
 
-def count(
-    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1
-) -> Counts:
+def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1) -> Counts:
     """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
 
     ``chunk``: transactions a partition admits at a time when nothing of its own
