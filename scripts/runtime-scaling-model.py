@@ -19,16 +19,18 @@ The prediction for ``local[2]`` is then compared with its measurement, and
 N = 4 .. 32 are predicted (one partition per core).
 
 The structure above gives the tasks the whole machine, but the driver and
-Spark's JVM (the shuffle, Arrow, the garbage collector) work beside them:
-``local[1]`` keeps more than one core busy.  So the run also counts the CPU
-of the whole process tree per workload (``/proc``: the Python workers against
-the JVM and the driver), and the model's second form bounds a batch by the
-machine's ``M`` cores as well:
+Spark's JVM (reading the input, the shuffle, Arrow, the garbage collector)
+work beside them: ``local[1]`` keeps more than one core busy.  So the run
+also counts the CPU of the whole process tree per workload (``/proc``: the
+Python workers, the JVM and the driver), and the model's second form bounds a
+batch by the machine's ``M`` cores as well:
 
-    T(N) = F + n * max(c(N) / (N * (1 - s(N))), c(N) * (1 + k) / M)
+    T(N) = F + n * max(c(N) / (N * (1 - s(N))), q(N) / M)
+    q(N) = q_local + x(N) * q_mp
 
-``k``: the JVM's and driver's CPU over the Python workers' on ``local[1]``'s
-``cross 0`` (measured in the same run).
+``q_local`` and ``q_mp``: the process tree's CPU per event and per crossing
+transaction, fitted on ``local[1]`` like ``c_local`` and ``c_mp`` (CPU time,
+which a loaded host disturbs far less than the wall time ``c`` comes from).
 
     PYTHONPATH=src .venv/bin/python scripts/runtime-scaling-model.py
 """
@@ -191,11 +193,17 @@ def main() -> None:
     stream = list(events(72_000, 100_000, 50, seed=7))
     print(f"F = {fixed * 1000:.0f} ms per batch; c_local = {c_local * 1e6:.1f} us per event; ")
     print(f"c_mp = {c_mp * 1e6:.1f} us per multi-partition transaction (fitted on local[1])")
-    cpu = one["cross 0"]["cpu"]
-    side = cpu["jvm and driver"] / cpu["workers"]
+
+    def tree(data: dict[str, Any], label: str) -> float:
+        """The process tree's CPU seconds per event of a workload."""
+        return sum(data[label]["cpu"].values()) / sum(data[label]["events"])
+
+    q_local = tree(one, "cross 0")
+    q_mp = (tree(one, "uniform") - q_local) / mp_share(2)
     machine = os.cpu_count() or 1
-    print(f"k = {side:.2f}: the JVM's and driver's CPU over the Python workers' on local[1], "
-          f"cross 0; M = {machine} cores")  # fmt: skip
+    print(f"q_local = {q_local * 1e6:.1f} us of CPU per event (all processes; "
+          f"{q_local / (t_local / n):.2f} cores busy on local[1]), q_mp = {q_mp * 1e6:.1f} us "
+          f"per multi-partition transaction; M = {machine} cores")  # fmt: skip
     print()
     print("| CPU s per 1,000 events (process tree) | workload | Python workers | JVM and driver |")
     print("|---|---|---|---|")
@@ -206,9 +214,9 @@ def main() -> None:
                   f"{1000 * got['jvm and driver'] / count:.3f} |")  # fmt: skip
 
     def batch_time(count: float, cores: int, x: float, share: float, machine_bound: bool) -> float:
-        work = count * (c_local + x * c_mp)
-        tasks = work / (cores * (1 - share))
-        return fixed + (max(tasks, work * (1 + side) / machine) if machine_bound else tasks)
+        tasks = count * (c_local + x * c_mp) / (cores * (1 - share))
+        cpu = count * (q_local + x * q_mp) / machine
+        return fixed + (max(tasks, cpu) if machine_bound else tasks)
 
     print()
     print("| workload | local[2] txn/s | predicted | error | with the JVM's cores | error |")
