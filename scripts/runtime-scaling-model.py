@@ -213,10 +213,12 @@ def main() -> None:
             print(f"| {master} | {label} | {1000 * got['workers'] / count:.3f} | "
                   f"{1000 * got['jvm and driver'] / count:.3f} |")  # fmt: skip
 
-    def batch_time(count: float, cores: int, x: float, share: float, machine_bound: bool) -> float:
+    def batch_time(count: float, cores: int, x: float, share: float, machine: int = 0) -> float:
+        """The model's batch time; ``machine``: its cores (0: the tasks' form, no bound)."""
         tasks = count * (c_local + x * c_mp) / (cores * (1 - share))
-        cpu = count * (q_local + x * q_mp) / machine
-        return fixed + (max(tasks, cpu) if machine_bound else tasks)
+        if not machine:
+            return fixed + tasks
+        return fixed + max(tasks, count * (q_local + x * q_mp) / machine)
 
     print()
     print("| workload | local[2] txn/s | predicted | error | with the JVM's cores | error |")
@@ -225,7 +227,7 @@ def main() -> None:
         seconds, count = per_batch(two, label)
         share = serial_share(keys_of(stream), 2) if x else 0.0
         cells = []
-        for bound in (False, True):
+        for bound in (0, machine):
             predicted = batch_time(count, 2, x, share, bound)
             cells.append(f"{count / predicted:,.0f} | {seconds / predicted - 1:+.0%}")
         print(f"| {label} | {count / seconds:,.0f} | {' | '.join(cells)} |")
@@ -239,14 +241,18 @@ def main() -> None:
             rates.append(f"{count / seconds:,.0f}")
         print(f"| {master} | {' | '.join(rates)} |")
     print()
-    print("| cores = partitions | serial share (uniform) | predicted uniform txn/s | cross 0 |")
-    print("|---|---|---|---|")
+    print("| cores = partitions = M | serial share (uniform) | predicted uniform txn/s | cross 0 "
+          "| with the JVM's cores: uniform | cross 0 |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for cores in (1, 2, 4, 8, 16, 32):
         share = serial_share(keys_of(stream), cores) if cores > 1 else 0.0
         x = mp_share(cores) if cores > 1 else 0.0
-        batch = n * (c_local + x * c_mp) / (cores * (1 - share)) + fixed
-        flat = n * c_local / cores + fixed
-        print(f"| {cores} | {share:.1%} | {n / batch:,.0f} | {n / flat:,.0f} |")
+        rates = [
+            n / batch_time(n, cores, xs, ss, bound)
+            for bound in (0, cores)
+            for xs, ss in ((x, share), (0.0, 0.0))
+        ]
+        print(f"| {cores} | {share:.1%} | " + " | ".join(f"{r:,.0f}" for r in rates) + " |")
 
 
 if __name__ == "__main__":
