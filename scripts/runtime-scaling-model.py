@@ -25,7 +25,7 @@ also counts the CPU of the whole process tree per workload (``/proc``: the
 Python workers, the JVM and the driver), and the model's second form bounds a
 batch by the machine's ``M`` cores as well:
 
-    T(N) = F + n * max(c(N) / (N * (1 - s(N))), q(N) / M)
+    T(N) = max(F + n * c(N) / (N * (1 - s(N))), n * q(N) / M)
     q(N) = q_local + x(N) * q_mp
 
 ``q_local`` and ``q_mp``: the process tree's CPU per event and per crossing
@@ -218,7 +218,8 @@ def main() -> None:
         tasks = count * (c_local + x * c_mp) / (cores * (1 - share))
         if not machine:
             return fixed + tasks
-        return fixed + max(tasks, count * (q_local + x * q_mp) / machine)
+        # (q holds the batch's fixed CPU too: the bound is the batch's CPU over the cores)
+        return max(fixed + tasks, count * (q_local + x * q_mp) / machine)
 
     print()
     print("| workload | local[2] txn/s | predicted | error | with the JVM's cores | error |")
