@@ -215,6 +215,9 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads:
     done = 0
     active = [p for p in range(partitions) if unfinished[p]]
     while done < n:
+        # A runtime round admits a chunk and then runs all that is ready before the
+        # next: so a partition looks further ahead only once it ran out of work,
+        # which also bounds how far it gets past a read before its part is taken.
         for p in range(partitions):
             while not ready[p] and barrier[p] < 0 and admitted[p] < len(lists[p]):
                 admit(p)
