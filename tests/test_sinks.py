@@ -155,6 +155,56 @@ def test_read_output_arrow_and_pandas(tmp_path: Path) -> None:
         tx.read_output_arrow(tmp_path / "ckpt", "greeting")
 
 
+def _folder_rows(path: Path) -> list[str]:
+    return [line for f in sorted(path.glob("batch-*.jsonl")) for line in f.read_text().split()]
+
+
+@pytest.mark.parametrize("kind", ["delta", "folder"])
+def test_a_target_written_by_another_store_is_refused_in_one_line(
+    tmp_path: Path, kind: str
+) -> None:
+    # A second job (or the same job on a new checkpoint) numbers its batches
+    # from 0 again: without a claim its batches were skipped as "delivered
+    # before a crash" (Delta) or overwrote the first job's files (folder).
+    target = tmp_path / "target"
+
+    def sink() -> Any:
+        return tx.DeltaSink(target) if kind == "delta" else tx.FolderSink(target)
+
+    def rows() -> list[Any]:
+        return _delta_rows(target) if kind == "delta" else _folder_rows(target)
+
+    _job(sink()).run_local(BATCHES[:1], tmp_path / "first", end_inputs=False)
+    _job(sink()).run_local(BATCHES[1:], tmp_path / "first")  # its own restart: goes on
+    assert len(rows()) == 3
+    before = rows()
+    other = [[("people", {"name": "dee", "n": 4})], [("people", {"name": "eve", "n": 5})]]
+    with pytest.raises(TxStreamError) as err:
+        _job(sink()).run_local(other, tmp_path / "second")
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"holds the batches of output 'greetings' of {tmp_path / 'first'}" in message
+    assert rows() == before
+    if kind == "delta":  # a name of its own appends beside the first job's rows
+        _job(tx.DeltaSink(target, name="second")).run_local(other, tmp_path / "third")
+        assert [r["n"] for r in rows()] == [1, 2, 3, 4, 5]
+
+
+def test_two_outputs_on_one_sink_target_are_refused_by_sink(tmp_path: Path) -> None:
+    # Their batch ids collide: the second output's batches were skipped (or overwrote).
+    for make in (
+        lambda: tx.FolderSink(tmp_path / "f"),
+        lambda: tx.DeltaSink(tmp_path / "d"),
+        lambda: tx.PostgresSink("dbname=x", "events", ["name"]),
+    ):
+        job = _job(make()).output("echo")
+        with pytest.raises(TxStreamError, match=r"output 'greetings' already writes to"):
+            job.sink("echo", make())
+    job = _job(tx.DeltaSink(tmp_path / "d")).output("echo")
+    job.sink("echo", tx.DeltaSink(tmp_path / "d", name="echo"))  # a name of its own: fine
+    job.sink("greetings", tx.FolderSink(tmp_path / "f"))  # one output, two sinks: fine
+
+
 CHILD = r"""
 import sys
 import txstream as tx
@@ -225,6 +275,16 @@ def test_sigkill_delta_and_postgres_exactly_once(tmp_path: Path) -> None:
         with psycopg.connect(server.conninfo) as conn:
             rows = conn.execute("SELECT id, v FROM kills ORDER BY id").fetchall()
         assert [tuple(r) for r in rows] == want
+        # Another store's batches under the same sink name: refused, nothing written
+        # (they were skipped as delivered before; the folder and Delta cases:
+        # test_a_target_written_by_another_store_is_refused_in_one_line).
+        new, delta = str(tmp_path / "new"), str(tmp_path / "delta-new")  # (Delta: refused too)
+        again = [sys.executable, str(script), new, delta, server.conninfo]
+        failed = subprocess.run(again, env=env, capture_output=True, text=True)
+        assert failed.returncode != 0
+        assert "sink name 'kills' holds the batches of output 'out' of" in failed.stderr
+        with psycopg.connect(server.conninfo) as conn:
+            assert conn.execute("SELECT count(*) FROM kills").fetchone() == (200,)
     finally:
         server.stop()
 
