@@ -205,6 +205,14 @@ def test_two_outputs_on_one_sink_target_are_refused_by_sink(tmp_path: Path) -> N
     job.sink("greetings", tx.FolderSink(tmp_path / "f"))  # one output, two sinks: fine
 
 
+def test_a_postgres_sink_column_the_output_does_not_declare_is_refused() -> None:
+    # It was written NULL in every row (a misspelt column name), without a word.
+    job = tx.Job().input("ev", None, keys="id").output("out", schema="id long, temp double")
+    with pytest.raises(TxStreamError, match=r"column\(s\) celsius are not in output 'out'"):
+        job.sink("out", tx.PostgresSink("dbname=x", "t", ["id", "celsius"]))
+    job.sink("out", tx.PostgresSink("dbname=x", "t", ["temp"]))  # a part of them: fine
+
+
 CHILD = r"""
 import sys
 import txstream as tx

@@ -389,6 +389,20 @@ class PostgresSink:
         """What it writes to: two outputs of one job must not share it (``Job.sink`` checks)."""
         return ("postgres", self.conninfo, self.name)
 
+    def declare(self, output: str, columns: dict[str, str]) -> None:
+        """Check the sink's columns against output ``output``'s declared ones (``Job.sink``).
+
+        A sink column the output does not declare would be written NULL in
+        every row (a misspelt name): a one-line :class:`RuntimeJobError`.
+        """
+        missing = [c for c in self.columns if c not in columns]
+        if missing:
+            raise RuntimeJobError(
+                f"PostgresSink {self.table}: column(s) {', '.join(missing)} are not in output "
+                f"{output!r} ({', '.join(columns)}); every row would hold NULL there: name "
+                "the output's columns"
+            )
+
     def _claim(self, conn: Any, owner: SinkOwner) -> None:
         """Claim the sink's name for ``owner`` in the delivery's transaction, or refuse it."""
         conn.execute(
