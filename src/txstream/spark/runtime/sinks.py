@@ -307,7 +307,8 @@ class FolderSink:
             raise _foreign(
                 f"FolderSink {self.path}",
                 f"{other} (not {owner.text}; its {claim.name})",
-                "give each output of each job a folder of its own",
+                "give each output of each job a folder of its own (or empty this one to "
+                "write it anew)",
             )
 
 
@@ -576,7 +577,8 @@ class DeltaSink:
                     raise _foreign(
                         f"DeltaSink {self.path}: app id {self.app_id!r}",
                         f"{commit.get('txstream.of', 'another store')} (not {owner.text})",
-                        "give this sink a name= of its own per job and output",
+                        "give this sink a name= of its own per job and output (or delete "
+                        "the table to write it anew)",
                     )
                 return
         # (an app id written before claims: its batches are taken as this owner's)
