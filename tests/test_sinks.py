@@ -155,6 +155,50 @@ def test_read_output_arrow_and_pandas(tmp_path: Path) -> None:
         tx.read_output_arrow(tmp_path / "ckpt", "greeting")
 
 
+def _notes(t: Any, e: dict[str, Any]) -> None:
+    row = {"id": e["id"]}
+    if e["id"] % 2:
+        row["note"] = "odd"  # (the first row of a batch may lack it)
+    t.upsert("seen", row)
+    t.emit("out", row)
+
+
+def test_a_column_the_first_row_lacks_is_kept_or_refused_never_dropped(tmp_path: Path) -> None:
+    # pa.Table.from_pylist takes its columns from the first row: read_output_arrow,
+    # read_table(as_="arrow"/"pandas") and DeltaSink dropped "note" without a word
+    # (and DeltaSink's select() dropped a later batch's new column).
+    job = (
+        tx.Job()
+        .table("seen", key="id")
+        .input("ev", None, keys="id")
+        .output("out")
+        .on("ev", _notes)
+        .sink("out", tx.DeltaSink(tmp_path / "d"))
+    )
+    job.run_local([[("ev", {"id": i}) for i in range(4)], [("ev", {"id": 6})]], tmp_path / "c")
+    want = [{"id": i, "note": "odd" if i % 2 else None} for i in (0, 1, 2, 3, 6)]
+    assert tx.read_output_arrow(tmp_path / "c", "out").to_pylist() == want
+    assert tx.read_table(tmp_path / "c", "seen", as_="arrow").to_pylist() == want
+    assert sorted(_delta_rows_by_id(tmp_path / "d"), key=lambda r: r["id"]) == want
+    # A table without the column, then a batch with it: refused before anything is written.
+    evens = tx.DeltaSink(tmp_path / "evens")
+    evens(0, [{"id": 0}])
+    with pytest.raises(
+        TxStreamError, match=r"does not fit the table \(id\): it has column\(s\) note;"
+    ):
+        evens(1, [{"id": 2}, {"id": 3, "note": "odd"}])
+    fixed = tx.DeltaSink(tmp_path / "fixed", schema=pa.schema([("id", pa.int64())]))
+    with pytest.raises(TxStreamError, match=r"the sink's schema \(id\): it has column\(s\) note;"):
+        fixed(0, [{"id": 2}, {"id": 3, "note": "odd"}])
+    assert DeltaTable(str(tmp_path / "evens")).version() == 0
+    assert not DeltaTable.is_deltatable(str(tmp_path / "fixed"))
+
+
+def _delta_rows_by_id(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return rows
+
+
 def _folder_rows(path: Path) -> list[str]:
     return [line for f in sorted(path.glob("batch-*.jsonl")) for line in f.read_text().split()]
 

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol, cast
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import RuntimeJobError
-from txstream.spark.runtime.results import read_batch_output
+from txstream.spark.runtime.results import arrow_table, read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
@@ -503,9 +503,12 @@ class DeltaSink:
         """The batch as an Arrow table in the sink's schema (or a one-line error)."""
         import pyarrow as pa
 
+        if self.schema is not None:
+            # (from_pylist with a schema dropped a row's other columns without a word)
+            _no_other_columns(self.path, rows, self.schema.names, "the sink's schema")
         try:
             if self.schema is None:
-                return pa.Table.from_pylist(rows)
+                return arrow_table(rows)
             return pa.Table.from_pylist(rows, schema=self.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise TxStreamError(
@@ -536,6 +539,11 @@ class DeltaSink:
                 if not rows:
                     data = want.empty_table()
                 else:
+                    # (select() dropped a batch's other columns without a word)
+                    _no_other_columns(self.path, rows, want.names, "the table")
+                    for field in want:  # a column no row of the batch has: null
+                        if field.name not in data.column_names and field.nullable:
+                            data = data.append_column(field.name, pa.nulls(len(data)))
                     try:
                         data = data.select(want.names).cast(want)
                     except (pa.ArrowException, KeyError, ValueError) as exc:
@@ -582,6 +590,18 @@ class DeltaSink:
                     )
                 return
         # (an app id written before claims: its batches are taken as this owner's)
+
+
+def _no_other_columns(path: str, rows: list[dict[str, Any]], names: list[str], what: str) -> None:
+    """Refuse, in one line, rows with a column that ``what`` (of columns ``names``) lacks."""
+    known = set(names)
+    other = [c for c in dict.fromkeys(c for row in rows for c in row) if c not in known]
+    if other:
+        raise TxStreamError(
+            f"DeltaSink {path}: a row does not fit {what} ({', '.join(names)}): it has "
+            f"column(s) {', '.join(map(str, other))}; nothing of the batch is written: declare "
+            "the output's schema with every column, or write them to a new table"
+        )
 
 
 def _holds(have: str, need: str) -> bool:
