@@ -257,6 +257,15 @@ def test_a_postgres_sink_column_the_output_does_not_declare_is_refused() -> None
     job.sink("out", tx.PostgresSink("dbname=x", "t", ["temp"]))  # a part of them: fine
 
 
+def test_postgres_sink_columns_as_text_or_stray_types_are_refused() -> None:
+    # columns="id" made columns i and d (NULL in every row); a type for a column
+    # that is not there left the real one text: both without a word.
+    with pytest.raises(TxStreamError, match="columns must be a non-empty list"):
+        tx.PostgresSink("dbname=x", "t", "id")  # type: ignore[arg-type]
+    with pytest.raises(TxStreamError, match="types names 'temp', not among the columns"):
+        tx.PostgresSink("dbname=x", "t", ["id", "celsius"], types={"temp": "double precision"})
+
+
 CHILD = r"""
 import sys
 import txstream as tx

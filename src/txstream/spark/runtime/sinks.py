@@ -349,9 +349,20 @@ class PostgresSink:
         types: dict[str, str] | None = None,
         name: str | None = None,
     ) -> None:
+        if isinstance(columns, str) or not columns:
+            # (a str was taken letter by letter: "id" made columns i and d, NULL in every row)
+            raise RuntimeJobError(
+                f"PostgresSink: columns must be a non-empty list of column names, not {columns!r}"
+            )
         for ident in [table, *columns]:
-            if not _IDENT.fullmatch(ident):
+            if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
                 raise RuntimeJobError(f"PostgresSink: {ident!r} is not a plain SQL identifier")
+        stray = [c for c in types or {} if c not in columns]
+        if stray:  # (a misspelt name left its column text, without a word)
+            raise RuntimeJobError(
+                f"PostgresSink: types names {', '.join(map(repr, stray))}, not among the "
+                f"columns {columns}"
+            )
         self.conninfo = conninfo
         self.table = table
         self.columns = columns
