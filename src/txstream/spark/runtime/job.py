@@ -314,7 +314,11 @@ class Job:
         if getattr(sink, "claims", False) is True and callable(target):
             # (batch ids are one output's: a second output's would be skipped as written)
             for other, sinks in self._sinks.items():
-                taken = [s for s in sinks if getattr(s, "claims", False) is True]
+                taken = [
+                    s
+                    for s in sinks
+                    if getattr(s, "claims", False) is True and callable(getattr(s, "target", None))
+                ]
                 if other != output and any(s.target() == target() for s in taken):
                     raise RuntimeJobError(
                         f".sink({output!r}, ...): output {other!r} already writes to "
