@@ -871,6 +871,60 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
     assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [True]
 
 
+def test_a_hurried_task_whose_peer_is_silent_keeps_long_rounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The batch above (a hot value on partition 0 waits for partition 1's rows) on two
+    # tasks, where partition 0's task hears nothing for its first polls, as when its
+    # peer is descheduled: once SILENT_ROUNDS polls in a row brought nothing, short
+    # rounds cannot help (nobody answers), so it admits in long ones although hurried;
+    # when the messages come, the outcome is the serial one.
+    src = next(a for a in range(50) if partition_of(a, 2) == 0)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 1)
+    zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][:550]
+    ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
+    hot = forward_module.HURRY_BLOCKED + 4
+    batch = [
+        *[("deposits", {"acct": a, "amount": 1}) for a in zeros[:150] + ones],
+        ("deposits", {"acct": dst, "amount": 5}),
+        ("transfers", {"src": src, "dst": dst, "amount": 1}),
+        *[("limits", {"acct": a, "limit": 3}) for a in zeros[150:300]],
+        *[("limits", {"acct": src, "limit": 3 + k}) for k in range(hot)],
+        *[("limits", {"acct": a, "limit": 3}) for a in zeros[300:]],
+    ]
+    batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
+    held: list[Any] = []
+    polls = [0]
+    poll = SocketTransport.poll
+
+    def deaf(self: Any, timeout: float) -> Any:
+        got = poll(self, timeout)
+        if self.me != 0:
+            return got
+        polls[0] += 1
+        held.extend(got)
+        if polls[0] <= forward_module.SILENT_ROUNDS + 6:
+            return []
+        out = held[:]
+        held.clear()
+        return out
+
+    limits: list[tuple[int, int, bool]] = []
+    admit = forward_module._Partition.admit
+
+    def spy(self: Any, limit: int) -> None:
+        limits.append((self.pid, limit, self.hurried()))
+        admit(self, limit)
+
+    monkeypatch.setattr(SocketTransport, "poll", deaf)
+    monkeypatch.setattr(forward_module._Partition, "admit", spy)
+    bank().run_local(batches, tmp_path, partitions=2, tasks=2)
+    chunk = forward_module.ADMIT_CHUNK
+    assert (0, chunk, True) in limits  # hurried, but its peer silent: a long round
+    assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [False]
+    assert check(tx.read_history(tmp_path), "csao").holds
+
+
 @pytest.mark.parametrize("tasks", [1, 3])
 def test_a_transaction_on_three_partitions_answers_each_participant(
     tmp_path: Path, tasks: int

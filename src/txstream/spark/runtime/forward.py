@@ -97,6 +97,15 @@ taken twice (in 25-95% of the rounds on two tasks), a share that stays small;
 a hot value's queue grows past both within a few rounds."""
 HURRY_ROUNDS = 4
 """Rounds a task stays hurried after a message from a hurried task."""
+SILENT_ROUNDS = 8
+"""Rounds in a row without a message from another task after which a task's own
+hurry no longer shortens its rounds (until a message comes).  Short rounds speed
+a hot value's round trips only while the peer answers; a silent peer is not
+running (on a loaded host, or where Spark's JVM and driver share the task's
+cores), and meanwhile each short round is a frame and a poll more for nothing:
+on ``local[2]`` with the host loaded a task whose peer was descheduled ran
+1,009-1,252 rounds and 1,229-1,570 frames per batch instead of about 300
+(/work/m22 figures, session 22)."""
 
 LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
 """The kinds of :class:`_Item` (compared by identity)."""
@@ -650,6 +659,8 @@ class ForwardScheduler:
         """Whether rounds are short and answers go out at once (see :data:`ADMIT_CHUNK_WAITING`)."""
         self.hurried_by_peer = 0
         """Rounds left that another task's hurry keeps this one hurried."""
+        self.silent = 0
+        """Polls in a row that brought no message from another task (see :data:`SILENT_ROUNDS`)."""
         self.rounds = 0
         """Admission rounds run (a measure: see scripts/runtime-mp-tasks.py)."""
         self.waits = 0
@@ -671,9 +682,10 @@ class ForwardScheduler:
             hurry = self.hurried_by_peer > 0
             if hurry:
                 self.hurried_by_peer -= 1
-            for part in parts:
-                if part.hurried():
-                    hurry = True
+            if self.silent < SILENT_ROUNDS:
+                for part in parts:
+                    if part.hurried():
+                        hurry = True
             self.hurry = hurry
             for part in parts:
                 if part.admitting():
@@ -778,6 +790,7 @@ class ForwardScheduler:
             return got
         self.transport.flush()
         arrived = self.transport.poll(0.0 if (got or not block) else 0.05)
+        self.silent = 0 if arrived else self.silent + 1
         if not self._deliver(arrived):
             return got
         if self.hurry or block:
