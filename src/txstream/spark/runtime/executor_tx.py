@@ -348,7 +348,10 @@ class ExecutorTx:
         # (_put of a row that exists, inlined; setdefault: one hash of the key tuple)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
-        self._state.undo.setdefault(undo_key, old)  # the batch's pre-image
+        state = self._state
+        # The batch's pre-image, when kept (see PartitionState.pre_images): else
+        # only the key, and ``old`` is freed with the transaction's undo log.
+        state.undo.setdefault(undo_key, old if state.pre_images else None)
         part[key] = new
         tracked = self._tracked
         if tracked and table in tracked:  # (a global read keeps this table's totals)
@@ -504,7 +507,8 @@ class ExecutorTx:
         old = ABSENT if part is None else part.get(key, ABSENT)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
-        state.undo.setdefault(undo_key, old)  # the batch's pre-image (state.put, inlined)
+        # (state.put, inlined: the batch's pre-image when kept, else only the key)
+        state.undo.setdefault(undo_key, old if state.pre_images else None)
         if row is ABSENT or not part:
             state.put(table, value, key, row)  # (it keeps the totals: _set)
         else:

@@ -237,8 +237,8 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             # (state.put of a row set, inlined: the batch's pre-image, the row, the totals)
             undo_key = (table, value, key)
             old = rows.get(key)
-            if undo_key not in undo:
-                undo[undo_key] = ABSENT if old is None else old
+            if undo_key not in undo:  # (its pre-image only when kept: PartitionState.pre_images)
+                undo[undo_key] = old if state.pre_images else None
             rows[key] = row
             if tracked and table in tracked:
                 track(tracked, table, old, row)

@@ -27,9 +27,14 @@ table -> key -> row (its key is its own partition value, see :meth:`PartitionSta
 class PartitionState:
     """One partition's rows and boundary state, as of ``version`` (a committed batch).
 
-    While a batch ``pending`` runs, ``undo`` keeps the first pre-image of every
-    row it changed (``changed`` the same keys), so a re-run of the batch rolls
-    back in memory.
+    While a batch ``pending`` runs, ``undo`` holds the key of every row it
+    changed (its delta's keys) and, when ``pre_images`` is on, the row's first
+    pre-image of the batch, so a re-run of the batch rolls back in memory.
+    Without them (``begin(batch, pre_images=False)``) :meth:`rollback` refuses
+    and the store loads the state again: a batch's pre-images are row dicts
+    scattered over the whole state, and freeing them one by one after the
+    batch missed the cache on each (about 0.6 us of phase 1's ~14 per event),
+    for the sake of a re-run that only a failed task brings.
 
     A table whose key is one column (``TableSpec.simple``) is its own partition
     value: its rows are kept flat, key -> row (:attr:`flat`), not in a dict of
@@ -46,6 +51,8 @@ class PartitionState:
     version: int = -1
     pending: int | None = None
     undo: dict[tuple[str, Any, Any], Any] = field(default_factory=dict)
+    pre_images: bool = True
+    """Whether ``undo`` keeps the pending batch's pre-images (else None: see :meth:`rollback`)."""
     meta_before: dict[str, Any] | None = None
     token: str | None = None
     """Names the saved version this state is (a fresh one per save): a worker's cached
@@ -126,16 +133,27 @@ class PartitionState:
             return list(rows.items())
         return list(chain.from_iterable(map(dict.items, rows.values())))
 
-    def begin(self, batch: int) -> None:
-        """Start batch ``batch`` (its changes are kept undoable until :meth:`settle`)."""
+    def begin(self, batch: int, pre_images: bool = True) -> None:
+        """Start batch ``batch``; ``pre_images``: keep its changes undoable until :meth:`settle`.
+
+        Without pre-images only the changed rows' keys are kept (for the delta);
+        the rows a write replaces are freed then, while they are in the cache.
+        """
         self.tracked.clear()
         self.pending = batch
+        self.pre_images = pre_images
         self.undo = {}
         self.meta_before = dict(self.meta)
         self.token_before = self.token
 
-    def rollback(self) -> None:
-        """Undo the pending batch."""
+    def rollback(self) -> bool:
+        """Undo the pending batch; False (nothing changed) when its pre-images were not kept.
+
+        Then the state holds the batch's rows with no way back in memory: the
+        caller must drop it and load the version before the batch from the store.
+        """
+        if not self.pre_images:
+            return False
         for (table, value, key), old in self.undo.items():
             self._set(table, value, key, old)
         self.tracked.clear()
@@ -145,6 +163,7 @@ class PartitionState:
         self.pending = None
         self.undo = {}
         self.meta_before = None
+        return True
 
     def settle(self) -> None:
         """The pending batch committed: it becomes this state's version."""
@@ -159,7 +178,9 @@ class PartitionState:
         """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
         undo_key = (table, value, key)
         if undo_key not in self.undo:
-            self.undo[undo_key] = (self.part(table, value) or _NONE).get(key, ABSENT)
+            self.undo[undo_key] = (
+                (self.part(table, value) or _NONE).get(key, ABSENT) if self.pre_images else None
+            )
         self._set(table, value, key, row)
 
     def _set(self, table: str, value: Any, key: Any, row: Any) -> None:

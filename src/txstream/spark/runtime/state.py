@@ -121,25 +121,31 @@ class RuntimeStore:
     def _pdir(self, pid: int) -> Path:
         return self.root / "state" / f"p{pid:05d}"
 
-    def state_for(self, pid: int, batch: int, prev: int, token: str | None) -> PartitionState:
+    def state_for(
+        self, pid: int, batch: int, prev: int, token: str | None, pre_images: bool = True
+    ) -> PartitionState:
         """The partition's state after batch ``prev`` (the last that ran), ready for ``batch``.
 
         ``token`` names the version the driver committed for this partition; a
         worker's cached state is used only when it is that version (another
         worker may have run the partition since, or rewritten it in phase 3).
+        ``pre_images``: keep the batch's pre-images, so that a re-run of it on
+        this worker rolls back in memory; without, a re-run loads the state
+        again (see :attr:`PartitionState.pre_images`).
         """
         key = (str(self.root), pid)
         state = _CACHE.pop(key, None)
         if state is not None and state.pending is not None:
             if state.pending == batch:
-                state.rollback()
+                if not state.rollback():  # (its pre-images were not kept)
+                    state = None
             else:
                 state.settle()
         if state is None or token is None or state.token != token:
             state = self._catch_up(pid, state, prev, token) or self.load(pid, prev, token)
         state.version = prev
         _CACHE[key] = state
-        state.begin(batch)
+        state.begin(batch, pre_images)
         return state
 
     def _catch_up(

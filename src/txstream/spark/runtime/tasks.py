@@ -236,7 +236,11 @@ def _phase1(
     job: JobSpec, ctx: BatchContext, pid: int, events: list[Event], ordered: bool
 ) -> dict[str, Any]:
     store = RuntimeStore(ctx.store)
-    state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+    # A batch of transactions that may span events runs again when one fails
+    # (run_batch): its pre-images roll it back in memory.  Otherwise only a
+    # failed task runs it again, and that attempt loads the state.
+    spans = job.boundary.may_span
+    state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid), pre_images=spans)
     counts: dict[str, int] = {}
     if ctx.release_upto is not None:
         events = release(state, events, ctx.release_upto, job.boundary, counts=counts)
@@ -281,7 +285,9 @@ def phase1_forward(
         counted: dict[int, int] = {}
         late: dict[int, dict[str, int]] = {}
         for pid, evs in sorted(events.items()):
-            state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid))
+            # (forwarding runs under the event boundary only: no pre-images, see _phase1)
+            spans = job.boundary.may_span
+            state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid), spans)
             late[pid] = {}
             if ctx.release_upto is not None:
                 evs = release(state, evs, ctx.release_upto, job.boundary, counts=late[pid])
