@@ -679,7 +679,7 @@ def run_deferred(
         for table, rows in tables.items():
             if rows:
                 state.set_rows(table, value, rows)
-    state.begin(batch)
+    state.begin(batch, pre_images=False)  # (a re-run starts again from the shipped rows)
     groups: dict[str, Group] = {}
     for gid, event in shipped_events:
         groups.setdefault(gid, Group(gid)).events.append(event)
