@@ -258,3 +258,26 @@ def test_a_delta_of_a_one_column_key_has_two_columns_and_three_still_load(
         == sorted(b.all_rows(SIMPLE))
         == [(k, {"balance": k * 10 + 1}) for k in (4, 5, 6, 7)]
     )
+
+
+def test_a_delta_names_each_rows_value_when_only_later_blocks_differ_from_their_keys() -> None:
+    # The delta makes no column of values while every value is its key (a
+    # one-column key), block by block; a later block whose values differ must
+    # still give every row its value, the earlier ones included.  (Fails when
+    # the values column starts at the first differing block.)
+    from txstream.spark.runtime import partition_state
+
+    state = PartitionState()
+    state.begin(1, pre_images=False)
+    n = partition_state._BLOCK + 5
+    for k in range(n):
+        value = k if k < partition_state._BLOCK + 2 else f"v{k}"
+        state.put("t", value, k, {"k": k})
+    [values, keys, rows] = state.delta()["changes"]["t"]
+    assert keys == list(range(n)) and rows == [{"k": k} for k in range(n)]
+    assert values == [k if k < partition_state._BLOCK + 2 else f"v{k}" for k in range(n)]
+    assert all(old is None for old in state.undo.values())  # (no pre-image kept)
+    assert not state.rollback()
+    state.begin(2)  # (values that are their keys: two columns)
+    state.put("t", 1, 1, {"k": 2})
+    assert state.delta()["changes"]["t"] == [[1], [{"k": 2}]]

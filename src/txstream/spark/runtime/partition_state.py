@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import itemgetter
 from typing import Any
 
@@ -208,13 +208,14 @@ class PartitionState:
         rows) when every key is its partition value (a one-column key: one column
         less to encode and write per changed row).
         """
-        entries = list(self.undo)
-        # Block by block (see codec._BLOCK): each pre-image's key (a tuple made
+        # Block by block (see codec._BLOCK): each changed row's key (a tuple made
         # when the row was first written, somewhere in the batch's memory) is
-        # read once, and its row looked up while its key is still in the cache.
-        found: dict[str, tuple[list[Any], list[Any], list[Any]]] = {}
-        for start in range(0, len(entries), _BLOCK):
-            block = entries[start : start + _BLOCK]
+        # read once, and its row looked up while its key is still in the cache;
+        # no list of every key outlives its block (freeing one touched each key
+        # again, from cold memory).
+        found: dict[str, tuple[list[Any] | None, list[Any], list[Any]]] = {}
+        entries = iter(self.undo)
+        while block := list(islice(entries, _BLOCK)):
             tables, values, keys = zip(*block, strict=True)
             names = set(tables)
             for table in names:
@@ -228,17 +229,23 @@ class PartitionState:
                     )
                 cols = found.get(table)
                 if cols is None:
-                    cols = found[table] = ([], [], [])
-                cols[0].extend(mine_values)
+                    cols = found[table] = (None, [], [])
+                # A one-column key's value is its key (the same object: compared in
+                # C without reading it): no column of values is made, nor freed.
+                if cols[0] is None and mine_values != mine_keys:
+                    cols = found[table] = (list(cols[1]), cols[1], cols[2])
+                if cols[0] is not None:
+                    cols[0].extend(mine_values)
                 cols[1].extend(mine_keys)
                 cols[2].extend(self._rows_now(table, mine_values, mine_keys))
         changes: dict[str, list[list[Any]]] = {}
         for table in sorted(found):
             all_values, all_keys, rows = found[table]
-            # (compared in C; equal for a one-column key in either layout, so the
-            # files do not depend on the layout in memory)
-            same = all_values == all_keys
-            changes[table] = [all_keys, rows] if same else [all_values, all_keys, rows]
+            # (equal for a one-column key in either layout, so the files do not
+            # depend on the layout in memory)
+            changes[table] = (
+                [all_keys, rows] if all_values is None else [all_values, all_keys, rows]
+            )
         # "parent" names the version the batch started from: a worker catching up
         # checks that each delta continues the version it holds (see _catch_up).
         return {
