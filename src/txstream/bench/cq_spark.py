@@ -14,9 +14,11 @@ in the same run.
 
 Columns: ``consistent_ratio`` (windows whose reads all were current at one
 instant, judged per row), ``results_per_s`` (windows per wall-clock second,
-from the query's start to the end of its input), ``redos`` (optimistic
-re-evaluations, s2pl deadlock victims) and ``update_throughput`` (updates
-committed per second).
+from the query's start to the end of its input), ``redos`` (attempts
+retried after a transient failure, e.g. an s2pl deadlock victim), ``stale``
+(optimistic windows that failed validation and committed as reads of their
+batch's pinned snapshot) and ``update_throughput`` (updates committed per
+second).
 """
 
 from __future__ import annotations
@@ -147,6 +149,7 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
         "results_per_s": stats.windows / elapsed,
         "seconds": elapsed,
         "redos": stats.redos,
+        "stale": stats.stale,
         "batches": stats.batches,
         "update_throughput": reached,
         "finished": bool(finished),

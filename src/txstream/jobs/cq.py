@@ -15,8 +15,9 @@ they produce commit (Oyamada et al., SAC 2013):
   executors as a broadcast relation: ``snapshot`` the tables as of the
   transaction's start, ``s2pl`` the tables under a shared lock per table
   held until the commit (writers of the table wait for it), ``optimistic``
-  the current rows, validated at commit (a failed validation aborts and
-  redoes the batch's windows);
+  the current rows, each window validated at commit (one whose rows changed
+  since the pin commits as a read of the pin's snapshot, which it is: no
+  window is redone);
 * the **redo queue** is the carry: the raw events of windows not complete yet;
   they are joined again, under the next transaction's pinned rows, with the
   next micro-batch, so a window never mixes versions;
@@ -74,23 +75,21 @@ from txstream.spark.reference import (
     touched,
 )
 from txstream.spark.runtime.state import usable_directory
-from txstream.spark.sql import literal, where
 from txstream.txn import Transaction, TransactionManager
 
 EVENT_SCHEMA = "id LONG, part LONG, qty LONG"
 """The schema of the experiment's event files (CSV ``id,part,qty``)."""
 
 ESCALATE_AFTER = 4
-"""``optimistic``: redos of one micro-batch before it runs on a snapshot.
+"""Attempts of one micro-batch that failed transiently before it runs on a snapshot.
 
-Every redo counts, including one after an attempt that committed some windows:
-under an updater that invalidates a few windows of every attempt, a batch of
-thousands of windows would otherwise be redone once per window.
-
-Its next attempt pins the tables as of a snapshot
+A :class:`~txstream.errors.TransientError` (an ``s2pl`` deadlock victim, say)
+aborts the attempt, which is then made again; after this many, the next
+attempt pins the tables as of a snapshot
 (:meth:`~txstream.txn.TransactionManager.begin_snapshot`), which later updates
-neither change nor fail: every window of the batch then commits, and the next
-batch is optimistic again (``stats.escalations`` counts them)."""
+neither change nor fail, so the batch commits (``stats.escalations`` counts
+them) and the next batch uses its strategy again.  ``optimistic`` no longer
+redoes a batch whose validation fails (see :meth:`_Runner._handle`)."""
 
 MODES = ("plain", "s2pl", "snapshot", "optimistic")
 """``plain`` (Spark's stream-static join alone) and the transactional strategies."""
@@ -104,7 +103,10 @@ class CQStats:
     windows: int = 0
     consistent: int = 0
     redos: int = 0
-    escalations: int = 0  # optimistic: batches run on a snapshot after ESCALATE_AFTER redos
+    escalations: int = 0  # attempts run on a snapshot after ESCALATE_AFTER transient failures
+    # optimistic: windows that failed validation (read a row committed since the
+    # pin) and committed as reads of the pin's snapshot instead of being redone
+    stale: int = 0
     skipped: list[int] = field(default_factory=list)
 
 
@@ -133,19 +135,6 @@ class _Windows:
 
     def __len__(self) -> int:
         return len(self.numbers)
-
-    def head(self, n: int) -> _Windows:
-        """The first ``n`` windows."""
-        vs = None if self.versions is None else self.versions[:n]
-        return _Windows(
-            self.numbers[:n],
-            self.values[:n],
-            self.lwms[:n],
-            self.los[:n],
-            self.his[:n],
-            self.attempts,
-            vs,
-        )
 
     def consistent(self) -> int:
         """How many windows read one state of the tables (``lo <= hi``)."""
@@ -539,17 +528,16 @@ class _Runner:
         events, carry = b.frame, self.carry
         if not self.versions:
             self.versions = [_Versions(self, i) for i in range(len(self.joins))]
-        results: list[_Windows] = []  # the windows committed so far, per attempt
-        done = 0  # how many
+        results: list[_Windows] = []  # the windows the batch committed
         attempts = 0
         while True:
-            if self.stopping:  # stop() while a batch is redone: leave it to the restart
+            if self.stopping:  # stop() while a batch is retried: leave it to the restart
                 raise CQError(f"stopped during batch {b.id}; a restart redoes it")
             attempts += 1
             escalated = attempts > ESCALATE_AFTER
             if escalated:
-                # no progress under validation: this attempt reads a snapshot, which
-                # always commits (updates come faster than a micro-batch runs)
+                # attempts keep failing transiently: this one reads a snapshot,
+                # which no later update can fail
                 txn: Transaction | None = self.tm.begin_snapshot()
                 self.stats.escalations += 1
             else:
@@ -565,7 +553,7 @@ class _Runner:
                     self.cq._condition,
                     self.window,
                     rejoin=not self.plain,
-                    first=self.next_window + done,
+                    first=self.next_window,
                     t0=self.t0,
                     read_sets=self.read_sets,
                     watch=self.watch,
@@ -578,29 +566,24 @@ class _Runner:
                 # the windows that read a row changed since the pin: the earliest change
                 fresh = txn is None or txn.snapshot_ts is None  # a snapshot's reads stay valid
                 hit = self._touched(out, changed) if self.watch and fresh else {}
-                got = self._results(out, txn, attempts, self.next_window + done, now, hit)
-                if txn is None:
-                    results.append(got)
-                    break
-                if self.cq.strategy != "optimistic" or escalated:
+                got = self._results(out, txn, attempts, self.next_window, now, hit)
+                if txn is not None:
+                    if hit:
+                        # Optimistic (Section 5), validated per window: a window whose
+                        # rows are all still current at ``now`` commits as a read at
+                        # ``now``; one that read a row committed since the pin commits
+                        # as a read of the pin's snapshot.  Every read of the attempt
+                        # was made at the pin, one instant under the commit mutex (the
+                        # rows a snapshot begun then reads, Section 4.2), so such a
+                        # window read one state, as its ``state`` says (``hi`` cut
+                        # before the change, ``lo <= hi``).  Redoing it instead cost the
+                        # rest of the batch: a changed row may move an event out of or
+                        # into the selection, and with it the count-based position of
+                        # every later window, so the redo re-evaluated all of them.
+                        self.stats.stale += sum(1 for at in out.columns["at"] if at in hit)
                     txn.commit()
-                    results.append(got)
-                    break
-                # Optimistic (Section 5): each window is validated; the windows before
-                # the first whose reads changed since the pin commit (they read only
-                # rows current at ``now``), that one and those after it are redone from
-                # its LWM under newer rows.
-                valid = self._valid_prefix(out, hit)
-                txn.commit()
-                results.append(got.head(valid))
-                done += valid
-                if valid == len(out):
-                    break
-                low = out.columns["lwm"][valid]
-                events = where(events, f"`{order}` >= {literal(low)}")
-                keep = [i for i, v in enumerate(carry.get(order, [])) if v >= low]
-                carry = {c: [vals[i] for i in keep] for c, vals in carry.items()}
-                self.stats.redos += 1
+                results.append(got)
+                break
             except TransientError:
                 if txn is not None and txn.status == "active":
                     txn.abort()
@@ -648,12 +631,6 @@ class _Runner:
             for n, key in enumerate(keys):
                 if key in changes and (until[n] is None or until[n] >= NEVER):
                     until[n] = changes[key] - 1
-
-    def _valid_prefix(self, out: Evaluated, hit: dict[int, int]) -> int:
-        """Optimistic: how many windows, from the first, read no row changed since the pin."""
-        if not hit:
-            return len(out)
-        return next((n for n, at in enumerate(out.columns["at"]) if at in hit), len(out))
 
     def _touched(self, out: Evaluated, changed: list[dict[Any, int]]) -> dict[int, int]:
         """Per grouped row of ``out``: the earliest commit since the pin of a row it read."""
