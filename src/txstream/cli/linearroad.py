@@ -383,6 +383,9 @@ def _validate(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
     _check_not_empty(args.input)
+    for option, path in (("--answers", args.answers), ("--expected", args.expected)):
+        if path is not None:
+            _check_answers(option, path)
     with tempfile.TemporaryDirectory() as tmp:
         answers = args.answers
         if answers is None:
@@ -413,6 +416,32 @@ def _validate(args: argparse.Namespace) -> int:
         if disagree:
             print(f"{disagree} answer(s) disagree with {args.expected}: exit status 1")
     return 0 if report.clean and not disagree else 1
+
+
+def _check_answers(option: str, path: Path) -> None:
+    """Refuse an answers file of another kind (no line is an answer) in one line.
+
+    A history, a CSV or another command's JSON was validated line by line: a
+    table of zeros and one "malformed answer" line per line of the file, exit 1.
+    An empty ``--answers`` stays a run that answered nothing (all missing); an
+    empty ``--expected`` has nothing to compare with and is refused.
+    """
+    from txstream.linearroad.validate import read_answers
+
+    try:
+        answers, malformed = read_answers(path)
+    except (UnicodeDecodeError, OSError) as exc:
+        raise TxStreamError(f"cannot read {path}: {exc}") from None
+    if answers:
+        return
+    if malformed:
+        line, reason = malformed[0]
+        raise TxStreamError(
+            f"{option} {path}: none of its {len(malformed)} line(s) is a Linear Road answer "
+            f"(line {line}: {reason})"
+        )
+    if option == "--expected":
+        raise TxStreamError(f"--expected {path} holds no answers to compare with")
 
 
 def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:
