@@ -269,9 +269,25 @@ class PostgresSink:
         types: dict[str, str] | None = None,
         name: str | None = None,
     ) -> None:
+        if not isinstance(conninfo, str):
+            raise RuntimeJobError(f"PostgresSink: conninfo is a string, not {conninfo!r}")
+        if not isinstance(columns, (list, tuple)) or not columns:
+            # (a string was taken letter by letter: columns "abc" made columns a, b, c)
+            raise RuntimeJobError(
+                f"PostgresSink: columns is a non-empty list of column names, not {columns!r}"
+            )
         for ident in [table, *columns]:
-            if not _IDENT.fullmatch(ident):
+            if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
                 raise RuntimeJobError(f"PostgresSink: {ident!r} is not a plain SQL identifier")
+        if len(set(columns)) != len(columns):
+            raise RuntimeJobError(f"PostgresSink: a column is named twice in {list(columns)}")
+        for column, kind in (types or {}).items():
+            if column not in columns:
+                raise RuntimeJobError(
+                    f"PostgresSink: types names {column!r}, not one of the columns {list(columns)}"
+                )
+            if not isinstance(kind, str) or not kind.strip() or ";" in kind:
+                raise RuntimeJobError(f"PostgresSink: {kind!r} is not a SQL type ({column!r})")
         self.conninfo = conninfo
         self.table = table
         self.columns = columns
@@ -331,6 +347,8 @@ class DeltaSink:
             raise RuntimeJobError(
                 f"DeltaSink: the path must be a str or a Path, not {type(path).__name__}"
             )
+        if not str(path).strip():
+            raise RuntimeJobError("DeltaSink: an empty path; name a folder for the table")
         if isinstance(path, Path) or "://" not in path:
             local = Path(path)
             if local.exists() and not local.is_dir():
