@@ -477,9 +477,9 @@ class Job:
         checked here (not when the query starts); the runtime commits micro-batches.
 
         >>> import txstream as tx
-        >>> tx.Job().trigger(processingTime="5 secs")
+        >>> tx.Job().trigger(processingTime="soon")
         Traceback (most recent call last):
-        txstream.spark.runtime.errors.RuntimeJobError: trigger(processingTime='5 secs'): an
+        txstream.spark.runtime.errors.RuntimeJobError: trigger(processingTime='soon'): an
         interval such as '5 seconds' or '200 milliseconds'
         """
         self._trigger = check_trigger(trigger)
