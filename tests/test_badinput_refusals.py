@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_badinput import assert_rejected
 
 import txstream as tx
+from test_cli_badinput import assert_rejected
 from txstream.errors import TxStreamError
 from txstream.storage.files import write_whole
 
