@@ -149,7 +149,6 @@ API_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("fn of no args", lambda: _job().on("ev", lambda: None), "takes two arguments"),
     ("fn of one arg", lambda: _job().on("ev", lambda t: None), "takes two arguments"),
     ("fn of 3 args", lambda: _job().on("ev", lambda t, e, x: None), "takes two arguments"),
-    ("two functions", lambda: _job().on("ev", _fn).on("ev", _fn), "has a transaction function"),
     ("sink of no args", lambda: _job().output("o").sink("o", lambda: None), "sink(batch_id"),
     ("no trigger", lambda: tx.Job().trigger(), "give one of processingTime"),
     ("two triggers", lambda: tx.Job().trigger(once=True, availableNow=True), "give one of"),

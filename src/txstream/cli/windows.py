@@ -161,12 +161,6 @@ def _run(args: argparse.Namespace) -> int:
             "leave one of them out"
         )
     args.long_queries = 40 if args.long_queries is None else args.long_queries
-    if args.duration is not None and args.duration < args.t:
-        # (it ran no slide and printed a summary of zeros, exit 0)
-        raise WindowError(
-            f"--duration {args.duration:g} is shorter than one sub-window (--t {args.t:g}): "
-            "nothing would be computed; give a --duration of at least --t"
-        )
     if args.spark:
         return _run_spark(args)
     given = [f"--{a}" for a in SPARK_ONLY if getattr(args, a) is not None]
@@ -192,6 +186,12 @@ def _run(args: argparse.Namespace) -> int:
             f"--snapshot-interval {args.snapshot_interval:g} makes "
             f"{simulated / args.snapshot_interval:,.0f} snapshot queries; at most "
             f"{MAX_SNAPSHOTS:,} per run (a larger interval or a shorter run)"
+        )
+    if args.duration is not None and args.duration < args.t:
+        # (it ran no slide and printed a summary of zeros, exit 0)
+        raise WindowError(
+            f"--duration {args.duration:g} is shorter than one sub-window (--t {args.t:g}): "
+            "nothing would be computed; give a --duration of at least --t"
         )
     queries = [parse_query(q) for q in args.query] if args.query else None
     if args.record is not None:

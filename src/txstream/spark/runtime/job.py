@@ -381,12 +381,6 @@ class Job:
                 f".on({input_name!r}, {getattr(fn, '__name__', fn)}): a transaction function "
                 "is a plain function (this one yields or is async, so calling it runs nothing)"
             )
-        if input_name in self.spec.handlers:
-            # (the second replaced the first without a word)
-            raise RuntimeJobError(
-                f".on({input_name!r}, ...): input {input_name!r} has a "
-                "transaction function already; give one function per input"
-            )
         self.spec.handlers[input_name] = fn
         return self
 
