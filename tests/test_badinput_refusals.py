@@ -51,6 +51,9 @@ CLI_CASES: list[tuple[list[str], str]] = [
     ([*LR_RUN, "--record", "in.dat"], "is the --input file"),
     ([*LR_RUN, "--record", "o/answers.txt"], "is the run's own answers.txt"),
     ([*LR_RUN, "--record", "o/ckpt/h.txt"], "is the run's own ckpt"),
+    # --expect on histories without a directive: exit 0 whatever the verdicts
+    (["check", "--expect", "--format", "text", "hist.txt"], "no history has an '# expect:'"),
+    (["check", "-c", "ws", "--expect", "--format", "json", "hist.txt"], "directive for ws"),
     # answers files of another kind
     (
         ["linear-road", "validate", "--input", "in.dat", "--answers", "hist.txt"],
@@ -68,7 +71,7 @@ def test_refused_in_one_line_before_the_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str], needle: str
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    fixtures = {"in.dat": LR_IN, "hist.txt": "r1(x) w1(x) c1\nr2(x) c2\n", "empty.txt": ""}
+    fixtures = {"in.dat": LR_IN, "hist.txt": "r1(x) w2(x) c2 w1(x) c1\nr3(x) c3\n", "empty.txt": ""}
     for name, text in fixtures.items():
         (tmp_path / name).write_text(text)
     assert_rejected(argv, needle)
