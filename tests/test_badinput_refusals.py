@@ -53,7 +53,7 @@ CLI_CASES: list[tuple[list[str], str]] = [
     ([*LR_RUN, "--record", "o/ckpt/h.txt"], "is the run's own ckpt"),
     # --expect on histories without a directive: exit 0 whatever the verdicts
     (["check", "--expect", "--format", "text", "hist.txt"], "no history has an '# expect:'"),
-    (["check", "-c", "ws", "--expect", "--format", "json", "hist.txt"], "directive for ws"),
+    (["check", "-c", "csao", "--expect", "--format", "json", "hist.txt"], "directive for csao"),
     # answers files of another kind
     (
         ["linear-road", "validate", "--input", "in.dat", "--answers", "hist.txt"],
