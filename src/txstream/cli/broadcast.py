@@ -141,12 +141,6 @@ def run_simulate(args: argparse.Namespace) -> int:
             "statistics come from the last --measured of them"
         )
     measured = SimParams().measured if args.measured is None else args.measured
-    if args.server_ops == "update" and args.server_length > args.objects:
-        # (the simulation cut it to the number of objects: an update takes distinct objects)
-        raise BroadcastError(
-            f"--server-length {args.server_length} is more than --objects {args.objects}: a "
-            "server update transaction writes distinct objects"
-        )
     params = SimParams(
         algorithm=args.algorithm,
         groups=args.groups,
@@ -168,6 +162,12 @@ def run_simulate(args: argparse.Namespace) -> int:
         max_steps=args.max_steps if args.max_steps else step_budget(args.transactions),
         record=args.history is not None,
     )
+    if args.server_ops == "update" and args.server_length > args.objects:
+        # (after SimParams' own checks) the simulation cut it to the number of objects
+        raise BroadcastError(
+            f"--server-length {args.server_length} is more than --objects {args.objects}: a "
+            "server update transaction writes distinct objects"
+        )
     if args.history is not None:
         check_writable(args.history)  # before the run, not after it
     result = simulate(params, args.seed)
