@@ -162,8 +162,9 @@ def run_simulate(args: argparse.Namespace) -> int:
         max_steps=args.max_steps if args.max_steps else step_budget(args.transactions),
         record=args.history is not None,
     )
+    params.validate()
     if args.server_ops == "update" and args.server_length > args.objects:
-        # (after SimParams' own checks) the simulation cut it to the number of objects
+        # (the simulation cut it to the number of objects; its own checks first)
         raise BroadcastError(
             f"--server-length {args.server_length} is more than --objects {args.objects}: a "
             "server update transaction writes distinct objects"
