@@ -18,6 +18,20 @@ multi-partition transactions on N partitions (uniform: transfers times
 The prediction for ``local[2]`` is then compared with its measurement, and
 N = 4 .. 32 are predicted (one partition per core).
 
+The structure above gives the tasks the whole machine, but the driver and
+Spark's JVM (reading the input, the shuffle, Arrow, the garbage collector)
+work beside them: ``local[1]`` keeps more than one core busy.  So the run
+also counts the CPU of the whole process tree per workload (``/proc``: the
+Python workers, the JVM and the driver), and the model's second form bounds a
+batch by the machine's ``M`` cores as well:
+
+    T(N) = max(F + n * c(N) / (N * (1 - s(N))), n * q(N) / M)
+    q(N) = q_local + x(N) * q_mp
+
+``q_local`` and ``q_mp``: the process tree's CPU per event and per crossing
+transaction, fitted on ``local[1]`` like ``c_local`` and ``c_mp`` (CPU time,
+which a loaded host disturbs far less than the wall time ``c`` comes from).
+
     PYTHONPATH=src .venv/bin/python scripts/runtime-scaling-model.py
 """
 
@@ -50,6 +64,40 @@ def write_input(folder: Path, stream: list[Any], files: int) -> None:
         for name in ("deposits", "transfers"):
             lines = "".join(json.dumps(e) + "\n" for kind, e in part if kind == name)
             (folder / name / f"part-{n:04d}.json").write_text(lines)
+
+
+def tree_cpu() -> dict[str, float]:
+    """CPU seconds of this process and its descendants: Spark's Python workers, the rest.
+
+    Read from ``/proc`` (Linux): each live process's own time and that of its
+    children it reaped (pyspark's daemon reaps the workers it forked).
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    spent: dict[int, float] = {}
+    worker: dict[int, bool] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:  # (gone meanwhile)
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        spent[pid] = sum(int(f) for f in fields[11:15]) / tick
+        worker[pid] = b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd
+    me = os.getpid()
+    out = {"workers": 0.0, "jvm and driver": 0.0}
+    for pid in spent:
+        p = pid
+        while p not in (me, 0, 1) and p in parent:
+            p = parent[p]
+        if p == me:
+            out["workers" if worker[pid] else "jvm and driver"] += spent[pid]
+    return out
 
 
 def run_master(master: str, n: int) -> dict[str, Any]:
@@ -87,14 +135,17 @@ def run_master(master: str, n: int) -> dict[str, Any]:
                 query = job.trigger(availableNow=True).start(
                     folder / "ckpt", spark=spark, partitions=2
                 )
+                began = tree_cpu()
                 try:
                     query.awaitTermination()
                 finally:
                     query.stop()
+                ended = tree_cpu()
                 batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
                 out[label] = {
                     "seconds": [p["durationMs"] / 1000 for p in batches],
                     "events": [p["numInputRows"] for p in batches],
+                    "cpu": {k: ended[k] - began[k] for k in began},
                 }
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -142,15 +193,45 @@ def main() -> None:
     stream = list(events(72_000, 100_000, 50, seed=7))
     print(f"F = {fixed * 1000:.0f} ms per batch; c_local = {c_local * 1e6:.1f} us per event; ")
     print(f"c_mp = {c_mp * 1e6:.1f} us per multi-partition transaction (fitted on local[1])")
+
+    def tree(data: dict[str, Any], label: str) -> float:
+        """The process tree's CPU seconds per event of a workload."""
+        return sum(data[label]["cpu"].values()) / sum(data[label]["events"])
+
+    q_local = tree(one, "cross 0")
+    q_mp = (tree(one, "uniform") - q_local) / mp_share(2)
+    machine = os.cpu_count() or 1
+    print(f"q_local = {q_local * 1e6:.1f} us of CPU per event (all processes; "
+          f"{q_local / (t_local / n):.2f} cores busy on local[1]), q_mp = {q_mp * 1e6:.1f} us "
+          f"per multi-partition transaction; M = {machine} cores")  # fmt: skip
     print()
-    print("| workload | local[2] measured txn/s | predicted | error |")
+    print("| CPU s per 1,000 events (process tree) | workload | Python workers | JVM and driver |")
     print("|---|---|---|---|")
+    for master, data in (("local[1]", one), ("local[2]", two)):
+        for label in ("cross 0", "uniform"):
+            got, count = data[label]["cpu"], sum(data[label]["events"])
+            print(f"| {master} | {label} | {1000 * got['workers'] / count:.3f} | "
+                  f"{1000 * got['jvm and driver'] / count:.3f} |")  # fmt: skip
+
+    def batch_time(count: float, cores: int, x: float, share: float, machine: int = 0) -> float:
+        """The model's batch time; ``machine``: its cores (0: the tasks' form, no bound)."""
+        tasks = count * (c_local + x * c_mp) / (cores * (1 - share))
+        if not machine:
+            return fixed + tasks
+        # (q holds the batch's fixed CPU too: the bound is the batch's CPU over the cores)
+        return max(fixed + tasks, count * (q_local + x * q_mp) / machine)
+
+    print()
+    print("| workload | local[2] txn/s | predicted | error | with the JVM's cores | error |")
+    print("|---|---|---|---|---|---|")
     for label, x in (("cross 0", 0.0), ("uniform", mp_share(2))):
         seconds, count = per_batch(two, label)
         share = serial_share(keys_of(stream), 2) if x else 0.0
-        predicted = fixed + count * (c_local + x * c_mp) / (2 * (1 - share))
-        error = (count / predicted) / (count / seconds) - 1
-        print(f"| {label} | {count / seconds:,.0f} | {count / predicted:,.0f} | {error:+.0%} |")
+        cells = []
+        for bound in (0, machine):
+            predicted = batch_time(count, 2, x, share, bound)
+            cells.append(f"{count / predicted:,.0f} | {seconds / predicted - 1:+.0%}")
+        print(f"| {label} | {count / seconds:,.0f} | {' | '.join(cells)} |")
     print()
     print("| measured txn/s (4 batches) | cross 0 | uniform | uniform, defer |")
     print("|---|---|---|---|")
@@ -161,14 +242,18 @@ def main() -> None:
             rates.append(f"{count / seconds:,.0f}")
         print(f"| {master} | {' | '.join(rates)} |")
     print()
-    print("| cores = partitions | serial share (uniform) | predicted uniform txn/s | cross 0 |")
-    print("|---|---|---|---|")
+    print("| cores = partitions = M | serial share (uniform) | predicted uniform txn/s | cross 0 "
+          "| with the JVM's cores: uniform | cross 0 |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for cores in (1, 2, 4, 8, 16, 32):
         share = serial_share(keys_of(stream), cores) if cores > 1 else 0.0
         x = mp_share(cores) if cores > 1 else 0.0
-        batch = n * (c_local + x * c_mp) / (cores * (1 - share)) + fixed
-        flat = n * c_local / cores + fixed
-        print(f"| {cores} | {share:.1%} | {n / batch:,.0f} | {n / flat:,.0f} |")
+        rates = [
+            n / batch_time(n, cores, xs, ss, bound)
+            for bound in (0, cores)
+            for xs, ss in ((x, share), (0.0, 0.0))
+        ]
+        print(f"| {cores} | {share:.1%} | " + " | ".join(f"{r:,.0f}" for r in rates) + " |")
 
 
 if __name__ == "__main__":

@@ -164,8 +164,8 @@ API_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("store 5", lambda: _job().on("ev", _fn).run_local([], 5), "a folder path, not 5"),
     ("checkpoint ''", lambda: _job().on("ev", _fn).start(""), "an empty path"),
     ("Delta ''", lambda: tx.DeltaSink(""), "DeltaSink: an empty path"),
-    ("pg columns str", lambda: tx.PostgresSink("", "t", "abc"), "columns is a non-empty list"),  # type: ignore[arg-type]
-    ("pg no columns", lambda: tx.PostgresSink("", "t", []), "columns is a non-empty list"),
+    ("pg columns str", lambda: tx.PostgresSink("", "t", "abc"), "columns must be a non-empty list"),  # type: ignore[arg-type]
+    ("pg no columns", lambda: tx.PostgresSink("", "t", []), "columns must be a non-empty list"),
     ("pg twice", lambda: tx.PostgresSink("", "t", ["a", "a"]), "a column is named twice"),
     ("pg conninfo", lambda: tx.PostgresSink(5, "t", ["a"]), "conninfo is a string"),  # type: ignore[arg-type]
     ("pg types", lambda: tx.PostgresSink("", "t", ["a"], {"b": "int"}), "types names 'b'"),

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from txstream.bench.schedule import batched, hot_floor, keys_of, serial_events, serial_share
+from txstream.bench.schedule import (
+    Counts,
+    batched,
+    count,
+    hot_floor,
+    keys_of,
+    serial_events,
+    serial_share,
+)
 from txstream.spark.runtime.partitioning import partition_of
 
 
@@ -35,27 +43,76 @@ def test_a_blocked_transaction_does_not_hold_back_later_ready_ones() -> None:
     assert serial_share([(A, B), (B,), (C,)], 2) == 0.0
 
 
-def test_a_keyless_audit_is_a_barrier_on_every_partition() -> None:
-    # homes: 0, 0, 1, 0 (the audit), 1.  Step 0: t0, t2.  Step 1: t1 while
-    # partition 1 idle-waits (t4 waits for the audit).  Step 2: the audit while
-    # partition 1 still waits.  Step 3: t4 alone.
+def test_a_global_read_is_no_barrier_later_transactions_run_past_it() -> None:
+    # homes: 0, 0, 1, 0 (the audit), 1.  Step 0: both partitions admit all they
+    # have (the audit's part is admitted past t0, t1 at 0 and t2 at 1); t0, t2
+    # run.  Step 1: t1 and t4 (after the audit, not waiting for it): the parts
+    # are taken.  Step 2: the audit, partition 1 has nothing left.  As a
+    # barrier (the model before session 22) t4 waited for the audit: 2 serial.
     txns = [(A,), (A2,), (B,), (), (C,)]
-    assert serial_events(txns, 2) == 2
-    assert serial_share(txns, 2) == pytest.approx(0.4)
-    # without the audit nobody waits
-    assert serial_events([(A,), (A2,), (B,), (C,)], 2) == 0
+    assert serial_events(txns, 2) == 0
+    found = count(txns, 2)
+    assert (found.at_once, found.past, found.barriers) == (0, 2, 0)
 
 
-def test_an_audit_waits_for_every_other_partition_and_later_ones_wait_for_it() -> None:
-    # The audit (home 0) waits for partition 1's two transactions and t3 for the
-    # audit: partition 0 idle-waits in steps 0 and 1.
-    assert serial_events([(B,), (C,), (), (A,)], 2) == 2
-    # t3 touches only B, last touched before the audit: it waits for the audit
-    # all the same (step 1: partition 1 idle-waits while the audit runs)
-    assert serial_events([(B,), (A,), (), (B,)], 2) == 1
-    # two audits in a row: the second waits for the first, so partition 0 waits
-    # for partition 1's t0 in step 0
-    assert serial_events([(B,), (), (), (A,)], 2) == 1
+def test_a_global_read_waits_for_every_partitions_earlier_transactions() -> None:
+    # The audit (home 0) waits for partition 1's t0, t1; t3 runs past it in
+    # step 0.  Step 1: partition 0 idle-waits (the audit's part at 1 is not
+    # taken) while t1 runs: 1 serial.  Partition 0's part meets nothing
+    # unfinished: taken at once.
+    txns = [(B,), (C,), (), (A,)]
+    assert serial_events(txns, 2) == 1
+    found = count(txns, 2)
+    assert (found.at_once, found.past, found.barriers) == (1, 1, 0)
+
+
+def test_a_second_read_while_the_first_waits_is_a_barrier() -> None:
+    # t0 crosses (home 0, B on 1); both reads come before t3.  Each partition
+    # admits the first read past t0 and meets the second while the first's part
+    # waits for t0: a barrier, so partition 1 does not admit t3 until t0 ran
+    # (step 0: t0 while partition 1 idle-waits), then t3 and the two reads.
+    txns = [(A, B), (), (), (C,)]
+    assert serial_events(txns, 2) == 1
+    found = count(txns, 2)
+    assert (found.at_once, found.past, found.barriers) == (0, 2, 2)
+    # two reads at a time past (a design the runtime does not run): t3 runs at once
+    assert count(txns, 2, reads=2) == Counts(serial=0, past=4, at_once=0, barriers=0)
+    with pytest.raises(ValueError, match="at least 1"):
+        count(txns, 2, reads=0)
+    # With two reads past at partition 1, t4 (between them) holds back the
+    # second's part only: the first's is taken after t2 (step 2, partition 0
+    # idle-waiting in steps 1 and 2), not after t1 (which would take 1 serial).
+    two = [(A2, B), (B,), (B,), (), (C,), ()]
+    assert count(two, 2, chunk=2, reads=2) == Counts(serial=2, past=4, at_once=0, barriers=0)
+    # One at a time, not every other one: in chunks of 1 both partitions admit
+    # the first read past t0 and reach the second after t0 ran (its parts
+    # taken): nothing is unfinished then, so its parts are taken at once.
+    later = [(A, B), (), (A2,), (C,), (A2,), (C,), ()]
+    assert count(later, 2, chunk=1) == Counts(serial=0, past=2, at_once=2, barriers=0)
+
+
+def test_a_reads_part_waits_for_what_came_before_it_not_after() -> None:
+    # Chunks of 1.  Step 0: partition 0 admits t1 (its rows at partition 1 not
+    # admitted yet), the read past it, and runs t3, which came after the read:
+    # the read's part there still waits for t1.  Step 1: partition 0 meets the
+    # second read with the first's part waiting: a barrier; partition 1 admits
+    # t1, the first read past it and meets the second: a barrier, so it cannot
+    # admit t5 and idle-waits while t1 runs (1 serial).  Had t3 counted as
+    # before the read, partition 0 would have taken the part in step 0 and
+    # admitted the second read past.
+    txns = [(C,), (A, B), (), (A2,), (), (C,)]
+    assert count(txns, 2, chunk=1) == Counts(serial=1, past=2, at_once=0, barriers=2)
+
+
+def test_admission_in_chunks_limits_how_far_a_partition_looks_ahead() -> None:
+    # t0 (home 0) needs partition 1 to admit it, which partition 1 does only
+    # when nothing of its own is ready: with chunks of 1 it runs t1 first, so
+    # partition 0 idle-waits in step 0 (t2, behind t0 on A, cannot run).
+    txns = [(C,), (A, B), (A,)]
+    assert serial_events(txns, 2, chunk=1) == 1
+    assert serial_events(txns, 2, chunk=2) == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        serial_events(txns, 2, chunk=0)
 
 
 def test_one_partition_never_waits_for_another() -> None:

@@ -288,3 +288,36 @@ def test_spark_takes_the_watermark_from_withwatermark_on_the_order_column(
     assert json.loads((tmp_path / "ckpt" / "txstream" / "job.json").read_text())["watermarks"] == {
         "e": 3.0
     }
+
+
+@pytest.mark.parametrize("boundary", [("seconds", {"seconds": 10.0}), ("timestamp", {})])
+def test_an_event_of_a_group_that_ran_on_other_partitions_is_late(
+    tmp_path: Path, boundary: tuple[str, dict[str, Any]]
+) -> None:
+    # Serially, key 4's event at ts 5 joins the group of ts 1 (the slice [0, 10),
+    # or with "timestamp" the same ts) and its error rolls key 1's write back.
+    # Arriving after the frontier passed that group, it ran alone: key 1's row
+    # stayed, and nothing was reported, since its partition (keys 1 and 4 are on
+    # partitions 1 and 0) had run nothing later.
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        if e["k"] == 4:
+            raise ValueError("refused")
+        t.upsert("rows", {"k": e["k"], "ts": e["ts"]})
+
+    ts = 5.0 if boundary[0] == "seconds" else 1.0
+    job = (
+        tx.Job("groups")
+        .table("rows", key="k")
+        .input("ev", None, keys="k", order="ts", watermark=0.0)
+        .on("ev", put)
+        .boundary(boundary[0], **boundary[1])
+    )
+    first = [[("ev", {"k": 1, "ts": 1.0}), ("ev", {"k": 1, "ts": 12.0})]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tx.LateEventsWarning)
+        job.run_local(first, tmp_path / "s", partitions=2, end_inputs=False)
+    with (
+        pytest.warns(tx.LateEventsWarning, match="1 event"),
+        pytest.warns(tx.TransactionFailuresWarning),
+    ):
+        job.run_local([[("ev", {"k": 4, "ts": ts})]], tmp_path / "s", partitions=2)

@@ -155,6 +155,117 @@ def test_read_output_arrow_and_pandas(tmp_path: Path) -> None:
         tx.read_output_arrow(tmp_path / "ckpt", "greeting")
 
 
+def _notes(t: Any, e: dict[str, Any]) -> None:
+    row = {"id": e["id"]}
+    if e["id"] % 2:
+        row["note"] = "odd"  # (the first row of a batch may lack it)
+    t.upsert("seen", row)
+    t.emit("out", row)
+
+
+def test_a_column_the_first_row_lacks_is_kept_or_refused_never_dropped(tmp_path: Path) -> None:
+    # pa.Table.from_pylist takes its columns from the first row: read_output_arrow,
+    # read_table(as_="arrow"/"pandas") and DeltaSink dropped "note" without a word
+    # (and DeltaSink's select() dropped a later batch's new column).
+    job = (
+        tx.Job()
+        .table("seen", key="id")
+        .input("ev", None, keys="id")
+        .output("out")
+        .on("ev", _notes)
+        .sink("out", tx.DeltaSink(tmp_path / "d"))
+    )
+    job.run_local([[("ev", {"id": i}) for i in range(4)], [("ev", {"id": 6})]], tmp_path / "c")
+    want = [{"id": i, "note": "odd" if i % 2 else None} for i in (0, 1, 2, 3, 6)]
+    assert tx.read_output_arrow(tmp_path / "c", "out").to_pylist() == want
+    assert tx.read_table(tmp_path / "c", "seen", as_="arrow").to_pylist() == want
+    assert sorted(_delta_rows_by_id(tmp_path / "d"), key=lambda r: r["id"]) == want
+    # A table without the column, then a batch with it: refused before anything is written.
+    evens = tx.DeltaSink(tmp_path / "evens")
+    evens(0, [{"id": 0}])
+    with pytest.raises(
+        TxStreamError, match=r"does not fit the table \(id\): it has column\(s\) note;"
+    ):
+        evens(1, [{"id": 2}, {"id": 3, "note": "odd"}])
+    fixed = tx.DeltaSink(tmp_path / "fixed", schema=pa.schema([("id", pa.int64())]))
+    with pytest.raises(TxStreamError, match=r"the sink's schema \(id\): it has column\(s\) note;"):
+        fixed(0, [{"id": 2}, {"id": 3, "note": "odd"}])
+    assert DeltaTable(str(tmp_path / "evens")).version() == 0
+    assert not DeltaTable.is_deltatable(str(tmp_path / "fixed"))
+
+
+def _delta_rows_by_id(path: Path) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return rows
+
+
+def _folder_rows(path: Path) -> list[str]:
+    return [line for f in sorted(path.glob("batch-*.jsonl")) for line in f.read_text().split()]
+
+
+@pytest.mark.parametrize("kind", ["delta", "folder"])
+def test_a_target_written_by_another_store_is_refused_in_one_line(
+    tmp_path: Path, kind: str
+) -> None:
+    # A second job (or the same job on a new checkpoint) numbers its batches
+    # from 0 again: without a claim its batches were skipped as "delivered
+    # before a crash" (Delta) or overwrote the first job's files (folder).
+    target = tmp_path / "target"
+
+    def sink() -> Any:
+        return tx.DeltaSink(target) if kind == "delta" else tx.FolderSink(target)
+
+    def rows() -> list[Any]:
+        return _delta_rows(target) if kind == "delta" else _folder_rows(target)
+
+    _job(sink()).run_local(BATCHES[:1], tmp_path / "first", end_inputs=False)
+    _job(sink()).run_local(BATCHES[1:], tmp_path / "first")  # its own restart: goes on
+    assert len(rows()) == 3
+    before = rows()
+    other = [[("people", {"name": "dee", "n": 4})], [("people", {"name": "eve", "n": 5})]]
+    with pytest.raises(TxStreamError) as err:
+        _job(sink()).run_local(other, tmp_path / "second")
+    message = str(err.value)
+    assert "\n" not in message
+    assert f"holds the batches of output 'greetings' of {tmp_path / 'first'}" in message
+    assert rows() == before
+    if kind == "delta":  # a name of its own appends beside the first job's rows
+        _job(tx.DeltaSink(target, name="second")).run_local(other, tmp_path / "third")
+        assert [r["n"] for r in rows()] == [1, 2, 3, 4, 5]
+
+
+def test_two_outputs_on_one_sink_target_are_refused_by_sink(tmp_path: Path) -> None:
+    # Their batch ids collide: the second output's batches were skipped (or overwrote).
+    for make in (
+        lambda: tx.FolderSink(tmp_path / "f"),
+        lambda: tx.DeltaSink(tmp_path / "d"),
+        lambda: tx.PostgresSink("dbname=x", "events", ["name"]),
+    ):
+        job = _job(make()).output("echo")
+        with pytest.raises(TxStreamError, match=r"output 'greetings' already writes to"):
+            job.sink("echo", make())
+    job = _job(tx.DeltaSink(tmp_path / "d")).output("echo")
+    job.sink("echo", tx.DeltaSink(tmp_path / "d", name="echo"))  # a name of its own: fine
+    job.sink("greetings", tx.FolderSink(tmp_path / "f"))  # one output, two sinks: fine
+
+
+def test_a_postgres_sink_column_the_output_does_not_declare_is_refused() -> None:
+    # It was written NULL in every row (a misspelt column name), without a word.
+    job = tx.Job().input("ev", None, keys="id").output("out", schema="id long, temp double")
+    with pytest.raises(TxStreamError, match=r"column\(s\) celsius are not in output 'out'"):
+        job.sink("out", tx.PostgresSink("dbname=x", "t", ["id", "celsius"]))
+    job.sink("out", tx.PostgresSink("dbname=x", "t", ["temp"]))  # a part of them: fine
+
+
+def test_postgres_sink_columns_as_text_or_stray_types_are_refused() -> None:
+    # columns="id" made columns i and d (NULL in every row); a type for a column
+    # that is not there left the real one text: both without a word.
+    with pytest.raises(TxStreamError, match="columns must be a non-empty list"):
+        tx.PostgresSink("dbname=x", "t", "id")  # type: ignore[arg-type]
+    with pytest.raises(TxStreamError, match="types names 'temp', not among the columns"):
+        tx.PostgresSink("dbname=x", "t", ["id", "celsius"], types={"temp": "double precision"})
+
+
 CHILD = r"""
 import sys
 import txstream as tx
@@ -225,6 +336,16 @@ def test_sigkill_delta_and_postgres_exactly_once(tmp_path: Path) -> None:
         with psycopg.connect(server.conninfo) as conn:
             rows = conn.execute("SELECT id, v FROM kills ORDER BY id").fetchall()
         assert [tuple(r) for r in rows] == want
+        # Another store's batches under the same sink name: refused, nothing written
+        # (they were skipped as delivered before; the folder and Delta cases:
+        # test_a_target_written_by_another_store_is_refused_in_one_line).
+        new, delta = str(tmp_path / "new"), str(tmp_path / "delta-new")  # (Delta: refused too)
+        again = [sys.executable, str(script), new, delta, server.conninfo]
+        failed = subprocess.run(again, env=env, capture_output=True, text=True)
+        assert failed.returncode != 0
+        assert "sink name 'kills' holds the batches of output 'out' of" in failed.stderr
+        with psycopg.connect(server.conninfo) as conn:
+            assert conn.execute("SELECT count(*) FROM kills").fetchone() == (200,)
     finally:
         server.stop()
 

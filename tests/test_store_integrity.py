@@ -952,3 +952,41 @@ def test_an_output_file_whose_lines_are_not_one_row_each_is_refused(
         _output_rows(part)
     part.write_text('{"k": 2, "__order": [2]}\n{"k": 1, "__order": [1]}\n')
     assert _output_rows(part) == [([2], {"k": 2}), ([1], {"k": 1})]
+
+
+# -- a full disk mid-batch -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("nth", [1, 4, 9])
+def test_a_full_disk_mid_batch_is_one_line_and_the_restart_gives_the_same_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, nth: int
+) -> None:
+    # A write the disk refused reached the user as a bare OSError traceback
+    # ("[Errno 28] No space left on device") that named no file.
+    import errno
+    import os
+
+    from txstream.spark.runtime import store_files
+
+    whole = tmp_path / "whole"
+    run(whole, 4)
+    store = tmp_path / "full"
+    run(store, 2)
+    replace, calls = os.replace, []
+
+    def refuse(src: Any, dst: Any) -> None:
+        calls.append(dst)
+        if len(calls) == nth:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        replace(src, dst)
+
+    monkeypatch.setattr(store_files.os, "replace", refuse)
+    with pytest.raises(StoreError) as err:
+        run(store, 2, start=2)
+    assert f"cannot write {calls[-1]}: No space left on device" in one_line(err)
+    monkeypatch.setattr(store_files.os, "replace", replace)
+    assert not [p for p in store.rglob("*") if ".tmp-" in p.name]
+    done = len(RuntimeStore(store).committed())
+    run(store, 4 - done, start=done)
+    assert table(store) == table(whole)
+    assert tx.read_output(store, "seen") == tx.read_output(whole, "seen")

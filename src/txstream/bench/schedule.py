@@ -9,14 +9,23 @@ partitions would do).  The model (issue 28):
 * a transaction runs at its *home* partition, the partition of its first key
   (partition 0 for a keyless global read such as an audit), and costs its event
   there; the other participants do no work for it;
-* it may run only when, for each of its values, every earlier transaction
-  (declared order) touching that value has finished (in an earlier step); a
-  global read touches every value of every partition, so it waits for every
-  earlier transaction and every later one waits for it (a barrier);
+* each partition *admits* its transactions (those with a value there, and
+  every global read) in the declared order, ``chunk`` at a time (the runtime's
+  admission round, 128) whenever nothing of its own is ready; a transaction
+  may run once every participant admitted it and, for each of its values,
+  every earlier transaction touching that value finished (in an earlier step);
+* a global read is not a barrier (the runtime's rule since session 21,
+  :meth:`~txstream.spark.runtime.forward._Partition._read_past`): each
+  partition takes its part (its partial totals) once the transactions it
+  admitted before the read finished, and admits and runs later ones meanwhile;
+  the read runs at partition 0 once every part is taken, and nothing waits for
+  it.  One read at a time per partition: a read admitted while an earlier one's
+  part still waits there is a barrier of that partition (admission stops until
+  everything admitted there finished; then its part is taken);
 * per step each partition runs its earliest ready transaction, looking past
   blocked ones;
 * a partition *idle-waits* in a step when it has unfinished transactions but
-  none is ready.
+  none is ready (and it can admit nothing that is).
 
 ``serial_share`` = events executed in steps in which at least one other
 partition idle-waits / all events.  ``hot_floor`` = the largest, over
@@ -25,18 +34,23 @@ the partition's events: the share that the hottest keys alone force (their
 transactions run one after another, whatever the design).
 
 Partitions are those of the runtime (:func:`~txstream.spark.runtime.partitioning.partition_of`).
+Keyless fragments (barriers of their partition in the runtime) are not
+modelled: a transaction without keys is a global read.  Which read parts the
+rule makes barriers agrees with the runtime's partitions on the same input
+(``scripts/schedule-vs-runtime.py``).
 """
 
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
 from txstream.spark.runtime.base import Key
+from txstream.spark.runtime.forward import ADMIT_CHUNK
 from txstream.spark.runtime.partitioning import partition_of
 
 Txn = Sequence[Key]
@@ -58,46 +72,155 @@ def _homes(txns: Sequence[Txn], partitions: int) -> list[int]:
     return homes
 
 
-def serial_events(txns: Sequence[Txn], partitions: int) -> int:
-    """Events of ``txns`` executed while another partition idle-waits (see the module)."""
+@dataclass
+class Counts:
+    """What :func:`count` found in one batch's schedule (see the module)."""
+
+    serial: int = 0
+    """Events executed in steps in which another partition idle-waited."""
+    past: int = 0
+    """Global reads' parts admitted past: later transactions went on (per partition)."""
+    at_once: int = 0
+    """Parts that met nothing unfinished: taken when admitted (per partition)."""
+    barriers: int = 0
+    """Parts that met an earlier read still waiting: admission stopped (per partition)."""
+
+
+def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1) -> Counts:
+    """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
+
+    ``chunk``: transactions a partition admits at a time when nothing of its own
+    is ready (the runtime's admission round, :data:`~txstream.spark.runtime.forward.ADMIT_CHUNK`).
+    ``reads``: global reads a partition admits past at a time (the runtime: 1;
+    more is a design it does not run, for what it would buy).
+    """
+    if chunk < 1:
+        raise ValueError(f"chunk must be at least 1, not {chunk}")
+    if reads < 1:
+        raise ValueError(f"reads must be at least 1, not {reads}")
     n = len(txns)
+    found = Counts()
     homes = _homes(txns, partitions)
-    waiting = [0] * n  # earlier transactions each one still waits for
-    dependents: list[list[int]] = [[] for _ in range(n)]
-    last: dict[Key, int] = {}  # the latest transaction touching each value
-    barrier = -1  # the latest global read
-    since: list[int] = []  # transactions after it
+    cache: dict[Key, int] = {}
+    # Per partition, its transactions in the declared order: those with a value
+    # there, and every global read.
+    lists: list[list[int]] = [[] for _ in range(partitions)]
+    spans: list[tuple[int, ...]] = []
+    every = tuple(range(partitions))
     for i, keys in enumerate(txns):
-        deps: set[int]
         if not keys:
-            # Transactions on one value run in order, so waiting for the last
-            # one on each value waits for all; a barrier waits for everything.
-            deps = set(since)
-            if barrier >= 0:
-                deps.add(barrier)
-            last.clear()
-            barrier, since = i, []
+            spans.append(every)
         else:
-            deps = set()
+            ps = []
             for k in keys:
-                j = last.get(k, barrier)
-                if j >= 0:
-                    deps.add(j)
-                last[k] = i
-            deps.discard(i)
-            since.append(i)
-        waiting[i] = len(deps)
-        for j in deps:
-            dependents[j].append(i)
+                p = cache.get(k)
+                if p is None:
+                    p = cache[k] = partition_of(k, partitions)
+                ps.append(p)
+            spans.append(tuple(sorted(set(ps))))
+        for p in spans[i]:
+            lists[p].append(i)
+    admitted = [0] * partitions  # the next position to admit in each list
+    unadmitted = [len(s) for s in spans]  # partitions that have not admitted it yet
+    need = [0] * n  # values on which an earlier transaction still holds it
+    parts_left = [0] * n  # a global read's parts not taken yet
+    queues: dict[Key, deque[int]] = {}
+    inflight = [0] * partitions  # admitted there, not finished (global reads aside)
+    epoch = [0] * partitions
+    since: dict[tuple[int, int], int] = {}  # (transaction, partition) -> epoch when admitted
+    # Per partition, the reads admitted past whose parts wait: [read, its epoch,
+    # the items admitted before it not finished].
+    reading: list[deque[list[int]]] = [deque() for _ in range(partitions)]
+    barrier: list[int] = [-1] * partitions
     ready: list[list[int]] = [[] for _ in range(partitions)]
     unfinished = [0] * partitions
     for i in range(n):
         unfinished[homes[i]] += 1
-        if not waiting[i]:
-            ready[homes[i]].append(i)  # in index order: already a heap
-    serial = done = 0
+        if not txns[i]:
+            parts_left[i] = partitions
+
+    def enqueue(i: int) -> None:
+        if not unadmitted[i] and not need[i] and not parts_left[i]:
+            heapq.heappush(ready[homes[i]], i)
+
+    def take(i: int) -> None:  # a global read's part is taken
+        parts_left[i] -= 1
+        enqueue(i)
+
+    def admit(p: int) -> None:
+        """Admit up to ``chunk`` more of partition ``p``'s transactions."""
+        mine = lists[p]
+        for _ in range(chunk):
+            if barrier[p] >= 0 or admitted[p] == len(mine):
+                return
+            i = mine[admitted[p]]
+            admitted[p] += 1
+            unadmitted[i] -= 1
+            keys = txns[i]
+            if not keys:
+                if inflight[p] == 0:
+                    found.at_once += 1
+                    take(i)
+                elif len(reading[p]) < reads:
+                    found.past += 1
+                    epoch[p] += 1
+                    reading[p].append([i, epoch[p], inflight[p]])
+                else:
+                    found.barriers += 1
+                    barrier[p] = i
+                continue
+            since[i, p] = epoch[p]
+            inflight[p] += 1
+            for k in dict.fromkeys(keys):
+                if cache[k] != p:
+                    continue
+                queue = queues.get(k)
+                if queue is None:
+                    queues[k] = deque((i,))
+                else:
+                    queue.append(i)
+                    need[i] += 1
+            enqueue(i)
+
+    def finish(i: int) -> None:
+        keys = txns[i]
+        unfinished[homes[i]] -= 1
+        if not keys:
+            return
+        for k in dict.fromkeys(keys):
+            queue = queues[k]
+            queue.popleft()
+            if queue:
+                j = queue[0]
+                need[j] -= 1
+                enqueue(j)
+            else:
+                del queues[k]
+        for p in spans[i]:
+            inflight[p] -= 1
+            admitted_in = since.pop((i, p))
+            waits = reading[p]
+            if waits and admitted_in < waits[-1][1]:
+                for entry in list(waits):
+                    if admitted_in < entry[1]:
+                        entry[2] -= 1
+                        if entry[2] == 0:
+                            waits.remove(entry)
+                            take(entry[0])
+            b = barrier[p]
+            if b >= 0 and inflight[p] == 0:
+                barrier[p] = -1
+                take(b)
+
+    done = 0
     active = [p for p in range(partitions) if unfinished[p]]
     while done < n:
+        # A runtime round admits a chunk and then runs all that is ready before the
+        # next: so a partition looks further ahead only once it ran out of work,
+        # which also bounds how far it gets past a read before its part is taken.
+        for p in range(partitions):
+            while not ready[p] and barrier[p] < 0 and admitted[p] < len(lists[p]):
+                admit(p)
         ran = []
         idle = False
         for p in active:
@@ -108,16 +231,19 @@ def serial_events(txns: Sequence[Txn], partitions: int) -> int:
         if not ran:
             raise AssertionError("no transaction ready: the dependencies form a cycle")
         if idle:
-            serial += len(ran)
+            found.serial += len(ran)
         for i in ran:
-            unfinished[homes[i]] -= 1
-            for k in dependents[i]:
-                waiting[k] -= 1
-                if not waiting[k]:
-                    heapq.heappush(ready[homes[k]], k)
+            finish(i)
         done += len(ran)
         active = [p for p in active if unfinished[p]]
-    return serial
+    return found
+
+
+def serial_events(
+    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1
+) -> int:
+    """Events of ``txns`` executed while another partition idle-waits (see :func:`count`)."""
+    return count(txns, partitions, chunk, reads).serial
 
 
 def hot_floor(txns: Sequence[Txn], partitions: int) -> float:
@@ -125,8 +251,8 @@ def hot_floor(txns: Sequence[Txn], partitions: int) -> float:
 
     The serial share that the hottest values alone force.  A partition's events
     are the transactions whose home it is; a value's transactions are those with
-    it among their keys, wherever their home (global reads are barriers, not hot
-    values, and are not counted).  Capped at 1: a hot value's transactions may
+    it among their keys, wherever their home (global reads touch no value and
+    are not counted).  Capped at 1: a hot value's transactions may
     outnumber its partition's events.  A partition without events is left out.
     """
     homes = _homes(txns, partitions)
@@ -148,10 +274,13 @@ def serial_share(txns: Sequence[Txn], partitions: int) -> float:
     return serial_events(txns, partitions) / len(txns) if txns else 0.0
 
 
-def batched(txns: Sequence[Txn], partitions: int, batch: int) -> tuple[float, float]:
+def batched(
+    txns: Sequence[Txn], partitions: int, batch: int, reads: int = 1
+) -> tuple[float, float]:
     """``(serial_share, hot_floor)`` over batches of ``batch`` transactions, weighted by size.
 
-    The runtime schedules each micro-batch on its own, so the model runs per batch.
+    The runtime schedules each micro-batch on its own, so the model runs per batch
+    (``reads``: see :func:`count`).
     """
     if batch < 1:
         raise ValueError(f"batch must be at least 1, not {batch}")
@@ -159,7 +288,7 @@ def batched(txns: Sequence[Txn], partitions: int, batch: int) -> tuple[float, fl
     floor = 0.0
     for start in range(0, len(txns), batch):
         part = txns[start : start + batch]
-        serial += serial_events(part, partitions)
+        serial += serial_events(part, partitions, reads=reads)
         floor += hot_floor(part, partitions) * len(part)
     n = len(txns)
     return (serial / n, floor / n) if n else (0.0, 0.0)
@@ -216,7 +345,7 @@ def placement(txns: Sequence[Txn], partitions: int, slack: float = 0.0) -> Place
     hash placement puts their values (their crossing transactions remain, run
     as today); the others, largest first, go to the partition that holds most
     of their values and has room, else the least loaded one.  Global reads
-    join no values (they stay barriers).
+    join no values.
     """
     keyed = [keys for keys in txns if keys]
     n = len(keyed)

@@ -180,6 +180,17 @@ class Boundary(ABC):
         """
         return len(events)
 
+    def closed(self, upto: float) -> float | None:
+        """Event-time merge: the order value below which every group is whole once ``upto`` passed.
+
+        A later event below it cannot join its group, which ran without it on
+        every partition: the runtime counts it as late (a partition's own
+        order alone would not see it when that partition ran nothing of the
+        group).  ``None``: groups do not span partitions by order value (one
+        transaction per event, per micro-batch, per ``by`` run).
+        """
+        return None
+
 
 class PerEvent(Boundary):
     """One transaction per event (StreamBase)."""
@@ -243,6 +254,10 @@ class PerTimestamp(_ByValue):
         """See :meth:`Boundary.complete`: events at the frontier's order value wait."""
         return _before(events, upto)
 
+    def closed(self, upto: float) -> float | None:
+        """See :meth:`Boundary.closed`: every order value below the frontier's."""
+        return upto
+
 
 class PerSeconds(_ByValue):
     """One transaction per ``seconds`` of event time (the order value)."""
@@ -265,6 +280,10 @@ class PerSeconds(_ByValue):
     def complete(self, events: list[Event], upto: float, meta: dict[str, Any]) -> int:
         """See :meth:`Boundary.complete`: the events of the frontier's slice wait."""
         return _before(events, math.floor(upto / self.seconds) * self.seconds)
+
+    def closed(self, upto: float) -> float | None:
+        """See :meth:`Boundary.closed`: the slices before the frontier's."""
+        return math.floor(upto / self.seconds) * self.seconds if math.isfinite(upto) else upto
 
 
 class PerBatch(_ByValue):

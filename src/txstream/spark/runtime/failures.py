@@ -109,8 +109,10 @@ def log_late(job: str, batch: int, late: int) -> None:
     """Warn on the ``txstream.runtime`` logger that ``late`` events of a batch ran late.
 
     An event is late when its partition had already run an event that comes
-    after it in the declared order (the event-time merge had released past it):
-    it ran out of order, so the answer may differ from the serial one.
+    after it in the declared order (the event-time merge had released past it),
+    or, under a ``timestamp`` or ``seconds`` boundary, when its group had
+    already run (on any partition): it ran out of order, so the answer may
+    differ from the serial one.
     """
     if late:
         log.warning(
@@ -231,7 +233,8 @@ class FailureWatch:
             if late:
                 warnings.warn(
                     f"job {self.job!r}: {late} event(s) arrived after later ones of their "
-                    "partition had run, and ran out of the declared order since the last "
+                    "partition (or their boundary's group) had run, and ran out of the "
+                    "declared order since the last "
                     "report (lastProgress['late'] counts them per batch); give the input a "
                     "watermark, or raise idleBatches (see docs/spark.md, merge)",
                     LateEventsWarning,

@@ -321,6 +321,21 @@ class Job:
         declare = getattr(sink, "declare", None)
         if columns is not None and callable(declare):
             declare(output, columns)  # (a table sink takes or checks the declared schema)
+        target = getattr(sink, "target", None)
+        if getattr(sink, "claims", False) is True and callable(target):
+            # (batch ids are one output's: a second output's would be skipped as written)
+            for other, sinks in self._sinks.items():
+                taken = [
+                    s
+                    for s in sinks
+                    if getattr(s, "claims", False) is True and callable(getattr(s, "target", None))
+                ]
+                if other != output and any(s.target() == target() for s in taken):
+                    raise RuntimeJobError(
+                        f".sink({output!r}, ...): output {other!r} already writes to "
+                        f"{type(sink).__name__} {target()[-1]!r}; give each output a target "
+                        "of its own (a folder, or a name= of its own)"
+                    )
         self._sinks.setdefault(output, []).append(sink)
         return self
 

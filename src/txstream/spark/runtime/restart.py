@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from pathlib import Path, PurePath
 from typing import Any
 
@@ -113,8 +114,13 @@ def _kinds(columns: dict[str, str] | None) -> dict[str, str] | None:
 def first_meta(
     spec: JobSpec, partitions: int, runner: str, shape: dict[str, Any]
 ) -> dict[str, Any]:
-    """``job.json`` for the first start of ``spec`` on a store (``runner``: spark or local)."""
+    """``job.json`` for the first start of ``spec`` on a store (``runner``: spark or local).
+
+    ``id`` is the store's own: the built-in sinks claim their target for it
+    (a batch id means a batch of one store only, see ``sinks.SinkOwner``).
+    """
     return {
+        "id": uuid.uuid4().hex,
         "job": spec.name,
         "partitions": partitions,
         "outputs": sorted(spec.outputs),
@@ -203,6 +209,7 @@ def restarted_meta(
     outputs = sorted(set(meta.get("outputs", [])) | set(spec.outputs))
     timeslice = shape["timeslice"] if shape["timeslice"] is not None else meta.get("timeslice")
     return {
+        "id": uuid.uuid4().hex,  # (a store from before ids: its own from now on)
         **meta,
         **shape,
         "placement": PLACEMENT,

@@ -112,12 +112,26 @@ def read_output_arrow(path: str | Path, name: str) -> Any:
     import pyarrow as pa
 
     try:
-        return pa.Table.from_pylist(read_output(path, name))
+        return arrow_table(read_output(path, name))
     except (pa.ArrowException, TypeError, ValueError) as exc:
         raise TxStreamError(
             f"{path}: output {name!r} has rows no Arrow column type fits ({exc}); "
             "read it with tx.read_output"
         ) from None
+
+
+def arrow_table(rows: list[dict[str, Any]]) -> Any:
+    """``rows`` as a ``pyarrow.Table`` with a column for every key of any row (None elsewhere).
+
+    ``pa.Table.from_pylist`` takes its columns from the first row alone, so a
+    column that the first row lacks was dropped without a word.  Columns come
+    in the order they first appear; a column whose values no one Arrow type
+    holds raises as ``from_pylist`` does.
+    """
+    import pyarrow as pa
+
+    names = list(dict.fromkeys(column for row in rows for column in row))
+    return pa.Table.from_pydict({n: [row.get(n) for row in rows] for n in names})
 
 
 def read_output_pandas(path: str | Path, name: str) -> Any:
@@ -410,9 +424,8 @@ def read_table(path: str | Path, table: str, batch: int | None = None, as_: str 
     found = [row for _, row in rows]
     if as_ == "dicts":
         return found
-    import pyarrow as pa
 
-    arrow = pa.Table.from_pylist(found)
+    arrow = arrow_table(found)
     return arrow if as_ == "arrow" else arrow.to_pandas()
 
 

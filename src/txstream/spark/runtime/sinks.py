@@ -31,11 +31,11 @@ import re
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol, cast
 
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import RuntimeJobError
-from txstream.spark.runtime.results import read_batch_output
+from txstream.spark.runtime.results import arrow_table, read_batch_output
 from txstream.spark.runtime.state import RuntimeStore, write_atomic
 
 Sink = Callable[[int, list[dict[str, Any]]], None]
@@ -69,6 +69,44 @@ def arrow_schema(columns: dict[str, str]) -> Any:
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+class SinkOwner(NamedTuple):
+    """Whose batches a built-in sink writes: one output of one store.
+
+    A batch id means something only within one store and one output, so a
+    built-in sink claims its target (a PostgreSQL sink name, a Delta app id, a
+    folder) for the first owner that writes to it and refuses, in one line,
+    another owner's batches: a second job, a second output, or the same job on
+    a new checkpoint would otherwise have its batches skipped as "delivered
+    before a crash" (or, in a folder, overwrite the first one's files).
+    """
+
+    key: str
+    """The store's ``job.json`` id (its path for a store without one) and the output."""
+    text: str
+    """The same for a message: ``output 'alerts' of /ckpt``."""
+
+
+class ClaimingSink(Protocol):
+    """A built-in sink (``claims = True``): it is handed the owner of the batches it writes."""
+
+    def __call__(self, batch: int, rows: list[dict[str, Any]], owner: SinkOwner | None) -> None:
+        """Write batch ``batch``'s ``rows`` for ``owner`` (refused when the target is another's)."""
+
+
+def sink_owner(store: RuntimeStore, output: str) -> SinkOwner:
+    """The owner a built-in sink claims its target for when ``store`` delivers ``output``."""
+    record = store.job_record() or {}
+    ident = record.get("id") or str(store.root.resolve())
+    return SinkOwner(f"{ident}:{output}", f"output {output!r} of {store.root}")
+
+
+def _foreign(what: str, other: str, fix: str) -> TxStreamError:
+    return TxStreamError(
+        f"{what} holds the batches of {other}, and batch ids are one store's and one "
+        f"output's: {fix}"
+    )
+
+
 def deliver(
     store: RuntimeStore, sinks: dict[str, list[Sink]], batches: Iterable[int] | None = None
 ) -> int:
@@ -80,6 +118,7 @@ def deliver(
     that runs for days must not pay on every micro-batch (it grows with the run).
     """
     done = 0
+    owner: tuple[str, SinkOwner] | None = None
     todo = list(store.committed() if batches is None else batches) if sinks else []
     for output, targets in sinks.items():
         folder = store.root / "sinks" / output
@@ -90,7 +129,12 @@ def deliver(
             rows = read_batch_output(store, output, batch)
             for sink in targets:
                 try:
-                    sink(batch, rows)
+                    if getattr(sink, "claims", False) is True:
+                        if owner is None or owner[0] != output:
+                            owner = (output, sink_owner(store, output))
+                        cast(ClaimingSink, sink)(batch, rows, owner=owner[1])
+                    else:
+                        sink(batch, rows)
                 except TxStreamError:
                     raise
                 except Exception as exc:
@@ -219,6 +263,11 @@ class FolderSink:
 
     background = True
     """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
+    claims = True
+    """Its target is one output's of one store (see :class:`SinkOwner`)."""
+
+    OWNER_FILE = ".txstream-owner"
+    """The folder's claim (hidden: Spark's file source skips it)."""
 
     def __init__(self, path: str | Path) -> None:
         if not isinstance(path, (str, Path)) or not str(path).strip():
@@ -227,12 +276,40 @@ class FolderSink:
         if self.path.exists() and not self.path.is_dir():
             raise RuntimeJobError(f"FolderSink: {self.path} is a file; give a folder")
 
-    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+    def __call__(
+        self, batch: int, rows: list[dict[str, Any]], owner: SinkOwner | None = None
+    ) -> None:
         """Write batch ``batch``'s ``rows`` as ``batch-<n>.jsonl`` (nothing when there are none)."""
+        if owner is not None:
+            self._claim(owner)
         if not rows:
             return
         text = "".join(json.dumps(row, separators=(",", ":")) + "\n" for row in rows)
         write_atomic(self.path / f"batch-{batch:012d}.jsonl", text.encode())
+
+    def target(self) -> tuple[str, ...]:
+        """What it writes to: two outputs of one job must not share it (``Job.sink`` checks)."""
+        return ("folder", str(self.path.resolve()))
+
+    def _claim(self, owner: SinkOwner) -> None:
+        """Claim the folder for ``owner``, or refuse it when another owner has (one line)."""
+        claim = self.path / self.OWNER_FILE
+        try:
+            found = json.loads(claim.read_text())
+        except FileNotFoundError:
+            # (a folder written before claims: its files are taken as this owner's)
+            write_atomic(claim, json.dumps({"owner": owner.key, "of": owner.text}).encode())
+            return
+        except (OSError, ValueError) as exc:
+            raise TxStreamError(f"FolderSink {self.path}: unreadable {claim}: {exc}") from None
+        if not isinstance(found, dict) or found.get("owner") != owner.key:
+            other = found.get("of", "another store") if isinstance(found, dict) else "another"
+            raise _foreign(
+                f"FolderSink {self.path}",
+                f"{other} (not {owner.text}; its {claim.name})",
+                "give each output of each job a folder of its own (or empty this one to "
+                "write it anew)",
+            )
 
 
 class PostgresSink:
@@ -260,6 +337,9 @@ class PostgresSink:
 
     background = True
     """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
+    claims = True
+    """Its name is one output's of one store (ledger ``txstream_sink_owners``, see
+    :class:`SinkOwner`)."""
 
     def __init__(
         self,
@@ -271,22 +351,25 @@ class PostgresSink:
     ) -> None:
         if not isinstance(conninfo, str):
             raise RuntimeJobError(f"PostgresSink: conninfo is a string, not {conninfo!r}")
-        if not isinstance(columns, (list, tuple)) or not columns:
-            # (a string was taken letter by letter: columns "abc" made columns a, b, c)
+        if isinstance(columns, str) or not columns:
+            # (a str was taken letter by letter: "id" made columns i and d, NULL in every row)
             raise RuntimeJobError(
-                f"PostgresSink: columns is a non-empty list of column names, not {columns!r}"
+                f"PostgresSink: columns must be a non-empty list of column names, not {columns!r}"
             )
         for ident in [table, *columns]:
             if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
                 raise RuntimeJobError(f"PostgresSink: {ident!r} is not a plain SQL identifier")
         if len(set(columns)) != len(columns):
             raise RuntimeJobError(f"PostgresSink: a column is named twice in {list(columns)}")
+        stray = [c for c in types or {} if c not in columns]
+        if stray:  # (a misspelt name left its column text, without a word)
+            raise RuntimeJobError(
+                f"PostgresSink: types names {', '.join(map(repr, stray))}, not among the "
+                f"columns {columns}"
+            )
         for column, kind in (types or {}).items():
-            if column not in columns:
-                raise RuntimeJobError(
-                    f"PostgresSink: types names {column!r}, not one of the columns {list(columns)}"
-                )
             if not isinstance(kind, str) or not kind.strip() or ";" in kind:
+                # (the type is written into CREATE TABLE as it is)
                 raise RuntimeJobError(f"PostgresSink: {kind!r} is not a SQL type ({column!r})")
         self.conninfo = conninfo
         self.table = table
@@ -294,7 +377,9 @@ class PostgresSink:
         self.types = types or {}
         self.name = name or table
 
-    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+    def __call__(
+        self, batch: int, rows: list[dict[str, Any]], owner: SinkOwner | None = None
+    ) -> None:
         """Insert ``rows`` of batch ``batch`` unless that batch is already in."""
         import psycopg
 
@@ -305,6 +390,8 @@ class PostgresSink:
                 "CREATE TABLE IF NOT EXISTS txstream_sink_batches "
                 "(sink text, batch bigint, PRIMARY KEY (sink, batch))"
             )
+            if owner is not None:
+                self._claim(conn, owner)
             seen = conn.execute(
                 "INSERT INTO txstream_sink_batches VALUES (%s, %s) ON CONFLICT DO NOTHING",
                 (self.name, batch),
@@ -317,6 +404,47 @@ class PostgresSink:
                     f"INSERT INTO {self.table} ({', '.join(self.columns)}) VALUES ({marks})",
                     [tuple(row.get(c) for c in self.columns) for row in rows],
                 )
+
+    def target(self) -> tuple[str, ...]:
+        """What it writes to: two outputs of one job must not share it (``Job.sink`` checks)."""
+        return ("postgres", self.conninfo, self.name)
+
+    def declare(self, output: str, columns: dict[str, str]) -> None:
+        """Check the sink's columns against output ``output``'s declared ones (``Job.sink``).
+
+        A sink column the output does not declare would be written NULL in
+        every row (a misspelt name): a one-line :class:`RuntimeJobError`.
+        """
+        missing = [c for c in self.columns if c not in columns]
+        if missing:
+            raise RuntimeJobError(
+                f"PostgresSink {self.table}: column(s) {', '.join(missing)} are not in output "
+                f"{output!r} ({', '.join(columns)}); every row would hold NULL there: name "
+                "the output's columns"
+            )
+
+    def _claim(self, conn: Any, owner: SinkOwner) -> None:
+        """Claim the sink's name for ``owner`` in the delivery's transaction, or refuse it."""
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS txstream_sink_owners "
+            "(sink text PRIMARY KEY, owner text, described text)"
+        )
+        # (a name written before claims: its ledger rows are taken as this owner's)
+        conn.execute(
+            "INSERT INTO txstream_sink_owners VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            (self.name, owner.key, owner.text),
+        )
+        found = conn.execute(
+            "SELECT owner, described FROM txstream_sink_owners WHERE sink = %s", (self.name,)
+        ).fetchone()
+        if found[0] != owner.key:
+            raise _foreign(
+                f"PostgresSink {self.table}: sink name {self.name!r}",
+                f"{found[1]} (not {owner.text})",
+                f"give this sink a name= of its own per job and output, or delete "
+                f"{self.name!r} from txstream_sink_batches and txstream_sink_owners to "
+                "deliver anew",
+            )
 
 
 class DeltaSink:
@@ -341,6 +469,8 @@ class DeltaSink:
 
     background = True
     """It may run off the batch's thread (see :class:`BackgroundDelivery`)."""
+    claims = True
+    """Its app id is one output's of one store (see :class:`SinkOwner`)."""
 
     def __init__(self, path: str | Path, schema: Any = None, name: str | None = None) -> None:
         if not isinstance(path, (str, Path)):
@@ -394,16 +524,21 @@ class DeltaSink:
         """The batch as an Arrow table in the sink's schema (or a one-line error)."""
         import pyarrow as pa
 
+        if self.schema is not None:
+            # (from_pylist with a schema dropped a row's other columns without a word)
+            _no_other_columns(self.path, rows, self.schema.names, "the sink's schema")
         try:
             if self.schema is None:
-                return pa.Table.from_pylist(rows)
+                return arrow_table(rows)
             return pa.Table.from_pylist(rows, schema=self.schema)
         except (pa.ArrowException, TypeError, ValueError) as exc:
             raise TxStreamError(
                 f"DeltaSink {self.path}: a row does not fit the schema: {exc}"
             ) from None
 
-    def __call__(self, batch: int, rows: list[dict[str, Any]]) -> None:
+    def __call__(
+        self, batch: int, rows: list[dict[str, Any]], owner: SinkOwner | None = None
+    ) -> None:
         """Append ``rows`` as one Delta commit unless batch ``batch`` is already in."""
         import pyarrow as pa
         from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
@@ -412,6 +547,8 @@ class DeltaSink:
         if DeltaTable.is_deltatable(self.path):
             existing = DeltaTable(self.path)
             seen = existing.transaction_version(self.app_id)
+            if seen is not None and owner is not None:
+                self._check_claim(existing, owner)
             if seen is not None and batch <= seen:
                 return  # delivered before a crash: skip
         if not rows and existing is None and self.schema is None:
@@ -423,6 +560,11 @@ class DeltaSink:
                 if not rows:
                     data = want.empty_table()
                 else:
+                    # (select() dropped a batch's other columns without a word)
+                    _no_other_columns(self.path, rows, want.names, "the table")
+                    for field in want:  # a column no row of the batch has: null
+                        if field.name not in data.column_names and field.nullable:
+                            data = data.append_column(field.name, pa.nulls(len(data)))
                     try:
                         data = data.select(want.names).cast(want)
                     except (pa.ArrowException, KeyError, ValueError) as exc:
@@ -430,11 +572,56 @@ class DeltaSink:
                             f"DeltaSink {self.path}: batch {batch} does not fit the table's "
                             f"schema ({want}): {exc}"
                         ) from None
+        apps = [Transaction(self.app_id, batch)]
+        meta: dict[str, str] = {}
+        if owner is not None:
+            apps.append(Transaction(f"{self.app_id}@{owner.key}", batch))
+            meta = {"txstream.app": self.app_id, "txstream.owner": owner.key}
+            meta["txstream.of"] = owner.text
         write_deltalake(
             self.path,
             data,
             mode="append",
-            commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch)]),
+            commit_properties=CommitProperties(app_transactions=apps, custom_metadata=meta),
+        )
+
+    def target(self) -> tuple[str, ...]:
+        """What it writes to: two outputs of one job must not share it (``Job.sink`` checks)."""
+        local = "://" not in self.path
+        return ("delta", str(Path(self.path).resolve()) if local else self.path, self.app_id)
+
+    def _check_claim(self, table: Any, owner: SinkOwner) -> None:
+        """Refuse, in one line, an app id whose batches another owner wrote.
+
+        Each commit records its owner as a second app transaction
+        (``<app id>@<owner>``) and in its commit info; the first is what a
+        restart of the same owner finds at once, the second names the other
+        owner when there is one (the history is read only then).
+        """
+        if table.transaction_version(f"{self.app_id}@{owner.key}") is not None:
+            return
+        for commit in table.history():
+            if commit.get("txstream.app") == self.app_id:
+                if commit.get("txstream.owner") != owner.key:
+                    raise _foreign(
+                        f"DeltaSink {self.path}: app id {self.app_id!r}",
+                        f"{commit.get('txstream.of', 'another store')} (not {owner.text})",
+                        "give this sink a name= of its own per job and output (or delete "
+                        "the table to write it anew)",
+                    )
+                return
+        # (an app id written before claims: its batches are taken as this owner's)
+
+
+def _no_other_columns(path: str, rows: list[dict[str, Any]], names: list[str], what: str) -> None:
+    """Refuse, in one line, rows with a column that ``what`` (of columns ``names``) lacks."""
+    known = set(names)
+    other = [c for c in dict.fromkeys(c for row in rows for c in row) if c not in known]
+    if other:
+        raise TxStreamError(
+            f"DeltaSink {path}: a row does not fit {what} ({', '.join(names)}): it has "
+            f"column(s) {', '.join(map(str, other))}; nothing of the batch is written: declare "
+            "the output's schema with every column, or write them to a new table"
         )
 
 

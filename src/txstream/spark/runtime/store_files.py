@@ -10,6 +10,7 @@ by the driver and by the tasks alike; these functions keep no state.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -64,22 +65,36 @@ def write_atomic(path: Path, payload: bytes, durable: bool = True) -> None:
 
     ``durable=False`` skips the fsyncs, for files that only live until the batch
     commits (a crash before the commit re-runs the batch, which rewrites them).
+    A write the file system refuses (a full disk, a read-only or vanished
+    directory) is a one-line :class:`StoreError` naming the file, and leaves no
+    temporary file; what it belonged to did not commit, and runs again at the
+    restart.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(payload)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    if not durable:
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as handle:
+            handle.write(payload)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        if not durable:
+            return
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        # (an OSError reached a new user as a traceback that named no file:
+        # "[Errno 28] No space left on device")
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise StoreError(
+            f"cannot write {path}: {exc.strerror or exc}; free space or make it writable, "
+            "then restart (what did not commit runs again)"
+        ) from None
 
 
 def dump_blob(obj: Any) -> bytes:
