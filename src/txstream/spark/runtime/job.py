@@ -382,14 +382,8 @@ class Job:
         txstream.spark.runtime.errors.RuntimeJobError: .on('words', gen): a transaction function is
         a plain function (this one yields or is async, so calling it runs nothing)
         """
-        if not callable(fn):
+        if not callable(fn) or not takes_two(fn):  # (else every transaction: a TypeError)
             raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
-        if not takes_two(fn):
-            # (every transaction failed with a TypeError, rolled back, batch after batch)
-            raise RuntimeJobError(
-                f".on({input_name!r}, {getattr(fn, '__name__', fn)}): a transaction function "
-                "takes two arguments, fn(tx, event)"
-            )
         if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
             # Calling one runs none of its body: the transaction would do nothing.
             raise RuntimeJobError(
