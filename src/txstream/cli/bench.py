@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
         raise TxStreamError(f"--out {args.out}: use a folder name without []{{}}*? characters")
     chosen = list(experiments().values()) if args.name == "all" else [get_experiment(args.name)]
     items = args.set + ([f"target={args.target}"] if args.target is not None else [])
+    _refuse_twice(items)
     # Check every experiment's overrides before the first one runs for an hour.
     chosen = [select_points(apply_overrides(exp, items), args.only) for exp in chosen]
     if args.reps is not None:
@@ -93,6 +94,22 @@ def run(args: argparse.Namespace) -> int:
         files = [args.out / f"{exp.name}.csv", *(args.out / f"{f.name}.png" for f in exp.figures)]
         print(f"{exp.name}: {len(rows)} runs; wrote {', '.join(str(f) for f in files)}", flush=True)
     return 0
+
+
+def _refuse_twice(items: list[str]) -> None:
+    """Refuse a parameter set twice to different values (``--target`` counts as ``--set target``).
+
+    The last one won without a word: ``--set threads=2 --set threads=3`` ran threads=3.
+    """
+    seen: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        key, value = key.strip(), value.strip()
+        if eq and key in seen and seen[key] != value:
+            raise TxStreamError(
+                f"--set {key} is given twice ({key}={seen[key]} and {key}={value}); give it once"
+            )
+        seen.setdefault(key, value)
 
 
 def _spark_mapper() -> Any:

@@ -90,8 +90,8 @@ def register_cli(group: Subparsers) -> None:
     s.add_argument(
         "--measured",
         type=positive_int(MAX_TXNS),
-        default=d.measured,
-        help="statistics from the last N",
+        default=None,  # (None: not given: the default is cut to --transactions, a value is not)
+        help=f"statistics from the last N ({d.measured}, at most --transactions)",
     )
     s.add_argument(
         "--cache", type=nonnegative_float(1e9), metavar="CYCLES", help="client cache currency T"
@@ -134,6 +134,13 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     if args.object_bytes < 1:
         raise BroadcastError(f"--object-bytes must be positive, got {args.object_bytes}")
+    if args.measured is not None and args.measured > args.transactions:
+        # (it was cut to --transactions without a word: the statistics covered fewer)
+        raise BroadcastError(
+            f"--measured {args.measured} is more than --transactions {args.transactions}; "
+            "statistics come from the last --measured of them"
+        )
+    measured = SimParams().measured if args.measured is None else args.measured
     params = SimParams(
         algorithm=args.algorithm,
         groups=args.groups,
@@ -148,13 +155,20 @@ def run_simulate(args: argparse.Namespace) -> int:
         txn_delay=args.txn_delay,
         timestamp_bits=args.timestamp_bits,
         transactions=args.transactions,
-        measured=min(args.measured, args.transactions),
+        measured=min(measured, args.transactions),
         cache_cycles=args.cache,
         client_update_prob=args.client_update_prob,
         max_cycles=args.max_cycles,
         max_steps=args.max_steps if args.max_steps else step_budget(args.transactions),
         record=args.history is not None,
     )
+    params.validate()
+    if args.server_ops == "update" and args.server_length > args.objects:
+        # (the simulation cut it to the number of objects; its own checks first)
+        raise BroadcastError(
+            f"--server-length {args.server_length} is more than --objects {args.objects}: a "
+            "server update transaction writes distinct objects"
+        )
     if args.history is not None:
         check_writable(args.history)  # before the run, not after it
     result = simulate(params, args.seed)

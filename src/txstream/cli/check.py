@@ -145,6 +145,12 @@ def run(args: argparse.Namespace) -> int:
                 _print_json(row)
             elif args.format == "text":
                 _print_text(row)
+    if args.expect and not any(n in row.verdicts for row in rows for n in row.expected):
+        # (exit 0, "all match", whatever the verdicts: nothing had been compared)
+        raise TxStreamError(
+            f"--expect: no history has an '# expect:' directive for {', '.join(chosen)}; "
+            "nothing to compare: leave --expect out to judge the verdicts"
+        )
     if args.format == "table":
         _print_table(rows, chosen, args.expect)
     elif args.format == "text":

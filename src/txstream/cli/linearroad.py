@@ -98,10 +98,16 @@ def register_cli(group: Subparsers) -> None:
         type=float_range(0.5, 512),
         help="generate an input with L expressways (1 if no --input)",
     )
+    # (None: not given; --input refuses them rather than ignore them)
     r.add_argument(
-        "--minutes", type=int_range(1, 180), default=3, help="simulated minutes to generate"
+        "--minutes",
+        type=int_range(1, 180),
+        default=None,
+        help="simulated minutes to generate (3; not with --input)",
     )
-    r.add_argument("--seed", type=seed, default=0)
+    r.add_argument(
+        "--seed", type=seed, default=None, help="seed of the generated input (0; not with --input)"
+    )
     r.add_argument("--tolls", type=path_arg, metavar="FILE", help="historical tolls for --input")
     r.add_argument(
         "--speedup",
@@ -227,6 +233,52 @@ def _check_not_empty(path: Path) -> None:
     raise TxStreamError(f"{path} holds no input tuples")
 
 
+RUN_FILES = frozenset(
+    {"answers.txt", "answers.txt.batches.json", "rejected.txt", "summary.json", "latency.png",
+     "run.json", "started.json", "input.dat", "tolls.dat", "ckpt"}
+)  # fmt: skip
+"""What ``run`` writes in --out (``ckpt`` a folder): no --record may name one of them."""
+
+
+def _refuse_ignored(args: argparse.Namespace) -> None:
+    """Refuse options this run would ignore, and a --record that would overwrite a run file.
+
+    Each was accepted: ``--minutes``/``--seed`` with ``--input`` and ``--tolls``
+    without it did nothing, ``--master`` with ``--no-spark`` started no Spark;
+    ``--record`` naming the input replaced it with the history, and naming
+    ``answers.txt`` in --out replaced the answers before they were validated.
+    """
+    if args.input is not None:
+        given = [
+            o for o, v in (("--minutes", args.minutes), ("--seed", args.seed)) if v is not None
+        ]
+        if given:
+            raise TxStreamError(
+                f"{' and '.join(given)} only shape a generated input, and --input names "
+                f"one: leave {'them' if len(given) > 1 else 'it'} out, or leave out --input"
+            )
+    elif args.tolls is not None:
+        raise TxStreamError("--tolls goes with --input: a generated input comes with its own tolls")
+    if args.master is not None and args.no_spark:
+        raise TxStreamError(
+            "--master names the Spark master; --no-spark starts no Spark: leave one of them out"
+        )
+    if args.record is not None:
+        record = args.record.resolve()
+        for option, path in (("--input", args.input), ("--tolls", args.tolls)):
+            if path is not None and path.resolve() == record:
+                raise TxStreamError(
+                    f"--record {args.record} is the {option} file; the history would replace it"
+                )
+        out = args.out.resolve()
+        inside = record.relative_to(out).parts if record.is_relative_to(out) else ()
+        if inside and inside[0] in RUN_FILES:
+            raise TxStreamError(
+                f"--record {args.record} is the run's own {inside[0]} in --out {args.out}; "
+                "name another file"
+            )
+
+
 def _run(args: argparse.Namespace) -> int:
     from txstream.linearroad.engine import check_txn_size
     from txstream.linearroad.reference import check_accident_end, check_lav
@@ -252,6 +304,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     if args.inject_duplicates < 0:
         raise TxStreamError("--inject-duplicates must be 0 (off) or a number of seconds")
+    _refuse_ignored(args)
     for path in (args.input, args.tolls):
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
@@ -272,14 +325,14 @@ def _run(args: argparse.Namespace) -> int:
         from txstream.linearroad.generate import check_params, lanes_of
 
         lanes_of(args.L if args.L is not None else 1.0)
-        check_params(args.minutes, 2.0)
+        check_params(args.minutes if args.minutes is not None else 3, 2.0)
     options = RunOptions(
         out=args.out,
         input=args.input,
         tolls=args.tolls,
         L=args.L if args.L is not None else 1.0,
-        minutes=args.minutes,
-        seed=args.seed,
+        minutes=args.minutes if args.minutes is not None else 3,
+        seed=args.seed if args.seed is not None else 0,
         speedup=args.speedup if args.speedup is not None else 1.0,
         variant=args.variant,
         txn_size=args.txn_size,
@@ -330,6 +383,9 @@ def _validate(args: argparse.Namespace) -> int:
         if path is not None and not path.is_file():
             raise TxStreamError(f"no such file: {path}")
     _check_not_empty(args.input)
+    for option, path in (("--answers", args.answers), ("--expected", args.expected)):
+        if path is not None:
+            _check_answers(option, path)
     with tempfile.TemporaryDirectory() as tmp:
         answers = args.answers
         if answers is None:
@@ -360,6 +416,32 @@ def _validate(args: argparse.Namespace) -> int:
         if disagree:
             print(f"{disagree} answer(s) disagree with {args.expected}: exit status 1")
     return 0 if report.clean and not disagree else 1
+
+
+def _check_answers(option: str, path: Path) -> None:
+    """Refuse an answers file of another kind (no line is an answer) in one line.
+
+    A history, a CSV or another command's JSON was validated line by line: a
+    table of zeros and one "malformed answer" line per line of the file, exit 1.
+    An empty ``--answers`` stays a run that answered nothing (all missing); an
+    empty ``--expected`` has nothing to compare with and is refused.
+    """
+    from txstream.linearroad.validate import read_answers
+
+    try:
+        answers, malformed = read_answers(path)
+    except (UnicodeDecodeError, OSError) as exc:
+        raise TxStreamError(f"cannot read {path}: {exc}") from None
+    if answers:
+        return
+    if malformed:
+        line, reason = malformed[0]
+        raise TxStreamError(
+            f"{option} {path}: none of its {len(malformed)} line(s) is a Linear Road answer "
+            f"(line {line}: {reason})"
+        )
+    if option == "--expected":
+        raise TxStreamError(f"--expected {path} holds no answers to compare with")
 
 
 def _print_table(report: Any, agreement: dict[str, Any] | None) -> None:

@@ -63,12 +63,22 @@ def register_cli(lsub: Subparsers) -> None:
     )
     run.add_argument("--preaggregate", action="store_true", help="combine increments")
     run.add_argument(
-        "--operations", type=nonnegative_int(5_000_000), default=10_000, help="stream length"
+        "--operations",
+        type=nonnegative_int(5_000_000),
+        default=None,
+        help="stream length (10000; not with --input)",
     )
     run.add_argument("--parts", type=positive_int(1_000_000), default=10_000, help="active parts s")
-    run.add_argument("--p", type=probability, default=0.5, help="fraction of demand inserts")
     run.add_argument(
-        "--workload", default="demand", help="demand (Section 5.1) or increments (repeated)"
+        "--p",
+        type=probability,
+        default=None,
+        help="fraction of demand inserts (0.5; not with --input)",
+    )
+    run.add_argument(
+        "--workload",
+        default=None,
+        help="demand (Section 5.1, the default) or increments (repeated); not with --input",
     )
     run.add_argument("--input", type=path_arg, help="JSON-lines operations on demand/inventory")
     run.add_argument("--seed", type=seed, default=0)
@@ -76,7 +86,10 @@ def register_cli(lsub: Subparsers) -> None:
         "--starvation-ts", type=positive_float(86_400), default=1.0, help="threshold TS, seconds"
     )
     run.add_argument(
-        "--deadlock-timeout-ms", type=positive_int(3_600_000), default=50, help="postgres only"
+        "--deadlock-timeout-ms",
+        type=positive_int(3_600_000),
+        default=None,
+        help="postgres only (50)",
     )
     run.add_argument("--conninfo", help="postgres: use this server instead of a throwaway one")
     run.add_argument(
@@ -144,6 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
 
     _check_target(args.target)
+    _refuse_ignored(args)
     if args.method not in METHODS:
         raise UnknownNameError("loading method", args.method, list(METHODS))
     if args.sessions < 1 or args.grouping < 1:
@@ -245,6 +259,45 @@ def _check_input(schema: Any, raw: list[Any], path: Path) -> None:
 
 
 SPARK_ON = ("executors", "driver", "both")
+
+GENERATOR_ONLY = {"operations": 10_000, "p": 0.5, "workload": "demand"}
+"""The options that shape a generated stream, with their defaults (None when not given)."""
+
+
+def _refuse_ignored(args: argparse.Namespace) -> None:
+    """Refuse options the run would ignore, in one line; fill the defaults.
+
+    Each was accepted and did nothing: ``--conninfo`` and ``--deadlock-timeout-ms``
+    with the embedded target, ``--operations``, ``--p`` and ``--workload`` with
+    ``--input`` (which names the operations).
+    """
+    if args.target != "postgres":
+        given = [
+            o
+            for o, v in (
+                ("--conninfo", args.conninfo),
+                ("--deadlock-timeout-ms", args.deadlock_timeout_ms),
+            )
+            if v is not None
+        ]
+        if given:
+            raise TxStreamError(
+                f"{' and '.join(given)} {'go' if len(given) > 1 else 'goes'} with --target "
+                f"postgres; the {args.target} target has no server: leave "
+                f"{'them' if len(given) > 1 else 'it'} out"
+            )
+    args.deadlock_timeout_ms = 50 if args.deadlock_timeout_ms is None else args.deadlock_timeout_ms
+    if args.input is not None:
+        given = [f"--{a}" for a in GENERATOR_ONLY if getattr(args, a) is not None]
+        if given:
+            raise TxStreamError(
+                f"{', '.join(given)} {'shape' if len(given) > 1 else 'shapes'} a generated "
+                "stream, and --input names the operations: leave "
+                f"{'them' if len(given) > 1 else 'it'} out, or leave out --input"
+            )
+    for name, default in GENERATOR_ONLY.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
 
 
 SPARK_ONLY = ("on", "files", "rounds", "out", "master")

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from txstream.cli import Subparsers
 from txstream.cli.types import json_safe, path_arg, positive_float, positive_int, seed
+from txstream.errors import TxStreamError
 from txstream.model import check, format_history
 from txstream.storage.files import check_writable, write_whole
 from txstream.txn import stress  # the module, so that a test can replace run_stress
@@ -38,6 +39,12 @@ from txstream.txn.protocols import PROTOCOLS
 def command(args: argparse.Namespace) -> int:
     """Execute ``txstream stress``."""
     path = Path(args.history)
+    if args.snapshot_updates is not None and args.protocol != "snapshot":
+        # (accepted and ignored: only the snapshot protocol has the choice)
+        raise TxStreamError(
+            f"--snapshot-updates chooses how updates run under --protocol snapshot; "
+            f"--protocol {args.protocol} has no such choice: leave it out"
+        )
     check_writable(path, "history file ")  # before the run, not after it
     summary, tm = stress.run_stress(
         args.protocol,
@@ -46,7 +53,7 @@ def command(args: argparse.Namespace) -> int:
         args.items,
         args.ordered,
         args.seed,
-        args.snapshot_updates,
+        args.snapshot_updates or "locking",
         args.lock_timeout,
     )
     history = tm.history(committed_only=True)
@@ -96,7 +103,7 @@ def register_cli(subparsers: Subparsers) -> None:
     p.add_argument(
         "--snapshot-updates",
         choices=("locking", "si"),
-        default="locking",
+        default=None,  # (None: not given; another protocol refuses it rather than ignore it)
         help="under snapshot: update transactions lock (default; serializable) or use "
         "snapshot isolation (si; write skew possible)",
     )

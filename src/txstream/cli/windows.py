@@ -65,8 +65,8 @@ def register_cli(group: Subparsers) -> None:
     r.add_argument(
         "--long-queries",
         type=nonnegative_int(1_000),
-        default=40,
-        help="random long-running queries",
+        default=None,  # (None: not given; --query refuses it rather than ignore it)
+        help="random long-running queries (40; not with --query)",
     )
     r.add_argument(
         "--query",
@@ -154,6 +154,13 @@ SPARK_ONLY = ("keys", "files", "partitions", "master", "out")
 def _run(args: argparse.Namespace) -> int:
     from txstream.windows.sim import run
 
+    if args.query and args.long_queries is not None:
+        # (it was accepted and ignored: the --query list replaces the random queries)
+        raise WindowError(
+            "--long-queries sets how many random queries run; --query names the queries: "
+            "leave one of them out"
+        )
+    args.long_queries = 40 if args.long_queries is None else args.long_queries
     if args.spark:
         return _run_spark(args)
     given = [f"--{a}" for a in SPARK_ONLY if getattr(args, a) is not None]
@@ -179,6 +186,12 @@ def _run(args: argparse.Namespace) -> int:
             f"--snapshot-interval {args.snapshot_interval:g} makes "
             f"{simulated / args.snapshot_interval:,.0f} snapshot queries; at most "
             f"{MAX_SNAPSHOTS:,} per run (a larger interval or a shorter run)"
+        )
+    if args.duration is not None and args.duration < args.t:
+        # (it ran no slide and printed a summary of zeros, exit 0)
+        raise WindowError(
+            f"--duration {args.duration:g} is shorter than one sub-window (--t {args.t:g}): "
+            "nothing would be computed; give a --duration of at least --t"
         )
     queries = [parse_query(q) for q in args.query] if args.query else None
     if args.record is not None:

@@ -31,6 +31,7 @@ def write_whole(path: Path, text: str, what: str = "") -> None:
     operations still parses, and ``txstream check`` would judge the prefix.  A
     failure is one line, ``cannot write {what}{path}: reason``.
     """
+    _refuse_special(path, what)
     tmp = _temp_beside(path)
     try:
         with writing(path, what):
@@ -60,13 +61,15 @@ def check_writable(path: Path, what: str = "") -> None:
     """Fail now, in one line, where :func:`write_whole` would fail later on ``path``.
 
     For a file written at the end of a long run: a missing folder, a folder we
-    cannot write into, or a folder at ``path`` is refused before the run.  It
+    cannot write into, a folder, a link, a device, a pipe or a socket at ``path``
+    is refused before the run.  It
     creates and removes the temporary file :func:`write_whole` uses and leaves
     ``path`` alone: opening ``path`` itself to check would create an empty file
     (left behind if the run or the final write fails) or empty an earlier one.
     """
     if path.is_dir():
         raise TxStreamError(f"cannot write {what}{path}: it is a folder")
+    _refuse_special(path, what)
     tmp = _temp_beside(path)
     try:
         with writing(path, what):
@@ -105,6 +108,26 @@ def check_folder(path: Path, what: str = "output folder ") -> None:
     finally:
         with contextlib.suppress(OSError):
             probe.unlink(missing_ok=True)
+
+
+def _refuse_special(path: Path, what: str) -> None:
+    """Refuse a ``path`` that is a symbolic link, or exists and is not a regular file.
+
+    The rename of :func:`write_whole` replaces what is at ``path``: given
+    ``/dev/full`` or ``/dev/stdout`` (a link to ``/proc/self/fd/1``) as root, it
+    put a regular file in place of the device or of the link for every later
+    process; a named pipe's reader got nothing.
+    """
+    if path.is_symlink():
+        raise TxStreamError(
+            f"cannot write {what}{path}: it is a symbolic link (the file would replace the "
+            "link); name a regular file"
+        )
+    if path.exists() and not path.is_file():
+        raise TxStreamError(
+            f"cannot write {what}{path}: it is not a regular file (a device, pipe or socket); "
+            "name a regular file"
+        )
 
 
 def _temp_beside(path: Path) -> Path:

@@ -280,7 +280,7 @@ def key_of_row(spec: TableSpec, row: Row) -> Key:
 def _names(value: str | Sequence[str], what: str = "columns") -> tuple[str, ...]:
     """Column names given as one name or a sequence of names; else one RuntimeJobError line."""
     names = (value,) if isinstance(value, str) else value
-    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) and n for n in names):
         raise RuntimeJobError(f"{what}: a column name or a list of column names, not {value!r}")
     return tuple(names)
 

@@ -46,6 +46,13 @@ from txstream.spark.runtime.base import (
     parse_schema,
 )
 from txstream.spark.runtime.boundaries import Boundary, PerEvent, boundary
+from txstream.spark.runtime.checks import (
+    check_initial,
+    check_place,
+    check_source,
+    check_trigger,
+    takes_two,
+)
 from txstream.spark.runtime.failures import ALL_FAIL_LIMIT, FailureWatch
 from txstream.spark.runtime.local import LocalRunner
 from txstream.spark.runtime.merge import MERGES, plan_watermarks, watermark_delay
@@ -126,6 +133,9 @@ class Job:
     """
 
     def __init__(self, name: str = "txstream-job") -> None:
+        if not isinstance(name, str) or not name.strip():
+            # (it names the Spark query, the logs and the errors: Job(123) failed at start())
+            raise RuntimeJobError(f"Job(name): a job's name is a non-empty string, not {name!r}")
         self.spec = JobSpec(name=name, boundary=PerEvent())
         self._partitions: int | None = None
         self._on_error = "rollback"
@@ -181,7 +191,7 @@ class Job:
         columns = parse_schema(schema) if schema else None
         if columns is not None and any(c not in columns for c in keys):
             raise RuntimeJobError(f"table {name!r}: key columns {list(keys)} are not all in schema")
-        self.spec.tables[name] = TableSpec(name, keys, part, columns, initial)
+        self.spec.tables[name] = check_initial(TableSpec(name, keys, part, columns, initial))
         return self
 
     def input(
@@ -232,8 +242,9 @@ class Job:
         order column's values; declare order=... too
         """
         _name("input", name, self.spec.inputs)
+        check_source(name, source)
         if isinstance(keys, str):
-            key_list: tuple[tuple[str, ...], ...] = ((keys,),)
+            key_list: tuple[tuple[str, ...], ...] = (_names(keys, f"input {name!r}: keys"),)
         else:
             if not isinstance(keys, (list, tuple)):
                 raise RuntimeJobError(
@@ -241,7 +252,7 @@ class Job:
                 )
             key_list = tuple(_names(k, f"input {name!r}: keys") for k in keys)
         for what, column in (("order", order), ("broadcast", broadcast)):
-            if column is not None and not isinstance(column, str):
+            if column is not None and (not isinstance(column, str) or not column):
                 raise RuntimeJobError(f"input {name!r}: {what} is a column name, not {column!r}")
         if broadcast is not None and not key_list:
             raise RuntimeJobError(
@@ -304,7 +315,7 @@ class Job:
         """
         if output not in self.spec.outputs:
             raise RuntimeJobError(f".sink({output!r}, ...) names no output; declare it first")
-        if not callable(sink):
+        if not callable(sink) or not takes_two(sink):
             raise RuntimeJobError(f".sink({output!r}, ...) needs a callable sink(batch_id, rows)")
         columns = self.spec.outputs[output].columns
         declare = getattr(sink, "declare", None)
@@ -371,7 +382,7 @@ class Job:
         txstream.spark.runtime.errors.RuntimeJobError: .on('words', gen): a transaction function is
         a plain function (this one yields or is async, so calling it runs nothing)
         """
-        if not callable(fn):
+        if not callable(fn) or not takes_two(fn):  # (else every transaction: a TypeError)
             raise RuntimeJobError(f".on({input_name!r}, ...) needs a function fn(tx, event)")
         if inspect.isgeneratorfunction(fn) or inspect.iscoroutinefunction(fn):
             # Calling one runs none of its body: the transaction would do nothing.
@@ -463,8 +474,18 @@ class Job:
         return self
 
     def trigger(self, **trigger: Any) -> Job:
-        """The Structured Streaming trigger, as for ``DataStreamWriter.trigger``."""
-        self._trigger = trigger
+        """The Structured Streaming trigger, as for ``DataStreamWriter.trigger``.
+
+        One of ``processingTime="5 seconds"``, ``availableNow=True`` or ``once=True``,
+        checked here (not when the query starts); the runtime commits micro-batches.
+
+        >>> import txstream as tx
+        >>> tx.Job().trigger(processingTime="soon")
+        Traceback (most recent call last):
+        txstream.spark.runtime.errors.RuntimeJobError: trigger(processingTime='soon'): an
+        interval such as '5 seconds' or '200 milliseconds'
+        """
+        self._trigger = check_trigger(trigger)
         return self
 
     def on_progress(self, listener: Callable[[dict[str, Any]], object]) -> Job:
@@ -600,6 +621,7 @@ class Job:
         >>> runner.prev, tx.read_table("ckpt/run", "sums")
         (2, [{'k': 'a', 'total': 7}])
         """
+        check_place(store, "run_local(store)")
         self.validate()
         merge = self.merge_for("run_local")  # (event-time only when every input is ordered)
         runner = LocalRunner(
@@ -663,6 +685,7 @@ class Job:
         >>> query = job.start(checkpoint="ckpt/alerts")    # doctest: +SKIP
         >>> query.processAllAvailable(); query.stop()      # doctest: +SKIP
         """
+        check_place(checkpoint, "start(checkpoint)")
         self._dataframe_watermarks()
         self.validate()
         self.merge_for("start")  # ordered and unordered inputs: a merge chosen (see there)

@@ -349,6 +349,8 @@ class PostgresSink:
         types: dict[str, str] | None = None,
         name: str | None = None,
     ) -> None:
+        if not isinstance(conninfo, str):
+            raise RuntimeJobError(f"PostgresSink: conninfo is a string, not {conninfo!r}")
         if isinstance(columns, str) or not columns:
             # (a str was taken letter by letter: "id" made columns i and d, NULL in every row)
             raise RuntimeJobError(
@@ -357,12 +359,18 @@ class PostgresSink:
         for ident in [table, *columns]:
             if not isinstance(ident, str) or not _IDENT.fullmatch(ident):
                 raise RuntimeJobError(f"PostgresSink: {ident!r} is not a plain SQL identifier")
+        if len(set(columns)) != len(columns):
+            raise RuntimeJobError(f"PostgresSink: a column is named twice in {list(columns)}")
         stray = [c for c in types or {} if c not in columns]
         if stray:  # (a misspelt name left its column text, without a word)
             raise RuntimeJobError(
                 f"PostgresSink: types names {', '.join(map(repr, stray))}, not among the "
                 f"columns {columns}"
             )
+        for column, kind in (types or {}).items():
+            if not isinstance(kind, str) or not kind.strip() or ";" in kind:
+                # (the type is written into CREATE TABLE as it is)
+                raise RuntimeJobError(f"PostgresSink: {kind!r} is not a SQL type ({column!r})")
         self.conninfo = conninfo
         self.table = table
         self.columns = columns
@@ -469,6 +477,8 @@ class DeltaSink:
             raise RuntimeJobError(
                 f"DeltaSink: the path must be a str or a Path, not {type(path).__name__}"
             )
+        if not str(path).strip():
+            raise RuntimeJobError("DeltaSink: an empty path; name a folder for the table")
         if isinstance(path, Path) or "://" not in path:
             local = Path(path)
             if local.exists() and not local.is_dir():
