@@ -281,3 +281,21 @@ def test_a_delta_names_each_rows_value_when_only_later_blocks_differ_from_their_
     state.begin(2)  # (values that are their keys: two columns)
     state.put("t", 1, 1, {"k": 2})
     assert state.delta()["changes"]["t"] == [[1], [{"k": 2}]]
+
+
+def test_a_delta_keeps_the_type_of_earlier_blocks_values_equal_to_their_keys() -> None:
+    # A value 1 of a key 1.0 equals it, so the first block makes no column of
+    # values; when a later block needs one, the earlier values are the values
+    # (ints), not their keys (floats): the file's bytes do not depend on the
+    # blocks (review, session 22; fails when the column starts from the keys).
+    from txstream.spark.runtime import partition_state
+
+    state = PartitionState()
+    state.begin(1, pre_images=False)
+    n = partition_state._BLOCK
+    for k in range(n):
+        state.put("t", k, float(k), {"r": k})
+    state.put("t", "v", 0.5, {"r": -1})
+    [values, keys, _] = state.delta()["changes"]["t"]
+    assert values == [*range(n), "v"] and keys == [float(k) for k in range(n)] + [0.5]
+    assert [type(v) for v in values[:n]] == [int] * n

@@ -387,3 +387,39 @@ def test_a_batch_run_again_on_its_worker_starts_from_the_rows_before_it(
     balance, outcomes = serial_oracle(stream)
     assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
     assert balances(tmp_path, 2) == balance
+
+
+@pytest.mark.parametrize("boundary", ["event", "by"])
+def test_a_task_that_failed_before_it_saved_runs_again_from_the_rows_before_it(
+    tmp_path: Path, boundary: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A phase-1 attempt ran its events and failed before it saved, its worker
+    # alive: the cached state still has the committed token and half a batch of
+    # rows, so only the rollback's answer (False: no pre-images under the event
+    # boundary) makes the retry load the store.  (Review, session 22: a mutant
+    # that ignored that answer passed the suite; this test fails against it.)
+    stream = list(events(240, 12, 0, seed=4))
+    batches = split(stream, [80] * 3)
+    job = ledger_job()
+    if boundary == "by":
+        job.boundary("by", group=lambda r: r["id"])
+    runner = job.run_local(batches[:1], tmp_path, 2)
+    real_save = RuntimeStore.save
+    failed: list[int] = []
+
+    def save_fails_once(self: RuntimeStore, pid: int, state: Any, *args: Any, **kw: Any) -> Any:
+        if pid == 0 and not failed:
+            failed.append(pid)
+            raise OSError("the task died after running its events, before it saved")
+        return real_save(self, pid, state, *args, **kw)
+
+    monkeypatch.setattr(RuntimeStore, "save", save_fails_once)
+    with pytest.raises(OSError):
+        runner.run_batch(batches[1])
+    runner = job.run_local([], tmp_path, 2)
+    for batch in batches[1:]:
+        runner.run_batch(batch)
+    assert failed == [0]
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
+    assert balances(tmp_path, 2) == balance

@@ -215,6 +215,7 @@ class PartitionState:
         # again, from cold memory).
         found: dict[str, tuple[list[Any] | None, list[Any], list[Any]]] = {}
         entries = iter(self.undo)
+        seen = 0  # (entries of the blocks before this one)
         while block := list(islice(entries, _BLOCK)):
             tables, values, keys = zip(*block, strict=True)
             names = set(tables)
@@ -233,11 +234,15 @@ class PartitionState:
                 # A one-column key's value is its key (the same object: compared in
                 # C without reading it): no column of values is made, nor freed.
                 if cols[0] is None and mine_values != mine_keys:
-                    cols = found[table] = (list(cols[1]), cols[1], cols[2])
+                    # (the earlier blocks' values, read again from the undo log: equal
+                    # to their keys, but a key 1.0 of a value 1 would change its type)
+                    earlier = [e[1] for e in islice(self.undo, seen) if e[0] == table]
+                    cols = found[table] = (earlier, cols[1], cols[2])
                 if cols[0] is not None:
                     cols[0].extend(mine_values)
                 cols[1].extend(mine_keys)
                 cols[2].extend(self._rows_now(table, mine_values, mine_keys))
+            seen += len(block)
         changes: dict[str, list[list[Any]]] = {}
         for table in sorted(found):
             all_values, all_keys, rows = found[table]
