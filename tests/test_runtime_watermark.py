@@ -176,6 +176,8 @@ def test_the_watermark_of_a_spark_plan_is_read() -> None:
 class _Plan:
     """Stands for a Spark DataFrame: ``_jdf.queryExecution().analyzed().toString()``."""
 
+    schema = None  # (what Job.input's check of a source looks for in a DataFrame)
+
     def __init__(self, text: str) -> None:
         self.text = text
         self._jdf = self
