@@ -61,8 +61,8 @@ def test_a_global_read_waits_for_every_partitions_earlier_transactions() -> None
     # taken) while t1 runs: 1 serial.  Partition 0's part meets nothing
     # unfinished: taken at once.
     txns = [(B,), (C,), (), (A,)]
-    assert serial_events(txns, 2) == 1
-    found = count(txns, 2)
+    assert serial_events(txns, 2, reads=1) == 1
+    found = count(txns, 2, reads=1)
     assert (found.at_once, found.past, found.barriers) == (1, 1, 0)
 
 
@@ -72,10 +72,10 @@ def test_a_second_read_while_the_first_waits_is_a_barrier() -> None:
     # waits for t0: a barrier, so partition 1 does not admit t3 until t0 ran
     # (step 0: t0 while partition 1 idle-waits), then t3 and the two reads.
     txns = [(A, B), (), (), (C,)]
-    assert serial_events(txns, 2) == 1
-    found = count(txns, 2)
+    assert serial_events(txns, 2, reads=1) == 1
+    found = count(txns, 2, reads=1)
     assert (found.at_once, found.past, found.barriers) == (0, 2, 2)
-    # two reads at a time past (a design the runtime does not run): t3 runs at once
+    # two reads at a time past (the runtime, since session 22, up to READS_PAST): t3 runs at once
     assert count(txns, 2, reads=2) == Counts(serial=0, past=4, at_once=0, barriers=0)
     with pytest.raises(ValueError, match="at least 1"):
         count(txns, 2, reads=0)
@@ -88,7 +88,7 @@ def test_a_second_read_while_the_first_waits_is_a_barrier() -> None:
     # the first read past t0 and reach the second after t0 ran (its parts
     # taken): nothing is unfinished then, so its parts are taken at once.
     later = [(A, B), (), (A2,), (C,), (A2,), (C,), ()]
-    assert count(later, 2, chunk=1) == Counts(serial=0, past=2, at_once=2, barriers=0)
+    assert count(later, 2, chunk=1, reads=1) == Counts(serial=0, past=2, at_once=2, barriers=0)
 
 
 def test_a_reads_part_waits_for_what_came_before_it_not_after() -> None:
@@ -101,7 +101,7 @@ def test_a_reads_part_waits_for_what_came_before_it_not_after() -> None:
     # before the read, partition 0 would have taken the part in step 0 and
     # admitted the second read past.
     txns = [(C,), (A, B), (), (A2,), (), (C,)]
-    assert count(txns, 2, chunk=1) == Counts(serial=1, past=2, at_once=0, barriers=2)
+    assert count(txns, 2, chunk=1, reads=1) == Counts(serial=1, past=2, at_once=0, barriers=2)
 
 
 def test_admission_in_chunks_limits_how_far_a_partition_looks_ahead() -> None:

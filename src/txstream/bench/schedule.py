@@ -19,8 +19,9 @@ partitions would do).  The model (issue 28):
   partition takes its part (its partial totals) once the transactions it
   admitted before the read finished, and admits and runs later ones meanwhile;
   the read runs at partition 0 once every part is taken, and nothing waits for
-  it.  One read at a time per partition: a read admitted while an earlier one's
-  part still waits there is a barrier of that partition (admission stops until
+  it.  Up to ``reads`` (the runtime's ``READS_PAST``) at a time per partition:
+  a read admitted while that many earlier ones' parts still wait there is a
+  barrier of that partition (admission stops until
   everything admitted there finished; then its part is taken);
 * per step each partition runs its earliest ready transaction, looking past
   blocked ones;
@@ -50,7 +51,7 @@ from itertools import pairwise
 from typing import Any
 
 from txstream.spark.runtime.base import Key
-from txstream.spark.runtime.forward import ADMIT_CHUNK
+from txstream.spark.runtime.forward import ADMIT_CHUNK, READS_PAST
 from txstream.spark.runtime.partitioning import partition_of
 
 Txn = Sequence[Key]
@@ -86,13 +87,15 @@ class Counts:
     """Parts that met an earlier read still waiting: admission stopped (per partition)."""
 
 
-def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1) -> Counts:
+def count(
+    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = READS_PAST
+) -> Counts:
     """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
 
     ``chunk``: transactions a partition admits at a time when nothing of its own
     is ready (the runtime's admission round, :data:`~txstream.spark.runtime.forward.ADMIT_CHUNK`).
-    ``reads``: global reads a partition admits past at a time (the runtime: 1;
-    more is a design it does not run, for what it would buy).
+    ``reads``: global reads a partition admits past at a time (the runtime's
+    :data:`~txstream.spark.runtime.forward.READS_PAST`; 1 until session 22).
     """
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, not {chunk}")
@@ -240,7 +243,7 @@ def count(txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads:
 
 
 def serial_events(
-    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = 1
+    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = READS_PAST
 ) -> int:
     """Events of ``txns`` executed while another partition idle-waits (see :func:`count`)."""
     return count(txns, partitions, chunk, reads).serial
@@ -275,7 +278,7 @@ def serial_share(txns: Sequence[Txn], partitions: int) -> float:
 
 
 def batched(
-    txns: Sequence[Txn], partitions: int, batch: int, reads: int = 1
+    txns: Sequence[Txn], partitions: int, batch: int, reads: int = READS_PAST
 ) -> tuple[float, float]:
     """``(serial_share, hot_floor)`` over batches of ``batch`` transactions, weighted by size.
 

@@ -107,6 +107,20 @@ on ``local[2]`` with the host loaded a task whose peer was descheduled ran
 1,009-1,252 rounds and 1,229-1,570 frames per batch instead of about 300
 (/work/m22 figures, session 22)."""
 
+READS_PAST = 16
+"""Global reads a partition admits past at a time (see :meth:`_Partition._read_past`).
+
+With one, a partition of 32 that meets an audit every 53 of its transactions
+(an audit every 1,000 events) met the next one while the last one still
+waited, and that one stopped admission: about half the reads were barriers
+(``txstream.bench.schedule``: a serial share of 77% at P = 32).  Sixteen is
+about what an admission round can hold at that rate; each read waiting
+costs a copy of the partials of the tables read and a pass over the reads
+waiting per finished transaction."""
+
+MAIN = -1
+"""The changes and history of what runs before every read admitted past."""
+
 LOCAL, FRAGMENT, HOME, PART = "local", "fragment", "home", "part"
 """The kinds of :class:`_Item` (compared by identity)."""
 
@@ -213,17 +227,21 @@ class _Partition:
         """Items admitted while a barrier is unfinished: they enter after it."""
         self.epoch = 0
         """Global reads admitted past so far (see :meth:`_read_past`)."""
-        self.reading: _Item | None = None
-        """A global read admitted past: its totals wait for the items before it."""
-        self.earlier = 0
-        """Items admitted before :attr:`reading` that have not finished."""
-        self.late = False
-        """Whether what runs now is after :attr:`reading`: its changes and history go apart."""
-        self.apart: dict[str, tuple[list[Any], list[Any]]] = {}
-        """While :attr:`reading` waits, per table it reads: (its partials, those of the
-        changes after it)."""
-        self.history_apart: tuple[list[Any], list[Any]] = ([], [])
-        """The history and plain marks' orders of what ran after :attr:`reading`."""
+        self.readings: deque[_Item] = deque()
+        """Global reads admitted past, oldest first: their totals wait for the items before them."""
+        self.earlier: list[int] = []
+        """Per read of :attr:`readings`, the items admitted before it not finished yet."""
+        self.side = MAIN
+        """Where the changes and history of what runs now go: :data:`MAIN`, or the
+        epoch of the last read before it (while that one waits)."""
+        self.main: dict[str, Any] = {}
+        """While reads wait, per table one of them reads: the partials the oldest takes."""
+        self.segments: dict[int, dict[str, Any]] = {}
+        """Per read waiting (by epoch): the partials of the changes after it and
+        before the next one (a table read only by later reads has none: its
+        changes go to :attr:`main`, which those reads take)."""
+        self.logs: dict[int, tuple[list[Any], list[Any]]] = {}
+        """The history and plain marks' orders of each side but the one running now."""
         self.ready: deque[_Item] = deque()
         self.waiting: dict[int, _Item] = {}
         self.early: dict[int, list[tuple[int, tuple[Any, ...]]]] = {}
@@ -244,8 +262,8 @@ class _Partition:
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
         locks, global_reads, enter = self.locks, self.global_reads, self._enter
-        if self.reading is not None:
-            self._side(True)  # (all it admits is after the read)
+        if self.readings:
+            self._side(self.epoch)  # (all it admits is after the last read)
         for _ in range(limit):
             if self.barrier is not None:
                 return
@@ -396,8 +414,8 @@ class _Partition:
         ready = self.ready
         while ready:
             item = ready.popleft()
-            if self.reading is not None:
-                self._side(item.epoch == self.epoch)
+            if self.readings:
+                self._side(item.epoch)
             self._start(item)
 
     def send(self, dest: int, message: tuple[Any, ...]) -> None:
@@ -470,8 +488,8 @@ class _Partition:
         if item is None:
             self.early.setdefault(mid, []).append((src, message))
             return
-        if self.reading is not None:
-            self._side(item.epoch == self.epoch)
+        if self.readings:
+            self._side(item.epoch)
         if not back:
             ups = item.ups
             assert ups is not None
@@ -532,10 +550,8 @@ class _Partition:
                     ready.append(nxt)
                     self.blocked -= 1
             self.inflight -= 1
-            if self.reading is not None and item.epoch != self.epoch:
-                self.earlier -= 1
-                if self.earlier == 0:
-                    self._read_now()
+            if self.readings:
+                self._finished_before(item.epoch)
             barrier = self.barrier
             if self.inflight == 0 and barrier is not None and barrier is not item:
                 ready.append(barrier)
@@ -553,55 +569,80 @@ class _Partition:
         changes after it are added in.  Per value the queues keep the declared
         order, so the items after it that ran meanwhile touched values none before
         it was still to touch: the history, the read recorded between the two,
-        is the one of an execution in the declared order.  One read at a time.
+        is the one of an execution in the declared order.  Up to
+        :data:`READS_PAST` reads wait at a time, each with the changes between it
+        and the next apart; they read in their order.
         """
-        if self.reading is not None or self.barrier is not None:
+        if len(self.readings) >= READS_PAST or self.barrier is not None:
             return False
         state = self.state
         reads = self.global_reads[item.event.input]
         if not keep(state.data, reads, state.tracked, state.flat):
             return False  # (a value that is not a number: it reads at its place)
-        tracked, apart = state.tracked, self.apart
+        main, tracked = self.main, state.tracked
         for table in dict.fromkeys(table for table, _ in reads):
-            mine = tracked[table]
-            apart[table] = (mine, [(column, [0] * len(p)) for column, p in mine])
-        self.reading = item
-        self.earlier = self.inflight
+            if table not in main:  # (not split yet: tracked holds its main partials)
+                main[table] = tracked[table]
         self.epoch += 1
         item.epoch = self.epoch
-        self._side(True)
+        self.segments[self.epoch] = {
+            table: [(column, [0] * len(p)) for column, p in partials]
+            for table, partials in main.items()
+        }
+        self.logs[self.epoch] = ([], [])
+        self.readings.append(item)
+        self.earlier.append(self.inflight)
+        self._side(self.epoch)
         return True
 
-    def _side(self, late: bool) -> None:
-        """Send changes of the partials and history to the main ones or to the late ones."""
-        if late is self.late:
+    def _side(self, epoch: int) -> None:
+        """Send changes of the partials and history where what runs at ``epoch`` belongs."""
+        self._route(epoch if epoch >= self.readings[0].epoch else MAIN)
+
+    def _route(self, side: int) -> None:
+        if side == self.side:
             return
-        self.late = late
-        tracked, outcome = self.state.tracked, self.outcome
-        for table, (mine, after) in self.apart.items():
-            tracked[table] = after if late else mine
-        history, orders = self.history_apart
-        self.history_apart = (outcome.history, outcome.orders)
-        outcome.history, outcome.orders = history, orders
+        outcome = self.outcome
+        self.logs[self.side] = (outcome.history, outcome.orders)
+        outcome.history, outcome.orders = self.logs.pop(side)
+        self.side = side
+        tracked, segment = self.state.tracked, self.segments.get(side)
+        for table, partials in self.main.items():
+            tracked[table] = partials if segment is None else segment.get(table, partials)
+
+    def _finished_before(self, epoch: int) -> None:
+        """An item of ``epoch`` finished: the reads after it wait for one item less."""
+        earlier = self.earlier
+        for i, read in enumerate(self.readings):
+            if read.epoch > epoch:
+                earlier[i] -= 1
+        if earlier[0] == 0:
+            self._read_now()
 
     def _read_now(self) -> None:
-        """Every item before :attr:`reading` finished: it reads; what ran after it comes in."""
-        item = self.reading
-        assert item is not None
-        self._side(False)
-        self.reading = None
-        self._start(item)  # (its totals and history, at its place)
-        tracked = self.state.tracked
-        for table, (mine, after) in self.apart.items():
-            tracked[table] = mine
-            for (_, partial), (_, more) in zip(mine, after, strict=True):
-                for i, x in enumerate(more):
-                    partial[i] += x
-        self.apart = {}
-        history, orders = self.history_apart
-        self.outcome.history.extend(history)
-        self.outcome.orders.extend(orders)
-        self.history_apart = ([], [])
+        """Every item before the oldest read finished: it reads; what ran after it comes in.
+
+        The next read then waits only for what ran between the two (it may read at once).
+        """
+        readings, earlier, outcome = self.readings, self.earlier, self.outcome
+        back = self.side  # (what runs after this goes back there, or to MAIN)
+        while readings and earlier[0] == 0:
+            item = readings.popleft()
+            del earlier[0]
+            self._route(MAIN)
+            self._start(item)  # (its totals and history, at its place)
+            main = self.main
+            for table, after in self.segments.pop(item.epoch).items():
+                for (_, partial), (_, more) in zip(main[table], after, strict=True):
+                    for i, x in enumerate(more):
+                        partial[i] += x
+            history, orders = self.logs.pop(item.epoch)
+            outcome.history.extend(history)
+            outcome.orders.extend(orders)
+        if not readings:
+            self.main = {}
+        elif back != MAIN:
+            self._side(back)
 
     def _unbar(self, item: _Item) -> None:
         """Barrier ``item`` is done here: the items admitted behind it enter."""
