@@ -335,6 +335,22 @@ def test_a_worker_that_ran_phase1_applies_phase3s_patch_and_loads_nothing(
     st._CACHE.clear()
 
 
+def _ledger_in_three_batches(boundary: str) -> tuple[list[Any], list[Any], tx.Job]:
+    """The ledger's events in three batches of 80, and its job under ``boundary``."""
+    stream = list(events(240, 12, 0, seed=4))
+    job = ledger_job()
+    if boundary == "by":
+        job.boundary("by", group=lambda r: r["id"])
+    return stream, split(stream, [80] * 3), job
+
+
+def _assert_serial(store: Path, stream: list[Any]) -> None:
+    """The store's outcomes and balances are the serial oracle's."""
+    balance, outcomes = serial_oracle(stream)
+    assert [(r["id"], r["ok"]) for r in tx.read_output(store, "transfers_done")] == outcomes
+    assert balances(store, 2) == balance
+
+
 @pytest.mark.parametrize("boundary", ["event", "by"])
 def test_a_batch_run_again_on_its_worker_starts_from_the_rows_before_it(
     tmp_path: Path, boundary: str, monkeypatch: pytest.MonkeyPatch
@@ -348,11 +364,7 @@ def test_a_batch_run_again_on_its_worker_starts_from_the_rows_before_it(
     # ignores the missing pre-images fails; pre-images always kept fails.)
     from txstream.spark.runtime import state as state_module
 
-    stream = list(events(240, 12, 0, seed=4))
-    batches = split(stream, [80] * 3)
-    job = ledger_job()
-    if boundary == "by":
-        job.boundary("by", group=lambda r: r["id"])
+    stream, batches, job = _ledger_in_three_batches(boundary)
     runner = job.run_local(batches[:1], tmp_path, 2)
     real_commit = RuntimeStore.commit
     failed: list[int] = []
@@ -384,9 +396,7 @@ def test_a_batch_run_again_on_its_worker_starts_from_the_rows_before_it(
         runner.run_batch(batch)
     assert failed == [1]
     assert sorted(loads) == ([] if boundary == "by" else [0, 1])
-    balance, outcomes = serial_oracle(stream)
-    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
-    assert balances(tmp_path, 2) == balance
+    _assert_serial(tmp_path, stream)
 
 
 @pytest.mark.parametrize("boundary", ["event", "by"])
@@ -398,11 +408,7 @@ def test_a_task_that_failed_before_it_saved_runs_again_from_the_rows_before_it(
     # rows, so only the rollback's answer (False: no pre-images under the event
     # boundary) makes the retry load the store.  (Review, session 22: a mutant
     # that ignored that answer passed the suite; this test fails against it.)
-    stream = list(events(240, 12, 0, seed=4))
-    batches = split(stream, [80] * 3)
-    job = ledger_job()
-    if boundary == "by":
-        job.boundary("by", group=lambda r: r["id"])
+    stream, batches, job = _ledger_in_three_batches(boundary)
     runner = job.run_local(batches[:1], tmp_path, 2)
     real_save = RuntimeStore.save
     failed: list[int] = []
@@ -420,6 +426,4 @@ def test_a_task_that_failed_before_it_saved_runs_again_from_the_rows_before_it(
     for batch in batches[1:]:
         runner.run_batch(batch)
     assert failed == [0]
-    balance, outcomes = serial_oracle(stream)
-    assert [(r["id"], r["ok"]) for r in tx.read_output(tmp_path, "transfers_done")] == outcomes
-    assert balances(tmp_path, 2) == balance
+    _assert_serial(tmp_path, stream)

@@ -243,7 +243,8 @@ RUN_FILES = frozenset(
 def _refuse_ignored(args: argparse.Namespace) -> None:
     """Refuse options this run would ignore, and a --record that would overwrite a run file.
 
-    Each was accepted: ``--minutes``/``--seed`` with ``--input`` and ``--tolls``
+    Then fill the generator's defaults (``--minutes`` 3, ``--seed`` 0).  Each
+    was accepted: ``--minutes``/``--seed`` with ``--input`` and ``--tolls``
     without it did nothing, ``--master`` with ``--no-spark`` started no Spark;
     ``--record`` naming the input replaced it with the history, and naming
     ``answers.txt`` in --out replaced the answers before they were validated.
@@ -259,6 +260,8 @@ def _refuse_ignored(args: argparse.Namespace) -> None:
             )
     elif args.tolls is not None:
         raise TxStreamError("--tolls goes with --input: a generated input comes with its own tolls")
+    args.minutes = 3 if args.minutes is None else args.minutes
+    args.seed = 0 if args.seed is None else args.seed
     if args.master is not None and args.no_spark:
         raise TxStreamError(
             "--master names the Spark master; --no-spark starts no Spark: leave one of them out"
@@ -325,14 +328,14 @@ def _run(args: argparse.Namespace) -> int:
         from txstream.linearroad.generate import check_params, lanes_of
 
         lanes_of(args.L if args.L is not None else 1.0)
-        check_params(args.minutes if args.minutes is not None else 3, 2.0)
+        check_params(args.minutes, 2.0)
     options = RunOptions(
         out=args.out,
         input=args.input,
         tolls=args.tolls,
         L=args.L if args.L is not None else 1.0,
-        minutes=args.minutes if args.minutes is not None else 3,
-        seed=args.seed if args.seed is not None else 0,
+        minutes=args.minutes,
+        seed=args.seed,
         speedup=args.speedup if args.speedup is not None else 1.0,
         variant=args.variant,
         txn_size=args.txn_size,

@@ -105,7 +105,7 @@ running (on a loaded host, or where Spark's JVM and driver share the task's
 cores), and meanwhile each short round is a frame and a poll more for nothing:
 on ``local[2]`` with the host loaded a task whose peer was descheduled ran
 1,009-1,252 rounds and 1,229-1,570 frames per batch instead of about 300
-(/work/m22 figures, session 22)."""
+(docs/benchmarks-history.md, session 22)."""
 
 READS_PAST = 16
 """Global reads a partition admits past at a time (see :meth:`_Partition._read_past`).
@@ -623,9 +623,10 @@ class _Partition:
         """Every item before the oldest read finished: it reads; what ran after it comes in.
 
         The next read then waits only for what ran between the two (it may read at once).
+        Only an item before the oldest read brings this about as it finishes, and
+        such an item runs on :data:`MAIN`: what runs next is routed there too.
         """
         readings, earlier, outcome = self.readings, self.earlier, self.outcome
-        back = self.side  # (what runs after this goes back there, or to MAIN)
         while readings and earlier[0] == 0:
             item = readings.popleft()
             del earlier[0]
@@ -641,8 +642,6 @@ class _Partition:
             outcome.orders.extend(orders)
         if not readings:
             self.main = {}
-        elif back != MAIN:
-            self._side(back)
 
     def _unbar(self, item: _Item) -> None:
         """Barrier ``item`` is done here: the items admitted behind it enter."""

@@ -321,19 +321,14 @@ class Job:
         declare = getattr(sink, "declare", None)
         if columns is not None and callable(declare):
             declare(output, columns)  # (a table sink takes or checks the declared schema)
-        target = getattr(sink, "target", None)
-        if getattr(sink, "claims", False) is True and callable(target):
+        target = _claimed(sink)
+        if target is not None:
             # (batch ids are one output's: a second output's would be skipped as written)
             for other, sinks in self._sinks.items():
-                taken = [
-                    s
-                    for s in sinks
-                    if getattr(s, "claims", False) is True and callable(getattr(s, "target", None))
-                ]
-                if other != output and any(s.target() == target() for s in taken):
+                if other != output and any(_claimed(s) == target for s in sinks):
                     raise RuntimeJobError(
                         f".sink({output!r}, ...): output {other!r} already writes to "
-                        f"{type(sink).__name__} {target()[-1]!r}; give each output a target "
+                        f"{type(sink).__name__} {target[-1]!r}; give each output a target "
                         "of its own (a folder, or a name= of its own)"
                     )
         self._sinks.setdefault(output, []).append(sink)
@@ -775,6 +770,12 @@ def _name(kind: str, name: str, known: dict[str, Any]) -> None:
         raise RuntimeJobError(f"a {kind} name is letters, digits and _, not {name!r}")
     if name in known:
         raise RuntimeJobError(f"{kind} {name!r} is declared twice")
+
+
+def _claimed(sink: Any) -> tuple[str, ...] | None:
+    """The target a built-in sink claims for one output (see ``sinks.SinkOwner``), else None."""
+    target = getattr(sink, "target", None)
+    return target() if getattr(sink, "claims", False) is True and callable(target) else None
 
 
 def dumps(obj: Any) -> bytes:

@@ -576,8 +576,11 @@ class DeltaSink:
         meta: dict[str, str] = {}
         if owner is not None:
             apps.append(Transaction(f"{self.app_id}@{owner.key}", batch))
-            meta = {"txstream.app": self.app_id, "txstream.owner": owner.key}
-            meta["txstream.of"] = owner.text
+            meta = {
+                "txstream.app": self.app_id,
+                "txstream.owner": owner.key,
+                "txstream.of": owner.text,
+            }
         write_deltalake(
             self.path,
             data,

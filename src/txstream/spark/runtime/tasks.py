@@ -284,9 +284,9 @@ def phase1_forward(
         hosted: dict[int, tuple[Any, Any]] = {}
         counted: dict[int, int] = {}
         late: dict[int, dict[str, int]] = {}
+        # (forwarding runs under the event boundary only: no pre-images, see _phase1)
+        spans = job.boundary.may_span
         for pid, evs in sorted(events.items()):
-            # (forwarding runs under the event boundary only: no pre-images, see _phase1)
-            spans = job.boundary.may_span
             state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid), spans)
             late[pid] = {}
             if ctx.release_upto is not None:
