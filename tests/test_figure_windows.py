@@ -6,12 +6,16 @@ measure the figure (no timing).
 
 from __future__ import annotations
 
+import math
 import random
 
-from txstream.windows.engine import Costs, WindowEngine
+import pytest
+
+from txstream.windows.base import WindowError
+from txstream.windows.engine import COSTS, JAVA_SCAN_RATIO, Costs, WindowEngine
 from txstream.windows.queries import Query, QueryGroup
 from txstream.windows.schedulers import get_scheduler
-from txstream.windows.sim import WindowParams, long_groups, packets, snapshot_group
+from txstream.windows.sim import WindowParams, long_groups, packets, run, snapshot_group
 from txstream.windows.window import SlidingWindow
 
 # -- Golab et al.: snapshot queries scan the window; a per-read merge cost ----------------------
@@ -68,3 +72,70 @@ def test_the_stream_arrives_at_the_papers_steady_state_rate() -> None:
     # unscaled factors averaged 1.315 per ms)
     assert 0.88 * params.rate < mean < 1.12 * params.rate
     assert max(counts) > 5 * min(counts)  # the bursts are still there
+
+
+# -- issue 31: a scanned tuple and a hash-table operation are priced apart (Costs.split) --------
+
+
+def _one_read(costs: Costs, group: QueryGroup, window: SlidingWindow) -> tuple[float, int]:
+    """The seconds and work units of a group's first read in an engine with ``costs``."""
+    engine = WindowEngine(window, get_scheduler("lws"), costs=costs)
+    txn = engine.submit(group, 0.0)
+    index = engine.scheduler.next_read(txn, list(range(window.n)), window)
+    _, units = group.partial(window.current(index))
+    return engine.step(txn, 0.0), units
+
+
+def test_one_cost_model_by_default_and_the_split_uses_the_measured_ratio() -> None:
+    assert Costs().scan_ratio == 1.0
+    assert Costs().per_scan_tuple == Costs().per_unit
+    split = Costs.split()
+    assert split.per_unit == Costs().per_unit  # the hash-table calibration is kept
+    assert split.per_scan_tuple == Costs().per_unit / JAVA_SCAN_RATIO
+    assert COSTS["one"] == Costs() and COSTS["split"] == split
+    assert 1 < JAVA_SCAN_RATIO < 10  # a measured ratio (scripts/windows-op-ratio.py)
+
+
+def test_snapshot_scans_pay_the_scan_price_and_long_reads_the_hash_table_price() -> None:
+    params = WindowParams(n=6, t=1.0)
+    window = _window(6, 1.0)
+    snapshot = snapshot_group(random.Random(3), params, window)
+    long = QueryGroup([Query("topk", 6, attr="src", k=5)], window, cost="tuples", scope="window")
+    assert snapshot.scans and not long.scans
+    split = Costs.split()
+    took, units = _one_read(split, snapshot, window)
+    assert took == pytest.approx(units * split.per_unit / JAVA_SCAN_RATIO)
+    took, units = _one_read(split, long, window)
+    assert took == pytest.approx(units * split.per_unit)
+    # the default prices both alike (the model the figures were measured with)
+    took, units = _one_read(Costs(), snapshot, window)
+    assert took == pytest.approx(units * Costs().per_unit)
+
+
+def test_only_reads_charged_per_scanned_tuple_are_scans() -> None:
+    window = _window(4, 1.0)
+    subset = frozenset(range(20))
+    looked_up = QueryGroup([Query("sum", 4, attr="src", subset=subset)], window, cost="work")
+    scanned = QueryGroup([Query("sum", 4, attr="src", subset=subset)], window, mode="ws")
+    hashed = QueryGroup([Query("count-distinct", 4, attr="dst")], window, mode="ws")
+    assert not looked_up.scans  # a unit is a summary lookup: a hash-table operation
+    assert scanned.scans
+    assert not hashed.scans  # a window scan that builds a hash table
+
+
+def test_the_split_leaves_the_long_running_workload_unchanged() -> None:
+    # Figures 8-11 have no snapshot query: every unit is a hash-table operation
+    for scheduler in ("lws", "ttu"):
+        one, split = (
+            run(WindowParams(scheduler=scheduler, n=8, t=0.2, long_queries=10, seed=2, costs=c))
+            for c in (Costs(), Costs.split())
+        )
+        assert one.metrics == split.metrics
+
+
+def test_bad_scan_ratios_are_refused() -> None:
+    for bad in (0.0, -1.0, math.nan, math.inf):
+        with pytest.raises(WindowError, match="scan_ratio"):
+            Costs(scan_ratio=bad)
+    with pytest.raises(WindowError, match="per_unit"):
+        Costs(per_unit=math.nan)

@@ -12,6 +12,11 @@ queries for every scheduler of a repetition:
   once a second on average (higher priority).  Figures 12-14 (snapshot response
   time and freshness, long-running freshness).
 
+``costs`` names the cost model (:data:`txstream.windows.engine.COSTS`): ``one``
+(the default: a snapshot query's scanned tuple costs a hash-table operation) or
+``split`` (scans cheaper by the measured ``JAVA_SCAN_RATIO``):
+``txstream bench windows --set costs=split``.
+
 CSV columns: ``workload,scheduler,t,n,...,abort_pct,lr_freshness,lr_inter_exec,
 throughput,snap_response,snap_freshness``.
 """
@@ -21,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from txstream.bench.harness import Experiment, Figure, Param
+from txstream.windows.engine import COSTS
 from txstream.windows.schedulers import SCHEDULERS as ALL_SCHEDULERS
 from txstream.windows.sim import WindowParams, run
 
@@ -30,7 +36,14 @@ SIZES = tuple(range(10, 101, 10))
 
 def _point(workload: str, scheduler: str, t: float, n: int) -> dict[str, Any]:
     queries = 40 if t == 1 else 100
-    return {"workload": workload, "scheduler": scheduler, "t": t, "n": n, "queries": queries}
+    return {
+        "workload": workload,
+        "scheduler": scheduler,
+        "t": t,
+        "n": n,
+        "queries": queries,
+        "costs": "one",
+    }
 
 
 GRID = [
@@ -51,6 +64,7 @@ def measure(point: dict[str, Any], seed: int) -> dict[str, Any]:
         t=float(point["t"]),
         long_queries=point["queries"],
         snapshot_interval=1.0 if point["workload"] == "mixed" else 0.0,
+        costs=COSTS[point.get("costs", "one")],
         seed=seed,
     )
     return run(params).metrics
@@ -84,6 +98,7 @@ EXPERIMENT = Experiment(
         "t": Param(float, lo=0, lo_open=True, hi=60),
         "n": Param(int, lo=2, hi=1_000),
         "queries": Param(int, lo=0, hi=1_000),
+        "costs": Param(str, choices=tuple(COSTS)),
     },
     repetitions=3,
     figures=[

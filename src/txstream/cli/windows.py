@@ -28,6 +28,7 @@ from txstream.cli.types import (
 )
 from txstream.storage.files import check_writable, write_whole
 from txstream.windows.base import WindowError
+from txstream.windows.engine import COSTS, Costs
 from txstream.windows.queries import AGGREGATES, Query
 from txstream.windows.schedulers import SCHEDULERS
 from txstream.windows.sim import WindowParams
@@ -88,6 +89,13 @@ def register_cli(group: Subparsers) -> None:
         "--duration", type=positive_float(10_000_000), default=None, help="simulated seconds (n*t)"
     )
     r.add_argument("--seed", type=seed, default=0)
+    r.add_argument(
+        "--costs",
+        choices=tuple(COSTS),
+        default=None,
+        help="cost model: one (a scanned tuple costs a hash-table operation; the default) or "
+        "split (scans cheaper by the ratio measured in a Java stand-in)",
+    )
     r.add_argument("--record", type=path_arg, metavar="FILE", help="write the history here")
     r.add_argument("--answers", action="store_true", help="print the last answer of each group")
     r.add_argument(
@@ -180,7 +188,8 @@ def _run(args: argparse.Namespace) -> int:
             f"n={args.n} sub-windows over {simulated:g} simulated seconds would take hours; "
             f"keep n times the run's simulated seconds at most {MAX_WORK:,}"
         )
-    _check_size(args.n, args.t, simulated, args.snapshot_interval > 0)
+    costs = COSTS[args.costs or "one"]
+    _check_size(args.n, args.t, simulated, args.snapshot_interval > 0, costs)
     if args.snapshot_interval > 0 and simulated / args.snapshot_interval > MAX_SNAPSHOTS:
         raise WindowError(
             f"--snapshot-interval {args.snapshot_interval:g} makes "
@@ -205,6 +214,7 @@ def _run(args: argparse.Namespace) -> int:
         snapshot_interval=args.snapshot_interval,
         duration=args.duration,
         seed=args.seed,
+        costs=costs,
         record=args.record is not None,
         queries=queries,
     )
@@ -223,13 +233,14 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_size(n: int, t: float, simulated: float, snapshots: bool) -> None:
+def _check_size(n: int, t: float, simulated: float, snapshots: bool, costs: Costs) -> None:
     """Refuse, before any work, a run whose window, slides or reads would not fit.
 
     The simulated clock charges every read at least the tuples of a sub-window
     (about half of ``t * rate`` at the slowest rate; snapshot queries scan
     tuples too); so the reads are at most the simulated seconds over that
-    cost, and each read looks at up to ``n`` sub-windows.
+    cost (a scanned tuple's, when snapshot queries scan and scans are cheaper),
+    and each read looks at up to ``n`` sub-windows.
     """
     params = WindowParams()
     packets = n * t * params.rate
@@ -247,7 +258,8 @@ def _check_size(n: int, t: float, simulated: float, snapshots: bool) -> None:
     per_read = max(1.0, 0.5 * t * params.rate)
     if snapshots and params.snapshot_cost != "tuples":
         per_read = min(per_read, float(params.snapshot_subset))
-    reads = simulated / (params.costs.per_unit * per_read)
+    rate = min(costs.per_unit, costs.per_scan_tuple) if snapshots else costs.per_unit
+    reads = simulated / (rate * per_read)
     if reads * n > MAX_READ_WORK:
         raise WindowError(
             f"n={n} sub-windows of t={t:g} s over {simulated:g} simulated seconds allow up to "
@@ -294,7 +306,13 @@ def _run_spark(args: argparse.Namespace) -> int:
         else random_long_queries(args.n, args.long_queries, seed=args.seed)
     )
     spec = KeyedWindows(
-        n=args.n, t=args.t, scheduler=args.scheduler, long_queries=long, m=args.m, record=True
+        n=args.n,
+        t=args.t,
+        scheduler=args.scheduler,
+        long_queries=long,
+        m=args.m,
+        record=True,
+        costs=COSTS[args.costs or "one"],
     )
     spec.validate()
     check_folder(args.out, "run folder ")  # before the input is made and Spark starts

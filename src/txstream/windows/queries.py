@@ -174,6 +174,19 @@ class QueryGroup:
         self._simple = first.aggregate in _SIMPLE
         self._subset = first.subset
 
+    @property
+    def scans(self) -> bool:
+        """Whether this group's work units are scanned tuples rather than hash-table operations.
+
+        Simple aggregates (count, sum, avg, min, max; the snapshot queries)
+        charged per tuple (``cost="tuples"`` or a window scan) read a field,
+        test the address subset and add: a scan.  Top-k, percentile and
+        count-distinct build a hash table on their attribute, as do reads
+        charged by summary work (``cost="work"``: each unit a lookup).
+        :meth:`Costs.rate <txstream.windows.engine.Costs.rate>` prices the two.
+        """
+        return self._simple and (self.mode == "ws" or self.cost == "tuples")
+
     @classmethod
     def snapshot(
         cls, query: Query, window: SlidingWindow, mode: str, cost: str, scope: str
