@@ -6,11 +6,14 @@ measure the figure (no timing).
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
 import pytest
 
+from txstream.bench import windows as bench_windows
+from txstream.cli import main
 from txstream.windows.base import WindowError
 from txstream.windows.engine import COSTS, JAVA_SCAN_RATIO, Costs, WindowEngine
 from txstream.windows.queries import Query, QueryGroup
@@ -139,3 +142,23 @@ def test_bad_scan_ratios_are_refused() -> None:
             Costs(scan_ratio=bad)
     with pytest.raises(WindowError, match="per_unit"):
         Costs(per_unit=math.nan)
+
+
+def test_the_cli_and_the_bench_take_the_named_cost_model(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["windows", "run", "--n", "4", "--t", "0.5", "--long-queries", "5"]
+    args += ["--snapshot-interval", "0.2", "--duration", "2"]
+    responses = []
+    for costs in ("one", "split"):
+        assert main([*args, "--costs", costs]) == 0
+        responses.append(json.loads(capsys.readouterr().out)["snap_response"])
+    assert responses[1] < responses[0]  # the same run, its scans 2.24 times cheaper
+    point = {"workload": "mixed", "scheduler": "ttu", "t": 5, "n": 4, "queries": 5}
+    one = bench_windows.measure({**point, "costs": "one"}, 1)
+    split = bench_windows.measure({**point, "costs": "split"}, 1)
+    assert split["snap_response"] < one["snap_response"]
+    with pytest.raises(SystemExit) as exc:
+        main([*args, "--costs", "cheap"])
+    assert exc.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
