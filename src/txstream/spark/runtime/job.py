@@ -293,7 +293,8 @@ class Job:
         "SchemaError: emit to alerts: column 'celsius' is double, got '31.5'"
         """
         _name("output", name, self.spec.outputs)
-        self.spec.outputs[name] = OutputSpec(name, parse_schema(schema) if schema is not None else None)
+        columns = parse_schema(schema) if schema is not None else None
+        self.spec.outputs[name] = OutputSpec(name, columns)
         return self
 
     def sink(self, output: str, sink: Any) -> Job:
