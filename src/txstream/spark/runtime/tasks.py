@@ -384,6 +384,8 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["held"] = total.get("held", 0) + part.get("held", 0)
         total["late"] = total.get("late", 0) + part.get("late", 0)
         total["failures"].extend(part["failures"])
+        if "everywhere" in part:
+            total.setdefault("everywhere", []).extend(part["everywhere"])
         for index, count in part.get("committed_inputs", {}).items():
             total["committed_inputs"][index] = total["committed_inputs"].get(index, 0) + count
         for bucket, count in part["latency"].items():
@@ -443,12 +445,17 @@ def run_batch(
         files = stats.pop("files")
         stats["phase1_s"] = round(phase1_s, 3)
         stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
+        # A keyless event's fragment that failed may leave its fragments on other
+        # partitions committed (under any boundary): it spans them too.
+        everywhere = set(stats.pop("everywhere", ())) if ctx.partitions > 1 else set()
         new = [
             f
             for f in stats["failures"]
-            if f["txn"] not in ctx.abort and f["kind"] in ("abort", "error")
+            if f["txn"] not in ctx.abort
+            and f["kind"] in ("abort", "error")
+            and (job.boundary.may_span or f["txn"] in everywhere)
         ]
-        if job.boundary.may_span and new:
+        if new:
             # A transaction with parts on several partitions failed: abort it
             # everywhere and run the batch again (only the earliest failure is
             # certain; later ones may have seen its effects).
