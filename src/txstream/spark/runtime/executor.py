@@ -388,7 +388,13 @@ class GroupRunner:
                 if reads is not None:
                     # One run over every partition's totals: it touches no rows.
                     tx._home, tx._global, tx._aggregates = None, reads, self.aggregates
-                elif not current.values and self.partitions:
+                    handlers[current.input](tx, current.row)
+                    continue
+                if tx._global:
+                    # (after a global read of its group: its totals are not this
+                    # event's, and its home 0 made `t.home == 0` true on every fragment)
+                    tx._global, tx._aggregates = (), None
+                if not current.values and self.partitions:
                     # A keyless event is one fragment per partition: each copy may touch
                     # the rows of the partition it was delivered to, and no others.
                     tx._home = current.pids[0]
