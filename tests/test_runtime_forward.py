@@ -1188,3 +1188,24 @@ def test_a_global_read_over_a_value_that_is_not_a_number_fails_its_transaction(
     [failure] = tx.read_failures(tmp_path / "s")
     assert failure["position"] == "totals#b1+1"
     assert failure["error"] == "TypeError: the sum of x.v: a value is not a number"
+
+
+def test_a_keyless_event_failing_on_every_partition_runs_its_batch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing of it committed anywhere, so the batch need not run again with it
+    # aborted: many bad keyless events in a batch must not stop the job.
+    from txstream.spark.runtime import tasks
+
+    def bad(t: Any, e: dict[str, Any]) -> None:
+        raise ValueError(f"bad event {e['id']}")
+
+    monkeypatch.setattr(tasks, "MAX_ATTEMPTS", 1)
+    batches = [
+        [("deposits", {"acct": a, "amount": 1, "id": a}) for a in range(6)]
+        + [("sweeps", {"id": 10 + n}) for n in range(3)]
+    ]
+    bank().on("sweeps", bad).run_local(batches, tmp_path, partitions=3)
+    assert [f["error"] for f in tx.read_failures(tmp_path)] == [
+        f"ValueError: bad event {10 + n}" for n in range(3)
+    ]

@@ -15,6 +15,7 @@ import gc
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -446,14 +447,16 @@ def run_batch(
         stats["phase1_s"] = round(phase1_s, 3)
         stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
         # A keyless event's fragment that failed may leave its fragments on other
-        # partitions committed (under any boundary): it spans them too.
-        everywhere = set(stats.pop("everywhere", ())) if ctx.partitions > 1 else set()
+        # partitions committed (under any boundary): it spans them too, unless
+        # every fragment failed (a bad event: nothing of it committed anywhere).
+        fragments = Counter(stats.pop("everywhere", ()))
+        partly = {txn for txn, n in fragments.items() if n < ctx.partitions}
         new = [
             f
             for f in stats["failures"]
             if f["txn"] not in ctx.abort
             and f["kind"] in ("abort", "error")
-            and (job.boundary.may_span or f["txn"] in everywhere)
+            and (job.boundary.may_span or f["txn"] in partly)
         ]
         if new:
             # A transaction with parts on several partitions failed: abort it
