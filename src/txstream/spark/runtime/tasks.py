@@ -168,8 +168,15 @@ def release(
         )
         counts["late"] = counts.get("late", 0) + late
     ready = _release(state, events, upto, boundary, meta)
-    # (not at the end of the inputs, math.inf: a group open then may take later events)
-    cut = None if boundary is None or not math.isfinite(upto[0]) else boundary.closed(upto[0])
+    cut = None
+    if boundary is not None:
+        if math.isfinite(upto[0]):
+            cut = boundary.closed(upto[0])
+        elif ready:
+            # Every input quiet or ended: what was held ran, the last group too,
+            # though a later event could have joined it (uncounted, it ran as a
+            # transaction of its own with no warning)
+            cut = boundary.closed_by(max(e.order[0] for e in ready))
     if cut is not None and (closed is None or cut > closed):
         state.meta["closed"] = cut
     if ready:
