@@ -54,6 +54,9 @@ CLI_CASES: list[tuple[list[str], str]] = [
     # --expect on histories without a directive: exit 0 whatever the verdicts
     (["check", "--expect", "--format", "text", "hist.txt"], "no history has an '# expect:'"),
     (["check", "-c", "csao", "--expect", "--format", "json", "hist.txt"], "directive for csao"),
+    # ... and on a mix, the histories without one counted as matching: exit 0 on a failure
+    (["check", "--expect", "--format", "text", "mix.txt"], "mix.txt history 2 has no '# exp"),
+    (["check", "--expect", "mix.txt", "hist.txt"], "history 2 (and 1 more) has no '# expect:'"),
     # answers files of another kind
     (
         ["linear-road", "validate", "--input", "in.dat", "--answers", "hist.txt"],
@@ -72,6 +75,7 @@ def test_refused_in_one_line_before_the_run(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     fixtures = {"in.dat": LR_IN, "hist.txt": "r1(x) w2(x) c2 w1(x) c1\nr3(x) c3\n", "empty.txt": ""}
+    fixtures["mix.txt"] = "# expect: cs=true\nr1(x) c1\n---\nr1(x) w2(x) c2 w1(x) c1\n"
     for name, text in fixtures.items():
         (tmp_path / name).write_text(text)
     assert_rejected(argv, needle)
@@ -127,6 +131,40 @@ def test_write_whole_refuses_a_pipe_or_a_link(tmp_path: Path, kind: str) -> None
     assert (tmp_path / "target.txt").read_text() == "keep\n"
 
 
+def test_a_refused_record_link_leaves_no_out_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The link was refused in one line, but after --out (and its missing parents) was
+    # made: an empty run folder was left behind.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.dat").write_text(LR_IN)
+    link = _special(tmp_path, "link")
+    argv = [*LR_RUN[:-1], "new/o", "--record", str(link)]
+    assert_rejected(argv, "is a symbolic link")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.dat", "link", "target.txt"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*LR_RUN, "--tolls", "adir"],
+        ["linear-road", "validate", "--input", "in.dat", "--tolls", "adir"],
+        ["linear-road", "validate", "--input", "adir"],
+    ],
+    ids=["run --tolls", "validate --tolls", "validate --input"],
+)
+def test_a_folder_given_for_a_file_is_called_a_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    # It said "no such file: adir", which sent the user looking for a typo.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "in.dat").write_text(LR_IN)
+    (tmp_path / "adir").mkdir()
+    err = assert_rejected(argv, "adir is a folder; name a file")
+    assert f"{argv[argv.index('adir') - 1]} adir" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "in.dat"]
+
+
 # -- the job builder ---------------------------------------------------------------------
 
 
@@ -164,6 +202,10 @@ API_CASES: list[tuple[str, Callable[[], Any], str]] = [
     ("store 5", lambda: _job().on("ev", _fn).run_local([], 5), "a folder path, not 5"),
     ("checkpoint ''", lambda: _job().on("ev", _fn).start(""), "an empty path"),
     ("Delta ''", lambda: tx.DeltaSink(""), "DeltaSink: an empty path"),
+    # an empty schema meant "no schema": nothing checked, silently
+    ("output schema ''", lambda: _job().output("o", schema=""), "an empty schema declares"),
+    ("output schema ' '", lambda: _job().output("o", schema=" "), "an empty schema declares"),
+    ("table schema ''", lambda: tx.Job().table("t", key="k", schema=""), "an empty schema"),
     ("pg columns str", lambda: tx.PostgresSink("", "t", "abc"), "columns must be a non-empty list"),  # type: ignore[arg-type]
     ("pg no columns", lambda: tx.PostgresSink("", "t", []), "columns must be a non-empty list"),
     ("pg twice", lambda: tx.PostgresSink("", "t", ["a", "a"]), "a column is named twice"),

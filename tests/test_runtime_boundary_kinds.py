@@ -198,3 +198,32 @@ def test_timeslice_is_the_same_on_any_partitions_and_needs_a_keyless_input(
     assert len(answers["seen"]) == 16 - 8 + 16 - 1 - 6
     with pytest.raises(tx.RuntimeJobError, match=r"timeslice input 'ev' must have keys=\(\)"):
         counter_job("timeslice", seconds=10, of="ev").validate()
+
+
+def test_a_fragment_after_a_global_read_of_its_group_has_its_own_home(tmp_path: Path) -> None:
+    # Under a grouping boundary the global read's home (0) and totals stayed on the
+    # transaction object for the group's later events: every fragment of a keyless
+    # event after it saw `t.home == 0` and emitted, once per partition.
+    def audit(t: Any, e: dict[str, Any]) -> None:
+        t.emit("log", {"id": e["id"], "total": t.sum("acct", "bal")})
+
+    def tick(t: Any, e: dict[str, Any]) -> None:
+        if t.home == 0:
+            t.emit("log", {"id": e["id"], "here": sorted(t.values("acct"))})
+
+    job = (
+        tx.Job("home")
+        .table("acct", key="a", initial=[{"a": a, "bal": 1} for a in range(6)])
+        .input("audits", None, order="ts", global_reads=["acct.bal"])
+        .input("ticks", None, order="ts")
+        .output("log")
+        .on("audits", audit)
+        .on("ticks", tick)
+        .boundary("timestamp")
+    )
+    batch = [("ticks", {"id": 1, "ts": 4}), ("audits", {"id": 2, "ts": 4})]
+    for partitions in (1, 3):
+        store = tmp_path / f"p{partitions}"
+        job.run_local([batch], store, partitions=partitions)
+        here = [a for a in range(6) if partition_of(a, partitions) == 0]
+        assert tx.read_output(store, "log") == [{"id": 2, "total": 6}, {"id": 1, "here": here}]

@@ -1125,3 +1125,87 @@ def test_writes_admitted_in_later_rounds_stay_out_of_a_read_admitted_past(
             for key in dict.fromkeys((e["a"], e["b"])):
                 balance[key] = balance.get(key, 0) + e["d"]
     assert tx.read_output(tmp_path, "audits") == want
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_keyless_event_whose_fragment_fails_on_one_partition_changes_nothing_anywhere(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Its fragments are one transaction.  Under the event boundary the fragment
+    # that raised was rolled back alone: the others' writes and partition 0's emit
+    # committed, a half-applied transaction whose answer depended on partitions.
+    def bump(t: Any, e: dict[str, Any]) -> None:
+        for value in t.values("accounts"):
+            balance = t.read("accounts", value)["balance"]
+            if balance > e["cap"]:
+                raise ValueError(f"{value} is over the cap")
+            t.increment("accounts", value, "balance", 1)
+        if t.home == 0:
+            t.emit("overdrawn", {"id": e["id"], "acct": -1, "balance": 0})
+
+    batches = [
+        [("deposits", {"acct": a, "amount": 10 * a, "id": a}) for a in range(6)],
+        [("sweeps", {"id": 10, "cap": 35}), ("sweeps", {"id": 11, "cap": 99})],
+    ]
+    for partitions in (1, 3):
+        store = tmp_path / f"p{partitions}"
+        bank().on("sweeps", bump).run_local(batches, store, partitions=partitions, tasks=tasks)
+        balances = {r["acct"]: r["balance"] for r in tx.read_table(store, "accounts")}
+        assert balances == {a: 10 * a + 1 for a in range(6)}, partitions
+        assert [r["id"] for r in tx.read_output(store, "overdrawn")] == [11]
+        [failure] = tx.read_failures(store)
+        assert failure["position"] == "sweeps#b1+0" and "over the cap" in failure["error"]
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_global_read_over_a_value_that_is_not_a_number_fails_its_transaction(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Forwarded, a partition's totals raised TypeError outside any transaction:
+    # the whole run ended with a traceback instead of rolling back the audit.
+    def put(t: Any, e: dict[str, Any]) -> None:
+        t.upsert("x", {"k": e["k"], "v": e["v"]})
+
+    def total(t: Any, e: dict[str, Any]) -> None:
+        t.emit("totals", {"id": e["id"], "sum": t.sum("x", "v")})
+
+    job = (
+        tx.Job("nan")
+        .table("x", key="k")
+        .input("puts", None, keys="k", order="id")
+        .input("totals", None, order="id", global_reads=["x.v"])
+        .output("totals")
+        .on("puts", put)
+        .on("totals", total)
+    )
+    batches = [
+        [("puts", {"k": k, "v": k, "id": k}) for k in range(6)],
+        [("puts", {"k": 4, "v": "4", "id": 10}), ("totals", {"id": 11})],
+        [("puts", {"k": 4, "v": 4.5, "id": 12}), ("totals", {"id": 13})],
+    ]
+    job.run_local(batches, tmp_path / "s", partitions=3, tasks=tasks)
+    assert tx.read_output(tmp_path / "s", "totals") == [{"id": 13, "sum": 15.5}]
+    [failure] = tx.read_failures(tmp_path / "s")
+    assert failure["position"] == "totals#b1+1"
+    assert failure["error"] == "TypeError: the sum of x.v: a value is not a number"
+
+
+def test_a_keyless_event_failing_on_every_partition_runs_its_batch_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nothing of it committed anywhere, so the batch need not run again with it
+    # aborted: many bad keyless events in a batch must not stop the job.
+    from txstream.spark.runtime import tasks
+
+    def bad(t: Any, e: dict[str, Any]) -> None:
+        raise ValueError(f"bad event {e['id']}")
+
+    monkeypatch.setattr(tasks, "MAX_ATTEMPTS", 1)
+    batches = [
+        [("deposits", {"acct": a, "amount": 1, "id": a}) for a in range(6)]
+        + [("sweeps", {"id": 10 + n}) for n in range(3)]
+    ]
+    bank().on("sweeps", bad).run_local(batches, tmp_path, partitions=3)
+    assert [f["error"] for f in tx.read_failures(tmp_path)] == [
+        f"ValueError: bad event {10 + n}" for n in range(3)
+    ]

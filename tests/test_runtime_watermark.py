@@ -323,3 +323,27 @@ def test_an_event_of_a_group_that_ran_on_other_partitions_is_late(
         pytest.warns(tx.TransactionFailuresWarning),
     ):
         job.run_local([[("ev", {"k": 4, "ts": ts})]], tmp_path / "s", partitions=2)
+
+
+def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(tmp_path: Path) -> None:
+    # A batch in which no input delivers (or the inputs' end) runs every held
+    # event, the last slice [15, 18) too; a later event of that slice ran as a
+    # transaction of its own with no warning, since the frontier was no number.
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.upsert("rows", {"k": e["k"], "ts": e["ts"]})
+
+    job = (
+        tx.Job("quiet")
+        .table("rows", key="k")
+        .input("a", None, keys="k", order="ts")
+        .input("b", None, keys="k", order="ts")
+        .on("a", put)
+        .on("b", put)
+        .boundary("seconds", seconds=3)
+    )
+    first = [[("a", {"k": 1, "ts": 15.0}), ("b", {"k": 2, "ts": 16.0})], []]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tx.LateEventsWarning)
+        job.run_local(first, tmp_path / "s", partitions=1, end_inputs=False)
+    with pytest.warns(tx.LateEventsWarning, match="1 event"):
+        job.run_local([[("a", {"k": 1, "ts": 17.0})]], tmp_path / "s", partitions=1)

@@ -151,6 +151,14 @@ def run(args: argparse.Namespace) -> int:
             f"--expect: no history has an '# expect:' directive for {', '.join(chosen)}; "
             "nothing to compare: leave --expect out to judge the verdicts"
         )
+    bare = [row for row in rows if not row.expected] if args.expect else []
+    if bare:
+        # (it counted as matching, whatever its verdicts: a failing history passed)
+        more = f" (and {len(bare) - 1:,} more)" if len(bare) > 1 else ""
+        raise TxStreamError(
+            f"--expect: {bare[0].source} history {bare[0].index}{more} has no '# expect:' "
+            "directive, so nothing to compare it with: add one, or check it without --expect"
+        )
     if args.format == "table":
         _print_table(rows, chosen, args.expect)
     elif args.format == "text":

@@ -209,6 +209,21 @@ def _generate(args: argparse.Namespace) -> int:
 SYNC_MODES = ("off", "group", "commit")
 
 
+def _check_files(*options: tuple[str, Path | None]) -> None:
+    """Refuse an input option naming no file, in one line that says what is there instead.
+
+    A folder was "no such file: DIR", which sent the user looking for a typo.
+    """
+    for option, path in options:
+        if path is None or path.is_file():
+            continue
+        if path.is_dir():
+            raise TxStreamError(f"{option} {path} is a folder; name a file")
+        if path.exists():
+            raise TxStreamError(f"{option} {path} is not a regular file; name a file")
+        raise TxStreamError(f"{option} {path}: no such file")
+
+
 def _check_not_empty(path: Path) -> None:
     """Refuse an input without a tuple, or whose first line is not one, before Spark starts.
 
@@ -308,9 +323,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.inject_duplicates < 0:
         raise TxStreamError("--inject-duplicates must be 0 (off) or a number of seconds")
     _refuse_ignored(args)
-    for path in (args.input, args.tolls):
-        if path is not None and not path.is_file():
-            raise TxStreamError(f"no such file: {path}")
+    _check_files(("--input", args.input), ("--tolls", args.tolls))
     if args.input is not None:
         _check_not_empty(args.input)
     if args.tolls is not None:
@@ -382,9 +395,12 @@ def _validate(args: argparse.Namespace) -> int:
     check_accident_end(args.accident_end)
     if args.format not in FORMATS:
         raise UnknownNameError("format", args.format, list(FORMATS))
-    for path in (args.input, args.answers, args.tolls, args.expected):
-        if path is not None and not path.is_file():
-            raise TxStreamError(f"no such file: {path}")
+    _check_files(
+        ("--input", args.input),
+        ("--answers", args.answers),
+        ("--tolls", args.tolls),
+        ("--expected", args.expected),
+    )
     _check_not_empty(args.input)
     for option, path in (("--answers", args.answers), ("--expected", args.expected)):
         if path is not None:

@@ -9,6 +9,7 @@ lines, the summary and the latency plot, validating the answers on the way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
@@ -157,11 +158,19 @@ def run_job(o: RunOptions, spark: Any = None) -> dict[str, Any]:
     """
     say: Callable[[str], None] = (lambda _m: None) if o.quiet else log
     out = o.out
+    made = [p for p in (out, *out.parents) if not p.exists()]
     check_folder(out)
     if o.record is not None:
         # written at the end: an impossible path must fail now, not after the run
-        # (checked once --out exists, which may hold it, and before run.json is made)
-        check_writable(o.record, "history file ")
+        # (checked once --out exists, which may hold it, and before run.json is made);
+        # a refusal takes back the folders just made for --out, which were left empty
+        try:
+            check_writable(o.record, "history file ")
+        except TxStreamError:
+            for folder in made:  # deepest first; rmdir leaves a folder that is not empty
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
     _check_resume(out, o)
     input_path: Path
     tolls: Path | None

@@ -105,6 +105,12 @@ def parse_schema(schema: str) -> dict[str, str]:
     """Parse ``"a string, b long"`` into ``{"a": "string", "b": "long"}``."""
     if not isinstance(schema, str):
         raise RuntimeJobError(f"a schema is a string like 'id long, name string', not {schema!r}")
+    if not schema.strip():
+        # (it meant "no schema": nothing checked, where the user asked for checks)
+        raise RuntimeJobError(
+            "an empty schema declares no column: leave schema out for no checks, "
+            "or write 'name type, ...'"
+        )
     columns: dict[str, str] = {}
     for part in schema.split(","):
         words = part.split()

@@ -191,6 +191,15 @@ class Boundary(ABC):
         """
         return None
 
+    def closed_by(self, value: float) -> float | None:
+        """The :meth:`closed` value once every input is quiet or ended after ``value`` ran.
+
+        The group of the last event released (order value ``value``) ran then,
+        though later events could have joined it: the order value below which
+        every group that ran is whole.  ``None``, as :meth:`closed`.
+        """
+        return None
+
 
 class PerEvent(Boundary):
     """One transaction per event (StreamBase)."""
@@ -258,6 +267,10 @@ class PerTimestamp(_ByValue):
         """See :meth:`Boundary.closed`: every order value below the frontier's."""
         return upto
 
+    def closed_by(self, value: float) -> float | None:
+        """See :meth:`Boundary.closed_by`: ``value`` itself, and below."""
+        return math.nextafter(value, math.inf)
+
 
 class PerSeconds(_ByValue):
     """One transaction per ``seconds`` of event time (the order value)."""
@@ -284,6 +297,10 @@ class PerSeconds(_ByValue):
     def closed(self, upto: float) -> float | None:
         """See :meth:`Boundary.closed`: the slices before the frontier's."""
         return math.floor(upto / self.seconds) * self.seconds if math.isfinite(upto) else upto
+
+    def closed_by(self, value: float) -> float | None:
+        """See :meth:`Boundary.closed_by`: ``value``'s slice, and those before it."""
+        return (math.floor(value / self.seconds) + 1) * self.seconds
 
 
 class PerBatch(_ByValue):

@@ -82,6 +82,10 @@ class Outcome:
     txns: list[str] = field(default_factory=list)
     """``T <gid> a <order>`` lines: the aborted transactions (a commit is in ``history``)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
+    everywhere: list[str] = field(default_factory=list)
+    """Failed transactions with an event that reached every partition (a keyless or
+    broadcast event's fragment): its fragments elsewhere may have committed, so
+    the batch runs again with it aborted everywhere (``tasks.run_batch``)."""
     events: int = 0
     committed: int = 0
     aborted: int = 0
@@ -127,6 +131,8 @@ class Outcome:
         comes first is reported (see ``results.one_per_transaction``).
         """
         self.aborted += 1
+        if not all(e.values for e in group.events):
+            self.everywhere.append(group.gid)
         self.failures.append(
             {
                 "txn": group.gid,
@@ -150,6 +156,7 @@ class Outcome:
             "message_bytes": self.message_bytes,
             "wait_ms": self.wait_ms,
             "failures": self.failures,
+            **({"everywhere": self.everywhere} if self.everywhere else {}),
             "committed_inputs": dict(self.inputs),
             "latency": _histogram(self.sent),
         }
@@ -381,7 +388,13 @@ class GroupRunner:
                 if reads is not None:
                     # One run over every partition's totals: it touches no rows.
                     tx._home, tx._global, tx._aggregates = None, reads, self.aggregates
-                elif not current.values and self.partitions:
+                    handlers[current.input](tx, current.row)
+                    continue
+                if tx._global:
+                    # (after a global read of its group: its totals are not this
+                    # event's, and its home 0 made `t.home == 0` true on every fragment)
+                    tx._global, tx._aggregates = (), None
+                if not current.values and self.partitions:
                     # A keyless event is one fragment per partition: each copy may touch
                     # the rows of the partition it was delivered to, and no others.
                     tx._home = current.pids[0]

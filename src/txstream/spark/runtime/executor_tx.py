@@ -48,6 +48,7 @@ from txstream.spark.runtime.rows import (
 )
 from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import (
+    check_numbers,
     finish_total,
     partial_totals,
     track,
@@ -393,7 +394,7 @@ class ExecutorTx:
         if (table, column) not in self._global:
             raise self._undeclared_total(table, column)
         if self._aggregates is not None:
-            return finish_total(self._aggregates[(table, column)])
+            return finish_total(check_numbers(self._aggregates[(table, column)], table, column))
         # Every row is here (the deferred phase, the driver engine): count them now.
         state = self._state
         found = partial_totals(state.data, ((table, column),), flat=state.flat)

@@ -61,7 +61,7 @@ from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
 from txstream.spark.runtime.forward_messages import run_at_home, take_back, up_rows
 from txstream.spark.runtime.state import PartitionState
-from txstream.spark.runtime.totals import add_totals, keep, partial_totals
+from txstream.spark.runtime.totals import add_totals, keep, not_a_number, partial_totals
 from txstream.spark.runtime.transport import Message
 from txstream.spark.runtime.transport import SocketTransport as SocketTransport  # (re-exported)
 from txstream.spark.runtime.transport import new_exchange as new_exchange  # (re-exported)
@@ -476,7 +476,13 @@ class _Partition:
         if self.record:  # (the reads happen now; dropped if it aborts)
             self._record_global_read(item.event, event_gid(self.batch, item.event))
         state = self.state
-        return partial_totals(state.data, reads, state.tracked, state.flat)
+        try:
+            return partial_totals(state.data, reads, state.tracked, state.flat)
+        except TypeError:
+            # A value that is not a number: the read fails in its transaction at
+            # partition 0, as where every row is read at once (raised here, outside
+            # any transaction, it ended the whole run with a traceback).
+            return {what: not_a_number(state, what) for what in reads}
 
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""

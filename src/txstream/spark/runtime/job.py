@@ -188,7 +188,7 @@ class Job:
             raise RuntimeJobError(
                 f"table {name!r}: partition_by {list(part)} must name key columns {list(keys)}"
             )
-        columns = parse_schema(schema) if schema else None
+        columns = parse_schema(schema) if schema is not None else None
         if columns is not None and any(c not in columns for c in keys):
             raise RuntimeJobError(f"table {name!r}: key columns {list(keys)} are not all in schema")
         self.spec.tables[name] = check_initial(TableSpec(name, keys, part, columns, initial))
@@ -293,7 +293,8 @@ class Job:
         "SchemaError: emit to alerts: column 'celsius' is double, got '31.5'"
         """
         _name("output", name, self.spec.outputs)
-        self.spec.outputs[name] = OutputSpec(name, parse_schema(schema) if schema else None)
+        columns = parse_schema(schema) if schema is not None else None
+        self.spec.outputs[name] = OutputSpec(name, columns)
         return self
 
     def sink(self, output: str, sink: Any) -> Job:

@@ -15,6 +15,7 @@ import gc
 import json
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -167,8 +168,15 @@ def release(
         )
         counts["late"] = counts.get("late", 0) + late
     ready = _release(state, events, upto, boundary, meta)
-    # (not at the end of the inputs, math.inf: a group open then may take later events)
-    cut = None if boundary is None or not math.isfinite(upto[0]) else boundary.closed(upto[0])
+    cut = None
+    if boundary is not None:
+        if math.isfinite(upto[0]):
+            cut = boundary.closed(upto[0])
+        elif ready:
+            # Every input quiet or ended: what was held ran, the last group too,
+            # though a later event could have joined it (uncounted, it ran as a
+            # transaction of its own with no warning)
+            cut = boundary.closed_by(max(e.order[0] for e in ready))
     if cut is not None and (closed is None or cut > closed):
         state.meta["closed"] = cut
     if ready:
@@ -384,6 +392,8 @@ def merge_stats(parts: list[dict[str, Any]]) -> dict[str, Any]:
         total["held"] = total.get("held", 0) + part.get("held", 0)
         total["late"] = total.get("late", 0) + part.get("late", 0)
         total["failures"].extend(part["failures"])
+        if "everywhere" in part:
+            total.setdefault("everywhere", []).extend(part["everywhere"])
         for index, count in part.get("committed_inputs", {}).items():
             total["committed_inputs"][index] = total["committed_inputs"].get(index, 0) + count
         for bucket, count in part["latency"].items():
@@ -443,12 +453,19 @@ def run_batch(
         files = stats.pop("files")
         stats["phase1_s"] = round(phase1_s, 3)
         stats["deferred_s"] = round(time.time() - began - phase1_s, 3)
+        # A keyless event's fragment that failed may leave its fragments on other
+        # partitions committed (under any boundary): it spans them too, unless
+        # every fragment failed (a bad event: nothing of it committed anywhere).
+        fragments = Counter(stats.pop("everywhere", ()))
+        partly = {txn for txn, n in fragments.items() if n < ctx.partitions}
         new = [
             f
             for f in stats["failures"]
-            if f["txn"] not in ctx.abort and f["kind"] in ("abort", "error")
+            if f["txn"] not in ctx.abort
+            and f["kind"] in ("abort", "error")
+            and (job.boundary.may_span or f["txn"] in partly)
         ]
-        if job.boundary.may_span and new:
+        if new:
             # A transaction with parts on several partitions failed: abort it
             # everywhere and run the batch again (only the earliest failure is
             # certain; later ones may have seen its effects).

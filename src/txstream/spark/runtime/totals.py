@@ -125,6 +125,25 @@ def partial_totals(
     return out
 
 
+def not_a_number(state: Any, what: tuple[str, str | None]) -> Partial:
+    """``what``'s partial on ``state`` (a ``PartitionState``), marked when a value is not a number.
+
+    For a partition that sends its partial on: the read it belongs to fails at
+    partition 0, in its transaction (:func:`check_numbers`).
+    """
+    try:
+        return partial_totals(state.data, (what,), state.tracked, state.flat)[what]
+    except TypeError:
+        return [0, 0, 0, 0, 0, 0, 0, 1]
+
+
+def check_numbers(total: Partial, table: str, column: str | None) -> Partial:
+    """``total``, unless a partition found a value that is not a number in it."""
+    if total[OTHERS]:
+        raise TypeError(f"the sum of {table}.{column}: a value is not a number")
+    return total
+
+
 def keep(
     data: Mapping[str, Mapping[Any, Any]],
     reads: Iterable[tuple[str, str | None]],
