@@ -37,7 +37,9 @@ Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
 per partition, :data:`ADMIT_CHUNK_WAITING` while a partition is hurried: a
 transaction waits for a message with others behind it, see
 :meth:`_Partition.hurried`), one list per pair of partitions, not one message
-per transaction.
+per transaction.  From :data:`LEND_FROM` partitions on, a participant also sends
+a crossing transaction's rows ahead of its admission when nothing earlier not yet
+admitted there touches its values (:meth:`_Partition.lend_ahead`).
 
 This runs for the per-event boundary, whose transactions have the same id on
 every partition; a boundary that groups events cuts each partition's events on
