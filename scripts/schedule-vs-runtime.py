@@ -8,8 +8,10 @@ earlier read there still waits: admission stops).  This runs the same batches
 events) through the runtime's real partition logic (``forward._Partition``,
 every partition in one process, messages in memory: ``runtime-mp-cpu.py``'s
 harness, its admission rounds of 128) and counts the same three outcomes where
-``_Partition._enter`` meets a read, then prints both, and the model's serial
-share, per P.  ``--two-tasks``: the partitions in two forked tasks over
+``_Partition._enter`` meets a read, then prints both, the crossing
+transactions' parts lent ahead of admission (``_Partition.lend_ahead``, from
+``LEND_FROM`` partitions on) both ways, and the model's serial share, per P.
+``--two-tasks``: the partitions in two forked tasks over
 sockets instead (``runtime-mp-tasks.py``'s harness, as two ``local[2]`` tasks
 host them), where a round trip takes a round or more.
 
@@ -58,7 +60,7 @@ def runtime_reads(
     seen: collections.Counter[str] = collections.Counter()
     log = Path(tempfile.mkdtemp(prefix="reads-")) / "parts"
     log.write_text("")
-    enter = forward._Partition._enter
+    enter, lend = forward._Partition._enter, forward._Partition.lend_ahead
     run, pump = forward.ForwardScheduler.run, forward.ForwardScheduler._pump
     state: dict[str, Any] = {}
 
@@ -94,14 +96,21 @@ def runtime_reads(
                 note("at once")
             else:
                 enter(self, item)
-                note("past" if self.reading is item else "barrier")
+                note("past" if self.readings and self.readings[-1] is item else "barrier")
                 return
         enter(self, item)
+
+    def counted_lend(self: Any) -> None:
+        before = self.unfinished  # (each transaction lent enters: one more unfinished)
+        lend(self)
+        if self.unfinished > before:
+            note(f"lent {self.unfinished - before}")
 
     harness = tasks.mp if two else mp
     harness.P = partitions
     harness.q._forwarded_phase1 = tasks.two_tasks if two else mp.one_task
     forward._Partition._enter = counted  # type: ignore[method-assign]
+    forward._Partition.lend_ahead = counted_lend  # type: ignore[method-assign]
     if not two:  # (a forked task hosts some partitions only, and its counts stay there)
         forward.ForwardScheduler.run = counted_run  # type: ignore[method-assign]
         forward.ForwardScheduler._pump = counted_pump  # type: ignore[method-assign]
@@ -110,10 +119,15 @@ def runtime_reads(
         harness.run("audits" if every else "uniform", args, None)
     finally:
         forward._Partition._enter = enter  # type: ignore[method-assign]
+        forward._Partition.lend_ahead = lend  # type: ignore[method-assign]
         forward.ForwardScheduler.run = run  # type: ignore[method-assign]
         forward.ForwardScheduler._pump = pump  # type: ignore[method-assign]
         tasks.MEASURES.clear()
-    seen.update(log.read_text().splitlines())
+    for line in log.read_text().splitlines():
+        if line.startswith("lent "):
+            seen["lent"] += int(line[5:])
+        else:
+            seen[line] += 1
     shutil.rmtree(log.parent, ignore_errors=True)
     return seen
 
@@ -129,9 +143,9 @@ def main() -> None:
         "--two-tasks", action="store_true", help="two forked tasks over sockets (no rounds' share)"
     )
     args = parser.parse_args()
-    print("| input | P | runtime: at once / past / barrier | model | "
+    print("| input | P | runtime: at once / past / barrier | model | lent ahead: runtime | model | "
           "serial share: runtime's rounds | model |")  # fmt: skip
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|")
     kinds = ("at once", "past", "barrier")
     for every in (0, args.audit_every):
         for p in (int(x) for x in args.partitions.split(",")):
@@ -147,14 +161,15 @@ def main() -> None:
             for batch in batches:
                 found = count(batch, p)
                 model.update({"at once": found.at_once, "past": found.past,
-                              "barrier": found.barriers, "serial": found.serial})  # fmt: skip
+                              "barrier": found.barriers, "serial": found.serial,
+                              "lent": found.lent})  # fmt: skip
             cells = [" / ".join(str(c[k]) for k in kinds) for c in (real, model)]
             if real["behind"]:
                 cells[0] += f" ({real['behind']} behind a barrier)"
             label = f"an audit every {every:,}" if every else "uniform"
             rounds = f"{100 * real['serial'] / real['events']:.1f}%" if real["events"] else "-"
             print(f"| {label} | {p} | {cells[0]} | {cells[1]} | "
-                  f"{rounds} | "
+                  f"{real['lent']:,} | {model['lent']:,} | {rounds} | "
                   f"{100 * model['serial'] / len(txns):.1f}% |", flush=True)  # fmt: skip
 
 

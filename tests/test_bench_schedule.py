@@ -13,6 +13,7 @@ from txstream.bench.schedule import (
     serial_events,
     serial_share,
 )
+from txstream.spark.runtime.forward import LEND_AHEAD
 from txstream.spark.runtime.partitioning import partition_of
 
 
@@ -113,6 +114,26 @@ def test_admission_in_chunks_limits_how_far_a_partition_looks_ahead() -> None:
     assert serial_events(txns, 2, chunk=2) == 0
     with pytest.raises(ValueError, match="at least 1"):
         serial_events(txns, 2, chunk=0)
+
+
+def test_a_participant_lends_ahead_what_nothing_earlier_not_admitted_touches() -> None:
+    # As above, chunks of 1, but partition 1 looks one past its admission point:
+    # t1's part there (B) meets no earlier event not admitted yet on B, so it is
+    # admitted at once and t1 runs in step 0 beside t0.
+    txns = [(C,), (A, B), (A,)]
+    assert count(txns, 2, chunk=1, lend=1) == Counts(serial=0, lent=1)
+    # t1 touches B before t2 does: t2's part waits for admission (as without lending)
+    assert count([(C,), (B,), (A, B), (A,)], 2, chunk=1, lend=2) == Counts(serial=2)
+    # nothing is lent past a global read not admitted yet
+    assert count([(C,), (), (A, B), (A,)], 2, chunk=1, lend=2) == Counts(serial=1, at_once=2)
+    # a local transaction on another value is no obstacle, once the look-ahead reaches t2
+    assert count([(C,), (C,), (A, B), (A,)], 2, chunk=1, lend=2) == Counts(serial=0, lent=1)
+    assert count([(C,), (C,), (A, B), (A,)], 2, chunk=1, lend=1) == Counts(serial=1, lent=1)
+    # the runtime's default: from LEND_FROM partitions on
+    assert count(txns, 2, chunk=1) == count(txns, 2, chunk=1, lend=0)
+    assert count(txns, 8, chunk=1) == count(txns, 8, chunk=1, lend=LEND_AHEAD)
+    with pytest.raises(ValueError, match="at least 0"):
+        count(txns, 2, lend=-1)
 
 
 def test_one_partition_never_waits_for_another() -> None:

@@ -23,6 +23,13 @@ partitions would do).  The model (issue 28):
   a read admitted while that many earlier ones' parts still wait there is a
   barrier of that partition (admission stops until
   everything admitted there finished; then its part is taken);
+* from :data:`~txstream.spark.runtime.forward.LEND_FROM` partitions on, a
+  partition also *lends ahead* every step (the runtime's
+  :meth:`~txstream.spark.runtime.forward._Partition.lend_ahead`, once a round
+  there): up to ``lend`` transactions past its admission point, a transaction
+  whose home is elsewhere and whose values there no earlier transaction not
+  admitted yet touches is admitted there at once; nothing is lent past a global
+  read not admitted yet;
 * per step each partition runs its earliest ready transaction, looking past
   blocked ones;
 * a partition *idle-waits* in a step when it has unfinished transactions but
@@ -51,7 +58,7 @@ from itertools import pairwise
 from typing import Any
 
 from txstream.spark.runtime.base import Key
-from txstream.spark.runtime.forward import ADMIT_CHUNK, READS_PAST
+from txstream.spark.runtime.forward import ADMIT_CHUNK, LEND_AHEAD, LEND_FROM, READS_PAST
 from txstream.spark.runtime.partitioning import partition_of
 
 Txn = Sequence[Key]
@@ -85,10 +92,16 @@ class Counts:
     """Parts that met nothing unfinished: taken when admitted (per partition)."""
     barriers: int = 0
     """Parts that met an earlier read still waiting: admission stopped (per partition)."""
+    lent: int = 0
+    """Crossing transactions' parts admitted ahead of their place (per participant)."""
 
 
 def count(
-    txns: Sequence[Txn], partitions: int, chunk: int = ADMIT_CHUNK, reads: int = READS_PAST
+    txns: Sequence[Txn],
+    partitions: int,
+    chunk: int = ADMIT_CHUNK,
+    reads: int = READS_PAST,
+    lend: int | None = None,
 ) -> Counts:
     """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
 
@@ -96,7 +109,15 @@ def count(
     is ready (the runtime's admission round, :data:`~txstream.spark.runtime.forward.ADMIT_CHUNK`).
     ``reads``: global reads a partition admits past at a time (the runtime's
     :data:`~txstream.spark.runtime.forward.READS_PAST`; 1 until session 22).
+    ``lend``: how far past its admission point a partition lends ahead (0: not
+    at all, as until session 23; None: the runtime's,
+    :data:`~txstream.spark.runtime.forward.LEND_AHEAD` from
+    :data:`~txstream.spark.runtime.forward.LEND_FROM` partitions on).
     """
+    if lend is None:
+        lend = LEND_AHEAD if partitions >= LEND_FROM else 0
+    if lend < 0:
+        raise ValueError(f"lend must be at least 0, not {lend}")
     if chunk < 1:
         raise ValueError(f"chunk must be at least 1, not {chunk}")
     if reads < 1:
@@ -158,9 +179,12 @@ def count(
                 return
             i = mine[admitted[p]]
             admitted[p] += 1
-            unadmitted[i] -= 1
+            if lent and (i, p) in lent:
+                lent.discard((i, p))  # (it entered when lent)
+                continue
             keys = txns[i]
             if not keys:
+                unadmitted[i] -= 1
                 if inflight[p] == 0:
                     found.at_once += 1
                     take(i)
@@ -172,18 +196,54 @@ def count(
                     found.barriers += 1
                     barrier[p] = i
                 continue
-            since[i, p] = epoch[p]
-            inflight[p] += 1
-            for k in dict.fromkeys(keys):
-                if cache[k] != p:
-                    continue
-                queue = queues.get(k)
-                if queue is None:
-                    queues[k] = deque((i,))
-                else:
-                    queue.append(i)
-                    need[i] += 1
-            enqueue(i)
+            enter(i, p)
+
+    def enter(i: int, p: int) -> None:
+        """Partition ``p`` admits keyed transaction ``i``: it queues on its values there."""
+        unadmitted[i] -= 1
+        since[i, p] = epoch[p]
+        inflight[p] += 1
+        for k in dict.fromkeys(txns[i]):
+            if cache[k] != p:
+                continue
+            queue = queues.get(k)
+            if queue is None:
+                queues[k] = deque((i,))
+            else:
+                queue.append(i)
+                need[i] += 1
+        enqueue(i)
+
+    lent: set[tuple[int, int]] = set()  # (transaction, partition) lent ahead, not reached
+    scan = [0] * partitions  # where each partition's look-ahead stopped
+    seen: list[set[Key]] = [set() for _ in range(partitions)]  # values there not lent
+    stopped = [False] * partitions  # the look-ahead met a global read
+
+    def lend_ahead(p: int) -> None:
+        """Partition ``p`` lends ahead (see the module), up to ``lend`` past its admission."""
+        mine = lists[p]
+        if scan[p] <= admitted[p]:
+            scan[p] = admitted[p]
+            seen[p].clear()
+            stopped[p] = False
+        if stopped[p] or barrier[p] >= 0:
+            return
+        end = min(len(mine), admitted[p] + lend)
+        values = seen[p]
+        while scan[p] < end:
+            i = mine[scan[p]]
+            keys = txns[i]
+            if not keys:
+                stopped[p] = True
+                return
+            scan[p] += 1
+            here = [k for k in keys if cache[k] == p]
+            if homes[i] != p and values.isdisjoint(here):
+                lent.add((i, p))
+                found.lent += 1
+                enter(i, p)
+            else:
+                values.update(here)
 
     def finish(i: int) -> None:
         keys = txns[i]
@@ -224,6 +284,8 @@ def count(
         for p in range(partitions):
             while not ready[p] and barrier[p] < 0 and admitted[p] < len(lists[p]):
                 admit(p)
+            if lend:
+                lend_ahead(p)
         ran = []
         idle = False
         for p in active:
