@@ -385,6 +385,7 @@ class GroupRunner:
         column = self.arrival_column
         arrival = self.arrival
         sent = outcome.sent
+        outputs = outcome.outputs
         committed = 0
         stop = start
         for event in islice(events, start, None):
@@ -428,12 +429,13 @@ class GroupRunner:
                     and type(index) is int
                     and type(mid) is int
                 ):  # (_emit_lines of one plain row: its line has seq 0)
-                    head = f'"__order": [{at!r}, {index}, {mid}, 0]}}'
-                    line = f"{{{emitted}, {head}" if emitted else f"{{{head}"
-                    lines = outcome.outputs.get(output)
+                    lines = outputs.get(output)
                     if lines is None:
-                        lines = outcome.outputs[output] = []
-                    lines.append(line)
+                        lines = outputs[output] = []
+                    if emitted:
+                        lines.append(f'{{{emitted}, "__order": [{at!r}, {index}, {mid}, 0]}}')
+                    else:
+                        lines.append(f'{{"__order": [{at!r}, {index}, {mid}, 0]}}')
                 else:
                     self._emit_lines(emits, order)
                 emits.clear()
@@ -745,8 +747,10 @@ class PartitionExecutor:
             # event takes the general path, which may defer it (and block values).
             start, end, counted = 0, len(events), 0
             while start < end:
-                stop = start if self.blocked_all else runner.run_plain(
-                    events, start, batch, pid, self.blocked
+                stop = (
+                    start
+                    if self.blocked_all
+                    else runner.run_plain(events, start, batch, pid, self.blocked)
                 )
                 counted += stop - start  # (Event.counted: a copy with values)
                 if stop < end:

@@ -147,11 +147,13 @@ class ExecutorTx:
         "_data",
         "_emits",
         "_event",
+        "_fast",
         "_gid",
         "_global",
         "_history",
         "_home",
         "_job",
+        "_outputs",
         "_partitions",
         "_remote",
         "_remote_ops",
@@ -182,6 +184,21 @@ class ExecutorTx:
         """The task's history (None when nothing is recorded), in the compact form of
         :mod:`.recorded`: an operation on an int key as one int, its key and table's code)."""
         self._codes, self._stride = history_codes(job)
+        self._fast: dict[str, tuple[frozenset[type], int, TableSpec]] = {
+            name: (fits, self._codes[name], spec)
+            for name, spec in job.tables.items()
+            if spec.simple and (fits := spec.key_types) is not None
+        }
+        """Per table with a schema and a one-column key (kept flat: a key is its own
+        partition value, its row a dict): the key's exact types and the history code
+        of a read, so that ``read`` and ``increment`` of such a key take one lookup."""
+        self._outputs: dict[str, dict[str, tuple[frozenset[type], str]]] = {
+            name: {column: (kinds, _key_text(column)) for column, kinds in types.items()}
+            for name, spec in job.outputs.items()
+            if (types := spec.types_by_name) is not None
+        }
+        """Per output with a schema (see ``OutputSpec.types_by_name``): per column, the
+        exact types that fit it and its JSON name, for ``emit``'s one pass over a row."""
         self._allowed: Collection[Any] = ()
         """The transaction's declared partition values: one event's own list (no set made
         per event: it holds one or two values), a set for several events."""
@@ -206,7 +223,26 @@ class ExecutorTx:
     # -- reads ---------------------------------------------------------------------
     def read(self, table: str, key: Key, default: Any = None) -> Any:
         """The row of ``table`` with ``key`` (a copy), or ``default`` when there is none."""
-        # The hot path of every job: one spec lookup, the allowed-value test inline.
+        # The hot path of every job.  First a one-column key of a table with a
+        # schema whose type fits: the same steps as below, with what they read of
+        # the table's spec in one lookup.
+        fast = self._fast.get(table)
+        if fast is not None:
+            kinds, code, _ = fast
+            if type(key) in kinds:
+                if key not in self._allowed:
+                    self._check_value(table, key)
+                history = self._history
+                if history is not None:
+                    if type(key) is not int:
+                        self._log(key, f"r{self._txn()}({item_name(table, key)})")
+                    elif self._remote is None:
+                        history.append(key * self._stride + code)
+                    else:
+                        self._log(key, key * self._stride + code)
+                rows = self._data.get(table)
+                row = rows.get(key) if rows is not None else None
+                return default if row is None else row.copy()
         spec = self._tables.get(table) or self._table(table)
         fits = spec.key_types  # (key_fits, inlined for the common one-column key)
         if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
@@ -313,19 +349,25 @@ class ExecutorTx:
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
-        # As hot as read (counters, balances): the same inlined lookups, and the
-        # common case of incremented_row and _put inline.
-        spec = self._tables.get(table) or self._table(table)
-        fits = spec.key_types  # (key_fits, inlined for the common one-column key)
-        if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
-            check_key(f"increment of {table}", spec, key)
-        value = key if spec.simple else spec.value_of_key(key)
+        # As hot as read (counters, balances): the same inlined lookups (and the
+        # same fast case, see read), and the common case of incremented_row and
+        # _put inline.  (part: the dict holding the key's row; a flat table's is
+        # the table itself)
+        fast = self._fast.get(table)
+        if fast is not None and type(key) in fast[0]:
+            spec, value = fast[2], key
+            part = self._data.get(table)
+        else:
+            spec = self._tables.get(table) or self._table(table)
+            fits = spec.key_types  # (key_fits, inlined for the common one-column key)
+            if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
+                check_key(f"increment of {table}", spec, key)
+            value = key if spec.simple else spec.value_of_key(key)
+            part = self._data.get(table)
+            if part is not None and not spec.simple:
+                part = part.get(value)
         if value not in self._allowed:
             self._check_value(table, value)
-        # (part: the dict holding the key's row; a flat table's is the table itself)
-        part = self._data.get(table)
-        if part is not None and not spec.simple:
-            part = part.get(value)
         old = part.get(key) if part is not None else None
         if part is None or old is None:
             raise missing_row(f"increment of {table}.{column}", key)
@@ -409,14 +451,17 @@ class ExecutorTx:
         # Its JSON members now, when it is plain (see _plain_members): the text is
         # the copy that later changes of ``row`` must not reach.  For an output
         # with a schema, one pass checks each column's exact type and spells it.
-        spec = self._job.outputs.get(output)
-        types = spec.types_by_name if spec is not None else None
-        if types is not None and type(row) is dict and len(row) == len(types):
+        columns = self._outputs.get(output)
+        if columns is not None and type(row) is dict and len(row) == len(columns):
             parts = []
             for key, value in row.items():
+                column = columns.get(key)
+                if column is None:
+                    break  # (a missing column: the full check says which)
+                kinds, name = column
                 kind = type(value)
-                if kind not in types.get(key, ()):
-                    break  # (a wrong or missing column: the full check says which)
+                if kind not in kinds:
+                    break  # (a wrong column: the full check says which)
                 if kind is int:
                     if not LONG_MIN <= value <= LONG_MAX:
                         break  # (beyond a long: the full check says whether it fits)
@@ -431,13 +476,11 @@ class ExecutorTx:
                     text = repr(value)
                 else:
                     break
-                name = _KEYS.get(key)
-                if name is None:
-                    name = _key_text(key)
                 parts.append(name + text)
             else:
                 self._emits.append((output, ", ".join(parts)))
                 return
+        spec = self._job.outputs.get(output)
         check_emitted(self._job, output, row)
         members = _plain_members(row)
         if members is None and spec is not None and spec.columns is None:
