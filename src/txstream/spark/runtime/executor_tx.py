@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Container, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from txstream.spark.runtime.base import (
     LONG_MAX,
@@ -185,13 +185,17 @@ class ExecutorTx:
         :mod:`.recorded`: an operation on an int key as one int, its key and table's code)."""
         self._codes, self._stride = history_codes(job)
         self._fast: dict[str, tuple[frozenset[type], int, TableSpec]] = {
-            name: (fits, self._codes[name], spec)
+            name: (
+                spec.key_types if spec.simple and spec.key_types is not None else frozenset(),
+                self._codes[name],
+                spec,
+            )
             for name, spec in job.tables.items()
-            if spec.simple and (fits := spec.key_types) is not None
         }
-        """Per table with a schema and a one-column key (kept flat: a key is its own
-        partition value, its row a dict): the key's exact types and the history code
-        of a read, so that ``read`` and ``increment`` of such a key take one lookup."""
+        """Per table, what ``read`` and ``increment`` need of it in one lookup: the exact
+        types of a key that takes their fast case (a one-column key of a table with a
+        schema, kept flat: a key is its own partition value, its row a dict; none for
+        any other table), the history code of a read, and its spec."""
         self._outputs: dict[str, dict[str, tuple[frozenset[type], str]]] = {
             name: {column: (kinds, _key_text(column)) for column, kinds in types.items()}
             for name, spec in job.outputs.items()
@@ -226,24 +230,24 @@ class ExecutorTx:
         # The hot path of every job.  First a one-column key of a table with a
         # schema whose type fits: the same steps as below, with what they read of
         # the table's spec in one lookup.
-        fast = self._fast.get(table)
-        if fast is not None:
-            kinds, code, _ = fast
-            if type(key) in kinds:
-                if key not in self._allowed:
-                    self._check_value(table, key)
-                history = self._history
-                if history is not None:
-                    if type(key) is not int:
-                        self._log(key, f"r{self._txn()}({item_name(table, key)})")
-                    elif self._remote is None:
-                        history.append(key * self._stride + code)
-                    else:
-                        self._log(key, key * self._stride + code)
-                rows = self._data.get(table)
-                row = rows.get(key) if rows is not None else None
-                return default if row is None else row.copy()
-        spec = self._tables.get(table) or self._table(table)
+        try:
+            kinds, code, spec = self._fast[table]
+        except KeyError:
+            self._unknown(table)
+        if type(key) in kinds:
+            if key not in self._allowed:
+                self._check_value(table, key)
+            history = self._history
+            if history is not None:
+                if type(key) is not int:
+                    self._log(key, f"r{self._txn()}({item_name(table, key)})")
+                elif self._remote is None:
+                    history.append(key * self._stride + code)
+                else:
+                    self._log(key, key * self._stride + code)
+            rows = self._data.get(table)
+            row = rows.get(key) if rows is not None else None
+            return default if row is None else row.copy()
         fits = spec.key_types  # (key_fits, inlined for the common one-column key)
         if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
             check_key(f"read of {table}", spec, key)
@@ -255,9 +259,9 @@ class ExecutorTx:
             if type(key) is not int:
                 self._log(value, f"r{self._txn()}({item_name(table, key)})")
             elif self._remote is None:  # (compact: see recorded.py)
-                history.append(key * self._stride + self._codes[table])
+                history.append(key * self._stride + code)
             else:
-                self._log(value, key * self._stride + self._codes[table])
+                self._log(value, key * self._stride + code)
         rows = self._data.get(table)
         if rows is None:
             return default
@@ -353,12 +357,14 @@ class ExecutorTx:
         # same fast case, see read), and the common case of incremented_row and
         # _put inline.  (part: the dict holding the key's row; a flat table's is
         # the table itself)
-        fast = self._fast.get(table)
-        if fast is not None and type(key) in fast[0]:
-            spec, value = fast[2], key
+        try:
+            kinds, code, spec = self._fast[table]
+        except KeyError:
+            self._unknown(table)
+        if type(key) in kinds:
+            value = key
             part = self._data.get(table)
         else:
-            spec = self._tables.get(table) or self._table(table)
             fits = spec.key_types  # (key_fits, inlined for the common one-column key)
             if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
                 check_key(f"increment of {table}", spec, key)
@@ -373,11 +379,11 @@ class ExecutorTx:
             raise missing_row(f"increment of {table}.{column}", key)
         types = spec.column_types
         current = old.get(column, _MISSING)
+        kind = type(current)  # (_MISSING's is object)
         if (
-            current is _MISSING
-            or type(current) is not type(by)
-            or (type(by) is not int and type(by) is not float)
-            or (types is not None and type(current) not in types[column])
+            kind is not type(by)
+            or (kind is not int and kind is not float)
+            or (types is not None and kind not in types[column])
         ):  # anything but a number plus a number of its type: the full rule
             new = incremented_row(spec, old, column, by)
             self._put(table, value, key, new, part=part)
@@ -385,8 +391,8 @@ class ExecutorTx:
         new = old.copy()  # (a stored row: a dict; see read)
         total = new[column] = current + by
         if types is not None and not LONG_MIN <= total <= LONG_MAX:  # (a long may overflow)
-            kind = spec.columns[column] if spec.columns is not None else "double"
-            check_value(f"increment of {table}", column, kind, total)
+            sql = spec.columns[column] if spec.columns is not None else "double"
+            check_value(f"increment of {table}", column, sql, total)
         # (_put of a row that exists, inlined; setdefault: one hash of the key tuple)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
@@ -403,9 +409,9 @@ class ExecutorTx:
             if type(key) is not int:
                 self._log(value, f"w{self._txn()}({item_name(table, key)})")
             elif self._remote is None:  # (compact: see recorded.py)
-                history.append(key * self._stride + self._codes[table] + 1)
+                history.append(key * self._stride + code + 1)
             else:
-                self._log(value, key * self._stride + self._codes[table] + 1)
+                self._log(value, key * self._stride + code + 1)
         return total
 
     def delete(self, table: str, key: Key) -> None:
@@ -455,10 +461,10 @@ class ExecutorTx:
         if columns is not None and type(row) is dict and len(row) == len(columns):
             parts = []
             for key, value in row.items():
-                column = columns.get(key)
-                if column is None:
+                try:
+                    kinds, name = columns[key]
+                except KeyError:
                     break  # (a missing column: the full check says which)
-                kinds, name = column
                 kind = type(value)
                 if kind not in kinds:
                     break  # (a wrong column: the full check says which)
@@ -494,6 +500,11 @@ class ExecutorTx:
     # -- internals -----------------------------------------------------------------
     def _table(self, table: str) -> Any:
         return table_spec(self._job, table)
+
+    def _unknown(self, table: str) -> NoReturn:
+        """Raise the error of a verb on ``table``, which is not one of the job's."""
+        table_spec(self._job, table)
+        raise AssertionError(f"table {table!r} is declared but has no entry in Tx._fast")
 
     def _value(self, what: str, spec: TableSpec, key: Key) -> Any:
         """The partition value of ``key`` (checked: ``what``, a verb, names it in errors).
