@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Collection, Container, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from txstream.spark.runtime.base import (
     LONG_MAX,
@@ -148,11 +148,13 @@ class ExecutorTx:
         "_data",
         "_emits",
         "_event",
+        "_fast",
         "_gid",
         "_global",
         "_history",
         "_home",
         "_job",
+        "_outputs",
         "_partitions",
         "_remote",
         "_remote_ops",
@@ -183,6 +185,25 @@ class ExecutorTx:
         """The task's history (None when nothing is recorded), in the compact form of
         :mod:`.recorded`: an operation on an int key as one int, its key and table's code)."""
         self._codes, self._stride = history_codes(job)
+        self._fast: dict[str, tuple[frozenset[type], int, TableSpec]] = {
+            name: (
+                spec.key_types if spec.simple and spec.key_types is not None else frozenset(),
+                self._codes[name],
+                spec,
+            )
+            for name, spec in job.tables.items()
+        }
+        """Per table, what ``read`` and ``increment`` need of it in one lookup: the exact
+        types of a key that takes their fast case (a one-column key of a table with a
+        schema, kept flat: a key is its own partition value, its row a dict; none for
+        any other table), the history code of a read, and its spec."""
+        self._outputs: dict[str, dict[str, tuple[frozenset[type], str]]] = {
+            name: {column: (kinds, _key_text(column)) for column, kinds in types.items()}
+            for name, spec in job.outputs.items()
+            if (types := spec.types_by_name) is not None
+        }
+        """Per output with a schema (see ``OutputSpec.types_by_name``): per column, the
+        exact types that fit it and its JSON name, for ``emit``'s one pass over a row."""
         self._allowed: Collection[Any] = ()
         """The transaction's declared partition values: one event's own list (no set made
         per event: it holds one or two values), a set for several events."""
@@ -207,8 +228,27 @@ class ExecutorTx:
     # -- reads ---------------------------------------------------------------------
     def read(self, table: str, key: Key, default: Any = None) -> Any:
         """The row of ``table`` with ``key`` (a copy), or ``default`` when there is none."""
-        # The hot path of every job: one spec lookup, the allowed-value test inline.
-        spec = self._tables.get(table) or self._table(table)
+        # The hot path of every job.  First a one-column key of a table with a
+        # schema whose type fits: the same steps as below, with what they read of
+        # the table's spec in one lookup.
+        try:
+            kinds, code, spec = self._fast[table]
+        except KeyError:
+            self._unknown(table)
+        if type(key) in kinds:
+            if key not in self._allowed:
+                self._check_value(table, key)
+            history = self._history
+            if history is not None:
+                if type(key) is not int:
+                    self._log(key, f"r{self._txn()}({item_name(table, key)})")
+                elif self._remote is None:
+                    history.append(key * self._stride + code)
+                else:
+                    self._log(key, key * self._stride + code)
+            rows = self._data.get(table)
+            row = rows.get(key) if rows is not None else None
+            return default if row is None else row.copy()
         fits = spec.key_types  # (key_fits, inlined for the common one-column key)
         if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
             check_key(f"read of {table}", spec, key)
@@ -220,9 +260,9 @@ class ExecutorTx:
             if type(key) is not int:
                 self._log(value, f"r{self._txn()}({item_name(table, key)})")
             elif self._remote is None:  # (compact: see recorded.py)
-                history.append(key * self._stride + self._codes[table])
+                history.append(key * self._stride + code)
             else:
-                self._log(value, key * self._stride + self._codes[table])
+                self._log(value, key * self._stride + code)
         rows = self._data.get(table)
         if rows is None:
             return default
@@ -314,29 +354,37 @@ class ExecutorTx:
 
     def increment(self, table: str, key: Key, column: str, by: float = 1) -> Any:
         """Add ``by`` to one column of the row with ``key``; returns the new value."""
-        # As hot as read (counters, balances): the same inlined lookups, and the
-        # common case of incremented_row and _put inline.
-        spec = self._tables.get(table) or self._table(table)
-        fits = spec.key_types  # (key_fits, inlined for the common one-column key)
-        if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
-            check_key(f"increment of {table}", spec, key)
-        value = key if spec.simple else spec.value_of_key(key)
+        # As hot as read (counters, balances): the same inlined lookups (and the
+        # same fast case, see read), and the common case of incremented_row and
+        # _put inline.  (part: the dict holding the key's row; a flat table's is
+        # the table itself)
+        try:
+            kinds, code, spec = self._fast[table]
+        except KeyError:
+            self._unknown(table)
+        if type(key) in kinds:
+            value = key
+            part = self._data.get(table)
+        else:
+            fits = spec.key_types  # (key_fits, inlined for the common one-column key)
+            if (type(key) not in fits) if fits is not None else not spec.key_fits(key):
+                check_key(f"increment of {table}", spec, key)
+            value = key if spec.simple else spec.value_of_key(key)
+            part = self._data.get(table)
+            if part is not None and not spec.simple:
+                part = part.get(value)
         if value not in self._allowed:
             self._check_value(table, value)
-        # (part: the dict holding the key's row; a flat table's is the table itself)
-        part = self._data.get(table)
-        if part is not None and not spec.simple:
-            part = part.get(value)
         old = part.get(key) if part is not None else None
         if part is None or old is None:
             raise missing_row(f"increment of {table}.{column}", key)
         types = spec.column_types
         current = old.get(column, _MISSING)
+        kind = type(current)  # (_MISSING's is object)
         if (
-            current is _MISSING
-            or type(current) is not type(by)
-            or (type(by) is not int and type(by) is not float)
-            or (types is not None and type(current) not in types[column])
+            kind is not type(by)
+            or (kind is not int and kind is not float)
+            or (types is not None and kind not in types[column])
         ):  # anything but a number plus a number of its type: the full rule
             new = incremented_row(spec, old, column, by)
             self._put(table, value, key, new, part=part)
@@ -344,8 +392,8 @@ class ExecutorTx:
         new = old.copy()  # (a stored row: a dict; see read)
         total = new[column] = current + by
         if types is not None and not LONG_MIN <= total <= LONG_MAX:  # (a long may overflow)
-            kind = spec.columns[column] if spec.columns is not None else "double"
-            check_value(f"increment of {table}", column, kind, total)
+            sql = spec.columns[column] if spec.columns is not None else "double"
+            check_value(f"increment of {table}", column, sql, total)
         # (_put of a row that exists, inlined; setdefault: one hash of the key tuple)
         undo_key = (table, value, key)
         self._undo.append((undo_key, old))
@@ -362,9 +410,9 @@ class ExecutorTx:
             if type(key) is not int:
                 self._log(value, f"w{self._txn()}({item_name(table, key)})")
             elif self._remote is None:  # (compact: see recorded.py)
-                history.append(key * self._stride + self._codes[table] + 1)
+                history.append(key * self._stride + code + 1)
             else:
-                self._log(value, key * self._stride + self._codes[table] + 1)
+                self._log(value, key * self._stride + code + 1)
         return total
 
     def delete(self, table: str, key: Key) -> None:
@@ -410,14 +458,17 @@ class ExecutorTx:
         # Its JSON members now, when it is plain (see _plain_members): the text is
         # the copy that later changes of ``row`` must not reach.  For an output
         # with a schema, one pass checks each column's exact type and spells it.
-        spec = self._job.outputs.get(output)
-        types = spec.types_by_name if spec is not None else None
-        if types is not None and type(row) is dict and len(row) == len(types):
+        columns = self._outputs.get(output)
+        if columns is not None and type(row) is dict and len(row) == len(columns):
             parts = []
             for key, value in row.items():
+                try:
+                    kinds, name = columns[key]
+                except KeyError:
+                    break  # (a missing column: the full check says which)
                 kind = type(value)
-                if kind not in types.get(key, ()):
-                    break  # (a wrong or missing column: the full check says which)
+                if kind not in kinds:
+                    break  # (a wrong column: the full check says which)
                 if kind is int:
                     if not LONG_MIN <= value <= LONG_MAX:
                         break  # (beyond a long: the full check says whether it fits)
@@ -432,13 +483,11 @@ class ExecutorTx:
                     text = repr(value)
                 else:
                     break
-                name = _KEYS.get(key)
-                if name is None:
-                    name = _key_text(key)
                 parts.append(name + text)
             else:
                 self._emits.append((output, ", ".join(parts)))
                 return
+        spec = self._job.outputs.get(output)
         check_emitted(self._job, output, row)
         members = _plain_members(row)
         if members is None and spec is not None and spec.columns is None:
@@ -452,6 +501,11 @@ class ExecutorTx:
     # -- internals -----------------------------------------------------------------
     def _table(self, table: str) -> Any:
         return table_spec(self._job, table)
+
+    def _unknown(self, table: str) -> NoReturn:
+        """Raise the error of a verb on ``table``, which is not one of the job's."""
+        table_spec(self._job, table)
+        raise AssertionError(f"table {table!r} is declared but has no entry in Tx._fast")
 
     def _value(self, what: str, spec: TableSpec, key: Key) -> Any:
         """The partition value of ``key`` (checked: ``what``, a verb, names it in errors).
