@@ -173,15 +173,10 @@ def run_at_home(
         part.out[dest] = [answer]
     else:
         box.append(answer)
-    _finish(part, item)
-
-
-def _finish(part: _Partition, item: _Item) -> None:
-    """``part.finish(item)``, its common case inline: one value that nothing waits for."""
+    # (part.finish, inlined for one value that nothing waits for)
     values = item.values
     if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
-        locks = part.locks
-        v = values[0]
+        locks, v = part.locks, values[0]
         if len(locks[v]) == 1:
             del locks[v]
             part.inflight -= 1
@@ -332,4 +327,13 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             outcome.orders.append(order)
         else:
             runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, item.event))
-    _finish(part, item)
+    # (part.finish, inlined for one value that nothing waits for)
+    values = item.values
+    if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
+        locks, v = part.locks, values[0]
+        if len(locks[v]) == 1:
+            del locks[v]
+            part.inflight -= 1
+            part.unfinished -= 1
+            return
+    part.finish(item)
