@@ -305,7 +305,9 @@ class _Partition:
 
     def _host(self, e: Event, v: Any, other: int) -> None:
         """:meth:`_enter` and :meth:`_start` of a home with one free value and one peer."""
-        item = _Item(e, HOME, [v], self.pid, (other,), {})
+        # (no ups dict: its participant's rows go to run_at_home as they come, see
+        # receive_all; receive makes one when they must wait)
+        item = _Item(e, HOME, [v], self.pid, (other,))
         item.epoch = self.epoch
         item.queued = True
         self.locks[v] = [item]
@@ -316,10 +318,7 @@ class _Partition:
         if early is None:
             self.waiting[mid] = item
             return
-        ups = item.ups
-        assert ups is not None
-        for src, message in early:
-            ups[src] = message
+        item.ups = dict(early)
         run_at_home(self, item)
 
     def _lend(self, e: Event, v: Any) -> None:
@@ -506,6 +505,8 @@ class _Partition:
             self._side(item.epoch)
         if not back:
             ups = item.ups
+            if ups is None and item.kind is HOME:  # (a home made by _host: see there)
+                ups = item.ups = {}
             assert ups is not None
             ups[src] = message
             if len(ups) == len(item.parts):
