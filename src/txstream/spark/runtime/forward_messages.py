@@ -39,7 +39,8 @@ the one ``up`` it waits for is in hand (no ``ups`` dict), and the home's
 answer, the rows' removal, the queueing of the answer, the participant's
 commit mark and both ends' release of the value's lock run inline (session
 23: 22 Python calls per crossing transaction in the scheduler's run became 10,
-four of them the transaction's own ``_log``; its instructions fell 12-28%).
+four of them the transaction's own ``_log``; its instructions fell by about an
+eighth, valgrind).
 """
 
 from __future__ import annotations
