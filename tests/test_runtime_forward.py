@@ -1209,3 +1209,40 @@ def test_a_keyless_event_failing_on_every_partition_runs_its_batch_once(
     assert [f["error"] for f in tx.read_failures(tmp_path)] == [
         f"ValueError: bad event {10 + n}" for n in range(3)
     ]
+
+
+def test_a_batch_rolled_back_after_crossing_transfers_leaves_each_partition_its_own_rows() -> None:
+    # The home writes the participant's row while it runs a transfer; that row's batch
+    # pre-image must leave the home's undo log with the row (the log makes the
+    # partition's delta, and a batch run again rolls back by it) and be kept at the
+    # participant, which rolls its own row back.
+    from txstream.spark.runtime.boundaries import Event
+    from txstream.spark.runtime.forward import ForwardScheduler
+    from txstream.spark.runtime.state import PartitionState
+
+    a = next(x for x in range(50) if partition_of(x, 2) == 0)
+    b = next(x for x in range(50) if partition_of(x, 2) == 1)
+    states = {pid: PartitionState() for pid in (0, 1)}
+    before: dict[int, dict[Any, Any]] = {}
+    for pid, acct in ((0, a), (1, b)):
+        before[pid] = {acct: {"acct": acct, "balance": 50, "limit": 0}}
+        states[pid].data["accounts"] = {acct: {acct: dict(before[pid][acct])}}
+        states[pid].begin(1)
+    transfers = [
+        ({"src": a, "dst": b, "amount": 5, "id": 1}, [a, b], [0, 1]),
+        ({"src": b, "dst": a, "amount": 7, "id": 2}, [b, a], [1, 0]),
+    ]
+    events: dict[int, list[Event]] = {0: [], 1: []}
+    for mid, (row, values, pids) in enumerate(transfers):
+        for pid in (0, 1):
+            copy_ = pids[0] == pid
+            events[pid].append(Event((0.0, 1, mid), "transfers", row, values, pids, copy_))
+    hosted = {pid: (states[pid], events[pid]) for pid in (0, 1)}
+    outcomes = ForwardScheduler(bank().spec.for_tasks(), 1, 2, hosted, {}).run()
+    assert sum(o.committed for o in outcomes.values()) == 2
+    assert states[0].data["accounts"] == {a: {"acct": a, "balance": 52, "limit": 0}}
+    assert states[1].data["accounts"] == {b: {"acct": b, "balance": 48, "limit": 0}}
+    for pid, acct in ((0, a), (1, b)):
+        assert {key[1] for key in states[pid].undo} == {acct}
+        assert states[pid].rollback()
+        assert states[pid].data["accounts"] == before[pid]

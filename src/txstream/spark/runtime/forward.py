@@ -61,7 +61,7 @@ from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Event, Group, event_gid
 from txstream.spark.runtime.errors import ExchangeError as ExchangeError  # (re-exported)
 from txstream.spark.runtime.executor import GroupRunner, Outcome, table_item
-from txstream.spark.runtime.forward_messages import run_at_home, take_back, up_rows
+from txstream.spark.runtime.forward_messages import _NONE, run_at_home, take_back, up_rows
 from txstream.spark.runtime.state import PartitionState
 from txstream.spark.runtime.totals import add_totals, keep, not_a_number, partial_totals
 from txstream.spark.runtime.transport import Message
@@ -230,6 +230,9 @@ class _Partition:
         self.global_reads = self.runner.global_reads
         self.tables = list(sched.job.tables)
         self.record = sched.job.record_history
+        self.mark = self.runner.tx._stride - 1
+        """The plain commit mark of a transaction that ran through its home (see
+        ``GroupRunner.record_remote``)."""
         self.pending = events
         self.ahead: deque[Event | None] = deque()
         """Events taken from :attr:`pending` by :meth:`lend_ahead`, not admitted yet
@@ -381,7 +384,9 @@ class _Partition:
 
     def _host(self, e: Event, v: Any, other: int) -> None:
         """:meth:`_enter` and :meth:`_start` of a home with one free value and one peer."""
-        item = _Item(e, HOME, [v], self.pid, (other,), {})
+        # (no ups dict: its participant's rows go to run_at_home as they come, see
+        # receive_all; receive makes one when they must wait)
+        item = _Item(e, HOME, [v], self.pid, (other,))
         item.epoch = self.epoch
         item.queued = True
         self.locks[v] = [item]
@@ -392,15 +397,13 @@ class _Partition:
         if early is None:
             self.waiting[mid] = item
             return
-        ups = item.ups
-        assert ups is not None
-        for src, message in early:
-            ups[src] = message
+        item.ups = dict(early)
         run_at_home(self, item)
 
     def _lend(self, e: Event, v: Any) -> None:
         """:meth:`_enter` and :meth:`_start` of a participant whose one value is free."""
-        item = _Item(e, PART, [v], e.pids[0])
+        home = e.pids[0]
+        item = _Item(e, PART, [v], home)
         item.epoch = self.epoch
         item.queued = True
         self.locks[v] = [item]
@@ -408,8 +411,18 @@ class _Partition:
         self.unfinished += 1
         mid = e.order[2]
         self.waiting[mid] = item
-        copy = item.home in self.sched.hosted  # (see up_rows)
-        self.send(item.home, up_rows(self.state, self.tables, mid, item.values, copy))
+        tables, state = self.tables, self.state
+        if len(tables) == 1 and tables[0] in state.flat:  # (up_rows of one flat row, inlined)
+            table = tables[0]
+            row = state.data.get(table, _NONE).get(v)
+            up = (mid, v, None, None) if row is None else (mid, v, table, row)
+        else:
+            up = up_rows(state, tables, mid, item.values, home in self.sched.hosted)
+        box = self.out.get(home)  # (send, inlined)
+        if box is None:
+            self.out[home] = [up]
+        else:
+            box.append(up)
 
     def hurried(self) -> bool:
         """Whether a transaction here waits for a message while others wait for it.
@@ -577,6 +590,8 @@ class _Partition:
             self._side(item.epoch)
         if not back:
             ups = item.ups
+            if ups is None and item.kind is HOME:  # (a home made by _host: see there)
+                ups = item.ups = {}
             assert ups is not None
             ups[src] = message
             if len(ups) == len(item.parts):
@@ -588,6 +603,32 @@ class _Partition:
         else:
             del self.waiting[mid]
             take_back(self, item, message)
+
+    def receive_all(self, src: int, box: list[tuple[Any, ...]]) -> None:
+        """:meth:`receive` of each of ``src``'s messages, their common cases inline.
+
+        A home's answer, or a lone participant's rows for a home that waits for
+        them, goes straight to :func:`take_back` or :func:`run_at_home`: no call
+        per message of its own, nor the ``ups`` dict.
+        """
+        waiting = self.waiting
+        for message in box:
+            mid = message[0]
+            if self.readings:
+                self.receive(src, message)
+            elif mid < 0:
+                item = waiting.pop(~mid, None)
+                if item is None:
+                    self.early.setdefault(~mid, []).append((src, message))
+                else:
+                    take_back(self, item, message)
+            else:
+                item = waiting.get(mid)
+                if item is not None and len(item.parts) == 1 and not item.barrier:
+                    del waiting[mid]
+                    run_at_home(self, item, src, message)
+                else:
+                    self.receive(src, message)
 
     def _execute(self, item: _Item) -> None:
         """At the home: run the transaction over its own and the forwarded rows; answer."""
@@ -886,9 +927,7 @@ class ForwardScheduler:
                 src = ~src
                 self.hurried_by_peer = HURRY_ROUNDS
                 self.hurry = True
-            receive = hosted[dest].receive
-            for message in box:
-                receive(src, message)
+            hosted[dest].receive_all(src, box)
             touched.add(dest)
             got = True
         for dest in touched:
