@@ -80,8 +80,8 @@ def arrow_batch(stream: list[tuple[str, dict[str, Any]]], now: float) -> Any:
 
 
 def one_task(job: Any, ctx: Any, partitions: int, events: Any) -> Any:
-    """Every partition in this task: no transport (``local[1]``)."""
-    return phase1_forward(job, ctx, events)
+    """Every partition in this task: no transport (``local[1]``); homes announce copies."""
+    return phase1_forward(job, ctx, events, announce=True)
 
 
 class Sampler:
