@@ -3,7 +3,7 @@
 The Streaming Ledger on two partitions hosted by one task (as on ``local[1]``:
 messages stay in memory), with transfers inside a partition only (``cross0``)
 or between any two accounts (``uniform``: half of them cross).  Builds the Arrow
-batch the shuffle hands the task (marker copies included) and runs
+batch the shuffle hands the task (each keyed row at its home only) and runs
 ``query._phase1_outputs`` with forwarding, batch after batch.  Prints CPU
 microseconds per event (per event of the input, not per Arrow row) of each
 batch after the first, and the means; ``--profile`` adds where the CPU went.
@@ -53,7 +53,7 @@ COLUMNS = [
 
 
 def arrow_batch(stream: list[tuple[str, dict[str, Any]]], now: float) -> Any:
-    """Every partition's rows (a crossing transfer: a row per partition), as one task gets them."""
+    """Every partition's rows (a transfer at its home, an audit everywhere), as a task gets them."""
     cols: dict[str, list[Any]] = {name: [] for name, _ in COLUMNS}
     index = {"deposits": 0, "transfers": 1, "audits": 2}
     for mid, (name, event) in enumerate(stream):
@@ -63,7 +63,9 @@ def arrow_batch(stream: list[tuple[str, dict[str, Any]]], now: float) -> Any:
         else:
             keys = [event["acct"]] if name == "deposits" else [event["src"], event["dst"]]
         pids = [partition_of(k, P) for k in keys]
-        for pid in dict.fromkeys(pids) if pids else range(P):
+        # (as the plan routes it when forwarding: to its home only; the home
+        # announces a crossing transaction to the other partitions)
+        for pid in pids[:1] if pids else range(P):
             cols["__input"].append(index[name])
             for name_, i in index.items():
                 cols[f"__in{i}"].append(event if name_ == name else None)
@@ -78,8 +80,8 @@ def arrow_batch(stream: list[tuple[str, dict[str, Any]]], now: float) -> Any:
 
 
 def one_task(job: Any, ctx: Any, partitions: int, events: Any) -> Any:
-    """Every partition in this task: no transport (``local[1]``)."""
-    return phase1_forward(job, ctx, events)
+    """Every partition in this task: no transport (``local[1]``); homes announce copies."""
+    return phase1_forward(job, ctx, events, announce=True)
 
 
 class Sampler:

@@ -81,7 +81,7 @@ def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: A
     if read_past is not None:
         forward._Partition._read_past = counted  # type: ignore[attr-defined]
     try:
-        out = tasks.phase1_forward(job, ctx, events, transport, task_of)
+        out = tasks.phase1_forward(job, ctx, events, transport, task_of, announce=True)
     finally:
         forward.ForwardScheduler.run = run  # type: ignore[method-assign]
         if read_past is not None:

@@ -875,8 +875,9 @@ def test_a_hurried_task_whose_peer_is_silent_keeps_long_rounds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The batch above (a hot value on partition 0 waits for partition 1's rows) on two
-    # tasks, where partition 0's task hears nothing for its first polls, as when its
-    # peer is descheduled: once SILENT_ROUNDS polls in a row brought nothing, short
+    # tasks, where partition 0's task hears nothing for its first polls after the
+    # peer's copies (see forward._Partition.announce), as when its peer is
+    # descheduled: once SILENT_ROUNDS polls in a row brought nothing, short
     # rounds cannot help (nobody answers), so it admits in long ones although hurried;
     # when the messages come, the outcome is the serial one.
     src = next(a for a in range(50) if partition_of(a, 2) == 0)
@@ -894,12 +895,16 @@ def test_a_hurried_task_whose_peer_is_silent_keeps_long_rounds(
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
     held: list[Any] = []
+    heard: list[Any] = []
     polls = [0]
     poll = SocketTransport.poll
 
     def deaf(self: Any, timeout: float) -> Any:
         got = poll(self, timeout)
         if self.me != 0:
+            return got
+        if not heard:  # (the peer's copies: nothing is admitted before them)
+            heard.extend(got)
             return got
         polls[0] += 1
         held.extend(got)
@@ -1125,6 +1130,86 @@ def test_writes_admitted_in_later_rounds_stay_out_of_a_read_admitted_past(
             for key in dict.fromkeys((e["a"], e["b"])):
                 balance[key] = balance.get(key, 0) + e["d"]
     assert tx.read_output(tmp_path, "audits") == want
+
+
+class _Announcing:
+    """A transport to partition 1 from partition 0, the home of one transfer: its list
+    of copies first, the answer once partition 1 lent its row."""
+
+    def __init__(self, copies: Any, back: Any) -> None:
+        self.copies, self.back, self.sent, self.bytes_sent = copies, back, [], 0
+
+    def send(self, task: int, message: Any) -> None:
+        self.sent.append(message)
+
+    def flush(self, wait: bool = False) -> None:
+        pass
+
+    def poll(self, timeout: float) -> list[Any]:
+        if self.copies is not None:
+            copies, self.copies = self.copies, None
+            return [copies]
+        lent = any(m[0] == 0 for _, _, box in self.sent for m in box)
+        if lent and self.back is not None:
+            back, self.back = self.back, None
+            return [back]
+        return []
+
+
+@pytest.mark.parametrize("held_copy", [False, True])
+def test_a_participant_admits_nothing_before_the_homes_copies_and_takes_each_once(
+    held_copy: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Partition 1's own deposit on dst comes after a transfer onto dst homed at
+    # partition 0, which partition 1 learns of from partition 0's list of copies
+    # only: it admits nothing before the list, lends dst's row once, and runs the
+    # deposit after the transfer's answer.  A copy it holds from a batch of before
+    # the lists (held_copy) is not taken twice.
+    from txstream.spark.runtime.boundaries import Event
+    from txstream.spark.runtime.forward import ForwardScheduler
+    from txstream.spark.runtime.state import PartitionState
+
+    monkeypatch.setattr(forward_module, "EXCHANGE_TIMEOUT_S", 2.0)  # (a copy taken twice waits)
+    job = (
+        tx.Job("announced")
+        .table("accounts", key="acct", schema="acct long, balance long")
+        .input("deposits", None, keys="acct")
+        .input("transfers", None, keys=["src", "dst"])
+        .on("deposits", lambda t, e: t.increment("accounts", e["acct"], "balance", e["amount"]))
+        .on("transfers", lambda t, e: None)
+        .option("recordHistory", True)
+    )
+    src = next(a for a in range(50) if partition_of(a, 2) == 0)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 1)
+    state = PartitionState()
+    state.data["accounts"] = {dst: {dst: {"acct": dst, "balance": 10}}}
+    row = {"src": src, "dst": dst}
+    own = [Event((3.0, 0, 2), "deposits", {"acct": dst, "amount": 100}, [dst], [1])]
+    if held_copy:
+        own.append(Event((1.0, 1, 0), "transfers", row, [src, dst], [0, 1], False))
+    copy = ((1.0, 1, 0), "transfers", {}, [src, dst], [0, 1], False)
+    op = f"wb0_0(accounts:{dst})"
+    transport = _Announcing(
+        (1, 0, [(None, [copy])]),
+        (1, 0, [(~0, True, 1, op, "accounts", dst, dst, {"acct": dst, "balance": 15})]),
+    )
+    scheduler = ForwardScheduler(
+        job.spec.for_tasks(),
+        0,
+        2,
+        {1: (state, own)},
+        {},
+        None,
+        transport,  # type: ignore[arg-type]
+        lambda p: p,
+        announce=True,
+    )
+    outcome = scheduler.run()[1]
+    sent = [m for _, _, box in transport.sent for m in box]
+    assert sent[0] == (None, [])  # (partition 1 homes no crossing transaction)
+    assert [m[0] for m in sent[1:]] == [0]  # dst's row lent once
+    assert dict(state.all_rows("accounts"))[dst]["balance"] == 115
+    assert outcome.history[0] == op and len(outcome.history) == 4
 
 
 @pytest.mark.parametrize("tasks", [1, 2])

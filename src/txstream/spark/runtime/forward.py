@@ -33,6 +33,17 @@ sees nothing but the totals and emits at partition 0 only, so every
 partition, partition 0 included, goes on at once once it took its totals;
 partition 0 runs the function when the others' totals are there.
 
+How a participant learns of a crossing transaction: on Spark, each transaction's
+row reaches its home partition only; at the start of phase 1 every partition
+sends every other one its *copies*, the list of (order, input, values,
+partitions) of the crossing transactions it homes that touch the other's values
+(:meth:`_Partition.announce`), and a partition admits nothing before it heard
+from every other one, then merges the copies into its order.  (Until session 23
+Spark exploded each crossing transaction's whole row to every participant: the
+copy rows went through the shuffle and were converted and made into events like
+any other.)  A caller that hands every partition its copies itself (the tests)
+runs without the lists.
+
 Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
 per partition, :data:`ADMIT_CHUNK_WAITING` while a partition is hurried: a
 transaction waits for a message with others behind it, see
@@ -55,6 +66,8 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import repeat
+from operator import attrgetter
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec, Row
@@ -242,6 +255,15 @@ class _Partition:
         self.ahead_stop = False
         """Whether :attr:`ahead` ends with an event nothing may be lent past."""
         self.lends = sched.partitions >= LEND_FROM
+        self.unheard = 0
+        """(With copies announced) Partitions whose list of copies has not arrived yet:
+        nothing is admitted before (see :meth:`announce`)."""
+        self.own: list[Event] = []
+        """(Until :attr:`unheard` is 0) the partition's own events."""
+        self.copies: list[tuple[Any, ...]] = []
+        """(Until :attr:`unheard` is 0) the copies announced to it so far."""
+        self.stale: set[int] = set()
+        """Places of copies among its own events (see :meth:`heard`)."""
         self.admitted_all = False
         self.unfinished = 0
         self.locks: dict[Any, list[_Item]] = {}
@@ -424,6 +446,64 @@ class _Partition:
         else:
             box.append(up)
 
+    def announce(self, events: list[Event]) -> None:
+        """Send every other partition the copies of the crossing transactions homed here.
+
+        ``events``: the partition's own, in any order (its rows as Spark routed
+        them: each transaction's at its home only).  Each other partition gets
+        one list, empty or not: it admits nothing before it has every list
+        (:meth:`heard`), since a copy may come before any of its own events.
+        A copy is what the participant's admission reads of the transaction:
+        its order, input, values and their partitions, as an :class:`Event`
+        with an empty row and ``copy`` False, made at the participant.
+        """
+        pid, reads, partitions = self.pid, self.global_reads, self.sched.partitions
+        lists: dict[int, list[tuple[Any, ...]]] = {q: [] for q in range(partitions) if q != pid}
+        stale: set[int] = set()
+        for e in events:
+            pids = e.pids
+            if len(pids) < 2:
+                continue
+            if not e.copy:  # (a copy held by a batch of an earlier version: see heard)
+                stale.add(e.order[2])
+                continue
+            if e.input in reads:
+                continue
+            if len(pids) == 2:  # (the common case: two values)
+                q = pids[1]
+                if q != pid:
+                    lists[q].append((e.order, e.input, _NO_ROW, e.values, pids, False))
+                continue
+            entry = (e.order, e.input, _NO_ROW, e.values, pids, False)
+            for q in dict.fromkeys(pids):
+                if q != pid:
+                    lists[q].append(entry)
+        self.own = events
+        self.unheard = partitions - 1
+        self.stale = stale
+        for q, entries in lists.items():
+            self.send(q, (None, entries))
+        if not self.unheard:
+            self._merge()
+
+    def heard(self, src: int, entries: list[tuple[Any, ...]]) -> None:
+        """Partition ``src``'s copies arrived; with the last, the order is complete."""
+        if self.unheard <= 0:
+            raise ExchangeError(f"partition {self.pid} got copies twice (from {src})")
+        self.copies.extend(entries)
+        self.unheard -= 1
+        if not self.unheard:
+            self._merge()
+
+    def _merge(self) -> None:
+        """The partition's order: its own events and the copies announced to it."""
+        copies = list(map(tuple.__new__, repeat(Event), self.copies))
+        if self.stale:  # (held before copies were announced: they came both ways)
+            copies = [c for c in copies if c.order[2] not in self.stale]
+        events = self.own + copies
+        events.sort(key=_order)  # (sorted runs, merged)
+        self.own, self.copies, self.pending = [], [], iter(events)
+
     def hurried(self) -> bool:
         """Whether a transaction here waits for a message while others wait for it.
 
@@ -440,7 +520,7 @@ class _Partition:
 
     def admitting(self) -> bool:
         """Whether :meth:`admit` would admit anything now."""
-        return not self.admitted_all and self.barrier is None
+        return not self.admitted_all and self.barrier is None and not self.unheard
 
     def _crossing(self, e: Event, values: list[Any], pids: list[int], mine: int) -> _Item:
         """The item of a transaction with values here and elsewhere (``mine`` of them here)."""
@@ -579,6 +659,9 @@ class _Partition:
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""
         mid = message[0]
+        if mid is None:  # (a partition's copies: see announce)
+            self.heard(src, message[1])
+            return
         back = mid < 0  # (a home's answer names its transaction ~mid: see .forward_messages)
         if back:
             mid = ~mid
@@ -783,6 +866,12 @@ class _Partition:
         return self.admitted_all and self.unfinished == 0
 
 
+_NO_ROW: dict[str, Any] = {}
+"""The row of every announced copy: a participant never reads it (only its home runs
+the transaction); held copies have their rows copied and stored like any row."""
+_order: Callable[[Event], tuple[float, int, int]] = attrgetter("order")
+
+
 def _distinct(values: list[Any]) -> list[Any]:
     if len(values) < 2:
         return list(values)
@@ -808,6 +897,7 @@ class ForwardScheduler:
         arrival: Callable[[Row], float | None] | None = None,
         transport: SocketTransport | None = None,
         task_of: Callable[[int], int] | None = None,
+        announce: bool = False,
     ) -> None:
         self.job = job
         self.batch = batch
@@ -817,9 +907,15 @@ class ForwardScheduler:
         self.transport = transport
         self.task_of = task_of
         self.hosted = {
-            pid: _Partition(self, pid, state, iter(events))
+            pid: _Partition(self, pid, state, iter(() if announce else events))
             for pid, (state, events) in sorted(hosted.items())
         }
+        self.announced = (
+            {pid: list(events) for pid, (_, events) in hosted.items()} if announce else None
+        )
+        """(``announce``) Each hosted partition's own events, without the copies of
+        transactions homed elsewhere: their homes announce them (see
+        :meth:`_Partition.announce`); every partition must be hosted by some task."""
         self.mailbox: deque[Message] = deque()
         self.hurry = False
         """Whether rounds are short and answers go out at once (see :data:`ADMIT_CHUNK_WAITING`)."""
@@ -841,6 +937,9 @@ class ForwardScheduler:
     def run(self) -> dict[int, Outcome]:
         """Run every hosted partition's transactions to the end; their outcomes."""
         parts = list(self.hosted.values())
+        if self.announced is not None:
+            for part in parts:
+                part.announce(self.announced.pop(part.pid))
         deadline = time.monotonic() + EXCHANGE_TIMEOUT_S
         waited = 0.0
         while not all(p.done() for p in parts):

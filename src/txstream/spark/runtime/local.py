@@ -442,11 +442,17 @@ class _LocalPhases(Phases):
         # after a failure that spans partitions, sees (nor the caller's batches).
         events = {pid: own_rows(evs) for pid, evs in self.events.items()}
         if self.job.may_cross and forwarding(self.job):
+            # As on Spark, each crossing transaction's homes announce it to the other
+            # partitions (forward._Partition.announce): their marker copies are
+            # dropped here.  That needs every partition in the scheduler.
+            announce = set(events) == set(range(ctx.partitions))
+            if announce:
+                events = {pid: [e for e in evs if e.copy] for pid, evs in events.items()}
             # Every partition in one scheduler: messages between them stay in memory.
             if self.tasks > 1:
-                done = _threaded_phase1(self.job, ctx, events, self.tasks)
+                done = _threaded_phase1(self.job, ctx, events, self.tasks, announce)
             else:
-                done = phase1_forward(self.job, ctx, events)
+                done = phase1_forward(self.job, ctx, events, announce=announce)
             results = [done[pid] for pid in self.events]
         else:
             results = [phase1(self.job, ctx, pid, evs) for pid, evs in events.items()]
@@ -473,7 +479,11 @@ class _LocalPhases(Phases):
 
 
 def _threaded_phase1(
-    job: JobSpec, ctx: BatchContext, events: dict[int, list[Event]], tasks: int
+    job: JobSpec,
+    ctx: BatchContext,
+    events: dict[int, list[Event]],
+    tasks: int,
+    announce: bool = False,
 ) -> dict[int, dict[str, Any]]:
     """Phase 1 in ``tasks`` threads exchanging messages over local sockets (as on Spark)."""
     exchange = new_exchange(tasks)
@@ -487,7 +497,7 @@ def _threaded_phase1(
         )
         try:
             mine = {p: evs for p, evs in events.items() if p % tasks == me}
-            results.update(phase1_forward(job, ctx, mine, transport, lambda p: p % tasks))
+            results.update(phase1_forward(job, ctx, mine, transport, lambda p: p % tasks, announce))
         except BaseException as exc:  # (reported by the caller, after every thread ended)
             errors.append(exc)
         finally:

@@ -354,6 +354,12 @@ class QueryBatches:
             self._watch.check()
             return
         P = self.partitions
+        # An event with keys goes to the partitions of its values, one a copy (its
+        # home's), the others markers; forwarding needs the home's row only: the
+        # home announces the transaction to the others (forward._Partition.announce),
+        # without a row per participant through the shuffle.  A keyless event goes
+        # to every partition.
+        keyed = "slice(__pids, 1, 1)" if self.forward else "array_distinct(__pids)"
         prepared = (
             df.selectExpr("*", f"{MID_EXPR} as __mid")
             .selectExpr(
@@ -362,8 +368,7 @@ class QueryBatches:
                 *[f"__in{spec.index}" for spec in self.spec.inputs.values()],
                 "__pids",
                 "__mid",
-                f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), array_distinct(__pids))) "
-                "as __pid",
+                f"explode(if(size(__pids) = 0, sequence(0, {P - 1}), {keyed})) as __pid",
             )
             .selectExpr(
                 "*",

@@ -422,7 +422,8 @@ def _forwarded_phase1(
     host = task.getTaskInfos()[me].address.rsplit(":", 1)[0]
     transport = SocketTransport(me, tasks, folder, exchange["secret"], host)
     try:
-        return phase1_forward(job, ctx, hosted, transport, lambda pid: pid % tasks)
+        # (the plan routed each keyed row to its home only: see TxQuery._run)
+        return phase1_forward(job, ctx, hosted, transport, lambda pid: pid % tasks, True)
     finally:
         transport.close()
 

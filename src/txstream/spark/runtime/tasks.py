@@ -280,12 +280,15 @@ def phase1_forward(
     events: dict[int, list[Event]],
     transport: SocketTransport | None = None,
     task_of: Callable[[int], int] | None = None,
+    announce: bool = False,
 ) -> dict[int, dict[str, Any]]:
     """Phase 1 of the partitions in ``events`` with multi-partition transactions forwarded.
 
     The partitions run together in one :class:`~txstream.spark.runtime.forward.
     ForwardScheduler` (the rest of the batch's partitions through ``transport``);
     nothing is deferred.  Returns, per partition, what :func:`phase1` returns.
+    ``announce``: ``events`` hold no copies of transactions homed elsewhere; their
+    homes announce them (every partition of the batch runs in some task).
     """
     with collector_paused():
         store = RuntimeStore(ctx.store)
@@ -299,11 +302,20 @@ def phase1_forward(
             late[pid] = {}
             if ctx.release_upto is not None:
                 evs = release(state, evs, ctx.release_upto, job.boundary, counts=late[pid])
-            evs.sort(key=_order)
+            if not announce:  # (else sorted with the copies: see _Partition.announce)
+                evs.sort(key=_order)
             counted[pid] = sum(1 for e in evs if e.counted)
             hosted[pid] = (state, evs)  # (the per-event boundary: see forwarding)
         scheduler = ForwardScheduler(
-            job, ctx.batch, ctx.partitions, hosted, ctx.abort, ctx.arrival, transport, task_of
+            job,
+            ctx.batch,
+            ctx.partitions,
+            hosted,
+            ctx.abort,
+            ctx.arrival,
+            transport,
+            task_of,
+            announce,
         )
         outcomes = scheduler.run()
         results: dict[int, dict[str, Any]] = {}
