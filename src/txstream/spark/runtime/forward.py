@@ -697,7 +697,7 @@ class _Partition:
         waiting = self.waiting
         for message in box:
             mid = message[0]
-            if self.readings:
+            if self.readings or mid is None:  # (None: a partition's copies, see announce)
                 self.receive(src, message)
             elif mid < 0:
                 item = waiting.pop(~mid, None)
