@@ -347,3 +347,41 @@ def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(tmp_pat
         job.run_local(first, tmp_path / "s", partitions=1, end_inputs=False)
     with pytest.warns(tx.LateEventsWarning, match="1 event"):
         job.run_local([[("a", {"k": 1, "ts": 17.0})]], tmp_path / "s", partitions=1)
+
+
+def test_an_event_behind_a_crossing_transaction_its_partition_took_part_in_is_late(
+    tmp_path: Path,
+) -> None:
+    # The transfer a -> b (home a's partition) ran in batch 1; b's partition only took part
+    # in it, through its home's list of copies (forward._Partition.announce), so its own
+    # released events stop at ts 2.  An event of b at ts 15 in batch 2 runs after the
+    # transfer, out of the declared order: late, as when b's partition held a copy row.
+    from txstream.spark.runtime.partitioning import partition_of
+
+    a, c = [k for k in range(100) if partition_of(k, 2) == 0][:2]
+    b = next(k for k in range(100) if partition_of(k, 2) == 1)
+
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.upsert("acc", {"k": e["k"], "v": e["v"]})
+
+    def move(t: tx.Tx, e: dict[str, Any]) -> None:
+        t.increment("acc", e["src"], "v", -5)
+        t.increment("acc", e["dst"], "v", 5)
+
+    job = (
+        tx.Job("late")
+        .table("acc", key="k", schema="k long, v long")
+        .input("d", None, keys="k", order="ts", watermark=0)
+        .input("t", None, keys=["src", "dst"], order="ts", watermark=0)
+        .on("d", put)
+        .on("t", move)
+    )
+    first = [
+        ("d", {"k": a, "v": 50, "ts": 1.0}),
+        ("d", {"k": b, "v": 50, "ts": 2.0}),
+        ("t", {"src": a, "dst": b, "ts": 20.0}),
+        ("d", {"k": c, "v": 0, "ts": 25.0}),
+        ("t", {"src": c, "dst": c, "ts": 30.0}),
+    ]
+    with pytest.warns(tx.LateEventsWarning, match="1 event"):
+        job.run_local([first, [("d", {"k": b, "v": 100, "ts": 15.0})]], tmp_path, partitions=2)

@@ -262,6 +262,8 @@ class _Partition:
         """(Until :attr:`unheard` is 0) the partition's own events."""
         self.copies: list[tuple[Any, ...]] = []
         """(Until :attr:`unheard` is 0) the copies announced to it so far."""
+        self.copies_ran: tuple[float, int] | None = None
+        """The largest (order value, input) of the copies announced to it (see tasks.release)."""
         self.stale: set[int] = set()
         """Places of copies among its own events (see :meth:`heard`)."""
         self.admitted_all = False
@@ -500,6 +502,8 @@ class _Partition:
         copies = list(map(tuple.__new__, repeat(Event), self.copies))
         if self.stale:  # (held before copies were announced: they came both ways)
             copies = [c for c in copies if c.order[2] not in self.stale]
+        if copies:
+            self.copies_ran = max((c.order[0], c.order[1]) for c in copies)
         events = self.own + copies
         events.sort(key=_order)  # (sorted runs, merged)
         self.own, self.copies, self.pending = [], [], iter(events)

@@ -322,6 +322,11 @@ def phase1_forward(
         for pid, outcome in outcomes.items():
             state = hosted[pid][0]
             outcome.events = counted[pid]
+            last = scheduler.hosted[pid].copies_ran
+            if last is not None:  # (announced copies it took part in count as run here)
+                ran = state.meta.get("ran")
+                if ran is None or last > (ran[0], ran[1]):
+                    state.meta["ran"] = [last[0], last[1]]
             token = store.save(pid, state, ctx.batch, ctx.snapshot)
             files = _write(store, ctx, f"p{pid:05d}", outcome, job)
             stats = outcome.stats()
