@@ -119,7 +119,8 @@ def on_dicts(
 
 
 def programs_job() -> tx.Job:
-    """The job: one input of programs (three keys), one keyless input of audits."""
+    """The job: one input of programs (three keys), one keyless input of audits (global
+    reads), one keyless input of bumps (fragments that write every row of ``a``)."""
 
     def run(t: Any, e: dict[str, Any]) -> None:
         seen = interpret(e, t.read, lambda *step: on_runtime(t, *step))
@@ -131,6 +132,10 @@ def programs_job() -> tx.Job:
             more = {"sb": t.sum("b", "w"), "nb": t.count("b"), "sc": t.sum("c", "u")}
             t.emit("audits", {"id": e["id"], **totals, **more, "nc": t.count("c")})
 
+    def bump(t: Any, e: dict[str, Any]) -> None:
+        for key in list(t.values("a")):  # (this partition's rows: the fragments cover all)
+            t.increment("a", key, "v", e["d"])
+
     return (
         tx.Job("programs")
         .table("a", key="k", schema="k long, v long")
@@ -138,10 +143,12 @@ def programs_job() -> tx.Job:
         .table("c", key=["k", "j"], partition_by="k", schema="k long, j string, u long")
         .input("programs", None, keys=["k0", "k1", "s0"], order="id")
         .input("audits", None, order="id", global_reads=["a.v", "b.w", "c.u"])
+        .input("bump", None, order="id")
         .output("seen")
         .output("audits")
         .on("programs", run)
         .on("audits", audit)
+        .on("bump", bump)
         .option("recordHistory", True)
     )
 
@@ -164,6 +171,10 @@ def serial(batches: list[list[tuple[str, dict[str, Any]]]]) -> dict[str, Any]:
                     "nc": len(c),
                 }
             )
+            continue
+        if name == "bump":
+            for row in rows["a"].values():
+                row["v"] += e["d"]
             continue
         work = copy.deepcopy(rows)
 
@@ -263,11 +274,11 @@ def test_rows_lent_ahead_of_admission_equal_serial_execution(
     # Participants lend crossing transactions' rows ahead of admission (from
     # LEND_FROM = 8 partitions on; here from 2), a few events ahead, in rounds of 1
     # or 3: lending meets values that earlier events not admitted yet touch, and
-    # global reads not admitted yet, which nothing may be lent past.  Fails against
-    # a mutant that lends whatever the earlier events touch, and against one that
-    # lends past a global read.
+    # global reads and keyless fragments not admitted yet, which nothing may be lent
+    # past.  Fails against a mutant that lends whatever the earlier events touch,
+    # one that lends past a global read, and one that lends past a keyless fragment.
     rng = random.Random(1000 + seed)
-    batches = long_batches(rng)
+    batches = long_batches(rng, bumps=True)
     monkeypatch.setattr(forward, "LEND_FROM", 2)  # (tasks fork: they take it too)
     monkeypatch.setattr(forward, "LEND_AHEAD", rng.choice([2, 5, 12]))
     partitions = rng.randint(2, 5)
@@ -277,8 +288,9 @@ def test_rows_lent_ahead_of_admission_equal_serial_execution(
     )
 
 
-def long_batches(rng: random.Random) -> list[list[tuple[str, dict[str, Any]]]]:
-    """Batches of 40-90 events over 8-30 keys, an audit at up to 3 in 10 of them."""
+def long_batches(rng: random.Random, bumps: bool = False) -> list[list[tuple[str, dict[str, Any]]]]:
+    """Batches of 40-90 events over 8-30 keys, an audit at up to 3 in 10 of them (and,
+    with ``bumps``, a keyless bump at about 1 in 8)."""
     keys = rng.randint(8, 30)
     share = rng.choice([0.1, 0.3])
     batches: list[list[tuple[str, dict[str, Any]]]] = []
@@ -287,6 +299,9 @@ def long_batches(rng: random.Random) -> list[list[tuple[str, dict[str, Any]]]]:
         for _ in range(rng.randint(40, 90)):
             if rng.random() < share:
                 batch.append(("audits", {}))
+                continue
+            if bumps and rng.random() < 0.125:
+                batch.append(("bump", {"d": rng.randint(1, 3)}))
                 continue
             steps = [
                 (rng.choice(OPS[:-1]), rng.randint(0, 3), rng.randint(-5, 9))
