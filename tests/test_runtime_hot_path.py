@@ -387,3 +387,41 @@ def test_a_batch_rolls_back_to_its_rows_whatever_its_transactions_did() -> None:
     assert {1, 2, 7} <= set(state.delta()["changes"]["t"][0])
     state.rollback()
     assert sorted(state.all_rows("t")) == before
+
+
+def test_plain_events_count_in_the_latency_histogram(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Plain events run in GroupRunner.run_plain's own loop, which records each committed
+    # one's arrival for the batch's latency histogram; a failed one is not counted.
+    import time
+
+    from txstream.spark.runtime import local, tasks
+
+    seen: list[Any] = []
+    run_batch = tasks.run_batch
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        stats = run_batch(*args, **kwargs)
+        seen.append(stats.get("latency"))
+        return stats
+
+    monkeypatch.setattr(tasks, "run_batch", spy)
+    monkeypatch.setattr(local, "run_batch", spy)
+
+    def put(t: tx.Tx, e: dict[str, Any]) -> None:
+        if e["k"] == 7:
+            raise ValueError("unlucky key")
+        t.upsert("a", {"k": e["k"], "v": 1})
+
+    job = (
+        tx.Job("latency")
+        .table("a", key="k", schema="k long, v long")
+        .input("d", None, keys="k")
+        .on("d", put)
+        .option("arrivalTime", "sent")
+    )
+    sent = time.time() - 1.0
+    job.run_local([[("d", {"k": k, "sent": sent}) for k in range(20)]], tmp_path, partitions=2)
+    counted = sum(n for histogram in seen if histogram for n in histogram.values())
+    assert counted == 19
