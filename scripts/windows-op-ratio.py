@@ -76,14 +76,19 @@ def child(kind: str, reps: int) -> None:
     subs = [_Sub(r) for r in rows]
     gc.collect()
     for _ in range(reps):
-        if kind == "long":
-            acc: dict[object, float] = {}
-            for s in subs:
-                acc = long._fold(acc, long._scan(s))  # type: ignore[attr-defined]
-        else:
-            for s in subs:
-                snap._scan(s)  # type: ignore[attr-defined]
+        _work(kind, long, snap, subs)
     os._exit(0)
+
+
+def _work(kind: str, long: object, snap: object, subs: list[_Sub]) -> None:
+    """One pass over the sub-windows: a long-running read (``long``) or a snapshot scan."""
+    if kind == "long":
+        acc: dict[object, float] = {}
+        for s in subs:
+            acc = long._fold(acc, long._scan(s))  # type: ignore[attr-defined]
+    else:
+        for s in subs:
+            snap._scan(s)  # type: ignore[attr-defined]
 
 
 def _entries() -> int:
@@ -122,13 +127,7 @@ def python_cpu(rounds: int) -> None:
         times = {}
         for kind in ("long", "scan") if r % 2 == 0 else ("scan", "long"):
             t0 = time.process_time()
-            if kind == "long":
-                acc: dict[object, float] = {}
-                for s in subs:
-                    acc = long._fold(acc, long._scan(s))  # type: ignore[attr-defined]
-            else:
-                for s in subs:
-                    snap._scan(s)  # type: ignore[attr-defined]
+            _work(kind, long, snap, subs)
             times[kind] = time.process_time() - t0
         ratios.append(
             (times["long"] / (SUBS * TUPLES + entries)) / (times["scan"] / (SUBS * TUPLES))

@@ -435,7 +435,7 @@ class GroupRunner:
                     and at - at == 0.0
                     and type(index) is int
                     and type(mid) is int
-                ):  # (_emit_lines of one plain row: its line has seq 0)
+                ):  # (_emit_lines of one plain row, as _execute_one writes it: change both)
                     lines = outputs.get(output)
                     if lines is None:
                         lines = outputs[output] = []

@@ -183,7 +183,8 @@ def run_at_home(
         part.out[dest] = [answer]
     else:
         box.append(answer)
-    # (part.finish, inlined for one value that nothing waits for)
+    # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
+    # and take_back; a change to finish changes both)
     values = item.values
     if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
         locks, v = part.locks, values[0]
@@ -337,7 +338,8 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             outcome.orders.append(order)
         else:
             runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, item.event))
-    # (part.finish, inlined for one value that nothing waits for)
+    # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
+    # and take_back; a change to finish changes both)
     values = item.values
     if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
         locks, v = part.locks, values[0]
