@@ -325,10 +325,15 @@ def test_an_event_of_a_group_that_ran_on_other_partitions_is_late(
         job.run_local([[("ev", {"k": 4, "ts": ts})]], tmp_path / "s", partitions=2)
 
 
-def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(tmp_path: Path) -> None:
+@pytest.mark.parametrize("boundary", [("seconds", {"seconds": 3}), ("timestamp", {})])
+def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(
+    tmp_path: Path, boundary: tuple[str, dict[str, Any]]
+) -> None:
     # A batch in which no input delivers (or the inputs' end) runs every held
-    # event, the last slice [15, 18) too; a later event of that slice ran as a
-    # transaction of its own with no warning, since the frontier was no number.
+    # event, the last group too (the slice [15, 18), or ts 16); a later event of
+    # that group ran as a transaction of its own with no warning, since the
+    # frontier was no number.  The late event is on the later input b: on a it
+    # would come before (16, b) in the order and be late whatever the group.
     def put(t: tx.Tx, e: dict[str, Any]) -> None:
         t.upsert("rows", {"k": e["k"], "ts": e["ts"]})
 
@@ -339,14 +344,15 @@ def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(tmp_pat
         .input("b", None, keys="k", order="ts")
         .on("a", put)
         .on("b", put)
-        .boundary("seconds", seconds=3)
+        .boundary(boundary[0], **boundary[1])
     )
     first = [[("a", {"k": 1, "ts": 15.0}), ("b", {"k": 2, "ts": 16.0})], []]
     with warnings.catch_warnings():
         warnings.simplefilter("error", tx.LateEventsWarning)
         job.run_local(first, tmp_path / "s", partitions=1, end_inputs=False)
+    ts = 17.0 if boundary[0] == "seconds" else 16.0
     with pytest.warns(tx.LateEventsWarning, match="1 event"):
-        job.run_local([[("a", {"k": 1, "ts": 17.0})]], tmp_path / "s", partitions=1)
+        job.run_local([[("b", {"k": 3, "ts": ts})]], tmp_path / "s", partitions=1)
 
 
 def test_an_event_behind_a_crossing_transaction_its_partition_took_part_in_is_late(
