@@ -325,15 +325,21 @@ def test_an_event_of_a_group_that_ran_on_other_partitions_is_late(
         job.run_local([[("ev", {"k": 4, "ts": ts})]], tmp_path / "s", partitions=2)
 
 
+@pytest.mark.parametrize("partitions", [1, 2])
 @pytest.mark.parametrize("boundary", [("seconds", {"seconds": 3}), ("timestamp", {})])
 def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(
-    tmp_path: Path, boundary: tuple[str, dict[str, Any]]
+    tmp_path: Path, boundary: tuple[str, dict[str, Any]], partitions: int
 ) -> None:
     # A batch in which no input delivers (or the inputs' end) runs every held
     # event, the last group too (the slice [15, 18), or ts 16); a later event of
     # that group ran as a transaction of its own with no warning, since the
     # frontier was no number.  The late event is on the later input b: on a it
     # would come before (16, b) in the order and be late whatever the group.
+    # With 2 partitions its key is on the one that ran nothing of that group
+    # (which counted nothing as late before tasks.release took what every input
+    # delivered into account).
+    from txstream.spark.runtime.partitioning import partition_of
+
     def put(t: tx.Tx, e: dict[str, Any]) -> None:
         t.upsert("rows", {"k": e["k"], "ts": e["ts"]})
 
@@ -345,14 +351,19 @@ def test_an_event_of_a_group_that_ran_when_every_input_was_quiet_is_late(
         .on("a", put)
         .on("b", put)
         .boundary(boundary[0], **boundary[1])
+        .option("idleBatches", 2)
     )
-    first = [[("a", {"k": 1, "ts": 15.0}), ("b", {"k": 2, "ts": 16.0})], []]
+    ran = [k for k in range(100) if partition_of(k, partitions) == 0][:2]
+    idle = next(k for k in range(100) if partition_of(k, partitions) == partitions - 1)
+    # (b delivers nothing in the first batch: a is held, and nothing is late;
+    # two batches without events make both inputs quiet)
+    first = [[("a", {"k": ran[0], "ts": 15.0})], [("b", {"k": ran[1], "ts": 16.0})], [], []]
     with warnings.catch_warnings():
         warnings.simplefilter("error", tx.LateEventsWarning)
-        job.run_local(first, tmp_path / "s", partitions=1, end_inputs=False)
+        job.run_local(first, tmp_path / "s", partitions=partitions, end_inputs=False)
     ts = 17.0 if boundary[0] == "seconds" else 16.0
     with pytest.warns(tx.LateEventsWarning, match="1 event"):
-        job.run_local([[("b", {"k": 3, "ts": ts})]], tmp_path / "s", partitions=1)
+        job.run_local([[("b", {"k": idle, "ts": ts})]], tmp_path / "s", partitions=partitions)
 
 
 def test_an_event_behind_a_crossing_transaction_its_partition_took_part_in_is_late(

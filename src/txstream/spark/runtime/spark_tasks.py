@@ -348,7 +348,7 @@ def _phase1_outputs(
     release = None
     if ctx.gather is not None:
         release = _gathered_release(ctx, high, names)
-        ctx = replace(ctx, release_upto=release[0])
+        ctx = replace(ctx, release_upto=release[0], frontier=release[1])
     if ctx.release_upto is not None:
         # Under the event-time merge a partition may hold events of earlier batches:
         # it runs even when this batch brought it nothing, or they would wait for

@@ -139,6 +139,7 @@ def release(
     boundary: Boundary | None = None,
     meta: dict[str, Any] | None = None,
     counts: dict[str, int] | None = None,
+    delivered: float | None = None,
 ) -> list[Event]:
     """The events to run now: those held before and the new ones up to ``upto``, in order.
 
@@ -151,7 +152,10 @@ def release(
     partition already ran (``meta["ran"]``: the largest ``(order value, input)``
     released) is *late*: it runs now, out of the declared order, and
     ``counts["late"]`` counts it (the runtime reports it: raise the input's
-    watermark or ``idleBatches``).
+    watermark or ``idleBatches``).  ``delivered``: the largest order value any
+    input has delivered so far (see :func:`largest_delivered`); when every input is
+    quiet, every partition ran all up to it, so its group is closed here too,
+    though this partition ran nothing of it.
     """
     ran = state.meta.get("ran")
     # (the boundary's groups below "closed" ran whole on every partition, see
@@ -172,11 +176,16 @@ def release(
     if boundary is not None:
         if math.isfinite(upto[0]):
             cut = boundary.closed(upto[0])
-        elif ready:
+        elif upto[0] == math.inf:
             # Every input quiet or ended: what was held ran, the last group too,
             # though a later event could have joined it (uncounted, it ran as a
-            # transaction of its own with no warning)
-            cut = boundary.closed_by(max(e.order[0] for e in ready))
+            # transaction of its own with no warning), on every partition: one
+            # that ran nothing of it would not count such an event as late
+            top = max((e.order[0] for e in ready), default=-math.inf)
+            if delivered is not None:
+                top = max(top, delivered)
+            if math.isfinite(top):
+                cut = boundary.closed_by(top)
     if cut is not None and (closed is None or cut > closed):
         state.meta["closed"] = cut
     if ready:
@@ -184,6 +193,12 @@ def release(
         if ran is None or last > (ran[0], ran[1]):
             state.meta["ran"] = [last[0], last[1]]
     return ready
+
+
+def largest_delivered(ctx: BatchContext) -> float | None:
+    """The largest order value any input has delivered up to this batch (None: none yet)."""
+    high = ctx.frontier.get("high") or {}
+    return max(high.values()) if high else None
 
 
 def own_rows(events: Iterable[Event]) -> list[Event]:
@@ -251,7 +266,14 @@ def _phase1(
     state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid), pre_images=spans)
     counts: dict[str, int] = {}
     if ctx.release_upto is not None:
-        events = release(state, events, ctx.release_upto, job.boundary, counts=counts)
+        events = release(
+            state,
+            events,
+            ctx.release_upto,
+            job.boundary,
+            counts=counts,
+            delivered=largest_delivered(ctx),
+        )
         ordered = False
     if not ordered:
         events.sort(key=_order)
@@ -301,7 +323,14 @@ def phase1_forward(
             state = store.state_for(pid, ctx.batch, ctx.prev, ctx.tokens.get(pid), spans)
             late[pid] = {}
             if ctx.release_upto is not None:
-                evs = release(state, evs, ctx.release_upto, job.boundary, counts=late[pid])
+                evs = release(
+                    state,
+                    evs,
+                    ctx.release_upto,
+                    job.boundary,
+                    counts=late[pid],
+                    delivered=largest_delivered(ctx),
+                )
             if not announce:  # (else sorted with the copies: see _Partition.announce)
                 evs.sort(key=_order)
             counted[pid] = sum(1 for e in evs if e.counted)
