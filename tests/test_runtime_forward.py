@@ -1304,6 +1304,119 @@ def test_a_keyless_event_failing_on_every_partition_runs_its_batch_once(
     ]
 
 
+def capped(t: Any, e: dict[str, Any]) -> None:
+    # A keyless fragment: +1 on every account here, unless one (but "skip") is over the cap.
+    for value in t.values("accounts"):
+        if value != e.get("skip") and t.read("accounts", value)["balance"] > e["cap"]:
+            raise ValueError(f"{value} is over the cap")
+    for value in t.values("accounts"):
+        t.increment("accounts", value, "balance", 1)
+
+
+def capped_serially(balances: dict[int, int], sweeps: list[dict[str, Any]]) -> list[int]:
+    """The ids of the ``capped`` sweeps that fail in serial execution (``balances`` updated)."""
+    failed = []
+    for e in sweeps:
+        if any(b > e["cap"] for a, b in balances.items() if a != e.get("skip")):
+            failed.append(e["id"])
+        else:
+            for a in balances:
+                balances[a] += 1
+    return failed
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_many_keyless_events_failing_on_some_partitions_cost_two_runs_of_their_batch(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Each failed on the partitions of accounts 4 and 5 and committed on the
+    # others: the batch ran once more per event, and 64 of them stopped the job.
+    # A partition where every earlier one failed too ran them all as serially.
+    sweeps = [{"id": 10 + n, "cap": 35 if n % 7 else 99} for n in range(80)]
+    batches = [
+        [("deposits", {"acct": a, "amount": 10 * a, "id": a}) for a in range(6)]
+        + [("sweeps", e) for e in sweeps]
+    ]
+    runner = bank().on("sweeps", capped).run_local(batches, tmp_path, partitions=3, tasks=tasks)
+    balances = {a: 10 * a for a in range(6)}
+    failed = capped_serially(balances, sweeps)
+    assert len(failed) == 68
+    assert {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")} == balances
+    failures = tx.read_failures(tmp_path)
+    assert [f["position"] for f in failures] == [f"sweeps#{i - 10 + 6}" for i in failed]
+    assert all("over the cap" in f["error"] for f in failures)
+    assert runner.stats[0]["attempts"] == 2
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_keyless_failure_that_an_earlier_one_caused_is_not_aborted_with_it(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Sweep 11 failed only on x's partition, where sweep 10's fragment had
+    # committed (x at 11 is over its cap of 10); serially sweep 10 fails
+    # (y is over 50) and 11 commits.  Aborting both in one re-run would be wrong;
+    # sweep 12 fails on y's partition, as 10 did, but after 11, which may commit.
+    x = next(a for a in range(50) if partition_of(a, 2) == 0)
+    y = next(a for a in range(50) if partition_of(a, 2) == 1)
+    sweeps = [
+        {"id": 10, "cap": 50},
+        {"id": 11, "cap": 10, "skip": y},
+        {"id": 12, "cap": 60},
+        {"id": 13, "cap": 200},
+    ]
+    batches = [
+        [("deposits", {"acct": x, "amount": 10, "id": 0})]
+        + [("deposits", {"acct": y, "amount": 100, "id": 1})]
+        + [("sweeps", e) for e in sweeps]
+    ]
+    runner = bank().on("sweeps", capped).run_local(batches, tmp_path, partitions=2, tasks=tasks)
+    balances = {x: 10, y: 100}
+    failed = capped_serially(balances, sweeps)
+    assert failed == [10, 12]
+    assert {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")} == balances
+    assert [f["position"] for f in tx.read_failures(tmp_path)] == ["sweeps#2", "sweeps#4"]
+    assert runner.stats[0]["attempts"] == 3
+
+
+@pytest.mark.parametrize("tasks", [1, 2])
+def test_a_keyless_failure_that_a_transfer_carried_over_is_not_aborted_with_the_first(
+    tmp_path: Path, tasks: int
+) -> None:
+    # Sweep 10 failed on y's partition and committed on x's (x at 11); the transfer
+    # of 11 from x to y then went through, and sweep 12 failed on y's partition
+    # (y at 111 over 105), where 10 failed too: that partition's state came partly
+    # from x's.  Serially 10 fails, the transfer is refused and 12 commits.
+    x = next(a for a in range(50) if partition_of(a, 2) == 0)
+    y = next(a for a in range(50) if partition_of(a, 2) == 1)
+    batches = [
+        [
+            ("deposits", {"acct": x, "amount": 10, "id": 0}),
+            ("deposits", {"acct": y, "amount": 100, "id": 1}),
+            ("transfers", {"src": x, "dst": y, "amount": 11, "id": 11}),
+            ("sweeps", {"id": 10, "cap": 50}),
+            ("sweeps", {"id": 12, "cap": 105, "skip": x}),
+        ]
+    ]
+    job = (
+        tx.Job("carried")
+        .table("accounts", key="acct", schema="acct long, balance long, limit long")
+        .input("deposits", None, keys="acct", order="id")
+        .input("transfers", None, keys=["src", "dst"], order="id")
+        .input("sweeps", None, order="id")
+        .output("transfers_done")
+        .on("deposits", deposit)
+        .on("transfers", transfer)
+        .on("sweeps", capped)
+    )
+    runner = job.run_local(batches, tmp_path, partitions=2, tasks=tasks)
+    rows = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")}
+    assert rows == {x: 11, y: 101}
+    assert tx.read_output(tmp_path, "transfers_done") == [{"id": 11, "ok": False}]
+    assert [f["position"] for f in tx.read_failures(tmp_path)] == ["sweeps#3"]
+    # (the first batch runs the deposits; the inputs' end releases the rest)
+    assert [s["attempts"] for s in runner.stats] == [1, 2]
+
+
 def test_a_batch_rolled_back_after_crossing_transfers_leaves_each_partition_its_own_rows() -> None:
     # The home writes the participant's row while it runs a transfer; that row's batch
     # pre-image must leave the home's undo log with the row (the log makes the
