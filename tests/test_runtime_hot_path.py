@@ -319,7 +319,7 @@ def test_a_row_of_an_output_with_a_schema_is_checked_and_written_as_json_dumps(
     [
         ({"a": True, "b": "x", "c": 1.0, "d": None}, "column 'a' is long, got True"),
         ({"a": 1, "b": "x", "c": 1.0}, "missing columns ['d']"),
-        ({"a": 1, "b": "x", "c": 1.0, "d": None, "e": 2}, "unknown columns ['e']"),
+        ({"a": 1, "b": "x", "c": 1.0, "d": None, "e": 2}, "emit to out: unknown columns ['e']"),
         ({"a": 1, "b": "x", "c": 1.0, "e": None}, "missing columns ['d'], unknown columns ['e']"),
         ({"a": 1, "b": 2, "c": 1.0, "d": None}, "column 'b' is string, got 2"),
     ],
@@ -337,6 +337,21 @@ def test_a_row_that_does_not_fit_the_schema_fails_its_transaction(
     assert len(outcome.failures) == 1
     assert "SchemaError" in outcome.failures[0]["error"]
     assert error in outcome.failures[0]["error"]
+
+
+@pytest.mark.parametrize("row", [[1, 2], "text", None])
+def test_a_row_that_is_no_dict_fails_its_transaction_by_name(row: Any) -> None:
+    # To an output without a schema it failed with "AttributeError: 'list' object
+    # has no attribute 'items'", naming neither emit nor the output.
+    job = tx.Job("e").table("t", key="k").input("i", None, keys="k").output("out")
+    job.on("i", lambda t, e: t.emit("out", e["row"]))
+    outcome = Outcome()
+    runner = GroupRunner(job.spec.for_tasks(), PartitionState(), outcome)
+    runner.run(Group("g", [Event((1.5, 0, 7), "i", {"k": 1, "row": row}, [1], [0])]), {})
+    [failure] = outcome.failures
+    assert failure["error"] == (
+        f"SchemaError: emit to out: a row is a dict of columns, not {type(row).__name__}"
+    )
 
 
 def test_a_batch_rolls_back_to_its_rows_whatever_its_transactions_did() -> None:

@@ -135,7 +135,9 @@ def check_row(what: str, columns: dict[str, str], row: Row) -> None:
     if row.keys() != columns.keys():
         missing = [c for c in columns if c not in row]
         extra = [c for c in row if c not in columns]
-        raise SchemaError(f"{what}: missing columns {missing}, unknown columns {extra}")
+        said = [f"missing columns {missing}"] if missing else []
+        said += [f"unknown columns {extra}"] if extra else []
+        raise SchemaError(f"{what}: {', '.join(said)}")
     for name, kind in columns.items():
         check_value(what, name, kind, row[name])
 

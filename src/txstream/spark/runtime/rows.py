@@ -123,6 +123,9 @@ def check_emitted(job: JobSpec, output: str, row: Row) -> None:
     spec = job.outputs.get(output)
     if spec is None:
         raise SchemaError(f"emit to unknown output {output!r}; outputs: {', '.join(job.outputs)}")
+    if spec.columns is None and not isinstance(row, dict):
+        # (else an AttributeError from deep in the writer named no emit and no output)
+        raise SchemaError(f"emit to {output}: a row is a dict of columns, not {type(row).__name__}")
     if spec.columns is not None:
         # The full check only when the fast one (a dict of the columns' exact types) fails.
         if type(row) is not dict or len(row) != len(spec.columns):
