@@ -67,6 +67,7 @@ def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
 def history_line(job: JobSpec, entries: list[Any], orders: list[tuple[float, int, int]]) -> str:
     """A task's recorded entries and its plain marks' orders (see the module) as its line."""
     head = json.dumps(list(job.tables), separators=(",", ":"))
+    ops: str | None
     try:
         ops = f'"ops32":"{_base64_of("i", entries)}"'
     except struct.error:  # (a text, a mark's list, a key past 32 bits: see _mixed)
