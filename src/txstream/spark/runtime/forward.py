@@ -286,6 +286,13 @@ class _Partition:
         """The largest (order value, input) of the copies announced to it (see tasks.release)."""
         self.stale: set[int] = set()
         """Places of copies among its own events (see :meth:`heard`)."""
+        self.rows: dict[int, int] = {}
+        """(While copies are announced) Per partition heard from, its keyed rows (see
+        :func:`handed`)."""
+        self.lists: dict[int, list[tuple[Any, ...]]] = {}
+        """(Until every list came) The lists of partitions that may hand transactions here."""
+        self.handed_in: dict[int, list[Event]] = {}
+        """(Until :attr:`unheard` is 0) Per partition, the transactions it handed here."""
         self.admitted_all = False
         self.unfinished = 0
         self.locks: dict[Any, list[_Item]] = {}
@@ -333,7 +340,7 @@ class _Partition:
         """
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
-        locks, global_reads, enter = self.locks, self.global_reads, self._enter
+        locks, enter = self.locks, self._enter
         ahead = self.ahead
         if self.readings:
             self._side(self.epoch)  # (all it admits is after the last read)
@@ -361,7 +368,7 @@ class _Partition:
                         else:
                             enter(_Item(e, LOCAL, _distinct(values)))
                         continue
-                elif e.input not in global_reads:
+                else:  # (a global read has no keys: it is classified below)
                     if mine == 1:
                         # One value here (the common case): when nothing holds it, a
                         # participant sends its rows now and a home waits for theirs,
@@ -396,12 +403,7 @@ class _Partition:
             self.ahead_stop = False
         if self.ahead_stop or self.barrier is not None:
             return
-        pid, pending, seen, global_reads = (
-            self.pid,
-            self.pending,
-            self.ahead_values,
-            self.global_reads,
-        )
+        pid, pending, seen = self.pid, self.pending, self.ahead_values
         while len(ahead) < LEND_AHEAD:
             e = next(pending, None)
             if e is None:
@@ -409,7 +411,7 @@ class _Partition:
                 return
             ahead.append(e)
             values, pids = e.values, e.pids
-            if not values or e.input in global_reads:
+            if not values:  # (a global read, a keyless fragment: they have no keys)
                 self.ahead_stop = True
                 return
             if pids[0] == pid:
@@ -473,24 +475,28 @@ class _Partition:
 
         ``events``: the partition's own, in any order (its rows as Spark routed
         them: each transaction's at its home only).  Each other partition gets
-        one list, empty or not: it admits nothing before it has every list
-        (:meth:`heard`), since a copy may come before any of its own events.
-        A copy is what the participant's admission reads of the transaction:
-        its order, input, values and their partitions, as an :class:`Event`
-        with an empty row and ``copy`` False, made at the participant.
+        one list, empty or not, with the number of keyed rows here: it admits
+        nothing before it has every list (:meth:`heard`), since a copy may come
+        before any of its own events.  A copy is what the participant's
+        admission reads of the transaction: its order, input, values and their
+        partitions, as an :class:`Event` with an empty row and ``copy`` False,
+        made at the participant.  (A global read has no keys: it reaches every
+        partition and is no one's copy.)
         """
-        pid, reads, partitions = self.pid, self.global_reads, self.sched.partitions
+        pid, partitions = self.pid, self.sched.partitions
         lists: dict[int, list[tuple[Any, ...]]] = {q: [] for q in range(partitions) if q != pid}
         stale: set[int] = set()
+        rows = 0
         for e in events:
             pids = e.pids
             if len(pids) < 2:
+                if e.copy and e.values:
+                    rows += 1
                 continue
             if not e.copy:  # (a copy held by a batch of an earlier version: see heard)
                 stale.add(e.order[2])
                 continue
-            if e.input in reads:
-                continue
+            rows += 1
             if len(pids) == 2:  # (the common case: two values)
                 q = pids[1]
                 if q != pid:
@@ -503,28 +509,98 @@ class _Partition:
         self.own = events
         self.unheard = partitions - 1
         self.stale = stale
+        self.rows = {pid: rows}
         for q, entries in lists.items():
-            self.send(q, (None, entries))
+            self.send(q, (None, entries, rows))
         if not self.unheard:
             self._merge()
 
-    def heard(self, src: int, entries: list[tuple[Any, ...]]) -> None:
-        """Partition ``src``'s copies arrived; with the last, the order is complete."""
-        if self.unheard <= 0:
+    def heard(self, src: int, entries: list[tuple[Any, ...]], rows: int) -> None:
+        """Partition ``src``'s copies and count of rows arrived; with the last, hand over.
+
+        Then (:meth:`_hand_over`) each pair of partitions moves some crossing
+        transactions from the one with more rows to the other (:func:`handed`),
+        and the order is complete once the rows of those handed here came.
+        """
+        if src in self.rows or self.unheard <= 0:
             raise ExchangeError(f"partition {self.pid} got copies twice (from {src})")
+        self.rows[src] = rows
+        if rows - self.rows[self.pid] >= self.sched.partitions:  # (see handed)
+            self.lists[src] = entries  # (it may hand some of them here)
         self.copies.extend(entries)
         self.unheard -= 1
         if not self.unheard:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Every list came: send the rows of those handed away; await those handed here.
+
+        Both partitions of a pair pick the same transactions (:func:`handed`, from
+        the two counts and the candidates in the declared order): here, its own
+        events of two values whose other one lives on the peer; there, the same
+        from this partition's list.  A handed transaction's values and partitions
+        swap places, so its home (the first) is the peer's; the row goes with it.
+        """
+        pid, rows, partitions = self.pid, self.rows, self.sched.partitions
+        mine = rows[pid]
+        ours: dict[int, list[Event]] = {}
+        for q, theirs in rows.items():
+            if mine - theirs >= partitions:
+                ours[q] = []
+        if ours:
+            for e in self.own:
+                pids = e.pids
+                if len(pids) == 2 and e.copy and pids[0] == pid and pids[1] in ours:
+                    ours[pids[1]].append(e)
+            away: dict[int, Event] = {}
+            for q, candidates in ours.items():
+                candidates.sort(key=_order)
+                picked = [candidates[j] for j in handed(mine, rows[q], partitions, len(candidates))]
+                if picked:
+                    swapped = [
+                        Event(e.order, e.input, e.row, e.values[::-1], e.pids[::-1], True)
+                        for e in picked
+                    ]
+                    self.send(q, (None, None, swapped))
+                    for e in swapped:
+                        away[e.order[2]] = Event(e.order, e.input, _NO_ROW, e.values, e.pids, False)
+            if away:
+                self.own = [away.get(e.order[2], e) if e.copy else e for e in self.own]
+        owed = 0
+        for src, entries in self.lists.items():
+            offered = sum(1 for c in entries if len(c[4]) == 2 and c[4][0] == src)
+            if handed(rows[src], mine, partitions, offered):
+                owed += 1
+        self.lists = {}
+        self.unheard = owed - len(self.handed_in)
+        if not self.unheard:
             self._merge()
+
+    def handed_here(self, src: int, events: list[Event]) -> None:
+        """Partition ``src`` handed these transactions here (their rows, this one first)."""
+        if src in self.handed_in:
+            raise ExchangeError(f"partition {self.pid} got handed rows twice (from {src})")
+        self.handed_in[src] = events
+        if len(self.rows) == self.sched.partitions:  # (every list came: they were owed)
+            self.unheard -= 1
+            if not self.unheard:
+                self._merge()
 
     def _merge(self) -> None:
         """The partition's order: its own events and the copies announced to it."""
         copies = list(map(tuple.__new__, repeat(Event), self.copies))
+        own = self.own
+        if self.handed_in:
+            got = {e.order[2]: e for events in self.handed_in.values() for e in events}
+            copies = [got.get(c.order[2], c) for c in copies]
+            if self.stale:  # (an old copy of one handed here goes: the handed one replaces it)
+                own = [e for e in own if e.copy or e.order[2] not in got]
+            self.handed_in = {}
         if self.stale:  # (held before copies were announced: they came both ways)
-            copies = [c for c in copies if c.order[2] not in self.stale]
+            copies = [c for c in copies if c.copy or c.order[2] not in self.stale]
         if copies:
             self.copies_ran = max((c.order[0], c.order[1]) for c in copies)
-        events = self.own + copies
+        events = own + copies
         events.sort(key=_order)  # (sorted runs, merged)
         self.own, self.copies, self.pending = [], [], iter(events)
 
@@ -683,8 +759,11 @@ class _Partition:
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""
         mid = message[0]
-        if mid is None:  # (a partition's copies: see announce)
-            self.heard(src, message[1])
+        if mid is None:  # (a partition's copies, or those it hands here: see announce)
+            if message[1] is None:
+                self.handed_here(src, message[2])
+            else:
+                self.heard(src, message[1], message[2])
             return
         back = mid < 0  # (a home's answer names its transaction ~mid: see .forward_messages)
         if back:
