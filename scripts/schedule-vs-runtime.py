@@ -11,7 +11,8 @@ harness, its admission rounds of 128) and counts the same three outcomes where
 ``_Partition._enter`` meets a read, then prints both, the crossing
 transactions' parts lent ahead of admission (``_Partition.lend_ahead``, from
 ``LEND_FROM`` partitions on) and the transactions handed to their other
-participant (``_Partition._hand_over``, ``forward.handed``) both ways, and the model's serial share, per P.
+participant (``_Partition._hand_over``, ``forward.handed``) both ways, and
+the model's serial share, per P.
 ``--two-tasks``: the partitions in two forked tasks over
 sockets instead (``runtime-mp-tasks.py``'s harness, as two ``local[2]`` tasks
 host them), where a round trip takes a round or more.
