@@ -8,7 +8,10 @@ partitions would do).  The model (issue 28):
 * each partition executes one event per step; a transaction is one event;
 * a transaction runs at its *home* partition, the partition of its first key
   (partition 0 for a keyless global read such as an audit), and costs its event
-  there; the other participants do no work for it;
+  there; the other participants do no work for it; but a partition with at
+  least ``P`` more transactions than another hands it some of those whose two
+  values live on the two (:func:`rehome`, the runtime's
+  :func:`~txstream.spark.runtime.forward.handed`): the peer is their home;
 * each partition *admits* its transactions (those with a value there, and
   every global read) in the declared order, ``chunk`` at a time (the runtime's
   admission round, 128) whenever nothing of its own is ready; a transaction

@@ -41,7 +41,10 @@ partitions) of the crossing transactions it homes that touch the other's values
 from every other one, then merges the copies into its order.  (Until session 23
 Spark exploded each crossing transaction's whole row to every participant: the
 copy rows went through the shuffle and were converted and made into events like
-any other.)  A caller that hands every partition its copies itself (the tests)
+any other.)  With the lists go the partitions' counts of rows, from which each
+pair of partitions moves some crossing transactions to the one with fewer
+(:func:`handed`, :meth:`_Partition._hand_over`): their home is then the other
+participant.  A caller that hands every partition its copies itself (the tests)
 runs without the lists.
 
 Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
