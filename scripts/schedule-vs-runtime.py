@@ -10,7 +10,9 @@ every partition in one process, messages in memory: ``runtime-mp-cpu.py``'s
 harness, its admission rounds of 128) and counts the same three outcomes where
 ``_Partition._enter`` meets a read, then prints both, the crossing
 transactions' parts lent ahead of admission (``_Partition.lend_ahead``, from
-``LEND_FROM`` partitions on) both ways, and the model's serial share, per P.
+``LEND_FROM`` partitions on) and the transactions handed to their other
+participant (``_Partition._hand_over``, ``forward.handed``) both ways, and
+the model's serial share, per P.
 ``--two-tasks``: the partitions in two forked tasks over
 sockets instead (``runtime-mp-tasks.py``'s harness, as two ``local[2]`` tasks
 host them), where a round trip takes a round or more.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from txstream.bench.ledger import events
-from txstream.bench.schedule import count, keys_of
+from txstream.bench.schedule import count, keys_of, rehome
 from txstream.spark.runtime import forward
 from txstream.spark.runtime.partitioning import partition_of
 
@@ -61,6 +63,7 @@ def runtime_reads(
     log = Path(tempfile.mkdtemp(prefix="reads-")) / "parts"
     log.write_text("")
     enter, lend = forward._Partition._enter, forward._Partition.lend_ahead
+    hand = forward._Partition.handed_here
     run, pump = forward.ForwardScheduler.run, forward.ForwardScheduler._pump
     state: dict[str, Any] = {}
 
@@ -106,11 +109,16 @@ def runtime_reads(
         if self.unfinished > before:
             note(f"lent {self.unfinished - before}")
 
+    def counted_hand(self: Any, src: int, got: list[Any]) -> None:
+        note(f"handed {len(got)}")
+        hand(self, src, got)
+
     harness = tasks.mp if two else mp
     harness.P = partitions
     harness.q._forwarded_phase1 = tasks.two_tasks if two else mp.one_task
     forward._Partition._enter = counted  # type: ignore[method-assign]
     forward._Partition.lend_ahead = counted_lend  # type: ignore[method-assign]
+    forward._Partition.handed_here = counted_hand  # type: ignore[method-assign]
     if not two:  # (a forked task hosts some partitions only, and its counts stay there)
         forward.ForwardScheduler.run = counted_run  # type: ignore[method-assign]
         forward.ForwardScheduler._pump = counted_pump  # type: ignore[method-assign]
@@ -120,12 +128,15 @@ def runtime_reads(
     finally:
         forward._Partition._enter = enter  # type: ignore[method-assign]
         forward._Partition.lend_ahead = lend  # type: ignore[method-assign]
+        forward._Partition.handed_here = hand  # type: ignore[method-assign]
         forward.ForwardScheduler.run = run  # type: ignore[method-assign]
         forward.ForwardScheduler._pump = pump  # type: ignore[method-assign]
         tasks.MEASURES.clear()
     for line in log.read_text().splitlines():
         if line.startswith("lent "):
             seen["lent"] += int(line[5:])
+        elif line.startswith("handed "):
+            seen["handed"] += int(line[7:])
         else:
             seen[line] += 1
     shutil.rmtree(log.parent, ignore_errors=True)
@@ -144,8 +155,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     print("| input | P | runtime: at once / past / barrier | model | lent ahead: runtime | model | "
-          "serial share: runtime's rounds | model |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|")
+          "handed: runtime | model | serial share: runtime's rounds | model |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
     kinds = ("at once", "past", "barrier")
     for every in (0, args.audit_every):
         for p in (int(x) for x in args.partitions.split(",")):
@@ -156,20 +167,23 @@ def main() -> None:
             txns = keys_of(stream)
             batches = [txns[b * size : (b + 1) * size] for b in range(args.batches)]
             homes = [[partition_of(t[0], p) if t else 0 for t in b] for b in batches]
+            for batch, its in zip(batches, homes, strict=True):
+                rehome(batch, its, p)  # (the homes partitions hand transactions to)
             real = runtime_reads(p, per, args.batches, every, homes, args.two_tasks)
             model: collections.Counter[str] = collections.Counter()
             for batch in batches:
                 found = count(batch, p)
                 model.update({"at once": found.at_once, "past": found.past,
                               "barrier": found.barriers, "serial": found.serial,
-                              "lent": found.lent})  # fmt: skip
+                              "lent": found.lent, "handed": found.handed})  # fmt: skip
             cells = [" / ".join(str(c[k]) for k in kinds) for c in (real, model)]
             if real["behind"]:
                 cells[0] += f" ({real['behind']} behind a barrier)"
             label = f"an audit every {every:,}" if every else "uniform"
             rounds = f"{100 * real['serial'] / real['events']:.1f}%" if real["events"] else "-"
             print(f"| {label} | {p} | {cells[0]} | {cells[1]} | "
-                  f"{real['lent']:,} | {model['lent']:,} | {rounds} | "
+                  f"{real['lent']:,} | {model['lent']:,} | "
+                  f"{real['handed']:,} | {model['handed']:,} | {rounds} | "
                   f"{100 * model['serial'] / len(txns):.1f}% |", flush=True)  # fmt: skip
 
 

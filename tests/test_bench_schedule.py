@@ -10,10 +10,11 @@ from txstream.bench.schedule import (
     count,
     hot_floor,
     keys_of,
+    rehome,
     serial_events,
     serial_share,
 )
-from txstream.spark.runtime.forward import LEND_AHEAD
+from txstream.spark.runtime.forward import LEND_AHEAD, handed
 from txstream.spark.runtime.partitioning import partition_of
 
 
@@ -134,6 +135,40 @@ def test_a_participant_lends_ahead_what_nothing_earlier_not_admitted_touches() -
     assert count(txns, 8, chunk=1) == count(txns, 8, chunk=1, lend=LEND_AHEAD)
     with pytest.raises(ValueError, match="at least 0"):
         count(txns, 2, lend=-1)
+
+
+def test_a_partition_with_more_rows_hands_its_peer_a_crossing_transaction() -> None:
+    # Partition 0 homes three (rows 3 against 1: 2 more, one per partition of 2),
+    # so it hands partition 1 one of its candidates, (A, B).  Run at partition 0, t2
+    # comes after t0 and t1 there, and partition 1 idle-waits three steps for it;
+    # run at partition 1 it waits only for t0 (A): one step.
+    txns = [(A,), (A2,), (A, B), (B,)]
+    homes = [0, 0, 0, 1]
+    assert rehome(txns, homes, 2) == 1 and homes == [0, 0, 1, 1]
+    assert count(txns, 2, hand=False) == Counts(serial=3)
+    assert count(txns, 2) == Counts(serial=1, handed=1)
+    # one row more only: nothing to hand
+    assert count([(A,), (A, B), (B,)], 2) == count([(A,), (A, B), (B,)], 2, hand=False)
+
+
+def test_handed_brings_each_partitions_rows_to_about_the_mean() -> None:
+    # Each pair decides from its two counts alone; summed over the peers, each
+    # partition ends within one per peer (the rounding down) of the mean.
+    rows = [1061, 1195, 1125, 1180, 1090, 1147, 1102, 1134]
+    partitions = len(rows)
+    net = list(rows)
+    for a in range(partitions):
+        for b in range(partitions):
+            moved = len(handed(rows[a], rows[b], partitions, 10_000))
+            net[a] -= moved
+            net[b] += moved
+    mean = sum(rows) / partitions
+    assert max(abs(r - mean) for r in rows) > 60
+    assert max(abs(r - mean) for r in net) < partitions
+    # spread evenly over the candidates (in the declared order), never more than there are
+    assert handed(20, 0, 4, 10) == [1, 3, 5, 7, 9]
+    assert handed(100, 0, 4, 10) == list(range(10))
+    assert handed(10, 7, 4, 10) == [] and handed(0, 50, 4, 10) == []
 
 
 def test_one_partition_never_waits_for_another() -> None:

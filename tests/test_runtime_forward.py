@@ -750,9 +750,14 @@ def test_a_round_sends_one_frame_list_per_peer_not_a_message_per_transaction(
         send(self, task, message)
 
     monkeypatch.setattr(SocketTransport, "send", counted)
-    batch = [("deposits", {"acct": a, "amount": 100}) for a in range(40)]
+    # (twenty accounts on each partition: as many rows on both, so neither hands the
+    # other transactions, forward.handed, which changes how the rounds fall)
+    accts = [a for a in range(200) if partition_of(a, 2) == 0][:20]
+    accts += [a for a in range(200) if partition_of(a, 2) == 1][:20]
+    batch = [("deposits", {"acct": a, "amount": 100}) for a in accts]
     batch += [
-        ("transfers", {"src": k % 40, "dst": (k * 7 + 3) % 40, "amount": 1}) for k in range(400)
+        ("transfers", {"src": accts[k % 40], "dst": accts[(k * 7 + 3) % 40], "amount": 1})
+        for k in range(400)
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
     runner = bank().run_local(batches, tmp_path, partitions=2, tasks=2)
@@ -847,12 +852,15 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
     dst = next(a for a in range(50) if partition_of(a, 2) == 0)
     ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
     hot = forward_module.HURRY_BLOCKED + 4
+    zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][: len(ones) - hot]
     batch = [
         ("deposits", {"acct": src, "amount": 5}),
         ("deposits", {"acct": dst, "amount": 1}),
         ("transfers", {"src": src, "dst": dst, "amount": 2}),
         *[("limits", {"acct": dst, "limit": 3 + k}) for k in range(hot)],
         *[("deposits", {"acct": a, "amount": 1}) for a in ones],
+        # (as many rows on partition 0: else it is handed the transfer, forward.handed)
+        *[("deposits", {"acct": a, "amount": 1}) for a in zeros],
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
     peer_hurried: list[int] = []
@@ -1198,7 +1206,7 @@ def test_a_participant_admits_nothing_before_the_homes_copies_and_takes_each_onc
     copy = ((1.0, 1, 0), "transfers", {}, [src, dst], [0, 1], False)
     op = f"wb0_0(accounts:{dst})"
     transport = _Announcing(
-        (1, 0, [(None, [copy])]),
+        (1, 0, [(None, [copy], 1)]),  # (its list, and its one keyed row)
         (1, 0, [(~0, True, 1, op, "accounts", dst, dst, {"acct": dst, "balance": 15})]),
     )
     scheduler = ForwardScheduler(
@@ -1214,7 +1222,7 @@ def test_a_participant_admits_nothing_before_the_homes_copies_and_takes_each_onc
     )
     outcome = scheduler.run()[1]
     sent = [m for _, _, box in transport.sent for m in box]
-    assert sent[0] == (None, [])  # (partition 1 homes no crossing transaction)
+    assert sent[0] == (None, [], 1)  # (partition 1 homes no crossing transaction)
     assert [m[0] for m in sent[1:]] == [0]  # dst's row lent once
     assert dict(state.all_rows("accounts"))[dst]["balance"] == 115
     assert outcome.history[0] == op and len(outcome.history) == 4

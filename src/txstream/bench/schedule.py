@@ -8,7 +8,10 @@ partitions would do).  The model (issue 28):
 * each partition executes one event per step; a transaction is one event;
 * a transaction runs at its *home* partition, the partition of its first key
   (partition 0 for a keyless global read such as an audit), and costs its event
-  there; the other participants do no work for it;
+  there; the other participants do no work for it; but a partition with at
+  least ``P`` more transactions than another hands it some of those whose two
+  values live on the two (:func:`rehome`, the runtime's
+  :func:`~txstream.spark.runtime.forward.handed`): the peer is their home;
 * each partition *admits* its transactions (those with a value there, and
   every global read) in the declared order, ``chunk`` at a time (the runtime's
   admission round, 128) whenever nothing of its own is ready; a transaction
@@ -58,7 +61,13 @@ from itertools import pairwise
 from typing import Any
 
 from txstream.spark.runtime.base import Key
-from txstream.spark.runtime.forward import ADMIT_CHUNK, LEND_AHEAD, LEND_FROM, READS_PAST
+from txstream.spark.runtime.forward import (
+    ADMIT_CHUNK,
+    LEND_AHEAD,
+    LEND_FROM,
+    READS_PAST,
+    handed,
+)
 from txstream.spark.runtime.partitioning import partition_of
 
 Txn = Sequence[Key]
@@ -80,6 +89,43 @@ def _homes(txns: Sequence[Txn], partitions: int) -> list[int]:
     return homes
 
 
+def rehome(txns: Sequence[Txn], homes: list[int], partitions: int) -> int:
+    """Hand transactions to their other participant as the runtime does; how many moved.
+
+    Per pair of partitions (a, b), the transactions homed at ``a`` whose values
+    live on ``a`` and ``b`` only are ``a``'s candidates for ``b``, in the
+    declared order; :func:`~txstream.spark.runtime.forward.handed` picks those
+    that ``b`` runs instead, from the two partitions' counts of transactions
+    homed there (by their first key: the runtime's rows before they are
+    announced).  ``homes`` is changed in place.
+    """
+    rows = [0] * partitions
+    for i, keys in enumerate(txns):
+        if keys:
+            rows[homes[i]] += 1
+    cache: dict[Key, int] = {}
+    candidates: dict[tuple[int, int], list[int]] = {}
+    for i, keys in enumerate(txns):
+        if len(keys) < 2:
+            continue
+        ps = []
+        for k in keys:
+            p = cache.get(k)
+            if p is None:
+                p = cache[k] = partition_of(k, partitions)
+            ps.append(p)
+        a = homes[i]
+        others = set(ps) - {a}
+        if len(others) == 1:
+            candidates.setdefault((a, others.pop()), []).append(i)
+    moved = 0
+    for (a, b), mine in candidates.items():
+        for j in handed(rows[a], rows[b], partitions, len(mine)):
+            homes[mine[j]] = b
+            moved += 1
+    return moved
+
+
 @dataclass
 class Counts:
     """What :func:`count` found in one batch's schedule (see the module)."""
@@ -94,6 +140,8 @@ class Counts:
     """Parts that met an earlier read still waiting: admission stopped (per partition)."""
     lent: int = 0
     """Crossing transactions' parts admitted ahead of their place (per participant)."""
+    handed: int = 0
+    """Crossing transactions run by their other participant instead of their first key's."""
 
 
 def count(
@@ -102,6 +150,7 @@ def count(
     chunk: int = ADMIT_CHUNK,
     reads: int = READS_PAST,
     lend: int | None = None,
+    hand: bool = True,
 ) -> Counts:
     """Schedule one batch of ``txns`` on ``partitions`` as the module says; what it counted.
 
@@ -113,6 +162,9 @@ def count(
     at all, as until session 23; None: the runtime's,
     :data:`~txstream.spark.runtime.forward.LEND_AHEAD` from
     :data:`~txstream.spark.runtime.forward.LEND_FROM` partitions on).
+    ``hand``: whether partitions hand crossing transactions over as the runtime
+    does (:func:`rehome`; False: every transaction runs at its first key's
+    partition, as until session 24).
     """
     if lend is None:
         lend = LEND_AHEAD if partitions >= LEND_FROM else 0
@@ -125,6 +177,8 @@ def count(
     n = len(txns)
     found = Counts()
     homes = _homes(txns, partitions)
+    if hand:
+        found.handed = rehome(txns, homes, partitions)
     cache: dict[Key, int] = {}
     # Per partition, its transactions in the declared order: those with a value
     # there, and every global read.

@@ -41,7 +41,10 @@ partitions) of the crossing transactions it homes that touch the other's values
 from every other one, then merges the copies into its order.  (Until session 23
 Spark exploded each crossing transaction's whole row to every participant: the
 copy rows went through the shuffle and were converted and made into events like
-any other.)  A caller that hands every partition its copies itself (the tests)
+any other.)  With the lists go the partitions' counts of rows, from which each
+pair of partitions moves some crossing transactions to the one with fewer
+(:func:`handed`, :meth:`_Partition._hand_over`): their home is then the other
+participant.  A caller that hands every partition its copies itself (the tests)
 runs without the lists.
 
 Messages go out once per admission round (:data:`ADMIT_CHUNK` transactions
@@ -147,6 +150,26 @@ lent early stays held until its home, which may be far behind, answers."""
 LEND_FROM = 8
 """Partitions from which participants lend ahead.  At P = 2 the serial share is
 0.1% without it, and the look-ahead costs every event a second look."""
+
+
+def handed(mine: int, theirs: int, partitions: int, candidates: int) -> list[int]:
+    """Which of a partition's crossing transactions another participant runs instead.
+
+    A transaction runs at the partition of its first key, so a partition with
+    more of the batch's rows than another runs more transactions, and at P = 32
+    the busiest of a 36,000-event batch had 1,195 where the mean was 1,125: the
+    others reached the batch's end first and idle-waited for its last
+    transactions (a serial share of 5.9% with lending ahead,
+    ``txstream.bench.schedule``).  So per pair of partitions, the one with
+    ``mine`` rows hands the one with ``theirs`` rows ``(mine - theirs) //
+    partitions`` of its ``candidates`` (its transactions whose values live on
+    the two only, in the declared order), spread evenly over them: summed over
+    every peer that moves each partition's count to about the mean, and each
+    pair decides from the two counts alone.  Returns the candidates' places.
+    """
+    k = min(candidates, max(0, mine - theirs) // partitions)
+    return [(2 * j + 1) * candidates // (2 * k) for j in range(k)]
+
 
 MAIN = -1
 """The changes and history of what runs before every read admitted past."""
@@ -266,6 +289,13 @@ class _Partition:
         """The largest (order value, input) of the copies announced to it (see tasks.release)."""
         self.stale: set[int] = set()
         """Places of copies among its own events (see :meth:`heard`)."""
+        self.rows: dict[int, int] = {}
+        """(While copies are announced) Per partition heard from, its keyed rows (see
+        :func:`handed`)."""
+        self.lists: dict[int, list[tuple[Any, ...]]] = {}
+        """(Until every list came) The lists of partitions that may hand transactions here."""
+        self.handed_in: dict[int, list[Event]] = {}
+        """(Until :attr:`unheard` is 0) Per partition, the transactions it handed here."""
         self.admitted_all = False
         self.unfinished = 0
         self.locks: dict[Any, list[_Item]] = {}
@@ -313,7 +343,7 @@ class _Partition:
         """
         run_event, abort, batch = self.runner.run_event, self.sched.abort, self.batch
         pid, pending = self.pid, self.pending
-        locks, global_reads, enter = self.locks, self.global_reads, self._enter
+        locks, enter = self.locks, self._enter
         ahead = self.ahead
         if self.readings:
             self._side(self.epoch)  # (all it admits is after the last read)
@@ -341,7 +371,7 @@ class _Partition:
                         else:
                             enter(_Item(e, LOCAL, _distinct(values)))
                         continue
-                elif e.input not in global_reads:
+                else:  # (a global read has no keys: it is classified below)
                     if mine == 1:
                         # One value here (the common case): when nothing holds it, a
                         # participant sends its rows now and a home waits for theirs,
@@ -376,12 +406,7 @@ class _Partition:
             self.ahead_stop = False
         if self.ahead_stop or self.barrier is not None:
             return
-        pid, pending, seen, global_reads = (
-            self.pid,
-            self.pending,
-            self.ahead_values,
-            self.global_reads,
-        )
+        pid, pending, seen = self.pid, self.pending, self.ahead_values
         while len(ahead) < LEND_AHEAD:
             e = next(pending, None)
             if e is None:
@@ -389,7 +414,7 @@ class _Partition:
                 return
             ahead.append(e)
             values, pids = e.values, e.pids
-            if not values or e.input in global_reads:
+            if not values:  # (a global read, a keyless fragment: they have no keys)
                 self.ahead_stop = True
                 return
             if pids[0] == pid:
@@ -453,24 +478,28 @@ class _Partition:
 
         ``events``: the partition's own, in any order (its rows as Spark routed
         them: each transaction's at its home only).  Each other partition gets
-        one list, empty or not: it admits nothing before it has every list
-        (:meth:`heard`), since a copy may come before any of its own events.
-        A copy is what the participant's admission reads of the transaction:
-        its order, input, values and their partitions, as an :class:`Event`
-        with an empty row and ``copy`` False, made at the participant.
+        one list, empty or not, with the number of keyed rows here: it admits
+        nothing before it has every list (:meth:`heard`), since a copy may come
+        before any of its own events.  A copy is what the participant's
+        admission reads of the transaction: its order, input, values and their
+        partitions, as an :class:`Event` with an empty row and ``copy`` False,
+        made at the participant.  (A global read has no keys: it reaches every
+        partition and is no one's copy.)
         """
-        pid, reads, partitions = self.pid, self.global_reads, self.sched.partitions
+        pid, partitions = self.pid, self.sched.partitions
         lists: dict[int, list[tuple[Any, ...]]] = {q: [] for q in range(partitions) if q != pid}
         stale: set[int] = set()
+        rows = 0
         for e in events:
             pids = e.pids
             if len(pids) < 2:
+                if e.copy and e.values:
+                    rows += 1
                 continue
             if not e.copy:  # (a copy held by a batch of an earlier version: see heard)
                 stale.add(e.order[2])
                 continue
-            if e.input in reads:
-                continue
+            rows += 1
             if len(pids) == 2:  # (the common case: two values)
                 q = pids[1]
                 if q != pid:
@@ -483,28 +512,98 @@ class _Partition:
         self.own = events
         self.unheard = partitions - 1
         self.stale = stale
+        self.rows = {pid: rows}
         for q, entries in lists.items():
-            self.send(q, (None, entries))
+            self.send(q, (None, entries, rows))
         if not self.unheard:
             self._merge()
 
-    def heard(self, src: int, entries: list[tuple[Any, ...]]) -> None:
-        """Partition ``src``'s copies arrived; with the last, the order is complete."""
-        if self.unheard <= 0:
+    def heard(self, src: int, entries: list[tuple[Any, ...]], rows: int) -> None:
+        """Partition ``src``'s copies and count of rows arrived; with the last, hand over.
+
+        Then (:meth:`_hand_over`) each pair of partitions moves some crossing
+        transactions from the one with more rows to the other (:func:`handed`),
+        and the order is complete once the rows of those handed here came.
+        """
+        if src in self.rows or self.unheard <= 0:
             raise ExchangeError(f"partition {self.pid} got copies twice (from {src})")
+        self.rows[src] = rows
+        if rows - self.rows[self.pid] >= self.sched.partitions:  # (see handed)
+            self.lists[src] = entries  # (it may hand some of them here)
         self.copies.extend(entries)
         self.unheard -= 1
         if not self.unheard:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Every list came: send the rows of those handed away; await those handed here.
+
+        Both partitions of a pair pick the same transactions (:func:`handed`, from
+        the two counts and the candidates in the declared order): here, its own
+        events of two values whose other one lives on the peer; there, the same
+        from this partition's list.  A handed transaction's values and partitions
+        swap places, so its home (the first) is the peer's; the row goes with it.
+        """
+        pid, rows, partitions = self.pid, self.rows, self.sched.partitions
+        mine = rows[pid]
+        ours: dict[int, list[Event]] = {}
+        for q, theirs in rows.items():
+            if mine - theirs >= partitions:
+                ours[q] = []
+        if ours:
+            for e in self.own:
+                pids = e.pids
+                if len(pids) == 2 and e.copy and pids[0] == pid and pids[1] in ours:
+                    ours[pids[1]].append(e)
+            away: dict[int, Event] = {}
+            for q, candidates in ours.items():
+                candidates.sort(key=_order)
+                picked = [candidates[j] for j in handed(mine, rows[q], partitions, len(candidates))]
+                if picked:
+                    swapped = [
+                        Event(e.order, e.input, e.row, e.values[::-1], e.pids[::-1], True)
+                        for e in picked
+                    ]
+                    self.send(q, (None, None, swapped))
+                    for e in swapped:
+                        away[e.order[2]] = Event(e.order, e.input, _NO_ROW, e.values, e.pids, False)
+            if away:
+                self.own = [away.get(e.order[2], e) if e.copy else e for e in self.own]
+        owed = 0
+        for src, entries in self.lists.items():
+            offered = sum(1 for c in entries if len(c[4]) == 2 and c[4][0] == src)
+            if handed(rows[src], mine, partitions, offered):
+                owed += 1
+        self.lists = {}
+        self.unheard = owed - len(self.handed_in)
+        if not self.unheard:
             self._merge()
+
+    def handed_here(self, src: int, events: list[Event]) -> None:
+        """Partition ``src`` handed these transactions here (their rows, this one first)."""
+        if src in self.handed_in:
+            raise ExchangeError(f"partition {self.pid} got handed rows twice (from {src})")
+        self.handed_in[src] = events
+        if len(self.rows) == self.sched.partitions:  # (every list came: they were owed)
+            self.unheard -= 1
+            if not self.unheard:
+                self._merge()
 
     def _merge(self) -> None:
         """The partition's order: its own events and the copies announced to it."""
         copies = list(map(tuple.__new__, repeat(Event), self.copies))
+        own = self.own
+        if self.handed_in:
+            got = {e.order[2]: e for events in self.handed_in.values() for e in events}
+            copies = [got.get(c.order[2], c) for c in copies]
+            if self.stale:  # (an old copy of one handed here goes: the handed one replaces it)
+                own = [e for e in own if e.copy or e.order[2] not in got]
+            self.handed_in = {}
         if self.stale:  # (held before copies were announced: they came both ways)
-            copies = [c for c in copies if c.order[2] not in self.stale]
+            copies = [c for c in copies if c.copy or c.order[2] not in self.stale]
         if copies:
             self.copies_ran = max((c.order[0], c.order[1]) for c in copies)
-        events = self.own + copies
+        events = own + copies
         events.sort(key=_order)  # (sorted runs, merged)
         self.own, self.copies, self.pending = [], [], iter(events)
 
@@ -663,8 +762,11 @@ class _Partition:
     def receive(self, src: int, message: tuple[Any, ...]) -> None:
         """A message from partition ``src``; :meth:`drain` runs what it freed."""
         mid = message[0]
-        if mid is None:  # (a partition's copies: see announce)
-            self.heard(src, message[1])
+        if mid is None:  # (a partition's copies, or those it hands here: see announce)
+            if message[1] is None:
+                self.handed_here(src, message[2])
+            else:
+                self.heard(src, message[1], message[2])
             return
         back = mid < 0  # (a home's answer names its transaction ~mid: see .forward_messages)
         if back:
