@@ -73,6 +73,40 @@ def test_repetitions_run_in_rounds_and_keep_their_seeds(tmp_path: Path) -> None:
     assert all(r["y"] == r["seed"] for r in rows)
 
 
+def test_same_seed_gives_points_that_differ_only_there_one_seed(tmp_path: Path) -> None:
+    # Golab et al. 5.1: the four schedulers run on an identical workload, so a
+    # scheduler must not change the seed; a new repetition still draws a new one.
+    exp = Experiment(
+        name="same",
+        description="",
+        grid=[{"n": n, "s": s} for n in (1, 2) for s in ("a", "b")],
+        quick_grid=[],
+        run=lambda point, seed: {"y": seed},
+        repetitions=2,
+        same_seed=("s",),
+    )
+    rows = run_experiment(exp, tmp_path, progress=False)
+    seeds = {(r["n"], r["s"], r["rep"]): r["seed"] for r in rows}
+    assert seeds == {
+        (1, "a", 0): 0, (1, "b", 0): 0, (1, "a", 1): 7920, (1, "b", 1): 7920,
+        (2, "a", 0): 4, (2, "b", 0): 4, (2, "a", 1): 7924, (2, "b", 1): 7924,
+    }  # fmt: skip
+
+
+def test_every_windows_scheduler_of_a_repetition_gets_the_same_seed(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from txstream.bench.windows import EXPERIMENT
+
+    exp = replace(EXPERIMENT, run=lambda point, seed: {"y": seed}, figures=[])
+    by_case: dict[tuple[Any, ...], set[int]] = {}
+    for r in run_experiment(exp, tmp_path, progress=False):
+        by_case.setdefault((r["workload"], r["t"], r["n"], r["rep"]), set()).add(r["seed"])
+    assert len(by_case) == 30 * 3
+    assert all(len(seeds) == 1 for seeds in by_case.values())
+    assert len({s for seeds in by_case.values() for s in seeds}) == 30 * 3
+
+
 def test_generated_history_has_the_asked_size() -> None:
     h = parse_one(generate_history_text(10_000, seed=3))
     assert 9_000 <= len(h) <= 10_000

@@ -123,6 +123,10 @@ class Experiment:
     """Types and ranges of the parameters ``bench --set`` may change; a parameter
     not declared here is checked against the values its grids use (see
     :func:`param_spec`)."""
+    same_seed: tuple[str, ...] = ()
+    """Parameters that do not change a run's seed: points that differ only in these
+    get the same seed in each repetition (the first such point's), e.g. the
+    scheduler, so that every scheduler of a repetition sees the same input."""
 
 
 def param_spec(exp: Experiment, name: str) -> Param:
@@ -238,7 +242,24 @@ def run_experiment(
     # order); the runs go in rounds, the grid's order within each.
     order = sorted(range(len(by_point)), key=lambda i: by_point[i][1])
     tasks = [by_point[i] for i in order]
-    seeded = [(dict(by_point[i][0]), seed * 1_000_003 + by_point[i][1] * 7919 + i) for i in order]
+    first: dict[tuple[tuple[str, str], ...], int] = {}
+    # The grid position whose seed each point takes: its own, or that of the first
+    # point equal to it but for ``same_seed`` (seeds stay as before without it).
+    home = (
+        [
+            first.setdefault(
+                tuple(sorted((k, repr(v)) for k, v in point.items() if k not in exp.same_seed)), g
+            )
+            for g, point in enumerate(grid)
+        ]
+        if exp.same_seed
+        else list(range(len(grid)))
+    )
+    seeded = [
+        (dict(point), seed * 1_000_003 + rep * 7919 + home[i // reps] * reps + rep)
+        for i in order
+        for point, rep in [by_point[i]]
+    ]
     done: dict[int, dict[str, Any]] = {}  # (by grid position)
     if mapper is not None:
         if progress:

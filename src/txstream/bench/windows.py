@@ -101,6 +101,9 @@ EXPERIMENT = Experiment(
         "costs": Param(str, choices=tuple(COSTS)),
     },
     repetitions=3,
+    # Section 5.1: every scheduler runs "over an identical query workload" on the
+    # same input stream; each repetition draws a new stream.
+    same_seed=("scheduler",),
     figures=[
         _fig(
             "windows_fig8_aborts",
