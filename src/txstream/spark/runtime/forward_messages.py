@@ -55,7 +55,7 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import track
 
 if TYPE_CHECKING:
-    from txstream.spark.runtime.forward import _Item, _Partition
+    from txstream.spark.runtime.forward import _Item, _Light, _Partition
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
@@ -97,29 +97,42 @@ def up_rows(
 
 
 def run_at_home(
-    part: _Partition, item: _Item, src: int = -1, message: tuple[Any, ...] | None = None
+    part: _Partition,
+    item: _Item | _Light,
+    src: int = -1,
+    message: tuple[Any, ...] | None = None,
 ) -> None:
     """At the home: run ``item``'s transaction over its own and the forwarded rows; answer.
 
     ``message``: the one participant's ``up`` (from ``src``), when the caller
-    has it in hand (:meth:`~.forward._Partition.receive_all`); else they are in
-    ``item.ups``.  (Of :class:`~.forward._Partition`, called where its method
-    would be: on this path each call costs as much as the lines it saves, so
-    the common case, one participant with one value of a flat table, runs
-    here without a call of its own but the transaction's: its rows put in,
-    the answer built and queued, the rows taken out and the item finished
-    inline.)
+    has it in hand (:meth:`~.forward._Partition.receive_all`, always for a
+    :data:`~.forward._Light`); else they are in ``item.ups``.  (Of
+    :class:`~.forward._Partition`, called where its method would be: on this
+    path each call costs as much as the lines it saves, so the common case,
+    one participant with one value of a flat table, runs here without a call
+    of its own but the transaction's: its rows put in, the answer built and
+    queued, the rows taken out and the item finished inline.)
     """
-    if message is None:
-        ups = item.ups
-        assert ups is not None
-        if len(ups) != 1:
-            _run_many(part, item, ups)
+    if isinstance(item, tuple):
+        event, own, dest, _epoch = item
+        assert message is not None
+        if len(message) != 4:
+            _run_many(part, part._heavy(item, True), {src: message})
             return
-        ((src, message),) = ups.items()
-    if len(message) != 4 or len(item.parts) != 1:
-        _run_many(part, item, {src: message})
-        return
+        sole = True  # (its one value here heads its queue)
+    else:
+        if message is None:
+            ups = item.ups
+            assert ups is not None
+            if len(ups) != 1:
+                _run_many(part, item, ups)
+                return
+            ((src, message),) = ups.items()
+        if len(message) != 4 or len(item.parts) != 1:
+            _run_many(part, item, {src: message})
+            return
+        event, own, dest = item.event, item.values[0], item.parts[0]
+        sole = item.queued and len(item.values) == 1
     state, runner = part.state, part.runner
     flat, data = state.flat, state.data
     _mid, value, table, rows = message
@@ -138,7 +151,6 @@ def run_at_home(
     runner.remote = remote
     outcome = part.outcome
     committed_before = outcome.committed
-    event = item.event
     try:
         runner.run_event(event, part.batch, part.sched.abort)
     finally:
@@ -177,7 +189,6 @@ def run_at_home(
                 track(tracked, table, row, None)
     else:
         drop(state, tables, remote)
-    dest = item.parts[0]
     box = part.out.get(dest)  # (part.send, inlined)
     if box is None:
         part.out[dest] = [answer]
@@ -185,15 +196,14 @@ def run_at_home(
         box.append(answer)
     # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
     # and take_back; a change to finish changes both)
-    values = item.values
-    if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
-        locks, v = part.locks, values[0]
-        if len(locks[v]) == 1:
-            del locks[v]
+    if sole and not part.readings and part.barrier is None:
+        locks = part.locks
+        if len(locks[own]) == 1:
+            del locks[own]
             part.inflight -= 1
             part.unfinished -= 1
             return
-    part.finish(item)
+    part.finish(part._heavy(item, True) if isinstance(item, tuple) else item)
 
 
 def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]]) -> None:
@@ -301,7 +311,7 @@ def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None
                     track(tracked, table, row, None)
 
 
-def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
+def take_back(part: _Partition, item: _Item | _Light, message: tuple[Any, ...]) -> None:
     """At a participant: the home's answer; the rows it changed replace these.
 
     (Of :class:`~.forward._Partition`, called where its method would be.)  The
@@ -327,8 +337,9 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             rows[key] = row
             if tracked and table in tracked:
                 track(tracked, table, old, row)
+    event = item[0] if isinstance(item, tuple) else item.event
     if n and message[1]:  # (committed, with its operations here; then its commit mark)
-        order = item.event.order
+        order = event.order
         runner = part.runner
         if type(order[0]) is float:  # (runner.record_remote of the plain mark, inlined)
             outcome = part.outcome
@@ -337,9 +348,19 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             history.append(part.mark)
             outcome.orders.append(order)
         else:
-            runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, item.event))
+            runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, event))
     # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
     # and take_back; a change to finish changes both)
+    if isinstance(item, tuple):
+        if not part.readings and part.barrier is None:
+            locks, v = part.locks, item[1]
+            if len(locks[v]) == 1:
+                del locks[v]
+                part.inflight -= 1
+                part.unfinished -= 1
+                return
+        part.finish(part._heavy(item, False))
+        return
     values = item.values
     if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
         locks, v = part.locks, values[0]
