@@ -217,8 +217,9 @@ class ExecutorTx:
         self._remote: Container[Any] | None = None
         """Values whose rows were forwarded here from their own partitions (see
         :mod:`.forward`): their operations are recorded there, so they go to
-        ``_remote_ops`` as (value, operation)."""
-        self._remote_ops: list[tuple[Any, str | int]] = []
+        ``_remote_ops`` as value, operation, value, operation, ... (flat: no tuple per
+        operation to make, and the home's answer takes the operations as one slice)."""
+        self._remote_ops: list[Any] = []
         self._global: tuple[tuple[str, str | None], ...] = ()
         """What this transaction may read across all partitions (its input's global_reads)."""
         self._aggregates: dict[tuple[str, str | None], list[Any]] | None = None
@@ -246,7 +247,7 @@ class ExecutorTx:
                     op = key * self._stride + code
                     remote = self._remote
                     if remote is not None and key in remote:
-                        self._remote_ops.append((key, op))
+                        self._remote_ops += (key, op)
                     else:
                         history.append(op)
             rows = self._data.get(table)
@@ -416,7 +417,7 @@ class ExecutorTx:
                 op = key * self._stride + code + 1
                 remote = self._remote
                 if remote is not None and value in remote:
-                    self._remote_ops.append((value, op))
+                    self._remote_ops += (value, op)
                 else:
                     history.append(op)
         return total
@@ -545,7 +546,7 @@ class ExecutorTx:
         """
         remote = self._remote
         if remote is not None and value in remote:
-            self._remote_ops.append((value, op))
+            self._remote_ops += (value, op)
         else:
             assert self._history is not None
             self._history.append(op)

@@ -46,7 +46,6 @@ eighth, valgrind).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from txstream.spark.runtime.boundaries import event_gid
@@ -59,7 +58,6 @@ if TYPE_CHECKING:
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
-_SECOND = itemgetter(1)
 
 
 def up_rows(
@@ -160,11 +158,11 @@ def run_at_home(
     # What changed of the forwarded rows goes back, row by row; those rows leave the
     # undo log, which makes this partition's delta, and then this state.
     if outcome.committed > committed_before:
-        out: list[Any] = [~mid, True, 0]
-        if part.record:
+        if part.record:  # (value, op, value, op, ...: the ops are every second one)
             ops = runner.remote_ops
-            out[2] = len(ops)
-            out += map(_SECOND, ops)
+            out: list[Any] = [~mid, True, len(ops) >> 1, *ops[1::2]]
+        else:
+            out = [~mid, True, 0]
         undo = state.undo
         for undo_key, _old in runner.changed:
             if undo_key[1] in remote:
@@ -279,7 +277,8 @@ def _backs(
     undo = state.undo
     ops_of: dict[int, list[Any]] = {p: [] for p in parts}
     if record:
-        for value, op in runner.remote_ops:
+        ops = iter(runner.remote_ops)
+        for value, op in zip(ops, ops, strict=True):
             ops_of[owner[value]].append(op)
     changes: dict[int, list[Any]] = {p: [] for p in parts}
     for undo_key, _old in runner.changed:
@@ -323,8 +322,13 @@ def take_back(part: _Partition, item: _Item | _Light, message: tuple[Any, ...]) 
     if len(message) > 3 + n:
         state = part.state
         undo, tracked, flat, data = state.undo, state.tracked, state.flat, state.data
-        changes = iter(message[3 + n :])
-        for table, value, key, row in zip(changes, changes, changes, changes, strict=True):
+        rest = message[3 + n :]
+        if len(rest) == 4:  # (one row changed, the common case: no zip to make)
+            quads: Iterable[tuple[Any, ...]] = (rest,)
+        else:
+            changes = iter(rest)
+            quads = zip(changes, changes, changes, changes, strict=True)
+        for table, value, key, row in quads:
             rows = data.get(table) if table in flat else state.part(table, value)
             if rows is None or row is None:  # (a value's first row, or a row deleted)
                 state.put(table, value, key, ABSENT if row is None else row)
