@@ -252,6 +252,12 @@ class _Partition:
         self.runner = GroupRunner(sched.job, state, self.outcome, sched.arrival, sched.partitions)
         self.global_reads = self.runner.global_reads
         self.tables = list(sched.job.tables)
+        self.one_flat = self.tables[0] if len(self.tables) == 1 else None
+        """The job's one table when it has one and it is flat (rows by key: see
+        ``PartitionState.flat``, set by the runner's Tx), else None: the crossing
+        path's rows then go as one row, bare (see :mod:`.forward_messages`)."""
+        if self.one_flat not in state.flat:
+            self.one_flat = None
         self.record = sched.job.record_history
         self.mark = self.runner.tx._stride - 1
         """The plain commit mark of a transaction that ran through its home (see
@@ -445,13 +451,12 @@ class _Partition:
         self.unfinished += 1
         mid = e.order[2]
         self.waiting[mid] = light
-        tables, state = self.tables, self.state
-        if len(tables) == 1 and tables[0] in state.flat:  # (up_rows of one flat row, inlined)
-            table = tables[0]
-            row = state.data.get(table, _NONE).get(v)
+        table = self.one_flat
+        if table is not None:  # (up_rows of one flat row, inlined)
+            row = self.state.data.get(table, _NONE).get(v)
             up = (mid, v, None, None) if row is None else (mid, v, table, row)
         else:
-            up = up_rows(state, tables, mid, [v], home in self.sched.hosted)
+            up = up_rows(self.state, self.tables, mid, [v], home in self.sched.hosted)
         box = self.out.get(home)  # (send, inlined)
         if box is None:
             self.out[home] = [up]
@@ -520,8 +525,8 @@ class _Partition:
         copies = list(map(tuple.__new__, repeat(Event), self.copies))
         if self.stale:  # (held before copies were announced: they came both ways)
             copies = [c for c in copies if c.order[2] not in self.stale]
-        if copies:
-            self.copies_ran = max((c.order[0], c.order[1]) for c in copies)
+        if copies:  # (the largest order's first two: the largest (order value, input))
+            self.copies_ran = max(map(_order, copies))[:2]
         events = self.own + copies
         events.sort(key=_order)  # (sorted runs, merged)
         self.own, self.copies, self.pending = [], [], iter(events)

@@ -149,8 +149,12 @@ def run_at_home(
     runner.remote = remote
     outcome = part.outcome
     committed_before = outcome.committed
+    abort = part.sched.abort
     try:
-        runner.run_event(event, part.batch, part.sched.abort)
+        if abort:
+            runner.run_event(event, part.batch, abort)
+        else:  # (run_event without a transaction to abort: its call, inlined)
+            runner._execute_one(event, None, None, part.batch)
     finally:
         runner.remote = None
     outcome.forwarded += 1
@@ -176,9 +180,8 @@ def run_at_home(
         answer: tuple[Any, ...] = tuple(out)
     else:
         answer = (~mid, False, 0)
-    tables = part.tables
-    if len(tables) == 1 and tables[0] in flat:  # (drop of one value, inlined)
-        table = tables[0]
+    table = part.one_flat
+    if table is not None:  # (drop of one value, inlined)
         by_key = data.get(table)
         row = by_key.pop(value, None) if by_key else None
         if row is not None:
@@ -186,7 +189,7 @@ def run_at_home(
             if tracked and table in tracked:
                 track(tracked, table, row, None)
     else:
-        drop(state, tables, remote)
+        drop(state, part.tables, remote)
     box = part.out.get(dest)  # (part.send, inlined)
     if box is None:
         part.out[dest] = [answer]
