@@ -40,7 +40,9 @@ answer, the rows' removal, the queueing of the answer, the participant's
 commit mark and both ends' release of the value's lock run inline (session
 23: 22 Python calls per crossing transaction in the scheduler's run became 10,
 four of them the transaction's own ``_log``; its instructions fell by about an
-eighth, valgrind).
+eighth, valgrind).  Session 24: those four ``_log`` calls are inline in ``read``
+and ``increment``, and neither end makes an item for such a transaction but a
+tuple (:data:`~.forward._Light`), which these functions take as well as an item.
 """
 
 from __future__ import annotations
