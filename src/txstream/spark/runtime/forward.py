@@ -485,6 +485,11 @@ class _Partition:
         pid, reads, partitions = self.pid, self.global_reads, self.sched.partitions
         lists: dict[int, list[tuple[Any, ...]]] = {q: [] for q in range(partitions) if q != pid}
         stale: set[int] = set()
+        # One list [pid, q] per other partition for the partitions of every two-value
+        # copy it gets: pickled once per frame, unpickled as one list (pids are never
+        # changed).  Micro (7,000 copies in one frame): 0.39 + 0.75 -> 0.27-0.34 + 0.57 us
+        # per copy to pickle and unpickle, 43 -> 37 bytes.
+        pairs = {q: [pid, q] for q in lists}
         for e in events:
             pids = e.pids
             if len(pids) < 2:
@@ -497,6 +502,8 @@ class _Partition:
             if len(pids) == 2:  # (the common case: two values)
                 q = pids[1]
                 if q != pid:
+                    if pids[0] == pid:  # (always: a copy is at its home, pids[0])
+                        pids = pairs[q]
                     lists[q].append((e.order, e.input, _NO_ROW, e.values, pids, False))
                 continue
             entry = (e.order, e.input, _NO_ROW, e.values, pids, False)
