@@ -7,12 +7,12 @@ Ledger, 100,000 accounts) for 2 and for 3 batches under ``valgrind
 --tool=cachegrind`` with a fixed hash seed, and prints the difference divided
 by one batch's events (set-up, the store's first load and the interpreter's
 exit cancel out; so do drawing the events and building the Arrow batches, made
-for 3 batches in both runs: until session 24 they were counted, and cross 0's draws,
-which look up partitions, cost about 3,000 instructions per event more than
-uniform's).  Needs valgrind; a few minutes per pattern.  The child runs with
-``OPENBLAS_NUM_THREADS=1`` (unless set): the OpenBLAS threads loaded with the
-runtime spin, and their instructions moved cross 0 by 10% between two runs of the
-same code (session 24).
+for 3 batches in both runs: until session 24 they were counted, about 45,000 of
+cross 0's 131,500 instructions per event and 41,000 of uniform's 151,000, which
+made uniform / cross 0 read 1.15x for 1.28x).  Needs valgrind; a few minutes per
+pattern.  The child runs with ``OPENBLAS_NUM_THREADS=1`` (unless set): the
+OpenBLAS threads loaded with the runtime spin, and their instructions moved
+cross 0 by 10% between two runs of the same code (session 24).
 
     PYTHONPATH=src .venv/bin/python scripts/runtime-mp-instructions.py [--patterns cross0,uniform]
 """
