@@ -6,7 +6,13 @@ runs ``runtime-mp-cpu.py``'s batches (two partitions in one task, the Streaming
 Ledger, 100,000 accounts) for 2 and for 3 batches under ``valgrind
 --tool=cachegrind`` with a fixed hash seed, and prints the difference divided
 by one batch's events (set-up, the store's first load and the interpreter's
-exit cancel out).  Needs valgrind; a few minutes per pattern.
+exit cancel out; so do drawing the events and building the Arrow batches, made
+for 3 batches in both runs: until session 24 they were counted, about 45,000 of
+cross 0's 131,500 instructions per event and 41,000 of uniform's 151,000, which
+made uniform / cross 0 read 1.15x for 1.28x).  Needs valgrind; a few minutes per
+pattern.  The child runs with ``OPENBLAS_NUM_THREADS=1`` (unless set): the
+OpenBLAS threads loaded with the runtime spin, and their instructions moved
+cross 0 by 10% between two runs of the same code (session 24).
 
     PYTHONPATH=src .venv/bin/python scripts/runtime-mp-instructions.py [--patterns cross0,uniform]
 """
@@ -35,7 +41,9 @@ def child(pattern: str, batches: int, history: bool) -> None:
     mp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mp)
     mp.q._forwarded_phase1 = mp.one_task
-    args = argparse.Namespace(per=PER, batches=batches, no_history=not history, audit_every=1000)
+    args = argparse.Namespace(
+        per=PER, batches=batches, no_history=not history, audit_every=1000, prepare=3
+    )
     gc.disable()
     mp.run(pattern, args, None)
     os._exit(0)  # (no collection at exit: its cost grows with what the run left alive)
@@ -44,6 +52,7 @@ def child(pattern: str, batches: int, history: bool) -> None:
 def instructions(pattern: str, batches: int, history: bool) -> int:
     """Instructions valgrind counted for one child run."""
     mode = "history" if history else "no-history"
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # (see the module docstring)
     return valgrind_count.instructions(__file__, "--child", pattern, str(batches), mode)
 
 

@@ -203,8 +203,9 @@ class GroupRunner:
         """Values whose rows were forwarded for the next :meth:`run` (see :mod:`.forward`)."""
         self.aggregates: dict[tuple[str, str | None], list[Any]] | None = None
         """The gathered totals for the next :meth:`run` of a global read (see :class:`Tx`)."""
-        self.remote_ops: list[tuple[Any, str | int]] = []
-        """After a committed :meth:`run` with ``remote``: the operations on those values."""
+        self.remote_ops: list[Any] = []
+        """After a committed :meth:`run` with ``remote``: the operations on those values, as
+        value, operation, value, operation, ... (flat: see ``Tx._remote_ops``)."""
         self.changed: list[tuple[tuple[str, Any, Any], Any]] = []
         """After a committed :meth:`run` with ``remote``: its undo log, ((table, value, key),
         old row), whose keys are the rows it changed; the Tx's own list, so it is valid

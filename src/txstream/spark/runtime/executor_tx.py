@@ -217,8 +217,9 @@ class ExecutorTx:
         self._remote: Container[Any] | None = None
         """Values whose rows were forwarded here from their own partitions (see
         :mod:`.forward`): their operations are recorded there, so they go to
-        ``_remote_ops`` as (value, operation)."""
-        self._remote_ops: list[tuple[Any, str | int]] = []
+        ``_remote_ops`` as value, operation, value, operation, ... (flat: no tuple per
+        operation to make, and the home's answer takes the operations as one slice)."""
+        self._remote_ops: list[Any] = []
         self._global: tuple[tuple[str, str | None], ...] = ()
         """What this transaction may read across all partitions (its input's global_reads)."""
         self._aggregates: dict[tuple[str, str | None], list[Any]] | None = None
@@ -242,10 +243,13 @@ class ExecutorTx:
             if history is not None:
                 if type(key) is not int:
                     self._log(key, f"r{self._txn()}({item_name(table, key)})")
-                elif self._remote is None:
-                    history.append(key * self._stride + code)
-                else:
-                    self._log(key, key * self._stride + code)
+                else:  # (compact: see recorded.py; _log inlined, see there)
+                    op = key * self._stride + code
+                    remote = self._remote
+                    if remote is not None and key in remote:
+                        self._remote_ops += (key, op)
+                    else:
+                        history.append(op)
             rows = self._data.get(table)
             row = rows.get(key) if rows is not None else None
             return default if row is None else row.copy()
@@ -422,10 +426,13 @@ class ExecutorTx:
         if history is not None:
             if type(key) is not int:
                 self._log(value, f"w{self._txn()}({item_name(table, key)})")
-            elif self._remote is None:  # (compact: see recorded.py)
-                history.append(key * self._stride + code + 1)
-            else:
-                self._log(value, key * self._stride + code + 1)
+            else:  # (compact: see recorded.py; _log inlined, see there)
+                op = key * self._stride + code + 1
+                remote = self._remote
+                if remote is not None and value in remote:
+                    self._remote_ops += (value, op)
+                else:
+                    history.append(op)
         return total
 
     def delete(self, table: str, key: Key) -> None:
@@ -547,10 +554,12 @@ class ExecutorTx:
 
         ``op``: its text, or its int (see :mod:`.recorded`), which the value's own
         partition follows with the transaction's commit mark (see ``record_remote``).
+        ``read`` and ``increment`` have its lines inline for an int key: a crossing
+        transfer at its home made four calls of it (a change here changes them too).
         """
         remote = self._remote
         if remote is not None and value in remote:
-            self._remote_ops.append((value, op))
+            self._remote_ops += (value, op)
         else:
             assert self._history is not None
             self._history.append(op)

@@ -40,13 +40,14 @@ answer, the rows' removal, the queueing of the answer, the participant's
 commit mark and both ends' release of the value's lock run inline (session
 23: 22 Python calls per crossing transaction in the scheduler's run became 10,
 four of them the transaction's own ``_log``; its instructions fell by about an
-eighth, valgrind).
+eighth, valgrind).  Session 24: those four ``_log`` calls are inline in ``read``
+and ``increment``, and neither end makes an item for such a transaction but a
+tuple (:data:`~.forward._Light`), which these functions take as well as an item.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 from txstream.spark.runtime.boundaries import event_gid
@@ -55,11 +56,10 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import track
 
 if TYPE_CHECKING:
-    from txstream.spark.runtime.forward import _Item, _Partition
+    from txstream.spark.runtime.forward import _Item, _Light, _Partition
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
-_SECOND = itemgetter(1)
 
 
 def up_rows(
@@ -97,29 +97,42 @@ def up_rows(
 
 
 def run_at_home(
-    part: _Partition, item: _Item, src: int = -1, message: tuple[Any, ...] | None = None
+    part: _Partition,
+    item: _Item | _Light,
+    src: int = -1,
+    message: tuple[Any, ...] | None = None,
 ) -> None:
     """At the home: run ``item``'s transaction over its own and the forwarded rows; answer.
 
     ``message``: the one participant's ``up`` (from ``src``), when the caller
-    has it in hand (:meth:`~.forward._Partition.receive_all`); else they are in
-    ``item.ups``.  (Of :class:`~.forward._Partition`, called where its method
-    would be: on this path each call costs as much as the lines it saves, so
-    the common case, one participant with one value of a flat table, runs
-    here without a call of its own but the transaction's: its rows put in,
-    the answer built and queued, the rows taken out and the item finished
-    inline.)
+    has it in hand (:meth:`~.forward._Partition.receive_all`, always for a
+    :data:`~.forward._Light`); else they are in ``item.ups``.  (Of
+    :class:`~.forward._Partition`, called where its method would be: on this
+    path each call costs as much as the lines it saves, so the common case,
+    one participant with one value of a flat table, runs here without a call
+    of its own but the transaction's: its rows put in, the answer built and
+    queued, the rows taken out and the item finished inline.)
     """
-    if message is None:
-        ups = item.ups
-        assert ups is not None
-        if len(ups) != 1:
-            _run_many(part, item, ups)
+    if isinstance(item, tuple):
+        event, own, dest, _epoch = item
+        assert message is not None
+        if len(message) != 4:
+            _run_many(part, part._heavy(item, True), {src: message})
             return
-        ((src, message),) = ups.items()
-    if len(message) != 4 or len(item.parts) != 1:
-        _run_many(part, item, {src: message})
-        return
+        sole = True  # (its one value here heads its queue)
+    else:
+        if message is None:
+            ups = item.ups
+            assert ups is not None
+            if len(ups) != 1:
+                _run_many(part, item, ups)
+                return
+            ((src, message),) = ups.items()
+        if len(message) != 4 or len(item.parts) != 1:
+            _run_many(part, item, {src: message})
+            return
+        event, own, dest = item.event, item.values[0], item.parts[0]
+        sole = item.queued and len(item.values) == 1
     state, runner = part.state, part.runner
     flat, data = state.flat, state.data
     _mid, value, table, rows = message
@@ -135,9 +148,12 @@ def run_at_home(
     runner.remote = remote
     outcome = part.outcome
     committed_before = outcome.committed
-    event = item.event
+    abort = part.sched.abort
     try:
-        runner.run_event(event, part.batch, part.sched.abort)
+        if abort:
+            runner.run_event(event, part.batch, abort)
+        else:  # (run_event without a transaction to abort: its call, inlined)
+            runner._execute_one(event, None, None, part.batch)
     finally:
         runner.remote = None
     outcome.forwarded += 1
@@ -145,11 +161,11 @@ def run_at_home(
     # What changed of the forwarded rows goes back, row by row; those rows leave the
     # undo log, which makes this partition's delta, and then this state.
     if outcome.committed > committed_before:
-        out: list[Any] = [~mid, True, 0]
-        if part.record:
+        if part.record:  # (value, op, value, op, ...: the ops are every second one)
             ops = runner.remote_ops
-            out[2] = len(ops)
-            out += map(_SECOND, ops)
+            out: list[Any] = [~mid, True, len(ops) >> 1, *ops[1::2]]
+        else:
+            out = [~mid, True, 0]
         undo = state.undo
         for undo_key, _old in runner.changed:
             if undo_key[1] in remote:
@@ -163,15 +179,13 @@ def run_at_home(
         answer: tuple[Any, ...] = tuple(out)
     else:
         answer = (~mid, False, 0)
-    tables = part.tables
-    if len(tables) == 1 and tables[0] in flat:  # (drop of one value, inlined)
-        table = tables[0]
+    table = part.one_flat
+    if table is not None:  # (drop of one value, inlined)
         by_key = data.get(table)
         if by_key:
             by_key.pop(value, None)
     else:
-        drop(state, tables, remote)
-    dest = item.parts[0]
+        drop(state, part.tables, remote)
     box = part.out.get(dest)  # (part.send, inlined)
     if box is None:
         part.out[dest] = [answer]
@@ -179,15 +193,14 @@ def run_at_home(
         box.append(answer)
     # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
     # and take_back; a change to finish changes both)
-    values = item.values
-    if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
-        locks, v = part.locks, values[0]
-        if len(locks[v]) == 1:
-            del locks[v]
+    if sole and not part.readings and part.barrier is None:
+        locks = part.locks
+        if len(locks[own]) == 1:
+            del locks[own]
             part.inflight -= 1
             part.unfinished -= 1
             return
-    part.finish(item)
+    part.finish(part._heavy(item, True) if isinstance(item, tuple) else item)
 
 
 def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]]) -> None:
@@ -266,7 +279,8 @@ def _backs(
     undo = state.undo
     ops_of: dict[int, list[Any]] = {p: [] for p in parts}
     if record:
-        for value, op in runner.remote_ops:
+        ops = iter(runner.remote_ops)
+        for value, op in zip(ops, ops, strict=True):
             ops_of[owner[value]].append(op)
     changes: dict[int, list[Any]] = {p: [] for p in parts}
     for undo_key, _old in runner.changed:
@@ -293,7 +307,7 @@ def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None
             state.pop_rows(table, value)
 
 
-def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
+def take_back(part: _Partition, item: _Item | _Light, message: tuple[Any, ...]) -> None:
     """At a participant: the home's answer; the rows it changed replace these.
 
     (Of :class:`~.forward._Partition`, called where its method would be.)  The
@@ -305,8 +319,13 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
     if len(message) > 3 + n:
         state = part.state
         undo, tracked, flat, data = state.undo, state.tracked, state.flat, state.data
-        changes = iter(message[3 + n :])
-        for table, value, key, row in zip(changes, changes, changes, changes, strict=True):
+        rest = message[3 + n :]
+        if len(rest) == 4:  # (one row changed, the common case: no zip to make)
+            quads: Iterable[tuple[Any, ...]] = (rest,)
+        else:
+            changes = iter(rest)
+            quads = zip(changes, changes, changes, changes, strict=True)
+        for table, value, key, row in quads:
             rows = data.get(table) if table in flat else state.part(table, value)
             if rows is None or row is None:  # (a value's first row, or a row deleted)
                 state.put(table, value, key, ABSENT if row is None else row)
@@ -319,8 +338,9 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             rows[key] = row
             if tracked and table in tracked:
                 track(tracked, table, old, row)
+    event = item[0] if isinstance(item, tuple) else item.event
     if n and message[1]:  # (committed, with its operations here; then its commit mark)
-        order = item.event.order
+        order = event.order
         runner = part.runner
         if type(order[0]) is float:  # (runner.record_remote of the plain mark, inlined)
             outcome = part.outcome
@@ -329,9 +349,19 @@ def take_back(part: _Partition, item: _Item, message: tuple[Any, ...]) -> None:
             history.append(part.mark)
             outcome.orders.append(order)
         else:
-            runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, item.event))
+            runner.record_remote(message[3 : 3 + n], order, event_gid(part.batch, event))
     # (part.finish, inlined for one value that nothing waits for: the same in run_at_home
     # and take_back; a change to finish changes both)
+    if isinstance(item, tuple):
+        if not part.readings and part.barrier is None:
+            locks, v = part.locks, item[1]
+            if len(locks[v]) == 1:
+                del locks[v]
+                part.inflight -= 1
+                part.unfinished -= 1
+                return
+        part.finish(part._heavy(item, False))
+        return
     values = item.values
     if len(values) == 1 and not part.readings and part.barrier is None and item.queued:
         locks, v = part.locks, values[0]
