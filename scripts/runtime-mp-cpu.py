@@ -94,7 +94,9 @@ class Sampler:
     def sample(self, signum: int, frame: Any) -> None:
         """Count the running line and its innermost txstream function."""
         code = frame.f_code
-        self.lines[(Path(code.co_filename).name, frame.f_lineno, code.co_name)] += 1
+        path = Path(code.co_filename)
+        name = f"forward/{path.name}" if path.parent.name == "forward" else path.name
+        self.lines[(name, frame.f_lineno, code.co_name)] += 1
         while frame is not None:
             if "txstream" in frame.f_code.co_filename:
                 key = (Path(frame.f_code.co_filename).name, frame.f_code.co_name)
@@ -221,11 +223,11 @@ def main() -> None:
         print(f"\nus/event by function: {a}, {b}, difference")
         for diff, c0, un, (f, fn) in sorted(rows, reverse=True)[:30]:
             print(f"{c0:6.2f} {un:6.2f} {diff:+6.2f}  {f}:{fn}")
-        print(f"\nus/event by line of forward.py, {b}")
+        print(f"\nus/event by line of forward/*.py, {b}")
         lines = samplers[b].lines
         for (f, ln, fn), n in lines.most_common(400):
-            if f == "forward.py" and n * scale[b] >= 0.08:
-                print(f"{n * scale[b]:6.2f}  {ln} {fn}")
+            if f.startswith("forward/") and n * scale[b] >= 0.08:
+                print(f"{n * scale[b]:6.2f}  {f}:{ln} {fn}")
 
 
 if __name__ == "__main__":

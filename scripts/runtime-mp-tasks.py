@@ -30,7 +30,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from txstream.spark.runtime import forward, tasks
+from txstream.spark.runtime import tasks
+from txstream.spark.runtime.forward import new_exchange
+from txstream.spark.runtime.forward import partition as forward_partition
+from txstream.spark.runtime.forward import scheduler as forward_scheduler
 from txstream.spark.runtime.transport import SocketTransport
 
 _path = Path(__file__).with_name("runtime-mp-cpu.py")
@@ -49,7 +52,7 @@ MEASURES: list[dict[str, Any]] = []
 def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: Any = None) -> Any:
     """``phase1_forward`` with its scheduler's counters, CPU and wall time kept."""
     seen: list[Any] = []
-    run = forward.ForwardScheduler.run
+    run = forward_scheduler.ForwardScheduler.run
 
     def kept(self: Any) -> Any:
         seen.append(self)
@@ -68,9 +71,9 @@ def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: A
                 time.monotonic() - wall,
             )
 
-    forward.ForwardScheduler.run = kept  # type: ignore[method-assign]
+    forward_scheduler.ForwardScheduler.run = kept  # type: ignore[method-assign]
     # Global reads a partition admitted past (a checkout without it: 0).
-    read_past = getattr(forward._Partition, "_read_past", None)
+    read_past = getattr(forward_partition._Partition, "_read_past", None)
     past = [0]
 
     def counted(self: Any, item: Any) -> bool:
@@ -79,13 +82,13 @@ def _measured(job: Any, ctx: Any, events: Any, transport: Any = None, task_of: A
         return admitted
 
     if read_past is not None:
-        forward._Partition._read_past = counted  # type: ignore[attr-defined]
+        forward_partition._Partition._read_past = counted  # type: ignore[attr-defined]
     try:
         out = tasks.phase1_forward(job, ctx, events, transport, task_of, announce=True)
     finally:
-        forward.ForwardScheduler.run = run  # type: ignore[method-assign]
+        forward_scheduler.ForwardScheduler.run = run  # type: ignore[method-assign]
         if read_past is not None:
-            forward._Partition._read_past = read_past  # type: ignore[attr-defined]
+            forward_partition._Partition._read_past = read_past  # type: ignore[attr-defined]
     sched = seen[0]
     user, system, wall = sched.measured
     stats = [r["stats"] for r in out.values()]
@@ -140,7 +143,7 @@ def one_task(job: Any, ctx: Any, partitions: int, events: Any) -> Any:
 
 def two_tasks(job: Any, ctx: Any, partitions: int, events: Any) -> Any:
     """Task ``q`` of two, forked, hosts partitions ``q, q + 2, ...``; results come back piped."""
-    exchange = forward.new_exchange(2)
+    exchange = new_exchange(2)
     folder = Path(tempfile.mkdtemp(prefix="mp-rdv-"))
     children = []
     for q in range(2):

@@ -5,13 +5,13 @@ read's part is taken at once (nothing before it unfinished there), admitted
 past (later transactions go on while the earlier ones finish) or a barrier (an
 earlier read there still waits: admission stops).  This runs the same batches
 (the Streaming Ledger, uniform transfers, an audit every ``--audit-every``
-events) through the runtime's real partition logic (``forward._Partition``,
+events) through the runtime's real partition logic (``forward.partition._Partition``,
 every partition in one process, messages in memory: ``runtime-mp-cpu.py``'s
 harness, its admission rounds of 128) and counts the same three outcomes where
 ``_Partition._enter`` meets a read, then prints both, the crossing
 transactions' parts lent ahead of admission (``_Partition.lend_ahead``, from
 ``LEND_FROM`` partitions on) and the transactions handed to their other
-participant (``_Partition._hand_over``, ``forward.handed``) both ways, and
+participant (``_Partition._hand_over``, ``forward.announce.handed``) both ways, and
 the model's serial share, per P.
 ``--two-tasks``: the partitions in two forked tasks over
 sockets instead (``runtime-mp-tasks.py``'s harness, as two ``local[2]`` tasks
@@ -32,7 +32,9 @@ from typing import Any
 
 from txstream.bench.ledger import events
 from txstream.bench.schedule import count, keys_of, rehome
-from txstream.spark.runtime import forward
+from txstream.spark.runtime.forward import base as forward_base
+from txstream.spark.runtime.forward import partition as forward_partition
+from txstream.spark.runtime.forward import scheduler as forward_scheduler
 from txstream.spark.runtime.partitioning import partition_of
 
 _path = Path(__file__).with_name("runtime-mp-cpu.py")
@@ -62,9 +64,9 @@ def runtime_reads(
     seen: collections.Counter[str] = collections.Counter()
     log = Path(tempfile.mkdtemp(prefix="reads-")) / "parts"
     log.write_text("")
-    enter, lend = forward._Partition._enter, forward._Partition.lend_ahead
-    hand = forward._Partition.handed_here
-    run, pump = forward.ForwardScheduler.run, forward.ForwardScheduler._pump
+    enter, lend = forward_partition._Partition._enter, forward_partition._Partition.lend_ahead
+    hand = forward_partition._Partition.handed_here
+    run, pump = forward_scheduler.ForwardScheduler.run, forward_scheduler.ForwardScheduler._pump
     state: dict[str, Any] = {}
 
     def ran(sched: Any) -> list[int]:
@@ -92,7 +94,7 @@ def runtime_reads(
             f.write(kind + "\n")
 
     def counted(self: Any, item: Any) -> None:
-        if item.barrier and item.kind is not forward.FRAGMENT:
+        if item.barrier and item.kind is not forward_base.FRAGMENT:
             if self.barrier is not None:
                 note("behind")
             elif self.inflight == 0:
@@ -116,21 +118,21 @@ def runtime_reads(
     harness = tasks.mp if two else mp
     harness.P = partitions
     harness.q._forwarded_phase1 = tasks.two_tasks if two else mp.one_task
-    forward._Partition._enter = counted  # type: ignore[method-assign]
-    forward._Partition.lend_ahead = counted_lend  # type: ignore[method-assign]
-    forward._Partition.handed_here = counted_hand  # type: ignore[method-assign]
+    forward_partition._Partition._enter = counted  # type: ignore[method-assign]
+    forward_partition._Partition.lend_ahead = counted_lend  # type: ignore[method-assign]
+    forward_partition._Partition.handed_here = counted_hand  # type: ignore[method-assign]
     if not two:  # (a forked task hosts some partitions only, and its counts stay there)
-        forward.ForwardScheduler.run = counted_run  # type: ignore[method-assign]
-        forward.ForwardScheduler._pump = counted_pump  # type: ignore[method-assign]
+        forward_scheduler.ForwardScheduler.run = counted_run  # type: ignore[method-assign]
+        forward_scheduler.ForwardScheduler._pump = counted_pump  # type: ignore[method-assign]
     try:
         args = argparse.Namespace(per=per, batches=batches, no_history=True, audit_every=every)
         harness.run("audits" if every else "uniform", args, None)
     finally:
-        forward._Partition._enter = enter  # type: ignore[method-assign]
-        forward._Partition.lend_ahead = lend  # type: ignore[method-assign]
-        forward._Partition.handed_here = hand  # type: ignore[method-assign]
-        forward.ForwardScheduler.run = run  # type: ignore[method-assign]
-        forward.ForwardScheduler._pump = pump  # type: ignore[method-assign]
+        forward_partition._Partition._enter = enter  # type: ignore[method-assign]
+        forward_partition._Partition.lend_ahead = lend  # type: ignore[method-assign]
+        forward_partition._Partition.handed_here = hand  # type: ignore[method-assign]
+        forward_scheduler.ForwardScheduler.run = run  # type: ignore[method-assign]
+        forward_scheduler.ForwardScheduler._pump = pump  # type: ignore[method-assign]
         tasks.MEASURES.clear()
     for line in log.read_text().splitlines():
         if line.startswith("lent "):

@@ -61,19 +61,20 @@ def test_audits_that_wait_past_each_other_take_each_its_own_totals(
     # READS_PAST), each keeping the changes between it and the next apart.  Each
     # audit must total exactly the deposits before it.  (Fails when the changes
     # after a later read go to an earlier read's partials.)
-    from txstream.spark.runtime import forward
+    from txstream.spark.runtime.forward import base as forward_base
+    from txstream.spark.runtime.forward import partition as forward_partition
 
-    monkeypatch.setattr(forward, "ADMIT_CHUNK", 1)
-    monkeypatch.setattr(forward, "ADMIT_CHUNK_WAITING", 1)
+    monkeypatch.setattr(forward_base, "ADMIT_CHUNK", 1)
+    monkeypatch.setattr(forward_base, "ADMIT_CHUNK_WAITING", 1)
     deepest: list[int] = [0]
-    read_past = forward._Partition._read_past
+    read_past = forward_partition._Partition._read_past
 
-    def counted(self: forward._Partition, item: object) -> bool:
+    def counted(self: forward_partition._Partition, item: object) -> bool:
         ok = read_past(self, item)  # type: ignore[arg-type]
         deepest[0] = max(deepest[0], len(self.readings))
         return ok
 
-    monkeypatch.setattr(forward._Partition, "_read_past", counted)
+    monkeypatch.setattr(forward_partition._Partition, "_read_past", counted)
     stream = list(events(400, 40, 0, seed=5, pattern="uniform", audit_every=10))
     job = ledger_job(audits=[], initial=opening(40)).option("recordHistory", True)
     job.run_local([stream[:200], stream[200:]], tmp_path, 8, tasks=tasks)

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import txstream as tx
 from txstream.model import check
-from txstream.spark.runtime import forward as forward_module
+from txstream.spark.runtime.forward import reads as forward_reads
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "ledger_audit.py"
 
@@ -116,7 +116,7 @@ def test_a_global_read_that_misses_a_partition_fails_the_audits(
 ) -> None:
     # The audit is checked against the deposits so far: if partition 0 runs it
     # over its own totals only (the others' dropped), the audits must say so.
-    monkeypatch.setattr(forward_module, "add_totals", lambda into, more: None)
+    monkeypatch.setattr(forward_reads, "add_totals", lambda into, more: None)
     rows = EX.opening(20, 2)
     stream = EX.events(200, 20, 2, audit_every=10)
     run(tmp_path, rows, [stream], 3, tasks, "forward")

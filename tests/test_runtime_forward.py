@@ -1,4 +1,4 @@
-"""Forwarded multi-partition transactions and global reads (``forward.py``), without Spark.
+"""Forwarded multi-partition transactions and global reads (``runtime/forward/``), without Spark.
 
 Random ledgers (deposits, transfers between any two accounts, limit changes,
 keyless fragments and audits that read every balance) run on 1 to 6
@@ -23,9 +23,11 @@ from hypothesis import strategies as st
 
 import txstream as tx
 from txstream.model import check
-from txstream.spark.runtime import forward as forward_module
 from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.forward import ExchangeError, SocketTransport, new_exchange
+from txstream.spark.runtime.forward import base as forward_base
+from txstream.spark.runtime.forward import partition as forward_partition
+from txstream.spark.runtime.forward import scheduler as forward_scheduler
 from txstream.spark.runtime.partitioning import partition_of
 
 INPUTS = ("deposits", "transfers", "limits", "sweeps", "audits")
@@ -372,7 +374,7 @@ def test_a_global_read_that_does_not_wait_is_caught_by_the_oracle_and_the_checke
     # is still at its home.  The total is off by the amount, and the history (a
     # read of every row recorded as one operation, spelled out on reading) shows
     # the read before the transfer's write that arrived first.
-    enter = forward_module._Partition._enter
+    enter = forward_partition._Partition._enter
 
     def enter_without_barrier(self: Any, item: Any) -> None:
         if item.barrier:
@@ -389,7 +391,7 @@ def test_a_global_read_that_does_not_wait_is_caught_by_the_oracle_and_the_checke
     # transfer's debit and not its credit.
     src, other = [a for a in range(50) if partition_of(a, 2) == 0][:2]
     dst = next(a for a in range(50) if partition_of(a, 2) == 1)
-    fill = forward_module.ADMIT_CHUNK + 10
+    fill = forward_base.ADMIT_CHUNK + 10
     batch = [
         ("deposits", {"acct": src, "amount": 50}),
         ("deposits", {"acct": dst, "amount": 5}),
@@ -401,7 +403,7 @@ def test_a_global_read_that_does_not_wait_is_caught_by_the_oracle_and_the_checke
     scored_bank().run_local(batches, tmp_path / "right", partitions=2, tasks=tasks)
     assert [r["total"] for r in tx.read_output(tmp_path / "right", "audits")] == [55 + fill]
     assert check(tx.read_history(tmp_path / "right"), "csao").holds
-    monkeypatch.setattr(forward_module._Partition, "_enter", enter_without_barrier)
+    monkeypatch.setattr(forward_partition._Partition, "_enter", enter_without_barrier)
     scored_bank().run_local(batches, tmp_path / "wrong", partitions=2, tasks=tasks)
     if tasks == 1:  # (in threads, partition 0 may read before the transfer ran there too)
         assert [r["total"] for r in tx.read_output(tmp_path / "wrong", "audits")] == [35 + fill]
@@ -505,7 +507,7 @@ def test_a_silent_peer_is_an_error_not_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Partition 1's task never starts: partition 0's transfers wait for its rows.
-    monkeypatch.setattr(forward_module, "EXCHANGE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(forward_base, "EXCHANGE_TIMEOUT_S", 0.5)
     from txstream.spark.runtime.boundaries import Event
     from txstream.spark.runtime.partitioning import partition_of
     from txstream.spark.runtime.tasks import BatchContext, phase1_forward
@@ -598,6 +600,36 @@ class _HeldTotals:
             message, self.message = self.message, None
             return [message]
         return []
+
+
+def test_constants_patched_in_forward_base_reach_the_partitions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Tests and scripts patch forward.base's constants (LEND_FROM, LEND_AHEAD, ...),
+    # which the code reads there at call time.  Fails against a module that binds
+    # one at import (``from ...forward.base import LEND_FROM``): the lending tests
+    # of test_runtime_programs would then run without lending, and still pass.
+    from txstream.spark.runtime.boundaries import Event
+    from txstream.spark.runtime.forward import ForwardScheduler
+    from txstream.spark.runtime.state import PartitionState
+
+    def partition() -> Any:
+        a = next(a for a in range(50) if partition_of(a, 2) == 0)
+        events = [
+            Event((0.0, 0, i), "deposits", {"acct": a, "amount": 1}, [a], [0]) for i in range(9)
+        ]
+        scheduler = ForwardScheduler(
+            bank().spec.for_tasks(), 0, 2, {0: (PartitionState(), events)}, {}
+        )
+        return scheduler.hosted[0]
+
+    assert not partition().lends  # (2 partitions: below LEND_FROM)
+    monkeypatch.setattr(forward_base, "LEND_FROM", 2)
+    monkeypatch.setattr(forward_base, "LEND_AHEAD", 3)
+    part = partition()
+    assert part.lends
+    part.lend_ahead()
+    assert len(part.ahead) == 3
 
 
 def test_partition_0_runs_on_past_a_global_read_while_the_other_totals_are_on_their_way() -> None:
@@ -813,7 +845,7 @@ def test_a_partition_looks_at_its_messages_more_often_while_a_hot_value_waits_fo
     dst = next(a for a in range(50) if partition_of(a, 2) == 1)
     zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][:550]
     ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
-    hot = forward_module.HURRY_BLOCKED + 4
+    hot = forward_base.HURRY_BLOCKED + 4
     batch = [
         *[("deposits", {"acct": a, "amount": 1}) for a in zeros[:150] + ones],
         ("deposits", {"acct": dst, "amount": 5}),
@@ -824,15 +856,15 @@ def test_a_partition_looks_at_its_messages_more_often_while_a_hot_value_waits_fo
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
     limits: list[tuple[int, int, bool, bool]] = []
-    admit = forward_module._Partition.admit
+    admit = forward_partition._Partition.admit
 
     def spy(self: Any, limit: int) -> None:
         limits.append((self.pid, limit, bool(self.waiting), self.sched.hurry))
         admit(self, limit)
 
-    monkeypatch.setattr(forward_module._Partition, "admit", spy)
+    monkeypatch.setattr(forward_partition._Partition, "admit", spy)
     bank().run_local(batches, tmp_path, partitions=2, tasks=1)
-    chunk, waiting = forward_module.ADMIT_CHUNK, forward_module.ADMIT_CHUNK_WAITING
+    chunk, waiting = forward_base.ADMIT_CHUNK, forward_base.ADMIT_CHUNK_WAITING
     assert waiting < chunk
     assert all(limit == (waiting if busy and hurry else chunk) for _, limit, busy, hurry in limits)
     assert (0, chunk, True, False) in limits  # waiting, nothing behind it: long rounds
@@ -851,7 +883,7 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
     src = next(a for a in range(50) if partition_of(a, 2) == 1)
     dst = next(a for a in range(50) if partition_of(a, 2) == 0)
     ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
-    hot = forward_module.HURRY_BLOCKED + 4
+    hot = forward_base.HURRY_BLOCKED + 4
     zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][: len(ones) - hot]
     batch = [
         ("deposits", {"acct": src, "amount": 5}),
@@ -864,7 +896,7 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
     ]
     batches = [[(name, {**e, "id": k}) for k, (name, e) in enumerate(batch)]]
     peer_hurried: list[int] = []
-    deliver = forward_module.ForwardScheduler._deliver
+    deliver = forward_scheduler.ForwardScheduler._deliver
 
     def spy(self: Any, messages: Any) -> bool:
         messages = list(messages)
@@ -873,7 +905,7 @@ def test_a_hurried_partition_hurries_the_task_it_waits_for(
             peer_hurried.append(self.hurried_by_peer)
         return got
 
-    monkeypatch.setattr(forward_module.ForwardScheduler, "_deliver", spy)
+    monkeypatch.setattr(forward_scheduler.ForwardScheduler, "_deliver", spy)
     bank().run_local(batches, tmp_path, partitions=2, tasks=2)
     assert peer_hurried
     assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [True]
@@ -892,7 +924,7 @@ def test_a_hurried_task_whose_peer_is_silent_keeps_long_rounds(
     dst = next(a for a in range(50) if partition_of(a, 2) == 1)
     zeros = [a for a in range(50, 3000) if partition_of(a, 2) == 0][:550]
     ones = [a for a in range(50, 3000) if partition_of(a, 2) == 1][:600]
-    hot = forward_module.HURRY_BLOCKED + 4
+    hot = forward_base.HURRY_BLOCKED + 4
     batch = [
         *[("deposits", {"acct": a, "amount": 1}) for a in zeros[:150] + ones],
         ("deposits", {"acct": dst, "amount": 5}),
@@ -924,23 +956,23 @@ def test_a_hurried_task_whose_peer_is_silent_keeps_long_rounds(
                 held.append((src, dst, rest))
         if heard:
             polls[0] += 1
-        if polls[0] <= forward_module.SILENT_ROUNDS + 6:
+        if polls[0] <= forward_base.SILENT_ROUNDS + 6:
             return passed
         out = passed + held
         held.clear()
         return out
 
     limits: list[tuple[int, int, bool]] = []
-    admit = forward_module._Partition.admit
+    admit = forward_partition._Partition.admit
 
     def spy(self: Any, limit: int) -> None:
         limits.append((self.pid, limit, self.hurried()))
         admit(self, limit)
 
     monkeypatch.setattr(SocketTransport, "poll", deaf)
-    monkeypatch.setattr(forward_module._Partition, "admit", spy)
+    monkeypatch.setattr(forward_partition._Partition, "admit", spy)
     bank().run_local(batches, tmp_path, partitions=2, tasks=2)
-    chunk = forward_module.ADMIT_CHUNK
+    chunk = forward_base.ADMIT_CHUNK
     assert (0, chunk, True) in limits  # hurried, but its peer silent: a long round
     assert [r["ok"] for r in tx.read_output(tmp_path, "transfers_done")] == [False]
     assert check(tx.read_history(tmp_path), "csao").holds
@@ -987,7 +1019,7 @@ def test_a_transaction_on_three_partitions_answers_each_participant(
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_crossing_transfers_on_a_table_kept_per_partition_value(tmp_path: Path, tasks: int) -> None:
     # A table keyed by two columns and placed by one is not flat: its rows travel
-    # to the home as {value: {key: row}} (forward_messages' general path), which
+    # to the home as {value: {key: row}} (forward/messages.py's general path), which
     # the ledger tests, all on one-column keys, never take.
     def init(t: Any, e: dict[str, Any]) -> None:
         t.insert("pos", {"acct": e["acct"], "item": "x", "bal": 100})
@@ -1109,8 +1141,8 @@ def test_writes_admitted_in_later_rounds_stay_out_of_a_read_admitted_past(
     # while they are admitted, and the audit, which waits for the second transfer,
     # must count none of them.  (The other tests' batches fit in one round of 128: a
     # mutant that let a later round's writes into the read's totals passed them.)
-    monkeypatch.setattr(forward_module, "ADMIT_CHUNK", 1)
-    monkeypatch.setattr(forward_module, "ADMIT_CHUNK_WAITING", 1)
+    monkeypatch.setattr(forward_base, "ADMIT_CHUNK", 1)
+    monkeypatch.setattr(forward_base, "ADMIT_CHUNK_WAITING", 1)
     p0 = [k for k in range(300) if partition_of(k, 2) == 0][:3]
     p1 = [k for k in range(300) if partition_of(k, 2) == 1][:27]
 
@@ -1185,7 +1217,7 @@ def test_a_participant_admits_nothing_before_the_homes_copies_and_takes_each_onc
     from txstream.spark.runtime.forward import ForwardScheduler
     from txstream.spark.runtime.state import PartitionState
 
-    monkeypatch.setattr(forward_module, "EXCHANGE_TIMEOUT_S", 2.0)  # (a copy taken twice waits)
+    monkeypatch.setattr(forward_base, "EXCHANGE_TIMEOUT_S", 2.0)  # (a copy taken twice waits)
     job = (
         tx.Job("announced")
         .table("accounts", key="acct", schema="acct long, balance long")

@@ -24,8 +24,8 @@ import pytest
 
 import txstream as tx
 from txstream.model import check
-from txstream.spark.runtime import forward as forward_module
 from txstream.spark.runtime.errors import StoreError
+from txstream.spark.runtime.forward import announce as forward_announce
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.results import history_text
 
@@ -186,7 +186,7 @@ def test_the_compact_history_reads_as_the_text_history_did(
     # The texts were written before partitions handed crossing transactions to their
     # other participant (forward.handed, session 24), which moves where a transfer
     # runs and so where its operations are recorded: the scenario runs as then.
-    monkeypatch.setattr(forward_module, "handed", lambda *args: [])
+    monkeypatch.setattr(forward_announce, "handed", lambda *args: [])
     text = run(case, tmp_path / "store")
     same(case, text, (DATA / f"{case}.txt").read_text())
     # (the scenario has what it must: a history in the compact form, string keys,

@@ -23,7 +23,8 @@ import txstream as tx
 from txstream.spark.runtime import spark_tasks as q
 from txstream.spark.runtime.base import RuntimeJobError
 from txstream.spark.runtime.boundaries import Event, Group
-from txstream.spark.runtime.executor import GroupRunner, Outcome, PartitionExecutor
+from txstream.spark.runtime.executor import GroupRunner, PartitionExecutor
+from txstream.spark.runtime.outcome import Outcome
 from txstream.spark.runtime.partitioning import partition_of
 from txstream.spark.runtime.state import PartitionState
 from txstream.spark.runtime.tasks import BatchContext

@@ -23,8 +23,9 @@ import txstream as tx
 from runtime_jobs import balances, split
 from txstream.bench.ledger import events, ledger_job, serial_oracle
 from txstream.model import check
+from txstream.spark.runtime import deferred as deferred_module
 from txstream.spark.runtime import executor as executor_module
-from txstream.spark.runtime import forward as forward_module
+from txstream.spark.runtime.forward import partition as forward_partition
 from txstream.spark.runtime.partitioning import partition_of
 
 
@@ -111,7 +112,7 @@ def test_a_broken_forwarding_is_caught_by_the_oracle_and_the_checker(
     # A participant forwards its rows as soon as it sees the transaction, not when
     # the transaction is first in line for its values, and holds no place in line:
     # later transactions there run before the home's write-back.  Both must notice.
-    enter = forward_module._Partition._enter
+    enter = forward_partition._Partition._enter
 
     def enter_without_waiting(self: Any, item: Any) -> None:
         if item.kind == "part" and not item.barrier:
@@ -120,7 +121,7 @@ def test_a_broken_forwarding_is_caught_by_the_oracle_and_the_checker(
             return
         enter(self, item)
 
-    monkeypatch.setattr(forward_module._Partition, "_enter", enter_without_waiting)
+    monkeypatch.setattr(forward_partition._Partition, "_enter", enter_without_waiting)
     stream = list(events(300, 8, 100, seed=5))
     job = ledger_job().option("recordHistory", True)
     job.run_local([stream], tmp_path, 2, tasks=tasks)
@@ -153,7 +154,7 @@ def test_deferred_chains_split_phase_2_into_shares_with_disjoint_values(
         for i, values in enumerate(txns)
     ]
     rows = [(v, {"t": {}}) for v in sorted({v for values in txns for v in values})]
-    shares = executor_module.deferred_chains(rows, shipped, tasks)
+    shares = deferred_module.deferred_chains(rows, shipped, tasks)
     assert len(shares) == tasks
     assert sorted(g for _, events in shares for g, _ in events) == sorted(g for g, _ in shipped)
     assert sorted(item[0] for share_rows, _ in shares for item in share_rows) == [
@@ -169,7 +170,7 @@ def test_deferred_chains_split_phase_2_into_shares_with_disjoint_values(
                 assert owner.setdefault(value, k) == k
         for value, _ in share_rows:
             assert owner.get(value, k) == k
-    assert shares == executor_module.deferred_chains(rows, shipped, tasks)  # every task agrees
+    assert shares == deferred_module.deferred_chains(rows, shipped, tasks)  # every task agrees
 
 
 def keyed_moves(composite: bool) -> tx.Job:

@@ -32,8 +32,8 @@ from hypothesis import strategies as st
 
 import txstream as tx
 from txstream.model import check
-from txstream.spark.runtime import forward
 from txstream.spark.runtime import state as state_module
+from txstream.spark.runtime.forward import base as forward_base
 
 TABLES = {"a": (("k",), "v"), "b": (("s",), "w"), "c": (("k", "j"), "u")}
 """Each table's key columns and its one value column."""
@@ -236,7 +236,13 @@ def runs(draw: Any) -> tuple[list[list[tuple[str, dict[str, Any]]]], int, int, i
     partitions = draw(st.integers(1, 5))
     tasks = min(draw(st.integers(1, 3)), partitions)
     restart = draw(st.integers(0, len(batches)))
-    return batches, partitions, tasks, restart, draw(st.sampled_from([forward.ADMIT_CHUNK, 3, 1]))
+    return (
+        batches,
+        partitions,
+        tasks,
+        restart,
+        draw(st.sampled_from([forward_base.ADMIT_CHUNK, 3, 1])),
+    )
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -279,8 +285,8 @@ def test_rows_lent_ahead_of_admission_equal_serial_execution(
     # one that lends past a global read, and one that lends past a keyless fragment.
     rng = random.Random(1000 + seed)
     batches = long_batches(rng, bumps=True)
-    monkeypatch.setattr(forward, "LEND_FROM", 2)  # (tasks fork: they take it too)
-    monkeypatch.setattr(forward, "LEND_AHEAD", rng.choice([2, 5, 12]))
+    monkeypatch.setattr(forward_base, "LEND_FROM", 2)  # (tasks fork: they take it too)
+    monkeypatch.setattr(forward_base, "LEND_AHEAD", rng.choice([2, 5, 12]))
     partitions = rng.randint(2, 5)
     tasks = min(rng.randint(1, 3), partitions)
     assert_serial(
@@ -329,8 +335,8 @@ def assert_serial(
 ) -> None:
     """Run ``batches`` (restarting before batch ``restart``) and compare with :func:`serial`."""
     with warnings.catch_warnings(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(forward, "ADMIT_CHUNK", chunk)  # (tasks fork: they take it too)
-        patch.setattr(forward, "ADMIT_CHUNK_WAITING", max(1, chunk // 4))
+        patch.setattr(forward_base, "ADMIT_CHUNK", chunk)  # (tasks fork: they take it too)
+        patch.setattr(forward_base, "ADMIT_CHUNK_WAITING", max(1, chunk // 4))
         warnings.simplefilter("ignore", tx.TransactionFailuresWarning)
         for part in (batches[:restart], batches[restart:]):  # (a restart in between)
             if part:

@@ -169,7 +169,7 @@ def test_event_time_merge_orders_inputs_handed_over_unevenly(
     verdict = check(history, "csao")
     assert verdict.holds, verdict.evidence
     if engine == "executors":
-        barrier = query.tasks <= spark.sparkContext.defaultParallelism  # (tasks: forward.py)
+        barrier = query.tasks <= spark.sparkContext.defaultParallelism  # (tasks: forward/)
         assert query._barrier == barrier
         rendezvous = tmp_path / "ckpt" / "txstream" / "rendezvous"  # used, then cleaned up
         assert rendezvous.is_dir() == barrier and not any(rendezvous.glob("*"))

@@ -90,7 +90,7 @@ def test_a_spanning_transaction_that_raises_is_reported_once_with_its_error(
 def test_output_lines_are_json_dumps_of_the_rows() -> None:
     import datetime
 
-    from txstream.spark.runtime.executor import _json_line
+    from txstream.spark.runtime.outcome import _json_line
 
     rows = [
         {"id": 1, "ok": True, "__order": [1.5, 0, 7, 0]},

@@ -11,14 +11,14 @@ partitions would do).  The model (issue 28):
   there; the other participants do no work for it; but a partition with at
   least ``P`` more transactions than another hands it some of those whose two
   values live on the two (:func:`rehome`, the runtime's
-  :func:`~txstream.spark.runtime.forward.handed`): the peer is their home;
+  :func:`~txstream.spark.runtime.forward.announce.handed`): the peer is their home;
 * each partition *admits* its transactions (those with a value there, and
   every global read) in the declared order, ``chunk`` at a time (the runtime's
   admission round, 128) whenever nothing of its own is ready; a transaction
   may run once every participant admitted it and, for each of its values,
   every earlier transaction touching that value finished (in an earlier step);
 * a global read is not a barrier (the runtime's rule since session 21,
-  :meth:`~txstream.spark.runtime.forward._Partition._read_past`): each
+  :meth:`~txstream.spark.runtime.forward.reads._Reads._read_past`): each
   partition takes its part (its partial totals) once the transactions it
   admitted before the read finished, and admits and runs later ones meanwhile;
   the read runs at partition 0 once every part is taken, and nothing waits for
@@ -26,9 +26,9 @@ partitions would do).  The model (issue 28):
   a read admitted while that many earlier ones' parts still wait there is a
   barrier of that partition (admission stops until
   everything admitted there finished; then its part is taken);
-* from :data:`~txstream.spark.runtime.forward.LEND_FROM` partitions on, a
+* from :data:`~txstream.spark.runtime.forward.base.LEND_FROM` partitions on, a
   partition also *lends ahead* every step (the runtime's
-  :meth:`~txstream.spark.runtime.forward._Partition.lend_ahead`, once a round
+  :meth:`~txstream.spark.runtime.forward.admission._Admission.lend_ahead`, once a round
   there): up to ``lend`` transactions past its admission point, a transaction
   whose home is elsewhere and whose values there no earlier transaction not
   admitted yet touches is admitted there at once; nothing is lent past a global
@@ -94,7 +94,7 @@ def rehome(txns: Sequence[Txn], homes: list[int], partitions: int) -> int:
 
     Per pair of partitions (a, b), the transactions homed at ``a`` whose values
     live on ``a`` and ``b`` only are ``a``'s candidates for ``b``, in the
-    declared order; :func:`~txstream.spark.runtime.forward.handed` picks those
+    declared order; :func:`~txstream.spark.runtime.forward.announce.handed` picks those
     that ``b`` runs instead, from the two partitions' counts of transactions
     homed there (by their first key: the runtime's rows before they are
     announced).  ``homes`` is changed in place.
@@ -157,11 +157,11 @@ def count(
     ``chunk``: transactions a partition admits at a time when nothing of its own
     is ready (the runtime's admission round, :data:`~txstream.spark.runtime.forward.ADMIT_CHUNK`).
     ``reads``: global reads a partition admits past at a time (the runtime's
-    :data:`~txstream.spark.runtime.forward.READS_PAST`; 1 until session 22).
+    :data:`~txstream.spark.runtime.forward.base.READS_PAST`; 1 until session 22).
     ``lend``: how far past its admission point a partition lends ahead (0: not
     at all, as until session 23; None: the runtime's,
-    :data:`~txstream.spark.runtime.forward.LEND_AHEAD` from
-    :data:`~txstream.spark.runtime.forward.LEND_FROM` partitions on).
+    :data:`~txstream.spark.runtime.forward.base.LEND_AHEAD` from
+    :data:`~txstream.spark.runtime.forward.base.LEND_FROM` partitions on).
     ``hand``: whether partitions hand crossing transactions over as the runtime
     does (:func:`rehome`; False: every transaction runs at its first key's
     partition, as until session 24).

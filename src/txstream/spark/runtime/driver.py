@@ -32,7 +32,8 @@ from txstream.spark.runtime.base import (
     undeclared_total,
 )
 from txstream.spark.runtime.boundaries import Event, Run, check_runs, track_runs
-from txstream.spark.runtime.executor import ExecutorTx, Outcome, check_fragment
+from txstream.spark.runtime.executor import ExecutorTx, check_fragment
+from txstream.spark.runtime.outcome import Outcome
 from txstream.spark.runtime.partitioning import canonical, key_text
 from txstream.spark.runtime.rows import (
     emitted_row,

@@ -9,16 +9,17 @@ Phase 1 (:meth:`PartitionExecutor.run`) executes every transaction whose events
 all live here, in order, except that a transaction touching a partition value
 that an earlier *multi-partition* transaction of the batch touched is
 *deferred*: from that point on, that value's chain of transactions waits.
-Phase 2 (:func:`run_deferred`) executes deferred transactions in order over the
-rows of their values shipped there: all of them in one place, or whole chains
-per task (:func:`deferred_chains`); phase 3 hands the rows back.  Per partition value, transactions
-therefore execute in the declared order, and since a transaction touches only
-rows of its declared values, every conflict goes from an earlier to a later
-transaction: the history is conflict-serializable in arrival order.
+Phase 2 (:func:`.deferred.run_deferred`) executes deferred transactions in order
+over the rows of their values shipped there: all of them in one place, or whole
+chains per task (:func:`.deferred.deferred_chains`); phase 3 hands the rows
+back.  Per partition value, transactions therefore execute in the declared
+order, and since a transaction touches only rows of its declared values, every
+conflict goes from an earlier to a later transaction: the history is
+conflict-serializable in arrival order.
 
 The verbs a transaction function is given (:class:`ExecutorTx`) are in
 :mod:`.executor_tx`; here, the runner that sets them up for each transaction
-and keeps its outcome (:class:`GroupRunner`, :class:`Outcome`).
+and keeps its outcome (:class:`GroupRunner`, :class:`.outcome.Outcome`).
 
 Ownership: a :class:`GroupRunner` and its one :class:`ExecutorTx` run on their
 task's thread and own their partition's state for the batch (exclusive
@@ -28,11 +29,8 @@ access, not preempted); transactions run one after the other.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict
 from collections.abc import Callable, Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from itertools import islice, repeat
-from operator import mul
 from typing import Any
 
 from txstream.spark.runtime.base import (
@@ -48,9 +46,8 @@ from txstream.spark.runtime.executor_tx import flat_tables as flat_tables  # (re
 from txstream.spark.runtime.executor_tx import item_name as item_name  # (re-exported)
 from txstream.spark.runtime.executor_tx import record_reads as record_reads  # (re-exported)
 from txstream.spark.runtime.executor_tx import undeclared as undeclared  # (re-exported)
-from txstream.spark.runtime.partitioning import canonical
+from txstream.spark.runtime.outcome import Outcome, _json_line, _order_head, _order_text
 from txstream.spark.runtime.recorded import commit_mark as _commit_mark
-from txstream.spark.runtime.rows import json_value
 from txstream.spark.runtime.state import PartitionState
 
 _BLOCK = 256
@@ -67,119 +64,6 @@ def table_item(table: str) -> str:
     involve.
     """
     return f"{table}:*"
-
-
-@dataclass
-class Outcome:
-    """What one task did: outputs, history, failures and counts, for the driver."""
-
-    outputs: dict[str, list[str]] = field(default_factory=dict)
-    history: list[Any] = field(default_factory=list)
-    """Operations and commits in the order they happened, in the compact form of
-    :mod:`.recorded`."""
-    orders: list[tuple[float, int, int]] = field(default_factory=list)
-    """The orders of the plain commit marks in ``history``, one per mark (see :mod:`.recorded`)."""
-    txns: list[str] = field(default_factory=list)
-    """``T <gid> a <order>`` lines: the aborted transactions (a commit is in ``history``)."""
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    everywhere: list[str] = field(default_factory=list)
-    """Failed transactions with an event that reached every partition (a keyless or
-    broadcast event's fragment): its fragments elsewhere may have committed, so
-    the batch runs again with it aborted everywhere (``tasks.run_batch``)."""
-    events: int = 0
-    committed: int = 0
-    aborted: int = 0
-    deferred: int = 0
-    forwarded: int = 0
-    """Multi-partition transactions this task ran at their home with forwarded rows."""
-    messages: int = 0
-    """Messages this task's partitions sent to other partitions (see :mod:`.forward`)."""
-    message_bytes: int = 0
-    """Bytes of the messages that went to another task (over a socket)."""
-    wait_ms: int = 0
-    """Milliseconds a task waited for another task's message with nothing to run (forward.py)."""
-    sent: list[float] = field(default_factory=list)
-    """Arrival times (``arrivalTime`` column) of the committed transactions' events."""
-    inputs: dict[int, int] = field(default_factory=lambda: defaultdict(int))
-    """Committed transactions per input index (a transaction counts for each of its
-    events' inputs): the driver's all-fail rule (see :mod:`.failures`)."""
-
-    def committed_txn(self, events: Sequence[Event]) -> None:
-        """Count a committed transaction of ``events``."""
-        self.committed += 1
-        counts = self.inputs
-        first = events[0].order[1]
-        counts[first] = counts.get(first, 0) + 1
-        if len(events) > 1:
-            for index in {e.order[1] for e in events} - {first}:
-                counts[index] = counts.get(index, 0) + 1
-
-    def failed(
-        self,
-        group: Group,
-        kind: str,
-        error: str,
-        position: str | None = None,
-        at: Sequence[Any] | None = None,
-    ) -> None:
-        """Count ``group`` aborted and report it.
-
-        ``kind``: ``abort`` (``tx.abort``), ``error`` (the function raised) or
-        ``late``; ``position`` and ``at``: the failing event's position and
-        declared order (default: the transaction's first event).  Of the parts of
-        a transaction that failed on several partitions, the one whose event
-        comes first is reported (see ``results.one_per_transaction``).
-        """
-        self.aborted += 1
-        if not all(e.values for e in group.events):
-            self.everywhere.append(group.gid)
-        self.failures.append(
-            {
-                "txn": group.gid,
-                "kind": kind,
-                "position": position or group.events[0].position,
-                "order": list(group.order),
-                "at": list(at or group.order),
-                "error": error,
-            }
-        )
-
-    def stats(self) -> dict[str, Any]:
-        """The counters and failures, JSON-ready."""
-        return {
-            "events": self.events,
-            "committed": self.committed,
-            "aborted": self.aborted,
-            "deferred": self.deferred,
-            "forwarded": self.forwarded,
-            "messages": self.messages,
-            "message_bytes": self.message_bytes,
-            "wait_ms": self.wait_ms,
-            "failures": self.failures,
-            **({"everywhere": self.everywhere} if self.everywhere else {}),
-            "committed_inputs": dict(self.inputs),
-            "latency": _histogram(self.sent),
-        }
-
-
-def _histogram(sent: list[float]) -> dict[str, int]:
-    """Arrival times counted per millisecond (compact, mergeable).
-
-    The driver turns them into latencies when the batch commits, the moment the
-    effects become visible.
-    """
-    counts = Counter(map(int, map(mul, sent, repeat(1000))))  # int(s * 1000) per s, in C
-    return {str(ms): n for ms, n in counts.items()}
-
-
-def latencies(arrivals: dict[str, int], committed_at: float) -> dict[str, int]:
-    """Turn an arrival histogram into a latency histogram (ms) for a commit at ``committed_at``."""
-    now = int(committed_at * 1000)
-    out: dict[str, int] = {}
-    for sent, count in arrivals.items():
-        key = str(max(0, now - int(sent)))
-        out[key] = out.get(key, 0) + count
-    return out
 
 
 class GroupRunner:
@@ -488,7 +372,7 @@ class GroupRunner:
         tx._undo.clear()
         tx._emits.clear()
         tx._allowed = {v for event in events for v in event.values}
-        # (a fresh Tx's defaults: see forward.py for remote and global reads)
+        # (a fresh Tx's defaults: see forward/ for remote and global reads)
         remote = self.remote
         tx._remote = remote
         if remote is not None:
@@ -593,39 +477,6 @@ class GroupRunner:
         if self.record:
             self.outcome.txns.append(f"T {group.gid} a {_order_text(group.order)}")
         self.outcome.failed(group, kind, reason, where, at)
-
-
-def _json_encoder() -> Callable[[Row], str]:
-    """``json.dumps(row, default=json_value)``, without building an encoder per row."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # no C accelerator (not CPython): the same output, slower
-        return json.JSONEncoder(default=json_value).encode
-    # No markers dict: one shared by all rows would keep stale ids after a failed
-    # row; a self-referencing row still fails (RecursionError) instead of looping.
-    encode = make(
-        None, json_value, json.encoder.encode_basestring_ascii, None, ": ", ", ", False, False, True
-    )
-
-    def line(row: Row) -> str:
-        return "".join(encode(row, 0))
-
-    return line
-
-
-_json_line = _json_encoder()
-"""An output row as its JSON line (one per emitted row: this is on the hot path)."""
-
-
-def _order_head(order: tuple[float, int, int]) -> str | None:
-    """``, "__order": [v, i, m, `` for an emit of a transaction at ``order`` (None: not plain)."""
-    value, index, mid = order
-    if type(value) is float and value - value == 0.0 and type(index) is int and type(mid) is int:
-        return f', "__order": [{value!r}, {index}, {mid}, '
-    return None
-
-
-def _order_text(order: tuple[float, int, int]) -> str:
-    return f"{order[0]!r} {order[1]} {order[2]}"
 
 
 class PartitionExecutor:
@@ -805,92 +656,3 @@ class PartitionExecutor:
             values.update(v for t in self.job.tables for v in state.data.get(t, {}))
         tables = self.job.tables
         return [(v, {t: dict(state.rows_of(t, v)) for t in tables}) for v in values]
-
-
-def run_deferred(
-    job: JobSpec,
-    batch: int,
-    shipped_rows: Iterable[tuple[Any, dict[str, dict[Any, Row]]]],
-    shipped_events: Iterable[tuple[str, Event]],
-    abort: Mapping[str, Mapping[str, Any]],
-    arrival: Callable[[Row], float | None] | None = None,
-    partitions: int = 0,
-) -> tuple[Outcome, list[tuple[Any, dict[str, dict[Any, Row]]]]]:
-    """Phase 2: run every deferred transaction in the declared order over the shipped rows.
-
-    Returns the outcome and, per shipped value, its rows afterwards (for phase 3).
-    """
-    state = PartitionState()
-    state.use_flat(flat_tables(job))
-    values = []
-    for value, tables in shipped_rows:
-        values.append(value)
-        for table, rows in tables.items():
-            if rows:
-                state.set_rows(table, value, rows)
-    state.begin(batch, pre_images=False)  # (a re-run starts again from the shipped rows)
-    groups: dict[str, Group] = {}
-    for gid, event in shipped_events:
-        groups.setdefault(gid, Group(gid)).events.append(event)
-    outcome = Outcome()
-    runner = GroupRunner(job, state, outcome, arrival, partitions)
-    for group in sorted(groups.values(), key=lambda g: min(e.order for e in g.events)):
-        group.events.sort(key=lambda e: e.order)
-        runner.run(group, abort)
-    # A fragment may have created rows of values nobody shipped: they go back too.
-    values += sorted(
-        {v for t in job.tables for v in state.data.get(t, {})} - set(values), key=canonical
-    )
-    back = [(v, {t: dict(state.rows_of(t, v)) for t in job.tables}) for v in values]
-    return outcome, back
-
-
-def deferred_chains(
-    shipped_rows: list[tuple[Any, dict[str, dict[Any, Row]]]],
-    shipped_events: list[tuple[str, Event]],
-    tasks: int,
-) -> list[tuple[list[Any], list[tuple[str, Event]]]]:
-    """Phase 2's work cut into ``tasks`` shares that can run at the same time.
-
-    Deferred transactions that share a partition value are one *chain* (a
-    connected component: union-find over each transaction's values); chains have
-    disjoint rows, so running each in the declared order, in any task, keeps the
-    history conflict-serializable in arrival order (the TStream/MorphStream idea
-    of per-state operation chains).  Chains go to the least loaded share in the
-    order of their first event, so every task computes the same cut.  A keyless
-    fragment may touch any row of its partition: then everything is one chain.
-    """
-    shares: list[tuple[list[Any], list[tuple[str, Event]]]] = [([], []) for _ in range(tasks)]
-    if tasks <= 1 or any(not e.values for _, e in shipped_events):
-        return [(list(shipped_rows), list(shipped_events)), *shares[1:]]
-    parent: dict[Any, Any] = {}
-
-    def root(v: Any) -> Any:
-        while parent.setdefault(v, v) != v:
-            parent[v] = parent[parent[v]]
-            v = parent[v]
-        return v
-
-    first: dict[str, Any] = {}  # transaction -> one of its values
-    for gid, event in shipped_events:
-        for value in event.values:
-            if gid in first:
-                a, b = root(first[gid]), root(value)
-                if a != b:
-                    parent[b] = a
-            else:
-                first[gid] = root(value)
-    chains: dict[Any, list[tuple[str, Event]]] = {}
-    for gid, event in sorted(shipped_events, key=lambda ge: ge[1].order):
-        chains.setdefault(root(first[gid]), []).append((gid, event))
-    load = [0] * tasks
-    where: dict[Any, int] = {}
-    for chain_root, events in chains.items():  # in the order of their first event
-        k = load.index(min(load))
-        where[chain_root] = k
-        load[k] += len(events)
-        shares[k][1].extend(events)
-    for item in shipped_rows:
-        value = item[0]
-        shares[where.get(root(value), 0)][0].append(item)
-    return shares

@@ -46,10 +46,10 @@ from txstream.spark.runtime.base import (
     null_field,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
-from txstream.spark.runtime.executor import latencies
 from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import new_exchange
 from txstream.spark.runtime.merge import Bound, advance, ended
+from txstream.spark.runtime.outcome import latencies
 from txstream.spark.runtime.sinks import BackgroundDelivery, deliver
 from txstream.spark.runtime.spark_errors import decode
 from txstream.spark.runtime.spark_tasks import (
@@ -575,7 +575,7 @@ def _progress(
         "committed": stats["committed"],
         "aborted": stats["aborted"],
         "deferred": stats["deferred"],
-        # Transactions run at their home with rows forwarded (see forward.py), the
+        # Transactions run at their home with rows forwarded (see forward/), the
         # messages between partitions, and the bytes of those between tasks.
         "multiPartition": {
             "transactions": stats.get("forwarded", 0),

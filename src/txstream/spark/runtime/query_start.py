@@ -44,7 +44,7 @@ class QueryStart(QueryBatches):
         self.routes = spark_routes(self.partitions)
         self.tasks = self._phase1_tasks()
         if self.tasks < self.partitions:
-            # Phase-1 task q hosts partitions q, q + tasks, ... (see forward.py).
+            # Phase-1 task q hosts partitions q, q + tasks, ... (see forward/).
             mine = spark_routes(self.tasks)
             self.task_routes = [mine[p % self.tasks] for p in range(self.partitions)]
         else:

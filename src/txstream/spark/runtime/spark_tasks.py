@@ -34,7 +34,7 @@ from txstream.spark.runtime.base import (
     initial_row,
 )
 from txstream.spark.runtime.boundaries import MID_BITS, Event, position
-from txstream.spark.runtime.executor import deferred_chains
+from txstream.spark.runtime.deferred import deferred_chains
 from txstream.spark.runtime.forward import SocketTransport, new_exchange
 from txstream.spark.runtime.merge import Bound, advance
 from txstream.spark.runtime.partitioning import partition_of
@@ -621,7 +621,7 @@ def _phase2_task(job: JobSpec, ctx: BatchContext, share: int, shares: int) -> di
     """Phase 2, share ``share`` of ``shares``: whole chains of deferred transactions.
 
     Every share reads all that phase 1 shipped and cuts it the same way
-    (:func:`~txstream.spark.runtime.executor.deferred_chains`); it runs its own
+    (:func:`~txstream.spark.runtime.deferred.deferred_chains`); it runs its own
     chains and leaves their rows for phase 3, per partition.
     """
     store = RuntimeStore(ctx.store)

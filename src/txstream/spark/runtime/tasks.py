@@ -25,15 +25,12 @@ from typing import Any
 from txstream.errors import TxStreamError
 from txstream.spark.runtime.base import JobSpec, Row
 from txstream.spark.runtime.boundaries import Boundary, Event, check_runs
-from txstream.spark.runtime.executor import (
-    Outcome,
-    PartitionExecutor,
-    latencies,
-    run_deferred,
-)
+from txstream.spark.runtime.deferred import run_deferred
+from txstream.spark.runtime.executor import PartitionExecutor
 from txstream.spark.runtime.failures import log_failures, log_late
 from txstream.spark.runtime.forward import ForwardScheduler, SocketTransport
 from txstream.spark.runtime.merge import Bound
+from txstream.spark.runtime.outcome import Outcome, latencies
 from txstream.spark.runtime.recorded import history_line
 from txstream.spark.runtime.results import one_per_transaction
 from txstream.spark.runtime.rows import owned_row
@@ -372,7 +369,7 @@ def phase2(
     """Run deferred transactions (all, or some whole chains); returns stats and rows to hand back.
 
     ``role`` names the task's files (``coord``, ``coord<k>`` when several tasks
-    share phase 2; see :func:`~txstream.spark.runtime.executor.deferred_chains`).
+    share phase 2; see :func:`~txstream.spark.runtime.deferred.deferred_chains`).
     """
     store = RuntimeStore(ctx.store)
     with collector_paused():

@@ -23,7 +23,7 @@ and adds them in afterwards (``forward``), which needs partials that never
 stop being kept.
 
 A row lent by another partition to a transaction homed here is not counted
-here (``forward_messages``): it stays counted at its lender, which counts its
+here (``forward.messages``): it stays counted at its lender, which counts its
 change when the answer comes back.
 
 Ownership: the partials live in ``PartitionState.tracked``, owned by the task

@@ -32,7 +32,7 @@ EXCHANGE_TIMEOUT_S = 600.0
 
 Message = tuple[int, int, list[tuple[Any, ...]]]
 """(destination partition, source partition, messages): what one partition sent
-another in one round, each a flat tuple laid out as :mod:`.forward_messages` says."""
+another in one round, each a flat tuple laid out as :mod:`.forward.messages` says."""
 
 _HEADER = struct.Struct("!I")
 _HELLO = struct.Struct("!32sII")

@@ -28,13 +28,13 @@ benchmarks-history.md, "wire (session 20)").
 Besides building a participant's message (:func:`up_rows`), the home's run of
 a crossing transaction (:func:`run_at_home`) and the participant's taking of
 its answer (:func:`take_back`) are here, each one function called where
-:class:`~.forward._Partition`'s method was: split into smaller helpers they
+:class:`~.partition._Partition`'s method was: split into smaller helpers they
 cost four more Python calls per crossing transaction, which the one-process
 instruction count showed (about 3,000 instructions per event more).  For the
 same reason the common crossing transaction (one participant with one value of
 a flat table) takes no call of its own between admission and take-back but
 these two and the transaction's run: the messages are taken per list, not per
-message (:meth:`~.forward._Partition.receive_all`), the home runs as soon as
+message (:meth:`~.partition._Partition.receive_all`), the home runs as soon as
 the one ``up`` it waits for is in hand (no ``ups`` dict), and the home's
 answer, the rows' removal, the queueing of the answer, the participant's
 commit mark and both ends' release of the value's lock run inline (session
@@ -42,7 +42,7 @@ commit mark and both ends' release of the value's lock run inline (session
 four of them the transaction's own ``_log``; its instructions fell by about an
 eighth, valgrind).  Session 24: those four ``_log`` calls are inline in ``read``
 and ``increment``, and neither end makes an item for such a transaction but a
-tuple (:data:`~.forward._Light`), which these functions take as well as an item.
+tuple (:data:`~.base._Light`), which these functions take as well as an item.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from txstream.spark.runtime.state import ABSENT, PartitionState
 from txstream.spark.runtime.totals import track
 
 if TYPE_CHECKING:
-    from txstream.spark.runtime.forward import _Item, _Light, _Partition
+    from txstream.spark.runtime.forward.base import _Item, _Light, _Shared
 
 _NONE: dict[Any, Any] = {}
 """An empty dict to look up in (never changed)."""
@@ -97,7 +97,7 @@ def up_rows(
 
 
 def run_at_home(
-    part: _Partition,
+    part: _Shared,
     item: _Item | _Light,
     src: int = -1,
     message: tuple[Any, ...] | None = None,
@@ -105,9 +105,9 @@ def run_at_home(
     """At the home: run ``item``'s transaction over its own and the forwarded rows; answer.
 
     ``message``: the one participant's ``up`` (from ``src``), when the caller
-    has it in hand (:meth:`~.forward._Partition.receive_all`, always for a
-    :data:`~.forward._Light`); else they are in ``item.ups``.  (Of
-    :class:`~.forward._Partition`, called where its method would be: on this
+    has it in hand (:meth:`~.partition._Partition.receive_all`, always for a
+    :data:`~.base._Light`); else they are in ``item.ups``.  (Of
+    :class:`~.partition._Partition`, called where its method would be: on this
     path each call costs as much as the lines it saves, so the common case,
     one participant with one value of a flat table, runs here without a call
     of its own but the transaction's: its rows put in, the answer built and
@@ -203,7 +203,7 @@ def run_at_home(
     part.finish(part._heavy(item, True) if isinstance(item, tuple) else item)
 
 
-def _run_many(part: _Partition, item: _Item, ups: Mapping[int, tuple[Any, ...]]) -> None:
+def _run_many(part: _Shared, item: _Item, ups: Mapping[int, tuple[Any, ...]]) -> None:
     """:func:`run_at_home` in general: any number of participants, values and tables."""
     state, runner = part.state, part.runner
     flat, data = state.flat, state.data
@@ -307,10 +307,10 @@ def drop(state: PartitionState, tables: list[str], owner: Iterable[Any]) -> None
             state.pop_rows(table, value)
 
 
-def take_back(part: _Partition, item: _Item | _Light, message: tuple[Any, ...]) -> None:
+def take_back(part: _Shared, item: _Item | _Light, message: tuple[Any, ...]) -> None:
     """At a participant: the home's answer; the rows it changed replace these.
 
-    (Of :class:`~.forward._Partition`, called where its method would be.)  The
+    (Of :class:`~.partition._Partition`, called where its method would be.)  The
     batch's pre-images are kept in the undo log, as :meth:`PartitionState.put`
     keeps them.  The runner's ``record_remote`` and the partition's ``finish``
     run inline in their common cases (a plain commit mark; one value).
