@@ -488,8 +488,6 @@ def run_batch(
         if runs:  # before anything commits: a 'by' batch whose runs interleave is refused
             check_runs(ctx.batch, runs)
         tokens = dict(ctx.phase1_tokens)
-        # (each partition's failures, before merge_stats keeps one per transaction)
-        failed_at = [{f["txn"]: f for f in part["failures"]} for part in parts]
         if deferred:
             stats2, tokens3 = phases.deferred(ctx)
             parts.append(stats2)
@@ -512,18 +510,16 @@ def run_batch(
         ]
         if new:
             # A transaction with parts on several partitions failed: abort it
-            # everywhere and run the batch again (only the earliest failure is
-            # certain; later ones may have seen its effects), with the later
-            # ones that certainly failed too (see certain_failures).
-            # Their parts report the first attempt's failure (the function that
+            # everywhere and run the batch again.  Only the earliest failure is
+            # certain: a later one may have seen its effects, or those of a keyless
+            # event that committed only because the earliest half-committed (review
+            # F1, session 24: a rule that took later failures "for certain" on a
+            # partition where every earlier one failed gave wrong balances, since
+            # a keyless event committed everywhere in between changed that partition).
+            # Its parts report the first attempt's failure (the function that
             # raised, its error and position), not the re-run's abort.
-            # (values cross partitions in multi-partition transactions and global reads,
-            # counted as forwarded or deferred, and in a grouping boundary's groups)
-            alone = job.boundary.may_span or deferred or stats["forwarded"] or stats["deferred"]
-            for failure in certain_failures(new, [] if alone else failed_at):
-                ctx.abort[failure["txn"]] = {
-                    k: failure[k] for k in ("kind", "position", "error", "at")
-                }
+            first = new[0]
+            ctx.abort[first["txn"]] = {k: first[k] for k in ("kind", "position", "error", "at")}
             continue
         ctx.tokens.update(tokens)
         store.commit(
@@ -554,31 +550,3 @@ def run_batch(
         "(see the errors folder of the store)"
     )
 
-
-def certain_failures(
-    new: list[dict[str, Any]], failed_at: list[dict[str, dict[str, Any]]]
-) -> list[dict[str, Any]]:
-    """Of a run's failed transactions with parts on several partitions, those to abort now.
-
-    ``new`` are the failures (one per transaction, in the declared order) that
-    committed on some partitions; the first certainly fails in serial execution
-    too.  ``failed_at`` (empty when any value crossed partitions in the batch:
-    forwarded or deferred transactions, global reads, grouping boundaries) holds
-    each partition's failures by transaction.  A later transaction fails for
-    certain when it failed on a partition where every earlier one of ``new``
-    failed too (rolled back, as serially): that partition's state was the serial
-    one, since nothing reached it from the others.  So a batch of many keyless
-    events that fail on the same partitions runs about twice, not once per event.
-    The taken ones report their failure on such a partition; the scan stops at
-    the first that is not certain (it may commit serially, which changes every
-    partition after it).
-    """
-    first = new[0]
-    taken = [first]
-    clean = [fails for fails in failed_at if first["txn"] in fails]
-    for failure in new[1:]:
-        clean = [fails for fails in clean if failure["txn"] in fails]
-        if not clean:
-            break
-        taken.append(clean[0][failure["txn"]])
-    return taken
