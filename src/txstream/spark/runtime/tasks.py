@@ -549,4 +549,3 @@ def run_batch(
         f"{MAX_ATTEMPTS} runs of the batch ({len(ctx.abort)} aborted everywhere); stopping "
         "(see the errors folder of the store)"
     )
-
