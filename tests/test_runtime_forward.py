@@ -632,6 +632,20 @@ def test_constants_patched_in_forward_base_reach_the_partitions(
     assert len(part.ahead) == 3
 
 
+def test_a_constant_set_on_the_forward_package_reaches_forward_base(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Review F6: the package re-exports copies of forward.base's constants, so
+    # setting forward.LEND_FROM changed nothing the code reads, without a word.
+    from txstream.spark.runtime import forward
+
+    monkeypatch.setattr(forward, "LEND_FROM", 3)
+    monkeypatch.setattr(forward, "ADMIT_CHUNK", 7)
+    assert (forward_base.LEND_FROM, forward_base.ADMIT_CHUNK) == (3, 7)
+    monkeypatch.undo()
+    assert forward_base.LEND_FROM == forward.LEND_FROM != 3
+
+
 def test_partition_0_runs_on_past_a_global_read_while_the_other_totals_are_on_their_way() -> None:
     # Partition 0 takes its totals at the read's place and goes on with the events
     # after it; the read's function runs once partition 1's totals are here, and

@@ -92,8 +92,8 @@ def _homes(txns: Sequence[Txn], partitions: int) -> list[int]:
 def rehome(txns: Sequence[Txn], homes: list[int], partitions: int) -> int:
     """Hand transactions to their other participant as the runtime does; how many moved.
 
-    Per pair of partitions (a, b), the transactions homed at ``a`` whose values
-    live on ``a`` and ``b`` only are ``a``'s candidates for ``b``, in the
+    Per pair of partitions (a, b), the transactions of two values homed at ``a``
+    whose other value lives on ``b`` are ``a``'s candidates for ``b``, in the
     declared order; :func:`~txstream.spark.runtime.forward.announce.handed` picks those
     that ``b`` runs instead, from the two partitions' counts of transactions
     homed there (by their first key: the runtime's rows before they are
@@ -106,7 +106,7 @@ def rehome(txns: Sequence[Txn], homes: list[int], partitions: int) -> int:
     cache: dict[Key, int] = {}
     candidates: dict[tuple[int, int], list[int]] = {}
     for i, keys in enumerate(txns):
-        if len(keys) < 2:
+        if len(keys) != 2:  # (the runtime hands transactions of two values only)
             continue
         ps = []
         for k in keys:

@@ -63,15 +63,21 @@ The modules: :mod:`.base` (the constants, the items, the call order and its
 invariants), :mod:`.partition` (a partition's queues and execution), with its
 :mod:`.admission`, :mod:`.announce` and :mod:`.reads` parts, :mod:`.messages`
 (the crossing path's messages) and :mod:`.scheduler` (the driver loop).  The
-constants re-exported here are copies: patch them in :mod:`.base`, which the
-code reads at call time.
+code reads the constants from :mod:`.base` at call time; setting one on this
+package sets it there too (:class:`_Forward`), so a patch of either reaches the
+code.
 
 Ownership: a :class:`ForwardScheduler` runs on its task's thread, owns the
 partitions it hosts for the batch (exclusive access, not preempted), and is the
 only user of its transport.
 """
 
+import sys
+import types
+from typing import Any
+
 from txstream.spark.runtime.errors import ExchangeError
+from txstream.spark.runtime.forward import base as _base
 from txstream.spark.runtime.forward.announce import handed
 from txstream.spark.runtime.forward.base import (
     ADMIT_CHUNK,
@@ -105,3 +111,20 @@ __all__ = [
     "handed",
     "new_exchange",
 ]
+
+
+class _Forward(types.ModuleType):
+    """The package's module type: a constant set on the package is set in :mod:`.base` too.
+
+    The constants above are copies of :mod:`.base`'s, which the code reads; a
+    tuning script or test setting ``forward.LEND_FROM`` would otherwise change
+    nothing, without a word (review F6, session 24).
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.isupper() and hasattr(_base, name):
+            setattr(_base, name, value)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Forward

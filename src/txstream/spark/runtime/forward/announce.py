@@ -35,8 +35,8 @@ def handed(mine: int, theirs: int, partitions: int, candidates: int) -> list[int
     transactions (a serial share of 5.9% with lending ahead,
     ``txstream.bench.schedule``).  So per pair of partitions, the one with
     ``mine`` rows hands the one with ``theirs`` rows ``(mine - theirs) //
-    partitions`` of its ``candidates`` (its transactions whose values live on
-    the two only, in the declared order), spread evenly over them: summed over
+    partitions`` of its ``candidates`` (its transactions of two values, one on
+    each of the two, in the declared order), spread evenly over them: summed over
     every peer that moves each partition's count to about the mean, and each
     pair decides from the two counts alone.  Returns the candidates' places.
     """
@@ -119,11 +119,12 @@ class _Announce(_Shared):
     def _hand_over(self) -> None:
         """Every list came: send the rows of those handed away; await those handed here.
 
-        Both partitions of a pair pick the same transactions (:func:`handed`, from
-        the two counts and the candidates in the declared order): here, its own
-        events of two values whose other one lives on the peer; there, the same
-        from this partition's list.  A handed transaction's values and partitions
-        swap places, so its home (the first) is the peer's; the row goes with it.
+        The partition with more rows picks (:func:`handed`, from the two counts
+        and its own events of two values whose other one lives on the peer, in
+        the declared order) and sends them; the peer works out from the same
+        counts only that a list is owed, and runs what it holds.  A handed
+        transaction's values and partitions swap places, so its home (the first)
+        is the peer's; the row goes with it.
         """
         pid, rows, partitions = self.pid, self.rows, self.sched.partitions
         mine = rows[pid]
