@@ -1274,6 +1274,82 @@ def test_a_participant_admits_nothing_before_the_homes_copies_and_takes_each_onc
     assert outcome.history[0] == op and len(outcome.history) == 4
 
 
+class _Handing:
+    """A transport to partition 1 from partition 0, which hands it one transfer: its
+    list of copies (3 keyed rows there) with the handed row, then src's row lent."""
+
+    def __init__(self, first: Any, lent: Any) -> None:
+        self.polls, self.sent, self.bytes_sent = [first, lent], [], 0
+
+    def send(self, task: int, message: Any) -> None:
+        self.sent.append(message)
+
+    def flush(self, wait: bool = False) -> None:
+        pass
+
+    def poll(self, timeout: float) -> list[Any]:
+        return [self.polls.pop(0)] if self.polls else []
+
+
+def test_a_transfer_handed_to_a_partition_holding_an_old_copy_of_it_runs_once_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Review F2 (session 24): partition 1 holds a copy of a transfer homed at
+    # partition 0 from a batch of before the lists; partition 0 (3 keyed rows against
+    # 1) hands the transfer to partition 1, which must drop the old copy and run the
+    # handed one once, as its home, with src's row lent by partition 0.
+    from txstream.spark.runtime.boundaries import Event
+    from txstream.spark.runtime.forward import ForwardScheduler
+    from txstream.spark.runtime.state import PartitionState
+
+    def move(t: Any, e: dict[str, Any]) -> None:
+        t.increment("accounts", e["src"], "balance", -5)
+        t.increment("accounts", e["dst"], "balance", 5)
+
+    monkeypatch.setattr(forward_base, "EXCHANGE_TIMEOUT_S", 2.0)  # (an old copy kept waits)
+    job = (
+        tx.Job("handed")
+        .table("accounts", key="acct", schema="acct long, balance long")
+        .input("deposits", None, keys="acct")
+        .input("transfers", None, keys=["src", "dst"])
+        .on("deposits", lambda t, e: t.increment("accounts", e["acct"], "balance", e["amount"]))
+        .on("transfers", move)
+    )
+    src = next(a for a in range(50) if partition_of(a, 2) == 0)
+    dst = next(a for a in range(50) if partition_of(a, 2) == 1)
+    state = PartitionState()
+    state.data["accounts"] = {dst: {dst: {"acct": dst, "balance": 10}}}
+    row = {"src": src, "dst": dst}
+    own = [
+        Event((3.0, 0, 2), "deposits", {"acct": dst, "amount": 100}, [dst], [1]),
+        Event((1.0, 1, 0), "transfers", row, [src, dst], [0, 1], False),  # (the old copy)
+    ]
+    copy = ((1.0, 1, 0), "transfers", {}, [src, dst], [0, 1], False)
+    handed = Event((1.0, 1, 0), "transfers", row, [dst, src], [1, 0], True)
+    transport = _Handing(
+        (1, 0, [(None, [copy], 3), (None, None, [handed])]),
+        (1, 0, [(0, src, "accounts", {"acct": src, "balance": 50})]),
+    )
+    scheduler = ForwardScheduler(
+        job.spec.for_tasks(),
+        0,
+        2,
+        {1: (state, own)},
+        {},
+        None,
+        transport,  # type: ignore[arg-type]
+        lambda p: p,
+        announce=True,
+    )
+    outcome = scheduler.run()[1]
+    sent = [m for _, _, box in transport.sent for m in box]
+    assert sent[0] == (None, [], 1)  # (its list: no crossing transaction homed here)
+    answers = [m for m in sent[1:] if m[0] == ~0]
+    assert len(answers) == 1 and answers[0][-1] == {"acct": src, "balance": 45}
+    assert dict(state.all_rows("accounts"))[dst]["balance"] == 115
+    assert outcome.committed == 2 and not outcome.failures
+
+
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_a_keyless_event_whose_fragment_fails_on_one_partition_changes_nothing_anywhere(
     tmp_path: Path, tasks: int
