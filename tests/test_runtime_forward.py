@@ -1459,10 +1459,14 @@ def test_a_keyless_event_failing_on_every_partition_runs_its_batch_once(
 
 
 def capped(t: Any, e: dict[str, Any]) -> None:
-    # A keyless fragment: +1 on every account here, unless one (but "skip") is over the cap.
+    # A keyless fragment: +1 on every account here, unless one (but "skip") is over the
+    # cap or under the floor (0 unless given).
     for value in t.values("accounts"):
-        if value != e.get("skip") and t.read("accounts", value)["balance"] > e["cap"]:
+        balance = t.read("accounts", value)["balance"]
+        if value != e.get("skip") and balance > e["cap"]:
             raise ValueError(f"{value} is over the cap")
+        if value != e.get("skip") and balance < e.get("floor", 0):
+            raise ValueError(f"{value} is under the floor")
     for value in t.values("accounts"):
         t.increment("accounts", value, "balance", 1)
 
@@ -1471,7 +1475,11 @@ def capped_serially(balances: dict[int, int], sweeps: list[dict[str, Any]]) -> l
     """The ids of the ``capped`` sweeps that fail in serial execution (``balances`` updated)."""
     failed = []
     for e in sweeps:
-        if any(b > e["cap"] for a, b in balances.items() if a != e.get("skip")):
+        if any(
+            not e.get("floor", 0) <= b <= e["cap"]
+            for a, b in balances.items()
+            if a != e.get("skip")
+        ):
             failed.append(e["id"])
         else:
             for a in balances:
@@ -1502,16 +1510,6 @@ def test_keyless_events_failing_on_some_partitions_each_cost_one_more_run_of_the
     assert runner.stats[0]["attempts"] == len(failed) + 1
 
 
-def bounded(t: Any, e: dict[str, Any]) -> None:
-    # A keyless fragment: +1 on every account here, unless one (but "skip") is out of bounds.
-    for value in t.values("accounts"):
-        balance = t.read("accounts", value)["balance"]
-        if value != e.get("skip") and not e.get("floor", 0) <= balance <= e.get("cap", 999):
-            raise ValueError(f"{value} is out of bounds")
-    for value in t.values("accounts"):
-        t.increment("accounts", value, "balance", 1)
-
-
 @pytest.mark.parametrize("tasks", [1, 2])
 def test_a_keyless_failure_that_a_sweep_committed_everywhere_caused_is_not_aborted(
     tmp_path: Path, tasks: int
@@ -1526,7 +1524,7 @@ def test_a_keyless_failure_that_a_sweep_committed_everywhere_caused_is_not_abort
     y = next(a for a in range(50) if partition_of(a, 2) == 1)
     sweeps = [
         {"id": 10, "cap": 50},
-        {"id": 11, "floor": 11, "skip": y},
+        {"id": 11, "cap": 999, "floor": 11, "skip": y},
         {"id": 12, "cap": 100, "skip": x},
     ]
     batches = [
@@ -1536,9 +1534,11 @@ def test_a_keyless_failure_that_a_sweep_committed_everywhere_caused_is_not_abort
         ]
         + [("sweeps", e) for e in sweeps]
     ]
-    bank().on("sweeps", bounded).run_local(batches, tmp_path, partitions=2, tasks=tasks)
+    bank().on("sweeps", capped).run_local(batches, tmp_path, partitions=2, tasks=tasks)
     rows = {r["acct"]: r["balance"] for r in tx.read_table(tmp_path, "accounts")}
-    assert rows == {x: 11, y: 101}
+    balances = {x: 10, y: 100}
+    assert capped_serially(balances, sweeps) == [10, 11]
+    assert rows == balances == {x: 11, y: 101}
     assert [f["position"] for f in tx.read_failures(tmp_path)] == ["sweeps#2", "sweeps#3"]
 
 
